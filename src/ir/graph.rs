@@ -1,0 +1,148 @@
+//! The IR graph: a petgraph `StableGraph` of primitive ops. Each node holds
+//! its op, its result type and the source span it came from; each edge is one
+//! operand, weighted by its operand position.
+
+use super::op::Op;
+use super::types::TensorType;
+use crate::diag::Span;
+use petgraph::stable_graph::{NodeIndex, StableDiGraph};
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+use std::collections::BinaryHeap;
+
+/// Identifies a node; stable across node removal.
+pub type NodeId = NodeIndex<u32>;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub op: Op,
+    pub ty: TensorType,
+    pub span: Span,
+}
+
+/// A dataflow graph of primitive ops plus the values it must produce.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    graph: StableDiGraph<Node, usize>,
+    /// Values that callers read after running the graph, in order.
+    pub outputs: Vec<NodeId>,
+}
+
+impl Graph {
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// Adds a node whose operands are `inputs`, in order.
+    pub fn add(&mut self, op: Op, inputs: &[NodeId], ty: TensorType, span: Span) -> NodeId {
+        let id = self.graph.add_node(Node { op, ty, span });
+        for (pos, &input) in inputs.iter().enumerate() {
+            self.graph.add_edge(input, id, pos);
+        }
+        id
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.graph[id]
+    }
+
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.graph[id]
+    }
+
+    pub fn contains(&self, id: NodeId) -> bool {
+        self.graph.contains_node(id)
+    }
+
+    /// The operands of `id` in operand order.
+    pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
+        let mut edges: Vec<(usize, NodeId)> = self
+            .graph
+            .edges_directed(id, Direction::Incoming)
+            .map(|e| (*e.weight(), e.source()))
+            .collect();
+        edges.sort_unstable();
+        edges.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// The distinct nodes that read `id`, in id order.
+    pub fn users(&self, id: NodeId) -> Vec<NodeId> {
+        let mut users: Vec<NodeId> = self
+            .graph
+            .neighbors_directed(id, Direction::Outgoing)
+            .collect();
+        users.sort_unstable();
+        users.dedup();
+        users
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    /// All node ids in ascending id order.
+    pub fn node_ids(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = self.graph.node_indices().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Removes a node and its edges.
+    pub fn remove(&mut self, id: NodeId) {
+        self.graph.remove_node(id);
+    }
+
+    /// Makes every reader of `old` (and every output) read `new` instead.
+    pub fn replace_uses(&mut self, old: NodeId, new: NodeId) {
+        let uses: Vec<(NodeId, usize)> = self
+            .graph
+            .edges_directed(old, Direction::Outgoing)
+            .map(|e| (e.target(), *e.weight()))
+            .collect();
+        for (user, pos) in uses {
+            if let Some(edge) = self.graph.find_edge(old, user) {
+                self.graph.remove_edge(edge);
+            }
+            self.graph.add_edge(new, user, pos);
+        }
+        for out in &mut self.outputs {
+            if *out == old {
+                *out = new;
+            }
+        }
+    }
+
+    /// A deterministic topological order: among ready nodes, the smallest id
+    /// goes first, so the order depends only on the graph, never on hashing.
+    pub fn topo_order(&self) -> Vec<NodeId> {
+        let mut pending: std::collections::HashMap<NodeId, usize> =
+            std::collections::HashMap::new();
+        let mut ready = BinaryHeap::new();
+        for id in self.graph.node_indices() {
+            let n = self.graph.edges_directed(id, Direction::Incoming).count();
+            if n == 0 {
+                ready.push(std::cmp::Reverse(id));
+            } else {
+                pending.insert(id, n);
+            }
+        }
+        let mut order = Vec::with_capacity(self.graph.node_count());
+        while let Some(std::cmp::Reverse(id)) = ready.pop() {
+            order.push(id);
+            for e in self.graph.edges_directed(id, Direction::Outgoing) {
+                if let Some(n) = pending.get_mut(&e.target()) {
+                    *n -= 1;
+                    if *n == 0 {
+                        ready.push(std::cmp::Reverse(e.target()));
+                    }
+                }
+            }
+        }
+        order
+    }
+
+    /// The underlying petgraph graph, for algorithms and DOT export.
+    pub fn petgraph(&self) -> &StableDiGraph<Node, usize> {
+        &self.graph
+    }
+}

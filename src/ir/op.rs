@@ -1,0 +1,291 @@
+//! The closed set of primitive operations (§10 of the language reference).
+//!
+//! Every op is plain data: its attributes are fields, its operands are the
+//! node's ordered inputs. Composite functions (softmax, layer_norm, …) are
+//! written in `std/*.tfl` and lower to these. Anything a later backend needs
+//! to know about an op is a method here, never a downcast.
+
+use super::types::{DType, TensorType};
+
+/// Elementwise unary operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Sin,
+    Cos,
+    Floor,
+    Sign,
+    /// Logical not (bool only).
+    Not,
+}
+
+/// Elementwise binary operations; operands have equal shapes and dtypes (the
+/// tracer inserts `BroadcastTo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+    /// Comparisons produce `bool`.
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// Logical (bool only).
+    And,
+    Or,
+}
+
+impl BinaryOp {
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
+        )
+    }
+
+    pub fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Mean,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PoolKind {
+    Max,
+    /// Averages over the window positions inside the input (padding excluded).
+    Avg,
+}
+
+/// Host literal data of a constant, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Literal {
+    /// Any float dtype; f16/bf16 values are already rounded to their type.
+    Float(Vec<f64>),
+    /// Any integer dtype.
+    Int(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+impl Literal {
+    pub fn len(&self) -> usize {
+        match self {
+            Literal::Float(v) => v.len(),
+            Literal::Int(v) => v.len(),
+            Literal::Bool(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Which random distribution a `Random` op samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Distribution {
+    /// Uniform on `[0, 1)`.
+    Uniform,
+    /// Standard normal.
+    Normal,
+}
+
+/// A primitive operation. Output dtype and shape are on the node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// A literal tensor (0 inputs).
+    Constant {
+        value: Literal,
+        ty: TensorType,
+    },
+    /// `0, 1, 2, …` along `axis`, broadcast over `ty`'s shape (0 inputs).
+    Iota {
+        ty: TensorType,
+        axis: usize,
+    },
+    /// Counter-based random numbers: the value at flat index `i` depends only on
+    /// `(seed, i)`, so results are identical at any thread count (0 inputs).
+    Random {
+        ty: TensorType,
+        dist: Distribution,
+        seed: u64,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `where(cond, a, b)`: inputs (bool cond, a, b), equal shapes.
+    Select,
+    Cast(DType),
+    /// Reduce over `axes` (sorted, unique); `keepdims` keeps them as size 1.
+    Reduce {
+        op: ReduceOp,
+        axes: Vec<usize>,
+        keepdims: bool,
+    },
+    /// Index of the (first) maximum along `axis`, as i32.
+    ArgMax {
+        axis: usize,
+        keepdims: bool,
+    },
+    /// Same elements, new shape.
+    Reshape {
+        shape: Vec<usize>,
+    },
+    /// Output dim `i` is input dim `perm[i]`.
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// NumPy broadcast of the input to `shape` (input rank ≤ output rank).
+    BroadcastTo {
+        shape: Vec<usize>,
+    },
+    /// Concatenate all inputs along `axis`.
+    Concat {
+        axis: usize,
+    },
+    /// Per dimension `i`: the `len[i]` elements `start[i] + k·step[i]`; `step`
+    /// may be negative but never zero, and every index lies inside the input.
+    Slice {
+        start: Vec<usize>,
+        step: Vec<i64>,
+        len: Vec<usize>,
+    },
+    /// Pad with `value`: `low[i]` before and `high[i]` after dimension `i`.
+    Pad {
+        low: Vec<usize>,
+        high: Vec<usize>,
+        value: f64,
+    },
+    /// `a @ b` over identical batch dims: `[..., m, k] @ [..., k, n]`.
+    MatMul,
+    /// NHWC input, HWIO weights; explicit padding `[top, bottom, left, right]`.
+    Conv2d {
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+        groups: usize,
+    },
+    /// NHWC pooling with window `size`, explicit padding `[top, bottom, left, right]`.
+    Pool2d {
+        kind: PoolKind,
+        size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 4],
+    },
+    /// Integer indices → one-hot vectors of `depth` elements of `dtype` on a new last axis.
+    OneHot {
+        depth: usize,
+        dtype: DType,
+    },
+    /// `gather(params, indices, axis)`: indices (integer) replace dim `axis`.
+    Gather {
+        axis: usize,
+    },
+}
+
+impl Op {
+    /// The op's name in the text IR.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Constant { .. } => "constant",
+            Op::Iota { .. } => "iota",
+            Op::Random {
+                dist: Distribution::Uniform,
+                ..
+            } => "random_uniform",
+            Op::Random {
+                dist: Distribution::Normal,
+                ..
+            } => "random_normal",
+            Op::Unary(u) => match u {
+                UnaryOp::Neg => "neg",
+                UnaryOp::Abs => "abs",
+                UnaryOp::Exp => "exp",
+                UnaryOp::Log => "log",
+                UnaryOp::Sqrt => "sqrt",
+                UnaryOp::Rsqrt => "rsqrt",
+                UnaryOp::Tanh => "tanh",
+                UnaryOp::Sigmoid => "sigmoid",
+                UnaryOp::Relu => "relu",
+                UnaryOp::Sin => "sin",
+                UnaryOp::Cos => "cos",
+                UnaryOp::Floor => "floor",
+                UnaryOp::Sign => "sign",
+                UnaryOp::Not => "not",
+            },
+            Op::Binary(b) => match b {
+                BinaryOp::Add => "add",
+                BinaryOp::Sub => "sub",
+                BinaryOp::Mul => "mul",
+                BinaryOp::Div => "div",
+                BinaryOp::Pow => "pow",
+                BinaryOp::Maximum => "maximum",
+                BinaryOp::Minimum => "minimum",
+                BinaryOp::Eq => "eq",
+                BinaryOp::Ne => "ne",
+                BinaryOp::Lt => "lt",
+                BinaryOp::Le => "le",
+                BinaryOp::Gt => "gt",
+                BinaryOp::Ge => "ge",
+                BinaryOp::And => "and",
+                BinaryOp::Or => "or",
+            },
+            Op::Select => "select",
+            Op::Cast(_) => "cast",
+            Op::Reduce { op, .. } => match op {
+                ReduceOp::Sum => "reduce_sum",
+                ReduceOp::Mean => "reduce_mean",
+                ReduceOp::Max => "reduce_max",
+                ReduceOp::Min => "reduce_min",
+            },
+            Op::ArgMax { .. } => "argmax",
+            Op::Reshape { .. } => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::BroadcastTo { .. } => "broadcast_to",
+            Op::Concat { .. } => "concat",
+            Op::Slice { .. } => "slice",
+            Op::Pad { .. } => "pad",
+            Op::MatMul => "matmul",
+            Op::Conv2d { .. } => "conv2d",
+            Op::Pool2d {
+                kind: PoolKind::Max,
+                ..
+            } => "max_pool2d",
+            Op::Pool2d {
+                kind: PoolKind::Avg,
+                ..
+            } => "avg_pool2d",
+            Op::OneHot { .. } => "one_hot",
+            Op::Gather { .. } => "gather",
+        }
+    }
+
+    /// True for ops that map each output element from the same-index input
+    /// elements (the fusible elementwise family).
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast(_)
+        )
+    }
+}

@@ -1,0 +1,12 @@
+//! tfc: a compiler for deep-learning programs written in `.tfl`.
+//!
+//! Modules are listed in the order data flows through them: source text is
+//! parsed (`syntax`), names are resolved (`sema`), the program is traced into
+//! the graph IR with every shape and dtype checked (`trace`, `ir`), and the
+//! reference interpreter executes it (`backend::interp`). `driver` owns the
+//! session (source files, std modules) and `cli` the command line.
+
+pub mod backend;
+pub mod diag;
+pub mod ir;
+pub mod syntax;
