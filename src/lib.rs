@@ -9,4 +9,6 @@
 pub mod backend;
 pub mod diag;
 pub mod ir;
+pub mod rng;
+pub mod runtime;
 pub mod syntax;

@@ -29,21 +29,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(code: Code, message: impl Into<String>) -> Diagnostic {
-        Diagnostic {
-            code,
-            message: message.into(),
-            labels: Vec::new(),
-            help: None,
-            notes: Vec::new(),
-        }
+        Diagnostic { code, message: message.into(), labels: Vec::new(), help: None, notes: Vec::new() }
     }
 
     /// Adds a labelled span; the first one added is the primary location.
     pub fn label(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
-        self.labels.push(Label {
-            span,
-            message: message.into(),
-        });
+        self.labels.push(Label { span, message: message.into() });
         self
     }
 
@@ -82,10 +73,7 @@ pub fn fail<T>(d: Diagnostic) -> Result<T> {
 }
 
 /// Closest candidate by edit distance, for "did you mean" help.
-pub fn did_you_mean<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     let limit = (name.len() / 3).max(1);
     candidates
         .into_iter()
@@ -117,10 +105,7 @@ mod tests {
 
     #[test]
     fn suggests_the_closest_name_within_a_third_of_its_length() {
-        assert_eq!(
-            did_you_mean("sofmax", ["softmax", "sum", "exp"]),
-            Some("softmax")
-        );
+        assert_eq!(did_you_mean("sofmax", ["softmax", "sum", "exp"]), Some("softmax"));
         assert_eq!(did_you_mean("xyz", ["softmax"]), None);
     }
 }

@@ -22,17 +22,11 @@ impl SourceMap {
     }
 
     pub fn name(&self, id: FileId) -> &str {
-        self.files
-            .get(id.0 as usize)
-            .map(|f| f.0.as_str())
-            .unwrap_or("<unknown>")
+        self.files.get(id.0 as usize).map(|f| f.0.as_str()).unwrap_or("<unknown>")
     }
 
     pub fn text(&self, id: FileId) -> &str {
-        self.files
-            .get(id.0 as usize)
-            .map(|f| f.1.as_str())
-            .unwrap_or("")
+        self.files.get(id.0 as usize).map(|f| f.1.as_str()).unwrap_or("")
     }
 
     /// 1-based line and column of a byte offset.
@@ -40,12 +34,7 @@ impl SourceMap {
         let text = self.text(span.file);
         let upto = &text[..span.start.min(text.len())];
         let line = upto.matches('\n').count() + 1;
-        let col = upto
-            .rsplit('\n')
-            .next()
-            .map(|l| l.chars().count())
-            .unwrap_or(0)
-            + 1;
+        let col = upto.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
         (line, col)
     }
 }
@@ -92,11 +81,7 @@ impl miette::Diagnostic for Rendered<'_> {
 /// Renders each diagnostic (source excerpt, labels, help) one after another.
 /// Labels outside the primary file become notes with file:line:col.
 pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
-    let theme = if color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
+    let theme = if color { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
     let handler = GraphicalReportHandler::new_themed(theme).with_width(100);
     let mut out = String::new();
     for d in diags {
@@ -105,11 +90,7 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
         let mut labels = Vec::new();
         for (i, l) in d.labels.iter().enumerate() {
             if l.span.file == file {
-                let text = if l.message.is_empty() {
-                    None
-                } else {
-                    Some(l.message.clone())
-                };
+                let text = if l.message.is_empty() { None } else { Some(l.message.clone()) };
                 let span = clamp(l.span, sources.text(file).len());
                 labels.push(if i == 0 {
                     LabeledSpan::new_primary_with_span(text, span)
@@ -118,24 +99,14 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
                 });
             } else {
                 let (line, col) = sources.line_col(l.span);
-                notes.push(format!(
-                    "{}:{}:{}: {}",
-                    sources.name(l.span.file),
-                    line,
-                    col,
-                    l.message
-                ));
+                notes.push(format!("{}:{}:{}: {}", sources.name(l.span.file), line, col, l.message));
             }
         }
         let rendered = Rendered {
             diag: d,
             source: NamedSource::new(sources.name(file), sources.text(file).to_string()),
             labels,
-            notes: if notes.is_empty() {
-                None
-            } else {
-                Some(notes.join("\n"))
-            },
+            notes: if notes.is_empty() { None } else { Some(notes.join("\n")) },
         };
         if handler.render_report(&mut out, &rendered).is_err() {
             out.push_str(&format!("{d}\n"));

@@ -27,11 +27,7 @@ impl Span {
         if self.file != other.file {
             return self;
         }
-        Span::new(
-            self.file,
-            self.start.min(other.start),
-            self.end.max(other.end),
-        )
+        Span::new(self.file, self.start.min(other.start), self.end.max(other.end))
     }
 
     pub fn len(&self) -> usize {

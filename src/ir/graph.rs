@@ -56,21 +56,15 @@ impl Graph {
 
     /// The operands of `id` in operand order.
     pub fn inputs(&self, id: NodeId) -> Vec<NodeId> {
-        let mut edges: Vec<(usize, NodeId)> = self
-            .graph
-            .edges_directed(id, Direction::Incoming)
-            .map(|e| (*e.weight(), e.source()))
-            .collect();
+        let mut edges: Vec<(usize, NodeId)> =
+            self.graph.edges_directed(id, Direction::Incoming).map(|e| (*e.weight(), e.source())).collect();
         edges.sort_unstable();
         edges.into_iter().map(|(_, n)| n).collect()
     }
 
     /// The distinct nodes that read `id`, in id order.
     pub fn users(&self, id: NodeId) -> Vec<NodeId> {
-        let mut users: Vec<NodeId> = self
-            .graph
-            .neighbors_directed(id, Direction::Outgoing)
-            .collect();
+        let mut users: Vec<NodeId> = self.graph.neighbors_directed(id, Direction::Outgoing).collect();
         users.sort_unstable();
         users.dedup();
         users
@@ -94,11 +88,8 @@ impl Graph {
 
     /// Makes every reader of `old` (and every output) read `new` instead.
     pub fn replace_uses(&mut self, old: NodeId, new: NodeId) {
-        let uses: Vec<(NodeId, usize)> = self
-            .graph
-            .edges_directed(old, Direction::Outgoing)
-            .map(|e| (e.target(), *e.weight()))
-            .collect();
+        let uses: Vec<(NodeId, usize)> =
+            self.graph.edges_directed(old, Direction::Outgoing).map(|e| (e.target(), *e.weight())).collect();
         for (user, pos) in uses {
             if let Some(edge) = self.graph.find_edge(old, user) {
                 self.graph.remove_edge(edge);
@@ -115,8 +106,7 @@ impl Graph {
     /// A deterministic topological order: among ready nodes, the smallest id
     /// goes first, so the order depends only on the graph, never on hashing.
     pub fn topo_order(&self) -> Vec<NodeId> {
-        let mut pending: std::collections::HashMap<NodeId, usize> =
-            std::collections::HashMap::new();
+        let mut pending: std::collections::HashMap<NodeId, usize> = std::collections::HashMap::new();
         let mut ready = BinaryHeap::new();
         for id in self.graph.node_indices() {
             let n = self.graph.edges_directed(id, Direction::Incoming).count();

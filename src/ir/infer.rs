@@ -18,10 +18,7 @@ pub struct TypeError {
 }
 
 fn err<T>(code: Code, message: impl Into<String>) -> Result<T, TypeError> {
-    Err(TypeError {
-        code,
-        message: message.into(),
-    })
+    Err(TypeError { code, message: message.into() })
 }
 
 /// The NumPy broadcast of two shapes, or `None` if they are incompatible.
@@ -29,16 +26,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -50,16 +39,8 @@ pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 }
 
 /// Output size of a windowed op along one spatial dimension.
-pub fn window_output(
-    input: usize,
-    window: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-) -> Option<usize> {
-    let effective = dilation
-        .checked_mul(window.checked_sub(1)?)?
-        .checked_add(1)?;
+pub fn window_output(input: usize, window: usize, stride: usize, dilation: usize, pad: usize) -> Option<usize> {
+    let effective = dilation.checked_mul(window.checked_sub(1)?)?.checked_add(1)?;
     let padded = input.checked_add(pad)?;
     if stride == 0 || padded < effective {
         return None;
@@ -77,126 +58,74 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         _ => 1,
     };
     if inputs.len() != arity {
-        return err(
-            Code::Internal,
-            format!("{} takes {arity} operands, got {}", op.name(), inputs.len()),
-        );
+        return err(Code::Internal, format!("{} takes {arity} operands, got {}", op.name(), inputs.len()));
     }
     match op {
         Op::Constant { value, ty } => {
             if value.len() != ty.numel() {
-                return err(
-                    Code::Internal,
-                    format!("constant has {} values for {ty}", value.len()),
-                );
+                return err(Code::Internal, format!("constant has {} values for {ty}", value.len()));
             }
             Ok(ty.clone())
         }
         Op::Iota { ty, axis } => {
             if *axis >= ty.rank() {
-                return err(
-                    Code::Axis,
-                    format!("iota axis {axis} out of range for {ty}"),
-                );
+                return err(Code::Axis, format!("iota axis {axis} out of range for {ty}"));
             }
             Ok(ty.clone())
         }
         Op::Random { ty, .. } => {
             if !ty.dtype.is_float() {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("random values must be a float dtype, not {}", ty.dtype),
-                );
+                return err(Code::DtypeMismatch, format!("random values must be a float dtype, not {}", ty.dtype));
             }
             Ok(ty.clone())
         }
         Op::Unary(u) => {
             let t = inputs[0];
             match u {
-                UnaryOp::Not if t.dtype != DType::Bool => err(
-                    Code::DtypeMismatch,
-                    format!("`not` takes bool, got {}", t.dtype),
-                ),
-                UnaryOp::Not => Ok(t.clone()),
-                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu
-                    if t.dtype != DType::Bool =>
-                {
-                    Ok(t.clone())
+                UnaryOp::Not if t.dtype != DType::Bool => {
+                    err(Code::DtypeMismatch, format!("`not` takes bool, got {}", t.dtype))
                 }
+                UnaryOp::Not => Ok(t.clone()),
+                UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Relu if t.dtype != DType::Bool => Ok(t.clone()),
                 _ if t.dtype.is_float() => Ok(t.clone()),
-                _ => err(
-                    Code::DtypeMismatch,
-                    format!("{} takes a float tensor, got {}", op.name(), t.dtype),
-                ),
+                _ => err(Code::DtypeMismatch, format!("{} takes a float tensor, got {}", op.name(), t.dtype)),
             }
         }
         Op::Binary(b) => {
             let (x, y) = (inputs[0], inputs[1]);
             if x.dtype != y.dtype {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("{} operands differ in dtype: {x} and {y}", op.name()),
-                );
+                return err(Code::DtypeMismatch, format!("{} operands differ in dtype: {x} and {y}", op.name()));
             }
             if x.shape != y.shape {
-                return err(
-                    Code::Broadcast,
-                    format!("{} operands differ in shape: {x} and {y}", op.name()),
-                );
+                return err(Code::Broadcast, format!("{} operands differ in shape: {x} and {y}", op.name()));
             }
             if b.is_logical() != (x.dtype == DType::Bool) {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("{} does not take {} operands", op.name(), x.dtype),
-                );
+                return err(Code::DtypeMismatch, format!("{} does not take {} operands", op.name(), x.dtype));
             }
-            let dtype = if b.is_comparison() {
-                DType::Bool
-            } else {
-                x.dtype
-            };
+            let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
             Ok(TensorType::new(dtype, x.shape.clone()))
         }
         Op::Select => {
             let (c, a, b) = (inputs[0], inputs[1], inputs[2]);
             if c.dtype != DType::Bool {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("where: the condition must be bool, got {}", c.dtype),
-                );
+                return err(Code::DtypeMismatch, format!("where: the condition must be bool, got {}", c.dtype));
             }
             if a.dtype != b.dtype {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("where: branches differ in dtype: {a} and {b}"),
-                );
+                return err(Code::DtypeMismatch, format!("where: branches differ in dtype: {a} and {b}"));
             }
             if c.shape != a.shape || a.shape != b.shape {
-                return err(
-                    Code::Broadcast,
-                    format!("where: shapes differ: {c}, {a}, {b}"),
-                );
+                return err(Code::Broadcast, format!("where: shapes differ: {c}, {a}, {b}"));
             }
             Ok(a.clone())
         }
         Op::Cast(to) => Ok(TensorType::new(*to, inputs[0].shape.clone())),
-        Op::Reduce {
-            op: r,
-            axes,
-            keepdims,
-        } => {
+        Op::Reduce { op: r, axes, keepdims } => {
             let t = inputs[0];
             check_axes(axes, t.rank())?;
             if t.dtype == DType::Bool || (*r == ReduceOp::Mean && !t.dtype.is_float()) {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("{} does not take {}", op.name(), t.dtype),
-                );
+                return err(Code::DtypeMismatch, format!("{} does not take {}", op.name(), t.dtype));
             }
-            Ok(TensorType::new(
-                t.dtype,
-                reduced_shape(&t.shape, axes, *keepdims),
-            ))
+            Ok(TensorType::new(t.dtype, reduced_shape(&t.shape, axes, *keepdims)))
         }
         Op::ArgMax { axis, keepdims } => {
             let t = inputs[0];
@@ -207,18 +136,12 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             if t.dtype == DType::Bool {
                 return err(Code::DtypeMismatch, "argmax does not take bool");
             }
-            Ok(TensorType::new(
-                DType::I32,
-                reduced_shape(&t.shape, &[*axis], *keepdims),
-            ))
+            Ok(TensorType::new(DType::I32, reduced_shape(&t.shape, &[*axis], *keepdims)))
         }
         Op::Reshape { shape } => {
             let t = inputs[0];
             if shape.iter().product::<usize>() != t.numel() {
-                return err(
-                    Code::Reshape,
-                    format!("cannot reshape {t} ({} elements) to {shape:?}", t.numel()),
-                );
+                return err(Code::Reshape, format!("cannot reshape {t} ({} elements) to {shape:?}", t.numel()));
             }
             Ok(TensorType::new(t.dtype, shape.clone()))
         }
@@ -227,27 +150,15 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let mut seen = perm.clone();
             seen.sort_unstable();
             if seen != (0..t.rank()).collect::<Vec<_>>() {
-                return err(
-                    Code::BadValue,
-                    format!(
-                        "{perm:?} is not a permutation of the {} axes of {t}",
-                        t.rank()
-                    ),
-                );
+                return err(Code::BadValue, format!("{perm:?} is not a permutation of the {} axes of {t}", t.rank()));
             }
-            Ok(TensorType::new(
-                t.dtype,
-                perm.iter().map(|&p| t.shape[p]).collect(),
-            ))
+            Ok(TensorType::new(t.dtype, perm.iter().map(|&p| t.shape[p]).collect()))
         }
         Op::BroadcastTo { shape } => {
             let t = inputs[0];
             match broadcast_shapes(&t.shape, shape) {
                 Some(s) if &s == shape => Ok(TensorType::new(t.dtype, shape.clone())),
-                _ => err(
-                    Code::Broadcast,
-                    format!("cannot broadcast {t} to {shape:?}"),
-                ),
+                _ => err(Code::Broadcast, format!("cannot broadcast {t} to {shape:?}")),
             }
         }
         Op::Concat { axis } => {
@@ -257,23 +168,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape[*axis] = 0;
             for t in inputs {
                 let same_outside = t.rank() == first.rank()
-                    && t.shape
-                        .iter()
-                        .zip(&first.shape)
-                        .enumerate()
-                        .all(|(i, (a, b))| i == *axis || a == b);
+                    && t.shape.iter().zip(&first.shape).enumerate().all(|(i, (a, b))| i == *axis || a == b);
                 if t.dtype != first.dtype {
-                    return err(
-                        Code::DtypeMismatch,
-                        format!("concat operands differ in dtype: {first} and {t}"),
-                    );
+                    return err(Code::DtypeMismatch, format!("concat operands differ in dtype: {first} and {t}"));
                 }
                 if !same_outside {
                     return err(
                         Code::Concat,
-                        format!(
-                            "concat along axis {axis}: {first} and {t} differ outside the axis"
-                        ),
+                        format!("concat along axis {axis}: {first} and {t} differ outside the axis"),
                     );
                 }
                 shape[*axis] += t.shape[*axis];
@@ -284,60 +186,35 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         Op::MatMul => {
             let (a, b) = (inputs[0], inputs[1]);
             if a.dtype != b.dtype {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("matmul operands differ in dtype: {a} and {b}"),
-                );
+                return err(Code::DtypeMismatch, format!("matmul operands differ in dtype: {a} and {b}"));
             }
             if a.rank() < 2 || b.rank() < 2 || a.rank() != b.rank() {
-                return err(
-                    Code::MatmulShape,
-                    format!("matmul needs operands of equal rank ≥ 2: {a} @ {b}"),
-                );
+                return err(Code::MatmulShape, format!("matmul needs operands of equal rank ≥ 2: {a} @ {b}"));
             }
             let r = a.rank();
             if a.shape[..r - 2] != b.shape[..r - 2] {
-                return err(
-                    Code::MatmulShape,
-                    format!("matmul batch dimensions differ: {a} @ {b}"),
-                );
+                return err(Code::MatmulShape, format!("matmul batch dimensions differ: {a} @ {b}"));
             }
             if a.shape[r - 1] != b.shape[r - 2] {
                 return err(
                     Code::MatmulShape,
-                    format!(
-                        "inner dimensions differ: {a} @ {b} ({} ≠ {})",
-                        a.shape[r - 1],
-                        b.shape[r - 2]
-                    ),
+                    format!("inner dimensions differ: {a} @ {b} ({} ≠ {})", a.shape[r - 1], b.shape[r - 2]),
                 );
             }
             let mut shape = a.shape.clone();
             shape[r - 1] = b.shape[r - 1];
             Ok(TensorType::new(a.dtype, shape))
         }
-        Op::Conv2d {
-            stride,
-            padding,
-            dilation,
-            groups,
-        } => {
+        Op::Conv2d { stride, padding, dilation, groups } => {
             let (x, w) = (inputs[0], inputs[1]);
             if x.dtype != w.dtype {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("conv2d operands differ in dtype: {x} and {w}"),
-                );
+                return err(Code::DtypeMismatch, format!("conv2d operands differ in dtype: {x} and {w}"));
             }
             if x.rank() != 4 || w.rank() != 4 {
-                return err(
-                    Code::Rank,
-                    format!("conv2d takes NHWC input and HWIO weights (rank 4): {x}, {w}"),
-                );
+                return err(Code::Rank, format!("conv2d takes NHWC input and HWIO weights (rank 4): {x}, {w}"));
             }
             let g = *groups;
-            if g == 0 || x.shape[3] % g != 0 || w.shape[3] % g != 0 || x.shape[3] / g != w.shape[2]
-            {
+            if g == 0 || x.shape[3] % g != 0 || w.shape[3] % g != 0 || x.shape[3] / g != w.shape[2] {
                 return err(
                     Code::ConvShape,
                     format!(
@@ -346,72 +223,37 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                     ),
                 );
             }
-            let h = window_output(
-                x.shape[1],
-                w.shape[0],
-                stride[0],
-                dilation[0],
-                padding[0] + padding[1],
-            );
-            let wd = window_output(
-                x.shape[2],
-                w.shape[1],
-                stride[1],
-                dilation[1],
-                padding[2] + padding[3],
-            );
+            let h = window_output(x.shape[1], w.shape[0], stride[0], dilation[0], padding[0] + padding[1]);
+            let wd = window_output(x.shape[2], w.shape[1], stride[1], dilation[1], padding[2] + padding[3]);
             match (h, wd) {
-                (Some(h), Some(wd)) => Ok(TensorType::new(
-                    x.dtype,
-                    vec![x.shape[0], h, wd, w.shape[3]],
-                )),
+                (Some(h), Some(wd)) => Ok(TensorType::new(x.dtype, vec![x.shape[0], h, wd, w.shape[3]])),
                 _ => err(
                     Code::ConvShape,
-                    format!(
-                        "conv2d: the {}x{} window does not fit the input {x}",
-                        w.shape[0], w.shape[1]
-                    ),
+                    format!("conv2d: the {}x{} window does not fit the input {x}", w.shape[0], w.shape[1]),
                 ),
             }
         }
-        Op::Pool2d {
-            size,
-            stride,
-            padding,
-            ..
-        } => {
+        Op::Pool2d { size, stride, padding, .. } => {
             let x = inputs[0];
             if x.rank() != 4 {
-                return err(
-                    Code::Rank,
-                    format!("pooling takes NHWC input (rank 4), got {x}"),
-                );
+                return err(Code::Rank, format!("pooling takes NHWC input (rank 4), got {x}"));
             }
             let h = window_output(x.shape[1], size[0], stride[0], 1, padding[0] + padding[1]);
             let w = window_output(x.shape[2], size[1], stride[1], 1, padding[2] + padding[3]);
             match (h, w) {
-                (Some(h), Some(w))
-                    if size[0] > padding[0].max(padding[1])
-                        && size[1] > padding[2].max(padding[3]) =>
-                {
+                (Some(h), Some(w)) if size[0] > padding[0].max(padding[1]) && size[1] > padding[2].max(padding[3]) => {
                     Ok(TensorType::new(x.dtype, vec![x.shape[0], h, w, x.shape[3]]))
                 }
                 _ => err(
                     Code::ConvShape,
-                    format!(
-                        "pooling: the {}x{} window does not fit the input {x}",
-                        size[0], size[1]
-                    ),
+                    format!("pooling: the {}x{} window does not fit the input {x}", size[0], size[1]),
                 ),
             }
         }
         Op::OneHot { depth, dtype } => {
             let t = inputs[0];
             if !t.dtype.is_int() {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("one_hot takes integer labels, got {t}"),
-                );
+                return err(Code::DtypeMismatch, format!("one_hot takes integer labels, got {t}"));
             }
             let mut shape = t.shape.clone();
             shape.push(*depth);
@@ -421,10 +263,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let (p, i) = (inputs[0], inputs[1]);
             check_axes(&[*axis], p.rank())?;
             if !i.dtype.is_int() {
-                return err(
-                    Code::DtypeMismatch,
-                    format!("gather indices must be integers, got {i}"),
-                );
+                return err(Code::DtypeMismatch, format!("gather indices must be integers, got {i}"));
             }
             let mut shape = p.shape[..*axis].to_vec();
             shape.extend_from_slice(&i.shape);
@@ -437,38 +276,23 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
 fn infer_window(op: &Op, t: &TensorType) -> Result<TensorType, TypeError> {
     match op {
         Op::Slice { start, step, len } => {
-            if start.len() != t.rank()
-                || step.len() != t.rank()
-                || len.len() != t.rank()
-                || step.contains(&0)
-            {
+            if start.len() != t.rank() || step.len() != t.rank() || len.len() != t.rank() || step.contains(&0) {
                 return err(Code::Index, format!("slice attributes do not match {t}"));
             }
             for d in 0..t.rank() {
                 let last = start[d] as i64 + (len[d] as i64 - 1) * step[d];
                 let inside = |i: i64| i >= 0 && i < t.shape[d] as i64;
                 if len[d] > 0 && !(inside(start[d] as i64) && inside(last)) {
-                    return err(
-                        Code::Index,
-                        format!("slice of dimension {d} leaves the bounds of {t}"),
-                    );
+                    return err(Code::Index, format!("slice of dimension {d} leaves the bounds of {t}"));
                 }
             }
             Ok(TensorType::new(t.dtype, len.clone()))
         }
         Op::Pad { low, high, .. } => {
             if low.len() != t.rank() || high.len() != t.rank() {
-                return err(
-                    Code::BadValue,
-                    format!("pad widths do not match the rank of {t}"),
-                );
+                return err(Code::BadValue, format!("pad widths do not match the rank of {t}"));
             }
-            let shape = t
-                .shape
-                .iter()
-                .zip(low.iter().zip(high))
-                .map(|(d, (l, h))| d + l + h)
-                .collect();
+            let shape = t.shape.iter().zip(low.iter().zip(high)).map(|(d, (l, h))| d + l + h).collect();
             Ok(TensorType::new(t.dtype, shape))
         }
         _ => err(Code::Internal, "not a window op"),
@@ -478,10 +302,7 @@ fn infer_window(op: &Op, t: &TensorType) -> Result<TensorType, TypeError> {
 fn check_axes(axes: &[usize], rank: usize) -> Result<(), TypeError> {
     for (i, &a) in axes.iter().enumerate() {
         if a >= rank {
-            return err(
-                Code::Axis,
-                format!("axis {a} is out of range for a tensor of rank {rank}"),
-            );
+            return err(Code::Axis, format!("axis {a} is out of range for a tensor of rank {rank}"));
         }
         if axes[..i].contains(&a) {
             return err(Code::Axis, format!("axis {a} is repeated"));

@@ -52,10 +52,7 @@ pub enum BinaryOp {
 
 impl BinaryOp {
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
-        )
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
     }
 
     pub fn is_logical(self) -> bool {
@@ -209,14 +206,8 @@ impl Op {
         match self {
             Op::Constant { .. } => "constant",
             Op::Iota { .. } => "iota",
-            Op::Random {
-                dist: Distribution::Uniform,
-                ..
-            } => "random_uniform",
-            Op::Random {
-                dist: Distribution::Normal,
-                ..
-            } => "random_normal",
+            Op::Random { dist: Distribution::Uniform, .. } => "random_uniform",
+            Op::Random { dist: Distribution::Normal, .. } => "random_normal",
             Op::Unary(u) => match u {
                 UnaryOp::Neg => "neg",
                 UnaryOp::Abs => "abs",
@@ -267,14 +258,8 @@ impl Op {
             Op::Pad { .. } => "pad",
             Op::MatMul => "matmul",
             Op::Conv2d { .. } => "conv2d",
-            Op::Pool2d {
-                kind: PoolKind::Max,
-                ..
-            } => "max_pool2d",
-            Op::Pool2d {
-                kind: PoolKind::Avg,
-                ..
-            } => "avg_pool2d",
+            Op::Pool2d { kind: PoolKind::Max, .. } => "max_pool2d",
+            Op::Pool2d { kind: PoolKind::Avg, .. } => "avg_pool2d",
             Op::OneHot { .. } => "one_hot",
             Op::Gather { .. } => "gather",
         }
@@ -283,9 +268,6 @@ impl Op {
     /// True for ops that map each output element from the same-index input
     /// elements (the fusible elementwise family).
     pub fn is_elementwise(&self) -> bool {
-        matches!(
-            self,
-            Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast(_)
-        )
+        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast(_))
     }
 }

@@ -17,18 +17,9 @@ pub enum PrintItem {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// `print(x)`; `full` turns off summarizing of large tensors.
-    Print {
-        item: PrintItem,
-        full: bool,
-        span: Span,
-    },
+    Print { item: PrintItem, full: bool, span: Span },
     /// `assert_close(a, b, tol)`: fails the run if any |a - b| > tol·(1 + |b|).
-    AssertClose {
-        actual: NodeId,
-        expected: NodeId,
-        tol: f64,
-        span: Span,
-    },
+    AssertClose { actual: NodeId, expected: NodeId, tol: f64, span: Span },
 }
 
 /// What `tfc run` executes: evaluate the graph, then perform the effects in

@@ -15,15 +15,7 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 7] = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::BF16,
-        DType::I32,
-        DType::I64,
-        DType::Bool,
-    ];
+    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -80,10 +72,7 @@ impl TensorType {
     }
 
     pub fn scalar(dtype: DType) -> TensorType {
-        TensorType {
-            dtype,
-            shape: Vec::new(),
-        }
+        TensorType { dtype, shape: Vec::new() }
     }
 
     pub fn rank(&self) -> usize {

@@ -88,25 +88,11 @@ pub struct ModelDef {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ModelMember {
     /// `param w: f32[inputs, outputs] = glorot_uniform()`
-    Param {
-        name: Ident,
-        ty: TypeExpr,
-        init: Expr,
-        span: Span,
-    },
+    Param { name: Ident, ty: TypeExpr, init: Expr, span: Span },
     /// `state running_mean: f32[C] = zeros()`
-    State {
-        name: Ident,
-        ty: Option<TypeExpr>,
-        init: Expr,
-        span: Span,
-    },
+    State { name: Ident, ty: Option<TypeExpr>, init: Expr, span: Span },
     /// `l1 = Dense(64, 128, act = relu)` (a sub-model or any other value)
-    Field {
-        name: Ident,
-        value: Expr,
-        span: Span,
-    },
+    Field { name: Ident, value: Expr, span: Span },
     /// `fn forward(x) = ...`
     Method(FnDef),
 }
@@ -133,31 +119,14 @@ pub struct TrainDef {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TrainField {
     /// `loss(x, y) = expr`
-    Loss {
-        params: Vec<Param>,
-        body: Expr,
-        span: Span,
-    },
+    Loss { params: Vec<Param>, body: Expr, span: Span },
     /// `optimizer = adam(lr = 1e-3)`, `epochs = 30`, `steps = 100`,
     /// `clip_grad_norm = 1.0`, `workers = 2`, `resume = "path"`
-    Set {
-        name: Ident,
-        value: Expr,
-        span: Span,
-    },
+    Set { name: Ident, value: Expr, span: Span },
     /// `eval accuracy on test_set |> batch(256) every 5 epochs`
-    Eval {
-        metric: Expr,
-        data: Expr,
-        every: Option<Every>,
-        span: Span,
-    },
+    Eval { metric: Expr, data: Expr, every: Option<Every>, span: Span },
     /// `checkpoint "out/mlp.safetensors" every 10 epochs`
-    Checkpoint {
-        path: Expr,
-        every: Option<Every>,
-        span: Span,
-    },
+    Checkpoint { path: Expr, every: Option<Every>, span: Span },
     /// `log "out/train.jsonl"`
     Log { path: Expr, span: Span },
 }
@@ -285,12 +254,7 @@ pub struct Arg {
 #[derive(Clone, Debug, PartialEq)]
 pub enum IndexItem {
     Single(Expr),
-    Slice {
-        start: Option<Expr>,
-        stop: Option<Expr>,
-        step: Option<Expr>,
-        span: Span,
-    },
+    Slice { start: Option<Expr>, stop: Option<Expr>, step: Option<Expr>, span: Span },
     Ellipsis(Span),
 }
 

@@ -1,0 +1,1 @@
+//! Runtime support: value formatting (print, §11) and, later, the scheduler and data pipelines.
