@@ -12,3 +12,6 @@ pub mod ir;
 pub mod rng;
 pub mod runtime;
 pub mod syntax;
+pub mod stdlib;
+pub mod trace;
+pub mod driver;

@@ -1,0 +1,72 @@
+//! The session: the only code that reads source files. It owns the source
+//! map (user files and embedded std modules) and runs the pipeline stages
+//! in order, stopping at the first stage that reports errors.
+
+use crate::diag::{Code, Diagnostic, FileId, SourceMap};
+use crate::ir::Program;
+use crate::syntax::ast;
+use std::path::Path;
+
+/// Largest source file accepted (a guard against feeding tfc a data file).
+const MAX_SOURCE_BYTES: u64 = 16 << 20;
+
+#[derive(Default)]
+pub struct Session {
+    pub sources: SourceMap,
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session::default()
+    }
+
+    /// Reads a source file: unreadable (E0001) and non-UTF-8 (E0002) files
+    /// are diagnostics, not panics.
+    pub fn load_file(&mut self, path: &Path) -> Result<FileId, Vec<Diagnostic>> {
+        let name = path.display().to_string();
+        let too_big = std::fs::metadata(path).map(|m| m.len() > MAX_SOURCE_BYTES).unwrap_or(false);
+        if too_big {
+            return Err(vec![Diagnostic::new(Code::Io, format!("`{name}` is larger than {} MiB; is it a source file?", MAX_SOURCE_BYTES >> 20))]);
+        }
+        let bytes = std::fs::read(path)
+            .map_err(|e| vec![Diagnostic::new(Code::Io, format!("cannot read `{name}`: {}", io_reason(&e)))])?;
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(self.sources.add(name, text)),
+            Err(e) => {
+                let at = e.utf8_error().valid_up_to();
+                let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+                Err(vec![Diagnostic::new(Code::NotUtf8, format!("`{name}` is not valid UTF-8 (first bad byte at offset {at}, line {line})"))])
+            }
+        }
+    }
+
+    /// Adds source text that did not come from a file (tests, the REPL).
+    pub fn add_source(&mut self, name: &str, text: &str) -> FileId {
+        self.sources.add(name, text)
+    }
+
+    /// Parses a loaded file; an empty program is an error (E0003).
+    pub fn parse(&mut self, file: FileId) -> Result<ast::Program, Vec<Diagnostic>> {
+        let program = crate::syntax::parse(self.sources.text(file), file)?;
+        if program.stmts.is_empty() {
+            let name = self.sources.name(file).to_string();
+            return Err(vec![Diagnostic::new(Code::EmptyProgram, format!("`{name}` contains no items or statements"))
+                .help("a program is a list of items and statements, e.g. `print([1.0, 2.0] * 2.0)`")]);
+        }
+        Ok(program)
+    }
+
+    /// Parses and traces a file into a checked IR program.
+    pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
+        let ast = self.parse(file)?;
+        crate::trace::trace_program(&ast, &mut self.sources)
+    }
+}
+
+fn io_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}

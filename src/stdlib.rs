@@ -1,0 +1,10 @@
+//! The standard library's `.tfl` sources, embedded in the binary so a
+//! program never depends on files next to the executable.
+
+/// Every std module: its dotted name and source text.
+pub const MODULES: &[(&str, &str)] = &[("std.math", include_str!("../std/math.tfl"))];
+
+/// The source of a std module such as `std.math`.
+pub fn source(module: &str) -> Option<&'static str> {
+    MODULES.iter().find(|(name, _)| *name == module).map(|(_, src)| *src)
+}

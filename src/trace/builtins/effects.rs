@@ -1,0 +1,52 @@
+//! Effect built-ins: `print` and `assert_close` record effects that run
+//! after the graph is evaluated, in program order.
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{Effect, PrintItem};
+use crate::trace::args::BuiltinArgs;
+use crate::trace::value::Value;
+use crate::trace::{Fail, TResult, Tracer};
+
+impl Tracer<'_> {
+    pub(crate) fn effect_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        if a.name == "print" {
+            let (v, s) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a value"))?;
+            let item = self.print_item(&v, s)?;
+            let full = a.bool_or(1, false)?;
+            self.effects.push(Effect::Print { item, full, span: a.span });
+            return Ok(Value::Tuple(vec![]));
+        }
+        let tol = a.float_or(2, 1e-5)?;
+        let (x, xs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
+        let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
+        let ops = self.operands(&[(&x, xs), (&y, ys)])?;
+        self.same_dtype(&ops, "`assert_close`")?;
+        if ops[0].ty.shape != ops[1].ty.shape {
+            return Err(Diagnostic::new(Code::Broadcast, format!("`assert_close`: shapes differ: {} and {}", ops[0].ty, ops[1].ty))
+                .label(xs, ops[0].ty.to_string())
+                .label(ys, ops[1].ty.to_string())
+                .into());
+        }
+        self.effects.push(Effect::AssertClose { actual: ops[0].id, expected: ops[1].id, tol, span: a.span });
+        Ok(Value::Tuple(vec![]))
+    }
+
+    fn print_item(&mut self, v: &Value, span: crate::diag::Span) -> TResult<PrintItem> {
+        Ok(match v {
+            Value::Tensor(id, _) => PrintItem::Tensor(*id),
+            // A float is an f32 scalar by default (§3), so it prints as one.
+            Value::Float(_) => {
+                let o = self.operand(v, None, span)?;
+                PrintItem::Tensor(o.id)
+            }
+            Value::Int(i) => PrintItem::Text(i.to_string()),
+            Value::Bool(b) => PrintItem::Text(b.to_string()),
+            Value::Str(s) => PrintItem::Text(s.clone()),
+            Value::DType(d) => PrintItem::Text(d.to_string()),
+            Value::Tuple(items) => PrintItem::Tuple(items.iter().map(|i| self.print_item(i, span)).collect::<TResult<_>>()?),
+            Value::Model(m) => PrintItem::Text(format!("{}(…)", m.def.name.name)),
+            Value::Poison => return Err(Fail::Poisoned),
+            other => PrintItem::Text(format!("<{}>", other.describe())),
+        })
+    }
+}

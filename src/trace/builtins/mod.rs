@@ -1,0 +1,208 @@
+//! The built-in operations (§10 of the language reference): their
+//! parameter lists and how each lowers to primitive IR ops.
+
+mod create;
+mod effects;
+mod nn;
+mod reduce;
+mod shape;
+
+use super::args::{bind, BuiltinArgs};
+use super::call::CallArgs;
+use super::value::Value;
+use super::{unsupported, TResult, Tracer};
+use crate::diag::Span;
+use crate::ir::{BinaryOp, Op, UnaryOp};
+
+/// Every built-in with its parameters (`name=` optional, `name..` variadic).
+const TABLE: &[(&str, &[&str])] = &[
+    ("neg", &["x"]),
+    ("abs", &["x"]),
+    ("exp", &["x"]),
+    ("log", &["x"]),
+    ("sqrt", &["x"]),
+    ("rsqrt", &["x"]),
+    ("tanh", &["x"]),
+    ("sigmoid", &["x"]),
+    ("relu", &["x"]),
+    ("sin", &["x"]),
+    ("cos", &["x"]),
+    ("floor", &["x"]),
+    ("sign", &["x"]),
+    ("maximum", &["a", "b"]),
+    ("minimum", &["a", "b"]),
+    ("pow", &["a", "b"]),
+    ("where", &["cond", "a", "b"]),
+    ("cast", &["x", "dtype"]),
+    ("sum", &["x", "axis=", "keepdims="]),
+    ("mean", &["x", "axis=", "keepdims="]),
+    ("max", &["x", "axis=", "keepdims="]),
+    ("min", &["x", "axis=", "keepdims="]),
+    ("argmax", &["x", "axis=", "keepdims="]),
+    ("reshape", &["x", "shape"]),
+    ("transpose", &["x", "perm="]),
+    ("broadcast_to", &["x", "shape"]),
+    ("concat", &["xs", "axis="]),
+    ("stack", &["xs", "axis="]),
+    ("slice", &["x", "start", "stop", "step="]),
+    ("pad", &["x", "widths", "value="]),
+    ("squeeze", &["x", "axis="]),
+    ("expand_dims", &["x", "axis"]),
+    ("shape", &["x"]),
+    ("matmul", &["a", "b"]),
+    ("conv2d", &["x", "w", "stride=", "padding=", "dilation=", "groups="]),
+    ("max_pool2d", &["x", "size", "stride=", "padding="]),
+    ("avg_pool2d", &["x", "size", "stride=", "padding="]),
+    ("one_hot", &["labels", "depth", "dtype="]),
+    ("gather", &["params", "indices", "axis="]),
+    ("embedding", &["table", "ids"]),
+    ("dropout", &["x", "rate", "seed="]),
+    ("zeros", &["shape=", "dtype="]),
+    ("ones", &["shape=", "dtype="]),
+    ("full", &["shape", "value", "dtype="]),
+    ("arange", &["n", "dtype="]),
+    ("linspace", &["start", "stop", "num", "dtype="]),
+    ("eye", &["n", "dtype="]),
+    ("zeros_like", &["x"]),
+    ("ones_like", &["x"]),
+    ("uniform", &["shape=", "seed=", "low=", "high=", "dtype="]),
+    ("normal", &["shape=", "seed=", "mean=", "std=", "dtype="]),
+    ("print", &["x", "full="]),
+    ("assert_close", &["actual", "expected", "tol="]),
+    // Parsed and resolved now; executed by later versions.
+    ("grad", &["f", "wrt="]),
+    ("value_and_grad", &["f", "wrt="]),
+    ("save", &["model", "path"]),
+    ("load", &["model", "path"]),
+    ("load_csv", &["path", "label="]),
+    ("load_npy", &["path"]),
+    ("load_idx", &["images", "labels"]),
+    ("load_safetensors", &["path", "keys.."]),
+    ("range", &["n"]),
+    ("from_tensors", &["xs.."]),
+    ("map", &["ds", "f", "parallel="]),
+    ("filter", &["ds", "f"]),
+    ("shuffle", &["ds", "buffer", "seed="]),
+    ("batch", &["ds", "n", "drop_remainder="]),
+    ("repeat", &["ds", "n="]),
+    ("take", &["ds", "n"]),
+    ("skip", &["ds", "n"]),
+    ("cache", &["ds", "path="]),
+    ("prefetch", &["ds", "k="]),
+    ("split", &["ds", "fraction", "seed="]),
+    ("first", &["ds"]),
+    ("count", &["ds"]),
+    ("collect", &["ds"]),
+];
+
+/// Every built-in name, for did-you-mean suggestions.
+pub const NAMES: &[&str] = &{
+    let mut names = [""; TABLE.len()];
+    let mut i = 0;
+    while i < TABLE.len() {
+        names[i] = TABLE[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// The built-in called `name`, if any.
+pub fn lookup(name: &str) -> Option<&'static str> {
+    TABLE.iter().find(|(n, _)| *n == name).map(|(n, _)| *n)
+}
+
+fn params_of(name: &str) -> &'static [&'static str] {
+    TABLE.iter().find(|(n, _)| *n == name).map(|(_, p)| *p).unwrap_or(&[])
+}
+
+fn unary_of(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "neg" => UnaryOp::Neg,
+        "abs" => UnaryOp::Abs,
+        "exp" => UnaryOp::Exp,
+        "log" => UnaryOp::Log,
+        "sqrt" => UnaryOp::Sqrt,
+        "rsqrt" => UnaryOp::Rsqrt,
+        "tanh" => UnaryOp::Tanh,
+        "sigmoid" => UnaryOp::Sigmoid,
+        "relu" => UnaryOp::Relu,
+        "sin" => UnaryOp::Sin,
+        "cos" => UnaryOp::Cos,
+        "floor" => UnaryOp::Floor,
+        "sign" => UnaryOp::Sign,
+        _ => return None,
+    })
+}
+
+impl Tracer<'_> {
+    pub(crate) fn call_builtin(&mut self, name: &'static str, args: CallArgs, span: Span) -> TResult<Value> {
+        let a = bind(name, params_of(name), args, span)?;
+        if let Some(op) = unary_of(name) {
+            let (v, s) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
+            return self.unary_op(op, &v, s, span);
+        }
+        match name {
+            "maximum" | "minimum" | "pow" => {
+                let op = match name {
+                    "maximum" => BinaryOp::Maximum,
+                    "minimum" => BinaryOp::Minimum,
+                    _ => BinaryOp::Pow,
+                };
+                let (x, xs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
+                let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
+                self.binary(op, (&x, xs), (&y, ys), span)
+            }
+            "where" => self.select(&a),
+            "cast" => {
+                let x = self.arg_tensor(&a, 0, None)?;
+                let d = match a.get(1) {
+                    Some((Value::DType(d), _)) => *d,
+                    _ => return Err(a.bad(1, "a dtype such as f16")),
+                };
+                let out = self.cast(&x, d, span)?;
+                Ok(tensor(out))
+            }
+            "sum" | "mean" | "max" | "min" | "argmax" => self.reduce(&a),
+            "reshape" | "transpose" | "broadcast_to" | "concat" | "stack" | "slice" | "pad" | "squeeze"
+            | "expand_dims" | "shape" => self.shape_builtin(&a),
+            "matmul" => {
+                let x = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
+                let y = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
+                self.matmul((&x.0, x.1), (&y.0, y.1), span)
+            }
+            "conv2d" | "max_pool2d" | "avg_pool2d" | "one_hot" | "gather" | "embedding" | "dropout" => self.nn_builtin(&a),
+            "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
+            | "normal" => self.create_builtin(&a),
+            "print" | "assert_close" => self.effect_builtin(&a),
+            "grad" | "value_and_grad" => Err(unsupported(span, "gradients (`grad`, `value_and_grad`)")),
+            "save" | "load" => Err(unsupported(span, "checkpoints (`save`, `load`)")),
+            _ => Err(unsupported(span, "datasets and input pipelines")),
+        }
+    }
+
+    fn select(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let (c, cs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a bool tensor"))?;
+        let (x, xs) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
+        let (y, ys) = a.get(2).cloned().ok_or_else(|| a.bad(2, "a tensor"))?;
+        let cond = self.operand(&c, Some(crate::ir::DType::Bool), cs)?;
+        if cond.ty.dtype != crate::ir::DType::Bool {
+            return Err(crate::diag::Diagnostic::new(
+                crate::diag::Code::DtypeMismatch,
+                format!("`where` needs a bool condition, found {}", cond.ty),
+            )
+            .label(cs, cond.ty.to_string())
+            .help("compare to get a mask, e.g. `where(x > 0.0, x, 0.0)`")
+            .into());
+        }
+        let ops = self.operands(&[(&x, xs), (&y, ys)])?;
+        self.same_dtype(&ops, "`where`")?;
+        let all = self.broadcast_all(&[cond, ops[0].clone(), ops[1].clone()], "`where`", a.span)?;
+        let out = self.node(Op::Select, &[&all[0], &all[1], &all[2]], a.span)?;
+        Ok(tensor(out))
+    }
+}
+
+/// A tensor operand as a value.
+pub(crate) fn tensor(o: super::tensor::Operand) -> Value {
+    Value::Tensor(o.id, o.ty)
+}

@@ -1,0 +1,317 @@
+//! Expression evaluation: literals, names, operators, pipes, blocks, `if`,
+//! lambdas and tensor literals. Calls, indexing and models live in their own
+//! files.
+
+use super::value::{Scope, Value};
+use super::{call, Fail, TResult, Tracer};
+use crate::diag::{did_you_mean, Code, Diagnostic, Span};
+use crate::ir::{BinaryOp, DType, Literal, Op, TensorType, UnaryOp};
+use crate::syntax::ast::{self, Expr, ExprKind};
+use std::rc::Rc;
+
+impl Tracer<'_> {
+    pub(crate) fn eval(&mut self, e: &Expr, env: &Rc<Scope>) -> TResult<Value> {
+        match &e.kind {
+            ExprKind::Int(i, None) => Ok(Value::Int(*i)),
+            ExprKind::Float(x, None) => Ok(Value::Float(*x)),
+            ExprKind::Int(i, Some(d)) => self.typed_literal(*i as f64, *d, e.span),
+            ExprKind::Float(x, Some(d)) => self.typed_literal(*x, *d, e.span),
+            ExprKind::Bool(b) => Ok(Value::Bool(*b)),
+            ExprKind::Str(s) => Ok(Value::Str(s.clone())),
+            ExprKind::Name(n) => self.lookup(n, e.span, env),
+            ExprKind::Tuple(items) => {
+                let vals = items.iter().map(|i| self.eval(i, env)).collect::<TResult<Vec<_>>>()?;
+                Ok(Value::Tuple(vals))
+            }
+            ExprKind::Tensor(items) => self.tensor_literal(e, items, env),
+            ExprKind::Unary(op, x) => {
+                let v = self.eval(x, env)?;
+                self.unary(*op, v, x.span, e.span)
+            }
+            ExprKind::Binary(op, a, b) => {
+                let va = self.eval(a, env)?;
+                let vb = self.eval(b, env)?;
+                self.binary_expr(*op, (&va, a.span), (&vb, b.span), e.span)
+            }
+            ExprKind::Pipe(lhs, rhs) => {
+                let v = self.eval(lhs, env)?;
+                self.pipe(v, lhs.span, rhs, env)
+            }
+            ExprKind::Call { callee, args } => self.eval_call(callee, args, None, e.span, env),
+            ExprKind::Field { base, name } => self.field(base, name, env),
+            ExprKind::Index { base, items } => {
+                let v = self.eval(base, env)?;
+                self.index(v, base.span, items, e.span, env)
+            }
+            ExprKind::Lambda { params, body } => Ok(Value::Func(Rc::new(call::Closure::lambda(params, body, env, e.span)))),
+            ExprKind::Block(b) => self.block(b, env),
+            ExprKind::If { cond, then, else_ } => match self.eval(cond, env)? {
+                Value::Bool(true) => self.block(then, env),
+                Value::Bool(false) => match else_ {
+                    Some(e) => self.eval(e, env),
+                    None => Ok(Value::Tuple(vec![])),
+                },
+                other => Err(Diagnostic::new(
+                    Code::NotStatic,
+                    format!("the condition of `if` must be a compile-time bool, found {}", other.describe()),
+                )
+                .label(cond.span, "not known at compile time")
+                .help("use `where(mask, a, b)` to choose between tensors elementwise")
+                .into()),
+            },
+        }
+    }
+
+    pub(crate) fn lookup(&mut self, name: &str, span: Span, env: &Rc<Scope>) -> TResult<Value> {
+        if let Some(v) = env.get(name) {
+            return match v {
+                Value::Poison => Err(Fail::Poisoned),
+                v => Ok(v),
+            };
+        }
+        if let Some(d) = DType::from_name(name) {
+            return Ok(Value::DType(d));
+        }
+        if let Some(b) = super::builtins::lookup(name) {
+            return Ok(Value::Builtin(b));
+        }
+        let names = env.visible_names();
+        let candidates = names.iter().map(String::as_str).chain(super::builtins::NAMES.iter().copied());
+        let mut d = Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
+        if let Some(s) = did_you_mean(name, candidates) {
+            d = d.help(format!("did you mean `{s}`?"));
+        }
+        Err(d.into())
+    }
+
+    fn typed_literal(&mut self, x: f64, dtype: DType, span: Span) -> TResult<Value> {
+        let o = self.scalar(x, dtype, span)?;
+        Ok(Value::Tensor(o.id, o.ty))
+    }
+
+    pub(crate) fn block(&mut self, b: &ast::Block, env: &Rc<Scope>) -> TResult<Value> {
+        let scope = Scope::child(env);
+        for stmt in &b.stmts {
+            match stmt {
+                ast::BlockStmt::Let { pattern, ty, value, .. } => {
+                    let v = self.eval(value, &scope)?;
+                    if let Some(ty) = ty {
+                        self.check_annotation(&v, ty, value.span, &scope)?;
+                    }
+                    self.bind_pattern(pattern, v, &scope)?;
+                }
+                ast::BlockStmt::Assign { name, value, .. } => {
+                    if scope.get(&name.name).is_none() {
+                        self.lookup(&name.name, name.span, &scope)?;
+                    }
+                    let v = self.eval(value, &scope)?;
+                    scope.set(&name.name, v);
+                }
+                ast::BlockStmt::Expr(e) => {
+                    self.eval(e, &scope)?;
+                }
+            }
+        }
+        match &b.result {
+            Some(r) => self.eval(r, &scope),
+            None => Ok(Value::Tuple(vec![])),
+        }
+    }
+
+    fn unary(&mut self, op: ast::UnaryOp, v: Value, arg_span: Span, span: Span) -> TResult<Value> {
+        match (op, &v) {
+            (ast::UnaryOp::Neg, Value::Int(i)) => Ok(Value::Int(i.checked_neg().ok_or_else(|| {
+                Fail::from(Diagnostic::new(Code::BadNumber, "integer overflow").label(span, "here"))
+            })?)),
+            (ast::UnaryOp::Neg, Value::Float(x)) => Ok(Value::Float(-x)),
+            (ast::UnaryOp::Not, Value::Bool(b)) => Ok(Value::Bool(!b)),
+            (ast::UnaryOp::Neg, _) => self.unary_op(UnaryOp::Neg, &v, arg_span, span),
+            (ast::UnaryOp::Not, _) => self.unary_op(UnaryOp::Not, &v, arg_span, span),
+        }
+    }
+
+    /// A unary primitive on a value; compile-time numbers are computed now.
+    pub(crate) fn unary_op(&mut self, op: UnaryOp, v: &Value, arg_span: Span, span: Span) -> TResult<Value> {
+        if let Some(x) = super::tensor::number(v) {
+            if let Some(r) = fold_unary(op, x) {
+                return Ok(Value::Float(r));
+            }
+        }
+        let o = self.operand(v, None, arg_span)?;
+        let out = self.node(Op::Unary(op), &[&o], span)?;
+        Ok(Value::Tensor(out.id, out.ty))
+    }
+
+    fn binary_expr(&mut self, op: ast::BinaryOp, a: (&Value, Span), b: (&Value, Span), span: Span) -> TResult<Value> {
+        use ast::BinaryOp as A;
+        let ir = match op {
+            A::Add => BinaryOp::Add,
+            A::Sub => BinaryOp::Sub,
+            A::Mul => BinaryOp::Mul,
+            A::Div => BinaryOp::Div,
+            A::Pow => BinaryOp::Pow,
+            A::Eq => BinaryOp::Eq,
+            A::Ne => BinaryOp::Ne,
+            A::Lt => BinaryOp::Lt,
+            A::Le => BinaryOp::Le,
+            A::Gt => BinaryOp::Gt,
+            A::Ge => BinaryOp::Ge,
+            A::And => BinaryOp::And,
+            A::Or => BinaryOp::Or,
+            A::MatMul => return self.matmul(a, b, span),
+        };
+        // `x ^ 2` with a literal exponent is the common case; keep it a pow
+        // node (the optimizer rewrites it), but give int tensors a clear error.
+        self.binary(ir, a, b, span)
+    }
+
+    /// `x |> f` is `f(x)`; `x |> f(a)` is `f(x, a)`.
+    fn pipe(&mut self, v: Value, v_span: Span, rhs: &Expr, env: &Rc<Scope>) -> TResult<Value> {
+        match &rhs.kind {
+            ExprKind::Call { callee, args } => self.eval_call(callee, args, Some((v, v_span)), rhs.span.to(v_span), env),
+            _ => {
+                let f = self.eval(rhs, env)?;
+                self.call_value(f, rhs.span, vec![(v, v_span)], vec![], rhs.span.to(v_span))
+            }
+        }
+    }
+
+    /// `[[1, 2], [3, 4]]`: numbers become one constant; tensors (including
+    /// suffixed literals such as `1f16`) are stacked.
+    fn tensor_literal(&mut self, e: &Expr, items: &[Expr], env: &Rc<Scope>) -> TResult<Value> {
+        let mut shape = Vec::new();
+        let mut flat = Vec::new();
+        let mut leaf_depth = None;
+        self.flatten_literal(e, items, env, 0, &mut shape, &mut flat, &mut leaf_depth)?;
+        if let Some(l) = leaf_depth {
+            shape.truncate(l);
+        }
+        if flat.iter().any(|(v, _)| matches!(v, Value::Tensor(..))) {
+            return self.stack_literal(&flat, &shape, e.span);
+        }
+        let dtype = if flat.is_empty() || flat.iter().any(|(v, _)| matches!(v, Value::Float(_))) {
+            DType::F32
+        } else if flat.iter().all(|(v, _)| matches!(v, Value::Bool(_))) {
+            DType::Bool
+        } else {
+            DType::I32
+        };
+        let mut floats = Vec::new();
+        let mut ints = Vec::new();
+        let mut bools = Vec::new();
+        for (v, span) in &flat {
+            match (v, dtype) {
+                (Value::Bool(b), DType::Bool) => bools.push(*b),
+                (Value::Int(i), DType::F32) => floats.push(super::tensor::round_to(*i as f64, dtype)),
+                (Value::Float(x), DType::F32) => floats.push(super::tensor::round_to(*x, dtype)),
+                (Value::Int(i), DType::I32) => ints.push(*i),
+                (other, d) => {
+                    return Err(Diagnostic::new(Code::Ragged, format!("a {d} tensor literal cannot hold {}", other.describe()))
+                        .label(*span, "this element")
+                        .into())
+                }
+            }
+        }
+        let value = match dtype {
+            DType::Bool => Literal::Bool(bools),
+            DType::F32 => Literal::Float(floats),
+            _ => Literal::Int(ints),
+        };
+        let o = self.constant(value, TensorType::new(dtype, shape), e.span)?;
+        Ok(Value::Tensor(o.id, o.ty))
+    }
+
+    /// Walks nested brackets, checking that rows are rectangular and that
+    /// every leaf sits at the same depth.
+    #[allow(clippy::too_many_arguments)]
+    fn flatten_literal(
+        &mut self,
+        e: &Expr,
+        items: &[Expr],
+        env: &Rc<Scope>,
+        depth: usize,
+        shape: &mut Vec<usize>,
+        flat: &mut Vec<(Value, Span)>,
+        leaf_depth: &mut Option<usize>,
+    ) -> TResult<()> {
+        if shape.len() == depth {
+            shape.push(items.len());
+        } else if shape[depth] != items.len() {
+            return Err(Diagnostic::new(
+                Code::Ragged,
+                format!("ragged tensor literal: this row has {} elements, the first has {}", items.len(), shape[depth]),
+            )
+            .label(e.span, format!("{} elements", items.len()))
+            .into());
+        }
+        for item in items {
+            if let ExprKind::Tensor(inner) = &item.kind {
+                self.flatten_literal(item, inner, env, depth + 1, shape, flat, leaf_depth)?;
+                continue;
+            }
+            match *leaf_depth {
+                None => *leaf_depth = Some(depth + 1),
+                Some(l) if l != depth + 1 => {
+                    return Err(Diagnostic::new(Code::Ragged, "ragged tensor literal: rows and numbers are mixed")
+                        .label(item.span, "this element is at a different nesting depth")
+                        .into())
+                }
+                Some(_) => {}
+            }
+            let v = self.eval(item, env)?;
+            flat.push((v, item.span));
+        }
+        Ok(())
+    }
+
+    /// Stacks scalar-or-tensor elements into one tensor of `shape ++ elem`.
+    fn stack_literal(&mut self, flat: &[(Value, Span)], shape: &[usize], span: Span) -> TResult<Value> {
+        let vals: Vec<(&Value, Span)> = flat.iter().map(|(v, s)| (v, *s)).collect();
+        let ops = self.operands(&vals)?;
+        self.same_dtype(&ops, "tensor literal")?;
+        let elem = ops[0].ty.shape.clone();
+        if let Some(bad) = ops.iter().find(|o| o.ty.shape != elem) {
+            return Err(Diagnostic::new(Code::Ragged, format!("stacked elements differ in shape: {} and {}", ops[0].ty, bad.ty))
+                .label(ops[0].span, ops[0].ty.to_string())
+                .label(bad.span, bad.ty.to_string())
+                .into());
+        }
+        let mut one = vec![1];
+        one.extend_from_slice(&elem);
+        let parts = ops.iter().map(|o| self.reshape(o, one.clone(), o.span)).collect::<TResult<Vec<_>>>()?;
+        let refs: Vec<&super::tensor::Operand> = parts.iter().collect();
+        let cat = self.node(Op::Concat { axis: 0 }, &refs, span)?;
+        let mut full = shape.to_vec();
+        full.extend_from_slice(&elem);
+        let out = self.reshape(&cat, full, span)?;
+        Ok(Value::Tensor(out.id, out.ty))
+    }
+}
+
+/// Unary math on a compile-time number, where it stays a number.
+fn fold_unary(op: UnaryOp, x: f64) -> Option<f64> {
+    Some(match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => x.max(0.0),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Not => return None,
+    })
+}

@@ -1,0 +1,191 @@
+//! Tracing: runs the compile-time part of a checked program and records
+//! every tensor operation as a node of the graph IR.
+//!
+//! Contract: on success every node carries a span and a type computed by
+//! `ir::infer`, so no shape or dtype error can arise later; every problem is
+//! a diagnostic pointing at the user's text with the shapes involved.
+//! Functions and model methods are inlined at each call, which specializes
+//! them per call shape (like templates); symbolic dimensions in annotations
+//! are bound by unification at each call.
+//!
+//! Example: `let x = [1.0, 2.0]; print(x * 2.0)` traces to
+//! `%0 = constant [1, 2] : f32[2]`, `%1 = constant [2] : f32[]`,
+//! `%2 = broadcast_to %1 : f32[2]`, `%3 = mul %0, %2 : f32[2]`, `print %3`.
+
+mod args;
+mod builtins;
+mod call;
+mod eval;
+mod index;
+mod model;
+mod modules;
+mod tensor;
+mod value;
+
+pub use value::Value;
+
+use crate::diag::{Diagnostic, SourceMap, Span};
+use crate::ir::{Effect, Graph, Program};
+use crate::syntax::ast;
+use std::rc::Rc;
+use value::Scope;
+
+/// Why evaluation of an expression stopped.
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// A new error to report.
+    Diag(Box<Diagnostic>),
+    /// An error already reported (a poisoned binding was used).
+    Poisoned,
+}
+
+impl From<Diagnostic> for Fail {
+    fn from(d: Diagnostic) -> Fail {
+        Fail::Diag(Box::new(d))
+    }
+}
+
+pub(crate) type TResult<T> = Result<T, Fail>;
+
+/// Deepest call nesting while inlining (guards against runaway recursion).
+const MAX_CALL_DEPTH: usize = 200;
+
+/// The tracer's state: the graph being built and the effects recorded.
+pub struct Tracer<'s> {
+    pub(crate) graph: Graph,
+    pub(crate) effects: Vec<Effect>,
+    pub(crate) sources: &'s mut SourceMap,
+    pub(crate) diags: Vec<Diagnostic>,
+    pub(crate) depth: usize,
+    /// Loaded std modules by dotted path, so each is traced once.
+    pub(crate) modules: std::collections::HashMap<String, Rc<Scope>>,
+    /// The declared type and seed of the `param` being initialized, which
+    /// `zeros()`, `uniform()` … use when called without a shape.
+    pub(crate) param_context: Option<(crate::ir::TensorType, u64)>,
+    /// The seed and path prefix for the model instantiated by the member
+    /// expression being evaluated (`l1 = Dense(…)` inside a model).
+    pub(crate) model_path: Option<(u64, String)>,
+}
+
+/// Traces a parsed program into an IR program, or returns every diagnostic.
+pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::diag::Result<Program> {
+    let mut tracer = Tracer {
+        graph: Graph::new(),
+        effects: Vec::new(),
+        sources,
+        diags: Vec::new(),
+        depth: 0,
+        modules: Default::default(),
+        param_context: None,
+        model_path: None,
+    };
+    let env = tracer.prelude_scope();
+    tracer.run_stmts(&program.stmts, &env);
+    if tracer.diags.is_empty() {
+        Ok(Program { graph: tracer.graph, effects: tracer.effects })
+    } else {
+        Err(tracer.diags)
+    }
+}
+
+impl Tracer<'_> {
+    /// Runs top-level statements in order; an error in one is recorded and
+    /// its bindings are poisoned, and the rest still run to find more errors.
+    pub(crate) fn run_stmts(&mut self, stmts: &[ast::Stmt], env: &Rc<Scope>) {
+        for stmt in stmts {
+            if let Err(fail) = self.run_stmt(stmt, env) {
+                self.report(fail);
+                if let ast::StmtKind::Let { pattern, .. } = &stmt.kind {
+                    bind_poison(pattern, env);
+                }
+                if let ast::StmtKind::Const { name, .. } = &stmt.kind {
+                    env.set(&name.name, Value::Poison);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn report(&mut self, fail: Fail) {
+        if let Fail::Diag(d) = fail {
+            self.diags.push(*d);
+        }
+    }
+
+    fn run_stmt(&mut self, stmt: &ast::Stmt, env: &Rc<Scope>) -> TResult<()> {
+        match &stmt.kind {
+            ast::StmtKind::Use { path, group } => self.import(path, group.as_deref(), env),
+            ast::StmtKind::Const { name, ty, value } => {
+                let v = self.eval(value, env)?;
+                if let Some(ty) = ty {
+                    self.check_annotation(&v, ty, value.span, env)?;
+                }
+                env.set(&name.name, v);
+                Ok(())
+            }
+            ast::StmtKind::Fn(def) => {
+                env.set(&def.name.name, Value::Func(Rc::new(call::closure_of(def, env))));
+                Ok(())
+            }
+            ast::StmtKind::Model(def) => {
+                let v = value::ModelDefValue { def: def.clone(), env: env.clone() };
+                env.set(&def.name.name, Value::ModelDef(Rc::new(v)));
+                Ok(())
+            }
+            ast::StmtKind::Optimizer(def) => Err(unsupported(def.span, "optimizer definitions")),
+            ast::StmtKind::Train(def) => Err(unsupported(def.span, "`train` blocks")),
+            ast::StmtKind::Let { pattern, ty, value } => {
+                let v = self.eval(value, env)?;
+                if let Some(ty) = ty {
+                    self.check_annotation(&v, ty, value.span, env)?;
+                }
+                self.bind_pattern(pattern, v, env)
+            }
+            ast::StmtKind::Expr(e) => self.eval(e, env).map(|_| ()),
+        }
+    }
+
+    /// Binds a (possibly nested tuple) pattern to a value.
+    pub(crate) fn bind_pattern(&mut self, pattern: &ast::Pattern, v: Value, env: &Rc<Scope>) -> TResult<()> {
+        match pattern {
+            ast::Pattern::Name(id) => {
+                env.set(&id.name, v);
+                Ok(())
+            }
+            ast::Pattern::Wildcard(_) => Ok(()),
+            ast::Pattern::Tuple(parts, span) => match v {
+                Value::Tuple(items) if items.len() == parts.len() => {
+                    for (p, item) in parts.iter().zip(items) {
+                        self.bind_pattern(p, item, env)?;
+                    }
+                    Ok(())
+                }
+                Value::Poison => {
+                    bind_poison(pattern, env);
+                    Ok(())
+                }
+                other => Err(Diagnostic::new(
+                    crate::diag::Code::Destructure,
+                    format!("cannot destructure {} into a tuple of {}", other.describe(), parts.len()),
+                )
+                .label(*span, format!("this pattern has {} parts", parts.len()))
+                .into()),
+            },
+        }
+    }
+}
+
+fn bind_poison(pattern: &ast::Pattern, env: &Rc<Scope>) {
+    match pattern {
+        ast::Pattern::Name(id) => env.set(&id.name, Value::Poison),
+        ast::Pattern::Wildcard(_) => {}
+        ast::Pattern::Tuple(parts, _) => parts.iter().for_each(|p| bind_poison(p, env)),
+    }
+}
+
+/// The diagnostic for a construct that parses but is executed by a later
+/// version of tfc.
+pub(crate) fn unsupported(span: Span, what: &str) -> Fail {
+    Diagnostic::new(crate::diag::Code::Unsupported, format!("{what} are not supported yet"))
+        .label(span, "parsed, but this version cannot check or run it")
+        .into()
+}

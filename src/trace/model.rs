@@ -1,0 +1,175 @@
+//! Models (§6): instantiation initializes every parameter from the
+//! counter-based generator with a seed derived from the model's seed and the
+//! parameter's path (`l1.w`), so weights are identical on every machine;
+//! fields and methods are reached with `net.l1.w` and `net(x)`.
+
+use super::call::{bind_args, CallArgs};
+use super::value::{ModelDefValue, ModelInstance, Scope, Value};
+use super::{TResult, Tracer};
+use crate::diag::{did_you_mean, Code, Diagnostic, Span};
+use crate::ir::TensorType;
+use crate::syntax::ast::{self, DimExpr, ModelMember, TypeKind};
+use std::rc::Rc;
+
+impl Tracer<'_> {
+    /// `Model(args…, seed = s)`: evaluates the members in order.
+    pub(crate) fn instantiate(&mut self, def: &Rc<ModelDefValue>, mut args: CallArgs, span: Span) -> TResult<Value> {
+        let (seed, prefix) = match self.model_path.take() {
+            Some(p) => p,
+            None => (0, String::new()),
+        };
+        let has_seed_param = def.def.params.iter().any(|p| p.name.name == "seed");
+        let mut seed = seed;
+        if !has_seed_param {
+            if let Some(i) = args.named.iter().position(|(n, _, _)| n == "seed") {
+                let (_, v, s) = args.named.remove(i);
+                seed = match v {
+                    Value::Int(n) => n as u64,
+                    other => {
+                        return Err(Diagnostic::new(Code::Kind, format!("`seed` must be an int, found {}", other.describe()))
+                            .label(s, "not an int")
+                            .into())
+                    }
+                };
+            }
+        }
+        let name = def.def.name.name.clone();
+        let scope = Scope::child(&def.env);
+        let bound = bind_args(&name, &def.def.params, args, span, def.def.name.span)?;
+        for (param, arg) in def.def.params.iter().zip(bound) {
+            let (v, s) = match arg {
+                Some(a) => a,
+                None => match &param.default {
+                    Some(d) => (self.eval(d, &scope)?, d.span),
+                    None => return Err(Diagnostic::internal("missing model argument").into()),
+                },
+            };
+            let v = match &param.ty {
+                Some(ty) => self.check_annotation(&v, ty, s, &scope)?,
+                None => v,
+            };
+            scope.set(&param.name.name, v);
+        }
+        let mut params = Vec::new();
+        let mut submodels = Vec::new();
+        for member in &def.def.members {
+            match member {
+                ModelMember::Param { name: n, ty, init, .. } | ModelMember::State { name: n, ty: Some(ty), init, .. } => {
+                    let path = join(&prefix, &n.name);
+                    let tty = self.resolve_type(ty, &scope)?;
+                    let saved = self.param_context.replace((tty, crate::rng::derive_seed(seed, &path)));
+                    let v = self.eval(init, &scope);
+                    self.param_context = saved;
+                    let v = self.check_annotation(&v?, ty, init.span, &scope)?;
+                    scope.set(&n.name, v);
+                    if matches!(member, ModelMember::Param { .. }) {
+                        params.push(n.name.clone());
+                    }
+                }
+                ModelMember::State { name: n, ty: None, init, .. } => {
+                    let v = self.eval(init, &scope)?;
+                    scope.set(&n.name, v);
+                }
+                ModelMember::Field { name: n, value, .. } => {
+                    self.model_path = Some((seed, join(&prefix, &n.name)));
+                    let v = self.eval(value, &scope);
+                    self.model_path = None;
+                    let v = v?;
+                    if matches!(v, Value::Model(_)) {
+                        submodels.push(n.name.clone());
+                    }
+                    scope.set(&n.name, v);
+                }
+                ModelMember::Method(_) => {}
+            }
+        }
+        Ok(Value::Model(Rc::new(ModelInstance { def: def.def.clone(), scope, params, submodels })))
+    }
+
+    /// A declared tensor type with every dimension known in `scope`.
+    fn resolve_type(&mut self, ty: &ast::TypeExpr, scope: &Rc<Scope>) -> TResult<TensorType> {
+        let TypeKind::Tensor { dtype, dims } = &ty.kind else {
+            return Err(Diagnostic::new(Code::Annotation, "a parameter must have a tensor type such as f32[4, 8]")
+                .label(ty.span, "not a tensor type")
+                .into());
+        };
+        let mut shape = Vec::new();
+        for d in dims {
+            shape.push(match d {
+                DimExpr::Known(n, s) if *n >= 0 => (*n as usize, *s).0,
+                DimExpr::Symbol(id) => match scope.get(&id.name) {
+                    Some(Value::Int(n)) if n >= 0 => n as usize,
+                    _ => {
+                        return Err(Diagnostic::new(Code::NotStatic, format!("dimension `{}` is not a known int here", id.name))
+                            .label(id.span, "unknown dimension")
+                            .help("a parameter's shape must be known when the model is built (e.g. from a constructor argument)")
+                            .into())
+                    }
+                },
+                DimExpr::Known(_, s) | DimExpr::Infer(s) => {
+                    return Err(Diagnostic::new(Code::NotStatic, "a parameter's dimensions must be non-negative and known")
+                        .label(*s, "here")
+                        .into())
+                }
+            });
+        }
+        super::tensor::check_size(&shape, ty.span)?;
+        Ok(TensorType::new(*dtype, shape))
+    }
+
+    /// A model's or module's member `name`, if it has one.
+    pub(crate) fn member(&mut self, v: &Value, name: &ast::Ident) -> TResult<Option<Value>> {
+        Ok(match v {
+            Value::Model(m) => {
+                if let Some(f) = m.scope.get_local(&name.name) {
+                    Some(f)
+                } else {
+                    m.def.members.iter().find_map(|mm| match mm {
+                        ModelMember::Method(d) if d.name.name == name.name => Some(Value::Method(m.clone(), Rc::new(d.clone()))),
+                        _ => None,
+                    })
+                }
+            }
+            Value::Module(scope) => match scope.get_local(&name.name) {
+                Some(v) => Some(v),
+                None => {
+                    return Err(Diagnostic::new(Code::UnknownName, format!("the module has no item `{}`", name.name))
+                        .label(name.span, "not in this module")
+                        .into())
+                }
+            },
+            Value::Poison => return Err(super::Fail::Poisoned),
+            _ => None,
+        })
+    }
+
+    /// `base.name` without a call: a model field, a module item, or method
+    /// sugar with no further arguments (`x.relu` is `relu(x)`).
+    pub(crate) fn field(&mut self, base: &ast::Expr, name: &ast::Ident, env: &Rc<Scope>) -> TResult<Value> {
+        let v = self.eval(base, env)?;
+        if let Some(m) = self.member(&v, name)? {
+            return Ok(m);
+        }
+        if let Value::Model(m) = &v {
+            let mut fields: Vec<String> = m.param_paths().into_iter().map(|(p, _)| p).collect();
+            fields.extend(m.submodels.iter().cloned());
+            let mut d = Diagnostic::new(Code::UnknownField, format!("model `{}` has no field `{}`", m.def.name.name, name.name))
+                .label(name.span, "unknown field");
+            if let Some(s) = did_you_mean(&name.name, fields.iter().map(String::as_str)) {
+                d = d.help(format!("did you mean `{s}`?"));
+            }
+            return Err(d.into());
+        }
+        let f = self.lookup(&name.name, name.span, env)?;
+        let span = base.span.to(name.span);
+        self.call_value(f, name.span, vec![(v, base.span)], vec![], span)
+    }
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}

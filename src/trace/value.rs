@@ -1,0 +1,160 @@
+//! Values of the tracer: compile-time values (numbers, strings, functions,
+//! models) and tensors, which are nodes of the graph being built.
+
+use crate::diag::Span;
+use crate::ir::{DType, NodeId, TensorType};
+use crate::syntax::ast;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A value during tracing.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// A compile-time integer (`int`): shape arithmetic, axes, counts. In a
+    /// tensor context it takes the dtype of the tensor it meets (i32 alone).
+    Int(i64),
+    /// A compile-time float (`float`); in a tensor context it takes the
+    /// tensor's dtype (f32 alone).
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    /// A dtype used as a value: `cast(x, f16)`, `zeros([2], dtype = i32)`.
+    DType(DType),
+    /// A tensor: a node of the graph, with its type.
+    Tensor(NodeId, TensorType),
+    Tuple(Vec<Value>),
+    /// A user function or lambda, with the scope it closes over.
+    Func(Rc<Closure>),
+    /// A built-in operation, by name.
+    Builtin(&'static str),
+    /// A model definition (calling it makes an instance).
+    ModelDef(Rc<ModelDefValue>),
+    /// A model instance: its fields (params, sub-models, settings).
+    Model(Rc<ModelInstance>),
+    /// A method bound to its model instance: `net.forward`.
+    Method(Rc<ModelInstance>, Rc<ast::FnDef>),
+    /// An imported module used as a namespace (`use std.nn` then `nn.Dense`).
+    Module(Rc<Scope>),
+    /// The value of a binding whose definition failed: using it reports
+    /// nothing new, so one mistake gives one diagnostic.
+    Poison,
+}
+
+impl Value {
+    /// A short description of the value's kind, for diagnostics.
+    pub fn describe(&self) -> String {
+        match self {
+            Value::Int(_) => "an int".into(),
+            Value::Float(_) => "a float".into(),
+            Value::Bool(_) => "a bool".into(),
+            Value::Str(_) => "a string".into(),
+            Value::DType(_) => "a dtype".into(),
+            Value::Tensor(_, t) => format!("a tensor {t}"),
+            Value::Tuple(v) => format!("a tuple of {}", v.len()),
+            Value::Func(_) | Value::Builtin(_) | Value::Method(..) => "a function".into(),
+            Value::ModelDef(_) => "a model definition".into(),
+            Value::Model(m) => format!("a model `{}`", m.def.name.name),
+            Value::Module(_) => "a module".into(),
+            Value::Poison => "an erroneous value".into(),
+        }
+    }
+}
+
+/// A function value: the definition plus the scope it was defined in.
+#[derive(Debug)]
+pub struct Closure {
+    pub name: String,
+    pub params: Vec<ast::Param>,
+    pub ret: Option<ast::TypeExpr>,
+    pub body: ast::Expr,
+    pub env: Rc<Scope>,
+    pub span: Span,
+}
+
+#[derive(Debug)]
+pub struct ModelDefValue {
+    pub def: ast::ModelDef,
+    pub env: Rc<Scope>,
+}
+
+/// An instantiated model: constructor arguments, parameters (as tensors),
+/// sub-models and other fields, by name in declaration order.
+#[derive(Debug)]
+pub struct ModelInstance {
+    pub def: ast::ModelDef,
+    /// Constructor arguments and fields, visible by bare name in methods.
+    pub scope: Rc<Scope>,
+    /// Names of the trainable parameters declared directly by this model.
+    pub params: Vec<String>,
+    /// Names of the sub-model fields.
+    pub submodels: Vec<String>,
+}
+
+impl ModelInstance {
+    /// `l1.w`-style paths of every parameter, depth first in declaration order.
+    pub fn param_paths(&self) -> Vec<(String, Value)> {
+        let mut out = Vec::new();
+        for name in &self.params {
+            if let Some(v) = self.scope.get_local(name) {
+                out.push((name.clone(), v));
+            }
+        }
+        for sub in &self.submodels {
+            if let Some(Value::Model(m)) = self.scope.get_local(sub) {
+                for (p, v) in m.param_paths() {
+                    out.push((format!("{sub}.{p}"), v));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A lexical scope: names bound here, then the parent's.
+#[derive(Debug, Default)]
+pub struct Scope {
+    vars: RefCell<HashMap<String, Value>>,
+    parent: Option<Rc<Scope>>,
+}
+
+impl Scope {
+    pub fn root() -> Rc<Scope> {
+        Rc::new(Scope::default())
+    }
+
+    pub fn child(parent: &Rc<Scope>) -> Rc<Scope> {
+        Rc::new(Scope { vars: RefCell::new(HashMap::new()), parent: Some(parent.clone()) })
+    }
+
+    pub fn set(&self, name: &str, value: Value) {
+        self.vars.borrow_mut().insert(name.to_string(), value);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Value> {
+        if let Some(v) = self.vars.borrow().get(name) {
+            return Some(v.clone());
+        }
+        self.parent.as_ref().and_then(|p| p.get(name))
+    }
+
+    pub fn get_local(&self, name: &str) -> Option<Value> {
+        self.vars.borrow().get(name).cloned()
+    }
+
+    /// True if `name` is bound in this scope itself (not a parent).
+    pub fn has_local(&self, name: &str) -> bool {
+        self.vars.borrow().contains_key(name)
+    }
+
+    /// Every name visible from here, for did-you-mean suggestions.
+    pub fn visible_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.vars.borrow().keys().cloned().collect();
+        if let Some(p) = &self.parent {
+            names.extend(p.visible_names());
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+}
