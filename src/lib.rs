@@ -13,5 +13,7 @@ pub mod rng;
 pub mod runtime;
 pub mod syntax;
 pub mod stdlib;
+pub mod sema;
 pub mod trace;
 pub mod driver;
+pub mod cli;

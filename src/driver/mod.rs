@@ -59,6 +59,7 @@ impl Session {
     /// Parses and traces a file into a checked IR program.
     pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         let ast = self.parse(file)?;
+        crate::sema::resolve(&ast)?;
         crate::trace::trace_program(&ast, &mut self.sources)
     }
 }

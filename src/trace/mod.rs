@@ -24,6 +24,11 @@ mod value;
 
 pub use value::Value;
 
+/// Names of every built-in operation.
+pub fn builtin_names() -> &'static [&'static str] {
+    builtins::NAMES
+}
+
 use crate::diag::{Diagnostic, SourceMap, Span};
 use crate::ir::{Effect, Graph, Program};
 use crate::syntax::ast;

@@ -1,0 +1,101 @@
+//! The command line: `tfc check|run|build`. Exit codes: 0 success, 1 a
+//! program error (diagnostics on stderr), 2 a usage error. Standard output
+//! carries only what the program prints (or what `--emit` asks for).
+
+mod build;
+
+use crate::diag::{render, Diagnostic};
+use crate::driver::Session;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "tfc", version, about = "A compiler for deep-learning programs written in .tfl")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse and check a program (names, dtypes, shapes) without running it.
+    Check {
+        /// The .tfl file.
+        file: PathBuf,
+    },
+    /// Check and run a program; its output goes to stdout.
+    Run {
+        /// The .tfl file.
+        file: PathBuf,
+    },
+    /// Compile a program and show an intermediate form.
+    Build {
+        /// The .tfl file.
+        file: PathBuf,
+        /// What to print: the AST, the IR text, or the IR as Graphviz DOT.
+        #[arg(long, value_enum, default_value_t = Emit::Ir)]
+        emit: Emit,
+        /// Write the output to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    Ast,
+    Ir,
+    Dot,
+}
+
+/// Runs the CLI with the process arguments.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    let mut session = Session::new();
+    let result = match &cli.command {
+        Command::Check { file } => check(&mut session, file),
+        Command::Run { file } => run(&mut session, file),
+        Command::Build { file, emit, output } => build::build(&mut session, file, *emit, output.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(diags) => {
+            report(&session, &diags);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Prints diagnostics on stderr, colored on a terminal.
+fn report(session: &Session, diags: &[Diagnostic]) {
+    let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let text = render(diags, &session.sources, color);
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let n = diags.len();
+    let _ = writeln!(err, "error: {n} error{} found", if n == 1 { "" } else { "s" });
+}
+
+fn check(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagnostic>> {
+    let id = session.load_file(file)?;
+    session.check(id)?;
+    Ok(())
+}
+
+fn run(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagnostic>> {
+    let id = session.load_file(file)?;
+    let program = session.check(id)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let result = crate::backend::interp::execute(&program, &mut out).map_err(|d| vec![d]);
+    let _ = out.flush();
+    result
+}

@@ -1,0 +1,311 @@
+//! Name resolution.
+//!
+//! Contract: after `resolve` succeeds, every bare name in the program refers
+//! to a binding in scope (a local, parameter, item, import, prelude function,
+//! built-in or dtype); each failure is an E0201 diagnostic at the name, with
+//! a did-you-mean from the names in scope.
+//!
+//! Example: `fn f(x) = sofmax(x)` reports
+//! `unknown name `sofmax`` with help `did you mean `softmax`?`.
+//!
+//! Top-level items are visible everywhere (a function may call one defined
+//! further down, as long as the call runs after both definitions); `let`
+//! bindings inside blocks are visible from the next statement on.
+
+use crate::diag::{did_you_mean, Code, Diagnostic, Span};
+use crate::syntax::ast::*;
+use std::collections::HashSet;
+
+/// Names every program can use without defining them.
+fn global_names() -> HashSet<String> {
+    let mut names: HashSet<String> = crate::trace::builtin_names().iter().map(|s| s.to_string()).collect();
+    names.extend(crate::ir::DType::ALL.iter().map(|d| d.name().to_string()));
+    names.extend(["training", "auto"].map(String::from));
+    if let Some(src) = crate::stdlib::source("std.math") {
+        if let Ok(p) = crate::syntax::parse(src, crate::diag::FileId(u32::MAX)) {
+            names.extend(top_level_names(&p));
+        }
+    }
+    names
+}
+
+fn top_level_names(p: &Program) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in &p.stmts {
+        match &s.kind {
+            StmtKind::Use { path, group } => match group {
+                Some(items) => out.extend(items.iter().map(|i| i.name.clone())),
+                None => out.extend(path.last().map(|i| i.name.clone())),
+            },
+            StmtKind::Const { name, .. } => out.push(name.name.clone()),
+            StmtKind::Fn(f) => out.push(f.name.name.clone()),
+            StmtKind::Model(m) => out.push(m.name.name.clone()),
+            StmtKind::Optimizer(o) => out.push(o.name.name.clone()),
+            StmtKind::Let { pattern, .. } => pattern_names(pattern, &mut out),
+            StmtKind::Train(_) | StmtKind::Expr(_) => {}
+        }
+    }
+    out
+}
+
+fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
+    match p {
+        Pattern::Name(i) => out.push(i.name.clone()),
+        Pattern::Wildcard(_) => {}
+        Pattern::Tuple(parts, _) => parts.iter().for_each(|p| pattern_names(p, out)),
+    }
+}
+
+/// Checks that every name in `program` is bound.
+pub fn resolve(program: &Program) -> crate::diag::Result<()> {
+    let mut r = Resolver { scopes: vec![global_names()], diags: Vec::new() };
+    r.scopes.push(top_level_names(program).into_iter().collect());
+    for s in &program.stmts {
+        r.stmt(s);
+    }
+    if r.diags.is_empty() {
+        Ok(())
+    } else {
+        Err(r.diags)
+    }
+}
+
+struct Resolver {
+    scopes: Vec<HashSet<String>>,
+    diags: Vec<Diagnostic>,
+}
+
+impl Resolver {
+    fn bind(&mut self, name: &str) {
+        if let Some(s) = self.scopes.last_mut() {
+            s.insert(name.to_string());
+        }
+    }
+
+    fn bind_pattern(&mut self, p: &Pattern) {
+        let mut names = Vec::new();
+        pattern_names(p, &mut names);
+        names.iter().for_each(|n| self.bind(n));
+    }
+
+    fn use_name(&mut self, name: &str, span: Span) {
+        if self.scopes.iter().any(|s| s.contains(name)) {
+            return;
+        }
+        let mut d = Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
+        let candidates: Vec<&str> = self.scopes.iter().flat_map(|s| s.iter().map(String::as_str)).collect();
+        if let Some(s) = did_you_mean(name, candidates) {
+            d = d.help(format!("did you mean `{s}`?"));
+        }
+        self.diags.push(d);
+    }
+
+    /// Runs `f` in a new scope.
+    fn scoped(&mut self, f: impl FnOnce(&mut Resolver)) {
+        self.scopes.push(HashSet::new());
+        f(self);
+        self.scopes.pop();
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Use { .. } => {}
+            StmtKind::Const { ty, value, .. } => {
+                self.expr(value);
+                if let Some(t) = ty {
+                    self.ty(t);
+                }
+            }
+            StmtKind::Fn(f) => self.func(f),
+            StmtKind::Model(m) => self.scoped(|r| {
+                r.params(&m.params);
+                for mm in &m.members {
+                    match mm {
+                        ModelMember::Param { name, .. } | ModelMember::State { name, .. } | ModelMember::Field { name, .. } => {
+                            r.bind(&name.name)
+                        }
+                        ModelMember::Method(f) => r.bind(&f.name.name),
+                    }
+                }
+                for mm in &m.members {
+                    match mm {
+                        ModelMember::Param { ty, init, .. } => {
+                            r.ty(ty);
+                            r.expr(init);
+                        }
+                        ModelMember::State { ty, init, .. } => {
+                            if let Some(t) = ty {
+                                r.ty(t);
+                            }
+                            r.expr(init);
+                        }
+                        ModelMember::Field { value, .. } => r.expr(value),
+                        ModelMember::Method(f) => r.func(f),
+                    }
+                }
+            }),
+            StmtKind::Optimizer(o) => self.scoped(|r| {
+                r.params(&o.params);
+                for (name, init) in &o.states {
+                    r.bind("param");
+                    r.expr(init);
+                    r.bind(&name.name);
+                }
+                for n in ["param", "grad", "step"] {
+                    r.bind(n);
+                }
+                r.block(&o.update);
+            }),
+            StmtKind::Let { pattern, ty, value } => {
+                self.expr(value);
+                if let Some(t) = ty {
+                    self.ty(t);
+                }
+                self.bind_pattern(pattern);
+            }
+            StmtKind::Train(t) => {
+                self.expr(&t.model);
+                self.expr(&t.data);
+                for f in &t.fields {
+                    match f {
+                        TrainField::Loss { params, body, .. } => self.scoped(|r| {
+                            r.params(params);
+                            r.expr(body);
+                        }),
+                        TrainField::Set { value, .. } => self.expr(value),
+                        TrainField::Eval { metric, data, every, .. } => {
+                            self.expr(metric);
+                            self.expr(data);
+                            if let Some(e) = every {
+                                self.expr(&e.count);
+                            }
+                        }
+                        TrainField::Checkpoint { path, every, .. } => {
+                            self.expr(path);
+                            if let Some(e) = every {
+                                self.expr(&e.count);
+                            }
+                        }
+                        TrainField::Log { path, .. } => self.expr(path),
+                    }
+                }
+            }
+            StmtKind::Expr(e) => self.expr(e),
+        }
+    }
+
+    fn func(&mut self, f: &FnDef) {
+        self.scoped(|r| {
+            r.params(&f.params);
+            if let Some(t) = &f.ret {
+                r.ty(t);
+            }
+            r.expr(&f.body);
+        });
+    }
+
+    /// Binds parameters (and the symbolic dimensions of their annotations,
+    /// which are ints in the body); defaults may use earlier parameters.
+    fn params(&mut self, params: &[Param]) {
+        for p in params {
+            if let Some(d) = &p.default {
+                self.expr(d);
+            }
+            if let Some(t) = &p.ty {
+                self.bind_dims(t);
+            }
+            self.bind(&p.name.name);
+        }
+    }
+
+    fn bind_dims(&mut self, t: &TypeExpr) {
+        match &t.kind {
+            TypeKind::Tensor { dims, .. } => {
+                for d in dims {
+                    if let DimExpr::Symbol(id) = d {
+                        self.bind(&id.name);
+                    }
+                }
+            }
+            TypeKind::Tuple(parts) => parts.iter().for_each(|p| self.bind_dims(p)),
+            _ => {}
+        }
+    }
+
+    /// Symbolic dimensions in a return or parameter type bind on use, so
+    /// annotations never report unknown names; `ty` only recurses.
+    fn ty(&mut self, t: &TypeExpr) {
+        self.bind_dims(t);
+    }
+
+    fn block(&mut self, b: &Block) {
+        self.scoped(|r| {
+            for s in &b.stmts {
+                match s {
+                    BlockStmt::Let { pattern, ty, value, .. } => {
+                        r.expr(value);
+                        if let Some(t) = ty {
+                            r.ty(t);
+                        }
+                        r.bind_pattern(pattern);
+                    }
+                    BlockStmt::Assign { name, value, .. } => {
+                        r.expr(value);
+                        r.use_name(&name.name, name.span);
+                    }
+                    BlockStmt::Expr(e) => r.expr(e),
+                }
+            }
+            if let Some(e) = &b.result {
+                r.expr(e);
+            }
+        });
+    }
+
+    fn expr(&mut self, e: &Expr) {
+        match &e.kind {
+            ExprKind::Int(..) | ExprKind::Float(..) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
+            ExprKind::Name(n) => self.use_name(n, e.span),
+            ExprKind::Tensor(items) | ExprKind::Tuple(items) => items.iter().for_each(|i| self.expr(i)),
+            ExprKind::Unary(_, x) => self.expr(x),
+            ExprKind::Binary(_, a, b) | ExprKind::Pipe(a, b) => {
+                self.expr(a);
+                self.expr(b);
+            }
+            ExprKind::Call { callee, args } => {
+                match &callee.kind {
+                    // `x.f(a)`: `f` is a member of `x` or, by method sugar, a
+                    // function in scope; only the base is checked here.
+                    ExprKind::Field { base, .. } => self.expr(base),
+                    _ => self.expr(callee),
+                }
+                args.iter().for_each(|a| self.expr(&a.value));
+            }
+            ExprKind::Field { base, .. } => self.expr(base),
+            ExprKind::Index { base, items } => {
+                self.expr(base);
+                for i in items {
+                    match i {
+                        IndexItem::Single(x) => self.expr(x),
+                        IndexItem::Slice { start, stop, step, .. } => {
+                            [start, stop, step].into_iter().flatten().for_each(|x| self.expr(x))
+                        }
+                        IndexItem::Ellipsis(_) => {}
+                    }
+                }
+            }
+            ExprKind::Lambda { params, body } => self.scoped(|r| {
+                r.params(params);
+                r.expr(body);
+            }),
+            ExprKind::Block(b) => self.block(b),
+            ExprKind::If { cond, then, else_ } => {
+                self.expr(cond);
+                self.block(then);
+                if let Some(e) = else_ {
+                    self.expr(e);
+                }
+            }
+        }
+    }
+}
