@@ -24,7 +24,7 @@ use super::program::Program;
 use super::types::TensorType;
 use crate::diag::{Code, Diagnostic};
 use petgraph::Direction;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Checks the invariants listed in the module docs.
 pub fn verify(g: &Graph) -> Result<(), Diagnostic> {
@@ -81,10 +81,10 @@ fn check_acyclic(g: &Graph, numbering: &Numbering) -> Result<(), Diagnostic> {
         return Ok(());
     };
     let mut path = vec![start];
-    loop {
-        let Some(&last) = path.last() else { break };
-        let Some(prev) = g.inputs(last).into_iter().find(|i| !sorted.contains(i)) else { break };
-        if let Some(at) = path.iter().position(|&p| p == prev) {
+    let mut position: HashMap<NodeId, usize> = HashMap::from([(start, 0)]);
+    let mut last = start;
+    while let Some(prev) = g.inputs(last).into_iter().find(|i| !sorted.contains(i)) {
+        if let Some(&at) = position.get(&prev) {
             // `path` runs against the dataflow (each entry reads the next), so
             // the cycle in dataflow order is `prev`, the rest reversed, `prev`.
             let mut cycle = vec![numbering.name(prev)];
@@ -93,7 +93,9 @@ fn check_acyclic(g: &Graph, numbering: &Numbering) -> Result<(), Diagnostic> {
             let detail = format!("lies on a cycle: {}", cycle.join(" -> "));
             return Err(broken_at(g, numbering, prev, "acyclic", detail));
         }
+        position.insert(prev, path.len());
         path.push(prev);
+        last = prev;
     }
     Err(broken_at(g, numbering, start, "acyclic", "is not reached by a topological sort".into()))
 }
