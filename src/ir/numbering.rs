@@ -135,3 +135,47 @@ pub fn effect_operands(e: &Effect) -> Vec<NodeId> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::Span;
+    use crate::ir::test_graphs::{constant, node};
+    use crate::ir::{BinaryOp, Op, UnaryOp};
+
+    #[test]
+    fn numbers_every_node_once_with_operands_before_users() {
+        let mut g = Graph::new();
+        let a = constant(&mut g, &[1.0], &[1]);
+        let dead = node(&mut g, Op::Unary(UnaryOp::Neg), &[a]);
+        let b = constant(&mut g, &[2.0], &[1]);
+        let s = node(&mut g, Op::Binary(BinaryOp::Add), &[b, a]);
+        let _dead_user = node(&mut g, Op::Binary(BinaryOp::Mul), &[dead, s]);
+        let out = node(&mut g, Op::Binary(BinaryOp::Mul), &[s, s]);
+        g.outputs.push(out);
+        let n = Numbering::of_graph(&g);
+        assert_eq!(n.order().len(), g.node_count());
+        for id in g.node_ids() {
+            let Some(user) = n.number(id) else { panic!("{id:?} has no number") };
+            for input in g.inputs(id) {
+                assert!(n.number(input) < Some(user), "operand numbered after its user");
+            }
+        }
+        // Reachable first, in operand order: b, a, add, mul; then the dead ones.
+        assert_eq!(n.number(b), Some(0));
+        assert_eq!(n.number(a), Some(1));
+        assert_eq!(n.number(out), Some(3));
+    }
+
+    #[test]
+    fn a_program_numbers_effect_operands_before_outputs() {
+        let mut p = Program::default();
+        let a = constant(&mut p.graph, &[1.0], &[1]);
+        let b = constant(&mut p.graph, &[2.0], &[1]);
+        p.graph.outputs.push(a);
+        p.effects.push(Effect::Print { item: PrintItem::Tensor(b), full: false, span: Span::default() });
+        let n = Numbering::of_program(&p);
+        assert_eq!(n.order(), [b, a]);
+        assert_eq!(n.name(b), "%0");
+    }
+}

@@ -12,7 +12,11 @@
 //! Otherwise it returns one `Code::Internal` diagnostic, labelled with the
 //! offending node's span, whose message names the rule and the node in its
 //! printed form, e.g.
-//! `IR verifier: node type: `%2 = add %0, %1 : f32[3]` records f32[3], but infer gives f32[2]`.
+//!
+//! ```text
+//! IR verifier: node type: `%2 = add %0, %1 : f32[3]` records f32[3], but infer gives f32[2]
+//! ```
+//!
 //! Checks run in the order above, and per node in `Numbering` order, so the
 //! first problem reported is deterministic.
 
