@@ -163,11 +163,12 @@ pub(crate) fn literal(value: &Literal, shape: &[usize]) -> String {
         Literal::Int(v) => v.iter().map(|x| x.to_string()).collect(),
         Literal::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
     };
-    let numel: usize = shape.iter().product();
     if items.len() > MAX_SHOWN_VALUES {
         return format!("<{} values>", items.len());
     }
-    if items.len() != numel {
+    // Checked: a corrupt shape must print, not overflow.
+    let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if numel != Some(items.len()) {
         // A malformed constant (the verifier reports it): show it flat.
         return format!("[{}]", items.join(", "));
     }
