@@ -2,13 +2,23 @@
 //! deterministic text printer, Graphviz export, a verifier and the shape
 //! rules every op obeys (`infer`), shared by the tracer and the verifier.
 
+pub mod dot;
 mod graph;
 pub mod infer;
+pub mod numbering;
 mod op;
+pub mod print;
 mod program;
+#[cfg(test)]
+mod test_graphs;
 mod types;
+pub mod verify;
 
+pub use dot::to_dot;
 pub use graph::{Graph, Node, NodeId};
+pub use numbering::Numbering;
 pub use op::{BinaryOp, Distribution, Literal, Op, PoolKind, ReduceOp, UnaryOp};
+pub use print::{print_graph, print_program, print_summary};
 pub use program::{Effect, PrintItem, Program};
 pub use types::{DType, TensorType};
+pub use verify::{verify, verify_program};
