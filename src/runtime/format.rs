@@ -63,7 +63,7 @@ fn write_axis(out: &mut String, ty: &TensorType, values: &Literal, dim: usize, o
 /// The text of element `i`.
 fn element(dtype: DType, values: &Literal, i: usize) -> String {
     let text = match values {
-        Literal::Float(v) => v.get(i).map(|&x| float(dtype, x)),
+        Literal::Float(v) => v.get(i).map(|&x| format_float(dtype, x)),
         Literal::Int(v) => v.get(i).map(i64::to_string),
         Literal::Bool(v) => v.get(i).map(bool::to_string),
     };
@@ -71,7 +71,7 @@ fn element(dtype: DType, values: &Literal, i: usize) -> String {
 }
 
 /// Shortest round-trip text of a float of `dtype`.
-pub fn float(dtype: DType, x: f64) -> String {
+pub fn format_float(dtype: DType, x: f64) -> String {
     if x.is_nan() {
         "nan".to_string()
     } else if x.is_infinite() {

@@ -15,7 +15,7 @@
 use super::{evaluate, Tensor, Values};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::{Effect, NodeId, PrintItem, Program};
-use crate::runtime::format::{float, format_tensor};
+use crate::runtime::format::{format_float, format_tensor};
 
 /// Evaluates `program` and performs its effects, writing printed lines to `out`.
 pub fn execute(program: &Program, out: &mut dyn std::io::Write) -> Result<(), Diagnostic> {
@@ -74,8 +74,8 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) ->
     let at = if index.is_empty() { String::new() } else { format!(" at index {index:?}") };
     Err(fail(format!(
         "assert_close failed{at}: actual {} but expected {} (tolerance {tol} · (1 + |expected|))",
-        float(actual.dtype(), a[first]),
-        float(expected.dtype(), b[first]),
+        format_float(actual.dtype(), a[first]),
+        format_float(expected.dtype(), b[first]),
     ))
     .note(format!("{mismatches} of {} elements differ; the largest difference is {largest}", a.len())))
 }

@@ -46,7 +46,7 @@ mod shape_ops;
 mod testutil;
 
 pub use effects::{assert_close, execute, print_item};
-pub use tensor::{Data, Tensor};
+pub use tensor::{Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, TensorType};

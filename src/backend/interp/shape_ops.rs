@@ -46,6 +46,9 @@ pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Data, Diagnostic> {
 /// The inputs joined along `axis`, in order.
 pub fn concat(inputs: &[&Tensor], axis: usize) -> Result<Data, Diagnostic> {
     let first = inputs.first().ok_or_else(|| Diagnostic::internal("interpreter: concat of nothing"))?;
+    if axis >= first.shape().len() {
+        return Err(Diagnostic::internal(format!("interpreter: concat axis {axis} of {:?}", first.shape())));
+    }
     with_elem!(first.data(), T => {
         let views = inputs.iter().map(|t| array::<T>(t).map(|a| a.view())).collect::<Result<Vec<ArrayView<T, IxDyn>>, _>>()?;
         let joined = ndarray::concatenate(Axis(axis), &views)
