@@ -195,6 +195,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The rounded value is at least as close as either f16 neighbor, and
+        /// on a tie it has an even significand.
+        #[test]
+        fn f16_rounding_is_nearest(x in -65000.0f32..65000.0) {
+            let h = f32_to_f16_bits(x);
+            let d = |bits: u16| (f64::from(f16_bits_to_f32(bits)) - f64::from(x)).abs();
+            for n in [h.wrapping_add(1), h.wrapping_sub(1)] {
+                if f16_bits_to_f32(n).is_finite() && (n ^ h) & 0x8000 == 0 {
+                    proptest::prop_assert!(d(h) < d(n) || (d(h) == d(n) && h & 1 == 0));
+                }
+            }
+        }
+    }
+
     #[test]
     fn round_to_odd_avoids_double_rounding() {
         // 1 + 2^-11 + 2^-40 lies just above an f16 tie; narrowing to f32 with

@@ -169,6 +169,16 @@ mod tests {
     }
 
     #[test]
+    fn conv2d_is_a_cross_correlation_over_hwio_weights() {
+        // Like TensorFlow, the kernel is not flipped: [1, 2, 3] with taps [1, 10]
+        // gives [1·1 + 2·10, 2·1 + 3·10]; the batch of two is handled per image.
+        let x = floats(DType::F32, &[2, 1, 3, 1], &[1.0, 2.0, 3.0, -1.0, 0.0, 1.0]);
+        let w = floats(DType::F32, &[1, 2, 1, 1], &[1.0, 10.0]);
+        let y = run(conv(1, [0; 4], 1, 1), &[&x, &w]);
+        assert_eq!((y.shape(), y.to_f64_vec()), (&[2, 1, 2, 1][..], vec![21.0, 32.0, -1.0, 10.0]));
+    }
+
+    #[test]
     fn conv2d_mixes_channels_and_splits_groups() {
         let x = floats(DType::F64, &[1, 1, 1, 2], &[1.0, 2.0]);
         // One group: 1·3 + 2·4.
