@@ -125,7 +125,7 @@ pub fn effect_operands(e: &Effect) -> Vec<NodeId> {
         match item {
             PrintItem::Tensor(id) => out.push(*id),
             PrintItem::Text(_) => {}
-            PrintItem::Tuple(items) => items.iter().for_each(|i| walk(i, out)),
+            PrintItem::Tuple(items) | PrintItem::Line(items) => items.iter().for_each(|i| walk(i, out)),
         }
     }
     let mut out = Vec::new();

@@ -118,6 +118,7 @@ fn print_item(item: &PrintItem, numbering: &Numbering) -> String {
             let parts: Vec<String> = items.iter().map(|i| print_item(i, numbering)).collect();
             format!("({})", parts.join(", "))
         }
+        PrintItem::Line(items) => items.iter().map(|i| print_item(i, numbering)).collect::<Vec<_>>().join(" "),
     }
 }
 

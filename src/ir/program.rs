@@ -10,8 +10,10 @@ use crate::diag::Span;
 pub enum PrintItem {
     Tensor(NodeId),
     Text(String),
-    /// `( a, b )`: a tuple of items.
+    /// `(a, b)`: a tuple of items.
     Tuple(Vec<PrintItem>),
+    /// `print(a, b)`: items on one line, separated by spaces.
+    Line(Vec<PrintItem>),
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -243,7 +243,9 @@ fn expr(e: &Expr) -> S {
             })),
         ),
         ExprKind::Field { base, name } => list("field", [expr(base), atom(&name.name)]),
-        ExprKind::Index { base, items } => list("index", std::iter::once(expr(base)).chain(items.iter().map(index_item))),
+        ExprKind::Index { base, items } => {
+            list("index", std::iter::once(expr(base)).chain(items.iter().map(index_item)))
+        }
         ExprKind::Lambda { params, body } => list("lambda", [params_sexp(params), expr(body)]),
         ExprKind::Block(b) => block_sexp(b),
         ExprKind::If { cond, then, else_ } => {

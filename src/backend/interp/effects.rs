@@ -53,6 +53,10 @@ pub fn print_item(item: &PrintItem, full: bool, values: &Values) -> Result<Strin
             let parts = items.iter().map(|i| print_item(i, full, values)).collect::<Result<Vec<_>, _>>()?;
             format!("({})", parts.join(", "))
         }
+        PrintItem::Line(items) => {
+            let parts = items.iter().map(|i| print_item(i, full, values)).collect::<Result<Vec<_>, _>>()?;
+            parts.join(" ")
+        }
     })
 }
 

@@ -227,12 +227,10 @@ fn found_at(text: &str, pos: usize, file: FileId) -> (String, Span, Option<&'sta
 /// or closer of the innermost bracket list around `pos`.
 fn context(wants: &BTreeSet<Want>, prepared: &Prepared, pos: usize) -> &'static str {
     let closers = [Want::Tok(")"), Want::Tok("]")];
-    if !wants.iter().any(|w| closers.contains(w)) || !wants.iter().all(|w| closers.contains(w) || *w == Want::Comma)
-    {
+    if !wants.iter().any(|w| closers.contains(w)) || !wants.iter().all(|w| closers.contains(w) || *w == Want::Comma) {
         return "";
     }
-    let Some(&(open, _)) =
-        prepared.brackets.iter().filter(|(o, c)| *o < pos && pos <= *c).max_by_key(|(o, _)| *o)
+    let Some(&(open, _)) = prepared.brackets.iter().filter(|(o, c)| *o < pos && pos <= *c).max_by_key(|(o, _)| *o)
     else {
         return "";
     };
