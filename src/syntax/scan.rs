@@ -139,18 +139,18 @@ fn string(src: &str, i: usize) -> Token {
 mod tests {
     use super::*;
 
-/// Skips spaces, tabs, carriage returns and (when `newlines`) line feeds.
-fn skip_blank(src: &str, mut i: usize, newlines: bool) -> usize {
-    let bytes = src.as_bytes();
-    while let Some(&b) = bytes.get(i) {
-        if b == b' ' || b == b'\t' || b == b'\r' || (newlines && b == b'\n') {
-            i += 1;
-        } else {
-            break;
+    /// Skips spaces, tabs, carriage returns and (when `newlines`) line feeds.
+    fn skip_blank(src: &str, mut i: usize, newlines: bool) -> usize {
+        let bytes = src.as_bytes();
+        while let Some(&b) = bytes.get(i) {
+            if b == b' ' || b == b'\t' || b == b'\r' || (newlines && b == b'\n') {
+                i += 1;
+            } else {
+                break;
+            }
         }
+        i
     }
-    i
-}
 
     fn texts(src: &str) -> Vec<&str> {
         let mut out = Vec::new();
@@ -166,7 +166,10 @@ fn skip_blank(src: &str, mut i: usize, newlines: bool) -> usize {
     #[test]
     fn splits_operators_numbers_and_strings() {
         assert_eq!(texts("x |> f(1e-3, 2bf16)"), ["x", "|>", "f", "(", "1e-3", ",", "2bf16", ")"]);
-        assert_eq!(texts(r#"a[..., 1:5] "s\"t" -> b"#), ["a", "[", "...", ",", "1", ":", "5", "]", r#""s\"t""#, "->", "b"]);
+        assert_eq!(
+            texts(r#"a[..., 1:5] "s\"t" -> b"#),
+            ["a", "[", "...", ",", "1", ":", "5", "]", r#""s\"t""#, "->", "b"]
+        );
     }
 
     #[test]

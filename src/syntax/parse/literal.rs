@@ -47,7 +47,11 @@ pub(super) fn number(cx: &Cx, node: &Node) -> Result<ExprKind> {
         }
         match text.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(ExprKind::Float(v, dtype)),
-            _ => Err(bad_number(cx.span(node), format!("float literal `{text}` is out of range"), "use a smaller number")),
+            _ => Err(bad_number(
+                cx.span(node),
+                format!("float literal `{text}` is out of range"),
+                "use a smaller number",
+            )),
         }
     } else {
         match text.parse::<i64>() {
@@ -131,7 +135,11 @@ fn tensor_type(cx: &Cx, node: &Node) -> Result<TypeKind> {
             Rule::dim_int => match d.as_str().parse::<i64>() {
                 Ok(n) => DimExpr::Known(n, span),
                 Err(_) => {
-                    return Err(bad_number(span, format!("dimension `{}` is too large", d.as_str()), "use a smaller size"))
+                    return Err(bad_number(
+                        span,
+                        format!("dimension `{}` is too large", d.as_str()),
+                        "use a smaller size",
+                    ))
                 }
             },
             Rule::dim_infer => DimExpr::Infer(span),

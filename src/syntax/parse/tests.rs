@@ -39,51 +39,66 @@ fn statement_spans_exclude_trailing_blanks() {
 #[test]
 fn deep_nesting_is_an_error_not_a_crash() {
     // Runs on a thread with the default 2 MiB test stack on purpose.
-    let handle = std::thread::Builder::new()
-        .stack_size(2 * 1024 * 1024)
-        .spawn(|| {
-            for src in [
-                "(".repeat(100_000),
-                format!("let x = {}", "[".repeat(100_000)),
-                format!("let x = {}y", "- ".repeat(100_000)),
-                format!("let x = {}y", "not ".repeat(100_000)),
-                format!("let x = y{}", " ^ y".repeat(100_000)),
-                format!("let x = y{}", " + y".repeat(100_000)),
-                format!("let x = f{}", "(1)".repeat(100_000)),
-                format!("let x = y{}", ".a".repeat(100_000)),
-                format!("let f = {}1", "fn(x) = ".repeat(100_000)),
-            ] {
-                assert_eq!(err(&src).0, Code::TooDeep, "{}", &src[..20]);
-            }
-        });
+    let handle = std::thread::Builder::new().stack_size(2 * 1024 * 1024).spawn(|| {
+        for src in [
+            "(".repeat(100_000),
+            format!("let x = {}", "[".repeat(100_000)),
+            format!("let x = {}y", "- ".repeat(100_000)),
+            format!("let x = {}y", "not ".repeat(100_000)),
+            format!("let x = y{}", " ^ y".repeat(100_000)),
+            format!("let x = y{}", " + y".repeat(100_000)),
+            format!("let x = f{}", "(1)".repeat(100_000)),
+            format!("let x = y{}", ".a".repeat(100_000)),
+            format!("let f = {}1", "fn(x) = ".repeat(100_000)),
+        ] {
+            assert_eq!(err(&src).0, Code::TooDeep, "{}", &src[..20]);
+        }
+    });
     assert!(handle.is_ok_and(|h| h.join().is_ok()));
 }
 
 #[test]
 fn nesting_at_the_limits_parses_and_dumps() {
-    let handle = std::thread::Builder::new()
-        .stack_size(2 * 1024 * 1024)
-        .spawn(|| {
-            let depth = crate::syntax::MAX_BRACKET_DEPTH - 1;
-            let parens = format!("let x = {}y{}", "(".repeat(depth), ")".repeat(depth));
-            assert!(ok(&parens).contains("(let x (name y))"));
-            let calls = format!("let x = {}y{}", "f(".repeat(depth), ")".repeat(depth));
-            assert_eq!(ok(&calls).matches("(call").count(), depth);
-            let minus = format!("let x = {}y", "-".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
-            assert_eq!(ok(&minus).matches("(unary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
-            let pow = format!("let x = y{}", " ^ y".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
-            assert_eq!(ok(&pow).matches("(binary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
-            let mixed = format!("let x = {}y{}", "[-(".repeat(42), ")]".repeat(42));
-            assert_eq!(ok(&mixed).matches("(tensor").count(), 42);
-        });
+    let handle = std::thread::Builder::new().stack_size(2 * 1024 * 1024).spawn(|| {
+        let depth = crate::syntax::MAX_BRACKET_DEPTH - 1;
+        let parens = format!("let x = {}y{}", "(".repeat(depth), ")".repeat(depth));
+        assert!(ok(&parens).contains("(let x (name y))"));
+        let calls = format!("let x = {}y{}", "f(".repeat(depth), ")".repeat(depth));
+        assert_eq!(ok(&calls).matches("(call").count(), depth);
+        let minus = format!("let x = {}y", "-".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
+        assert_eq!(ok(&minus).matches("(unary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
+        let pow = format!("let x = y{}", " ^ y".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
+        assert_eq!(ok(&pow).matches("(binary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
+        let mixed = format!("let x = {}y{}", "[-(".repeat(42), ")]".repeat(42));
+        assert_eq!(ok(&mixed).matches("(tensor").count(), 42);
+    });
     assert!(handle.is_ok_and(|h| h.join().is_ok()));
 }
 
 #[test]
 fn arbitrary_bytes_never_panic() {
     let samples = [
-        "", "\n\n;;", "let", "fn", "model M {", "}", "\"", "x.", "1e", "9223372036854775808", "é", "f(,)",
-        "let (a, = 1", "train", "a |>", "x[::]", "x[]", "-", "optimizer o { }", "use a.{", "\u{0}",
+        "",
+        "\n\n;;",
+        "let",
+        "fn",
+        "model M {",
+        "}",
+        "\"",
+        "x.",
+        "1e",
+        "9223372036854775808",
+        "é",
+        "f(,)",
+        "let (a, = 1",
+        "train",
+        "a |>",
+        "x[::]",
+        "x[]",
+        "-",
+        "optimizer o { }",
+        "use a.{",
+        "\u{0}",
     ];
     for s in samples {
         let _ = parse(s, FileId(0));
@@ -93,24 +108,14 @@ fn arbitrary_bytes_never_panic() {
 #[test]
 fn syntax_errors_are_described_in_words() {
     assert_eq!(err("f(1 2)"), (Code::Syntax, "expected `,` or `)` after an argument, found `2`".into()));
-    assert_eq!(err("let x = )").0, Code::Syntax);
+    assert_eq!(err("let x = )").1, "unexpected `)`");
+    assert_eq!(err("let x = f(a = )").1, "expected an expression, found `)`");
+    assert_eq!(err("let x: f32[B, +] = 1").1, "expected a dimension (a number, a name or `_`) or `]`, found `+`");
+    assert_eq!(err("fn f(x 5)").1, "expected `,`, `)`, `:` or `=`, found `5`");
+    assert_eq!(err("let x = if a { 1 } else 2").1, "expected `{`, found `2`");
+    assert_eq!(err("let x = a +\n").1, "expected an expression, found the end of the file");
     assert_eq!(err("let x = 1 2").1, "expected the end of the statement, found `2`");
     assert_eq!(err("let on = 1").1, "`on` is a keyword and cannot be used as a name");
     assert_eq!(err("let x = 99999999999999999999").0, Code::BadNumber);
     assert_eq!(err("let s = \"a\\qb\"").0, Code::BadEscape);
-}
-
-#[test]
-fn debug_positives() {
-    use super::{Rule, TflParser};
-    use pest::Parser as _;
-    pest::set_error_detail(true);
-    for src in ["let x = (1, )", "let on = 1", "{ let x = 1 2 }", "let x 5", "fn f(x 5)", "model M { 5 }", "train n on d { 5 }", "let x: f32[B, +] = 1", "x = 1", "let x = [1, 2", "fn f(x) 5", "let f = fn(x) x", "let x = f(a = )", "optimizer o { 1 }", "use a.", "let (a, 1) = x", "let x = a.1", "train a b", "let x = if a { 1 } else 2"] {
-        let Ok(prepared) = crate::syntax::newlines::prepare(src, FileId(0)) else { eprintln!("{src:?} PREPASS"); continue };
-        if let Err(e) = TflParser::parse(Rule::program, &prepared.text) {
-            eprintln!("{src:?}: {:?}", e.variant);
-            eprintln!("    => {}", super::error::convert(&e, src, &prepared, FileId(0)).message);
-        }
-    }
-    panic!();
 }
