@@ -172,7 +172,7 @@ const KEYWORDS: [&str; 23] = [
 ];
 
 /// Converts a pest error at a position in `prepared.text` into a diagnostic.
-pub(super) fn convert(e: &pest::error::Error<Rule>, _source: &str, prepared: &Prepared, file: FileId) -> Diagnostic {
+pub(super) fn convert(e: &pest::error::Error<Rule>, prepared: &Prepared, file: FileId) -> Diagnostic {
     let pos = match e.location {
         InputLocation::Pos(p) | InputLocation::Span((p, _)) => p,
     };

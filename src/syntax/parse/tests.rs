@@ -119,3 +119,72 @@ fn syntax_errors_are_described_in_words() {
     assert_eq!(err("let x = 99999999999999999999").0, Code::BadNumber);
     assert_eq!(err("let s = \"a\\qb\"").0, Code::BadEscape);
 }
+
+#[test]
+fn random_token_soup_never_panics() {
+    const VOCAB: [&str; 48] = [
+        "let",
+        "fn",
+        "model",
+        "optimizer",
+        "train",
+        "on",
+        "every",
+        "epochs",
+        "steps",
+        "eval",
+        "checkpoint",
+        "log",
+        "loss",
+        "param",
+        "state",
+        "update",
+        "use",
+        "if",
+        "else",
+        "not",
+        "and",
+        "x",
+        "f",
+        "1",
+        "2.5e-3",
+        "0.5f16",
+        "\"s\\n\"",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ";",
+        "\n",
+        "=",
+        ":",
+        "->",
+        "|>",
+        ".",
+        "...",
+        "+",
+        "-",
+        "^",
+        "@",
+        "/* c */",
+        "// c\n",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..3000 {
+        let len = next() % 24;
+        let src: Vec<&str> = (0..len).map(|_| VOCAB[(next() % VOCAB.len() as u64) as usize]).collect();
+        let src = src.join(" ");
+        if let Err(diags) = parse(&src, FileId(0)) {
+            assert!(diags.iter().all(|d| d.code != Code::Internal), "internal error for {src:?}: {diags:?}");
+        }
+    }
+}
