@@ -18,7 +18,7 @@ pub(crate) fn vjp(
     let x = xs.first().copied().unwrap_or(y);
     let one = |v: NodeId| Ok(vec![Some(v)]);
     match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::ArgMax { .. } | Op::OneHot { .. } => {
+        Op::Slot { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::ArgMax { .. } | Op::OneHot { .. } => {
             Ok(vec![None; xs.len()])
         }
         Op::Unary(u) => {

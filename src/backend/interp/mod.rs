@@ -36,6 +36,7 @@ mod tensor;
 mod creation;
 mod effects;
 mod elementwise;
+pub mod host;
 
 mod index_ops;
 mod linalg;
@@ -58,7 +59,7 @@ pub type Values = HashMap<NodeId, Tensor>;
 /// Computes `op` on `inputs` (in operand order); the result has type `ty`.
 pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } => 0,
+        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::Slot { .. } => 0,
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -102,6 +103,9 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
         }
         Op::OneHot { depth, dtype } => index_ops::one_hot(inputs[0], *depth, *dtype)?,
         Op::Gather { axis } => index_ops::gather(inputs[0], inputs[1], *axis)?,
+        Op::Slot { slot, .. } => {
+            return Err(Diagnostic::internal(format!("interpreter: slot {slot} has no value (it is bound by the runtime)")))
+        }
         Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } | Op::Pool2dGrad { .. } | Op::ScatterAdd { .. } => {
             return Err(Diagnostic::internal(format!("interpreter: {} is not implemented yet", op.name())))
         }
