@@ -114,7 +114,10 @@ pub enum Op {
     /// A value supplied by the runtime (0 inputs): a per-step input of a
     /// region (a batch, a parameter inside a training step) or the result of
     /// an effect that ran earlier (trained parameters, a metric).
-    Slot { slot: usize, ty: TensorType },
+    Slot {
+        slot: usize,
+        ty: TensorType,
+    },
     /// A literal tensor (0 inputs).
     Constant {
         value: Literal,

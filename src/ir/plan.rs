@@ -45,15 +45,25 @@ pub enum Transform {
     Filter(Region),
     /// tf.data's shuffle: a buffer of `buffer` elements, reshuffled each epoch
     /// with a seed derived from `seed` and the epoch.
-    Shuffle { buffer: usize, seed: u64 },
+    Shuffle {
+        buffer: usize,
+        seed: u64,
+    },
     /// Stacks `n` consecutive elements along a new first axis.
-    Batch { n: usize, drop_remainder: bool },
+    Batch {
+        n: usize,
+        drop_remainder: bool,
+    },
     /// `None` repeats forever.
     Repeat(Option<usize>),
     Take(usize),
     Skip(usize),
     /// A permutation by `seed`, then the first `count` elements (or the rest).
-    Split { seed: u64, count: usize, first: bool },
+    Split {
+        seed: u64,
+        count: usize,
+        first: bool,
+    },
     /// Keep computed elements in memory after the first pass.
     Cache,
     /// Overlap input preparation with training (`None` = auto).

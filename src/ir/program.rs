@@ -49,14 +49,22 @@ impl Effect {
     /// `train epochs=30 steps_per_shape=[64, 29]`.
     pub fn summary(&self) -> String {
         match self {
-            Effect::Print { full, .. } => if *full { "print {full=true}".into() } else { "print".into() },
+            Effect::Print { full, .. } => {
+                if *full {
+                    "print {full=true}".into()
+                } else {
+                    "print".into()
+                }
+            }
             Effect::AssertClose { .. } => "assert_close".into(),
             Effect::Train(t) => {
                 let shapes: Vec<usize> = t.steps.iter().map(|(b, _)| *b).collect();
                 format!("train params={} batches={shapes:?} results=slots{:?}", t.params.len(), t.result_slots)
             }
             Effect::Reduce { slot, .. } => format!("reduce_mean -> slot {slot}"),
-            Effect::Collect { all, slots, .. } => format!("{} -> slots {slots:?}", if *all { "collect" } else { "first" }),
+            Effect::Collect { all, slots, .. } => {
+                format!("{} -> slots {slots:?}", if *all { "collect" } else { "first" })
+            }
             Effect::Save { path, tensors, .. } => format!("save {} tensors to {path:?}", tensors.len()),
             Effect::Load { path, tensors, .. } => format!("load {} tensors from {path:?}", tensors.len()),
         }

@@ -56,10 +56,14 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
         let mut entry = serde_json::Map::new();
         entry.insert("dtype".into(), dtype_name(t.dtype()).into());
         entry.insert("shape".into(), t.shape().iter().map(|&d| serde_json::Value::from(d)).collect());
-        entry.insert("data_offsets".into(), vec![serde_json::Value::from(start), serde_json::Value::from(data.len())].into());
+        entry.insert(
+            "data_offsets".into(),
+            vec![serde_json::Value::from(start), serde_json::Value::from(data.len())].into(),
+        );
         header.insert(name.clone(), entry.into());
     }
-    let meta: serde_json::Map<String, serde_json::Value> = metadata.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+    let meta: serde_json::Map<String, serde_json::Value> =
+        metadata.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
     header.insert("__metadata__".into(), meta.into());
     let mut json = serde_json::Value::Object(header).to_string().into_bytes();
     while json.len() % 8 != 0 {
@@ -97,7 +101,8 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
 /// the metadata. Every mismatch is listed in one diagnostic.
 pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, BTreeMap<String, String>), Diagnostic> {
     let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
-    let bad = |msg: String| Diagnostic::new(Code::Io, format!("`{}` is not a valid safetensors file: {msg}", path.display()));
+    let bad =
+        |msg: String| Diagnostic::new(Code::Io, format!("`{}` is not a valid safetensors file: {msg}", path.display()));
     if bytes.len() < 8 {
         return Err(bad("it is shorter than its 8-byte header length".into()));
     }
@@ -108,7 +113,8 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
         return Err(bad(format!("the header claims {n} bytes but the file has {}", bytes.len())));
     }
     let n = n as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| bad(format!("bad JSON header ({e})")))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| bad(format!("bad JSON header ({e})")))?;
     let serde_json::Value::Object(header) = header else { return Err(bad("the header is not a JSON object".into())) };
     let data = &bytes[8 + n..];
     let mut metadata = BTreeMap::new();
@@ -127,10 +133,14 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
             continue;
         };
         let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
-        let shape: Option<Vec<usize>> =
-            entry.get("shape").and_then(|s| s.as_array()).map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
-        let offsets: Option<Vec<usize>> =
-            entry.get("data_offsets").and_then(|s| s.as_array()).map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
+        let shape: Option<Vec<usize>> = entry
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
+        let offsets: Option<Vec<usize>> = entry
+            .get("data_offsets")
+            .and_then(|s| s.as_array())
+            .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
         let (Some(shape), Some(offsets)) = (shape, offsets) else {
             problems.push(format!("`{name}` has a malformed entry"));
             continue;
@@ -149,15 +159,19 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
         out.push(decode(&data[start..end], ty)?);
     }
     let expected: std::collections::HashSet<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
-    let extra: Vec<&String> = header.keys().filter(|k| *k != "__metadata__" && !expected.contains(k.as_str())).collect();
+    let extra: Vec<&String> =
+        header.keys().filter(|k| *k != "__metadata__" && !expected.contains(k.as_str())).collect();
     if !problems.is_empty() {
         let mut d = Diagnostic::new(Code::Io, format!("`{}` does not match the model:", path.display()));
         for p in &problems {
             d = d.note(p.clone());
         }
         if !extra.is_empty() {
-            d = d.note(format!("the file also holds {} tensor(s) the model does not have: {}", extra.len(),
-                extra.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")));
+            d = d.note(format!(
+                "the file also holds {} tensor(s) the model does not have: {}",
+                extra.len(),
+                extra.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+            ));
         }
         return Err(d);
     }
@@ -166,12 +180,28 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
 
 fn decode(raw: &[u8], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let lit = match ty.dtype {
-        DType::F32 => Literal::Float(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect()),
-        DType::F64 => Literal::Float(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
-        DType::F16 => Literal::Float(raw.chunks_exact(2).map(|c| crate::half::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64).collect()),
-        DType::BF16 => Literal::Float(raw.chunks_exact(2).map(|c| crate::half::bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64).collect()),
-        DType::I32 => Literal::Int(raw.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()),
-        DType::I64 => Literal::Int(raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
+        DType::F32 => {
+            Literal::Float(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect())
+        }
+        DType::F64 => {
+            Literal::Float(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+        }
+        DType::F16 => Literal::Float(
+            raw.chunks_exact(2)
+                .map(|c| crate::half::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
+                .collect(),
+        ),
+        DType::BF16 => Literal::Float(
+            raw.chunks_exact(2)
+                .map(|c| crate::half::bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
+                .collect(),
+        ),
+        DType::I32 => {
+            Literal::Int(raw.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect())
+        }
+        DType::I64 => {
+            Literal::Int(raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+        }
         DType::Bool => Literal::Bool(raw.iter().map(|&b| b != 0).collect()),
     };
     Tensor::from_literal(&lit, ty)

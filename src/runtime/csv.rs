@@ -29,7 +29,9 @@ pub fn read_text(path: &Path) -> Result<String, Diagnostic> {
     })?;
     let bytes = if path.extension().is_some_and(|e| e == "gz") {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..]).read_to_end(&mut out).map_err(|e| fail(path, None, format!("not a valid gzip file: {e}")))?;
+        flate2::read::GzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(|e| fail(path, None, format!("not a valid gzip file: {e}")))?;
         out
     } else {
         raw
@@ -66,7 +68,11 @@ pub fn load_csv(path: &Path, label: Option<i64>) -> Result<HostColumns, Diagnost
         let values: Vec<f64> = parsed.into_iter().flatten().collect();
         match width {
             Some(w) if w != values.len() => {
-                return Err(fail(path, Some(line_no), format!("this row has {} columns, earlier rows have {w}", values.len())))
+                return Err(fail(
+                    path,
+                    Some(line_no),
+                    format!("this row has {} columns, earlier rows have {w}", values.len()),
+                ))
             }
             _ => width = Some(values.len()),
         }

@@ -78,7 +78,9 @@ fn apply(ex: &mut Executor, t: &Transform, elems: Vec<Element>, epoch: u64) -> R
             }
             kept
         }
-        Transform::Shuffle { buffer, seed } => shuffle(elems, *buffer, crate::rng::derive_seed(*seed, &format!("epoch {epoch}"))),
+        Transform::Shuffle { buffer, seed } => {
+            shuffle(elems, *buffer, crate::rng::derive_seed(*seed, &format!("epoch {epoch}")))
+        }
         Transform::Batch { n, drop_remainder } => {
             let mut out = Vec::new();
             for chunk in elems.chunks(*n) {
@@ -104,7 +106,11 @@ fn apply(ex: &mut Executor, t: &Transform, elems: Vec<Element>, epoch: u64) -> R
         Transform::Skip(n) => elems.into_iter().skip(*n).collect(),
         Transform::Split { seed, count, first } => {
             let order = permutation(elems.len(), *seed);
-            let picked: Vec<usize> = if *first { order[..(*count).min(order.len())].to_vec() } else { order[(*count).min(order.len())..].to_vec() };
+            let picked: Vec<usize> = if *first {
+                order[..(*count).min(order.len())].to_vec()
+            } else {
+                order[(*count).min(order.len())..].to_vec()
+            };
             picked.into_iter().map(|i| elems[i].clone()).collect()
         }
     })
@@ -153,7 +159,8 @@ pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span:
         count += n;
     }
     if count == 0 {
-        return Err(Diagnostic::new(Code::Runtime, "the dataset is empty, so the metric has no value").label(span, "evaluated here"));
+        return Err(Diagnostic::new(Code::Runtime, "the dataset is empty, so the metric has no value")
+            .label(span, "evaluated here"));
     }
     Tensor::from_literal(&Literal::Float(vec![(total / count as f64) as f32 as f64]), &TensorType::scalar(DType::F32))
 }

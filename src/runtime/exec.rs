@@ -59,13 +59,25 @@ pub fn execute(program: &Program, out: &mut dyn std::io::Write, options: RunOpti
 }
 
 impl<'p> Executor<'p> {
-    pub fn new(program: &'p Program, out: &'p mut dyn std::io::Write, options: RunOptions) -> Result<Executor<'p>, Diagnostic> {
+    pub fn new(
+        program: &'p Program,
+        out: &'p mut dyn std::io::Write,
+        options: RunOptions,
+    ) -> Result<Executor<'p>, Diagnostic> {
         let order = program.graph.topo_order();
         if order.len() != program.graph.node_count() {
             return Err(Diagnostic::internal("runtime: the graph has a cycle"));
         }
         let rank = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
-        Ok(Executor { program, rank, values: Values::new(), slots: HashMap::new(), out, options, data_cache: HashMap::new() })
+        Ok(Executor {
+            program,
+            rank,
+            values: Values::new(),
+            slots: HashMap::new(),
+            out,
+            options,
+            data_cache: HashMap::new(),
+        })
     }
 
     pub fn graph(&self) -> &'p Graph {
@@ -78,7 +90,8 @@ impl<'p> Executor<'p> {
                 self.demand(&crate::ir::numbering::effect_operands(effect))?;
                 let text = print_item(item, *full, &self.values)?;
                 writeln!(self.out, "{text}").map_err(|e| {
-                    Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}")).label(*span, "while printing this")
+                    Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}"))
+                        .label(*span, "while printing this")
                 })
             }
             Effect::AssertClose { actual, expected, tol, span } => {
@@ -101,14 +114,17 @@ impl<'p> Executor<'p> {
             Effect::Save { tensors, path, span } => {
                 let ids: Vec<NodeId> = tensors.iter().map(|(_, id)| *id).collect();
                 self.demand(&ids)?;
-                let named: Vec<(String, &Tensor)> =
-                    tensors.iter().map(|(n, id)| Ok((n.clone(), self.value(*id)?))).collect::<Result<_, Diagnostic>>()?;
+                let named: Vec<(String, &Tensor)> = tensors
+                    .iter()
+                    .map(|(n, id)| Ok((n.clone(), self.value(*id)?)))
+                    .collect::<Result<_, Diagnostic>>()?;
                 let path = self.resolve_path(path);
                 super::checkpoint::save(&path, &named, &[]).map_err(|d| d.label(*span, "while saving"))
             }
             Effect::Load { tensors, path, span } => {
                 let path = self.resolve_path(path);
-                let want: Vec<(String, crate::ir::TensorType)> = tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
+                let want: Vec<(String, crate::ir::TensorType)> =
+                    tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
                 let (loaded, _) = super::checkpoint::load(&path, &want).map_err(|d| d.label(*span, "while loading"))?;
                 for ((_, _, slot), t) in tensors.iter().zip(loaded) {
                     self.slots.insert(*slot, t);
@@ -160,7 +176,8 @@ impl<'p> Executor<'p> {
                 op => {
                     let inputs = g.inputs(n);
                     let args = inputs.iter().map(|i| self.value(*i)).collect::<Result<Vec<_>, _>>()?;
-                    eval_node(op, &args, &node.ty).map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
+                    eval_node(op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
                 }
             };
             self.check_numerics(n, &value)?;
@@ -208,15 +225,24 @@ impl<'p> Executor<'p> {
             let value = match &node.op {
                 Op::Slot { slot, .. } => {
                     let pos = r.slot_pos.get(slot).copied().unwrap_or(usize::MAX);
-                    inputs.get(pos).cloned().ok_or_else(|| Diagnostic::internal(format!("runtime: region input slot {slot} is unbound")))?
+                    inputs
+                        .get(pos)
+                        .cloned()
+                        .ok_or_else(|| Diagnostic::internal(format!("runtime: region input slot {slot} is unbound")))?
                 }
                 op => {
                     let ids = g.inputs(n);
                     let args = ids
                         .iter()
-                        .map(|i| local.get(i).or_else(|| self.values.get(i)).ok_or_else(|| Diagnostic::internal("runtime: region operand missing")))
+                        .map(|i| {
+                            local
+                                .get(i)
+                                .or_else(|| self.values.get(i))
+                                .ok_or_else(|| Diagnostic::internal("runtime: region operand missing"))
+                        })
                         .collect::<Result<Vec<_>, _>>()?;
-                    eval_node(op, &args, &node.ty).map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
+                    eval_node(op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
                 }
             };
             self.check_numerics(n, &value)?;
@@ -225,7 +251,11 @@ impl<'p> Executor<'p> {
         r.outputs
             .iter()
             .map(|o| {
-                local.get(o).or_else(|| self.values.get(o)).cloned().ok_or_else(|| Diagnostic::internal("runtime: region output missing"))
+                local
+                    .get(o)
+                    .or_else(|| self.values.get(o))
+                    .cloned()
+                    .ok_or_else(|| Diagnostic::internal("runtime: region output missing"))
             })
             .collect()
     }

@@ -43,8 +43,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 let _ = std::fs::create_dir_all(dir);
             }
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(&path)
-                .map_err(|e| Diagnostic::new(Code::Io, format!("cannot open the log `{}`: {e}", path.display())).label(plan.span, "in this train block"))?;
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| {
+                Diagnostic::new(Code::Io, format!("cannot open the log `{}`: {e}", path.display()))
+                    .label(plan.span, "in this train block")
+            })?;
             Some(f)
         }
         None => None,
@@ -55,7 +57,8 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     'epochs: while plan.epochs.is_none_or(|e| epoch < e as u64) {
         let batches = elements(ex, &plan.data, epoch)?;
         if batches.is_empty() {
-            return Err(Diagnostic::new(Code::Runtime, "the training data has no batches").label(plan.span, "in this train block"));
+            return Err(Diagnostic::new(Code::Runtime, "the training data has no batches")
+                .label(plan.span, "in this train block"));
         }
         let mut loss_sum = 0.0;
         let mut loss_n = 0usize;
@@ -65,7 +68,9 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             }
             let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
             let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
-                return Err(Diagnostic::internal(format!("runtime: no training step was compiled for batches of {size}")));
+                return Err(Diagnostic::internal(format!(
+                    "runtime: no training step was compiled for batches of {size}"
+                )));
             };
             step += 1;
             let mut inputs = batch.clone();
@@ -84,7 +89,13 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             loss_sum += loss;
             loss_n += 1;
             examples += size;
-            progress.step(epoch + 1, i + 1, batches.len(), loss, examples as f64 / started.elapsed().as_secs_f64().max(1e-9));
+            progress.step(
+                epoch + 1,
+                i + 1,
+                batches.len(),
+                loss,
+                examples as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            );
         }
         epoch += 1;
         let mean_loss = loss_sum / loss_n.max(1) as f64;
@@ -119,30 +130,55 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
 }
 
 fn json_number(x: f64) -> String {
-    if x.is_finite() { format!("{x}") } else { "null".into() }
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
 }
 
 fn scalar(x: f64) -> Result<Tensor, Diagnostic> {
     Tensor::from_literal(&Literal::Float(vec![x]), &TensorType::scalar(DType::F32))
 }
 
-fn save_checkpoint(path: &std::path::Path, plan: &TrainPlan, params: &[Tensor], states: &[Tensor], step: u64, epoch: u64) -> Result<(), Diagnostic> {
+fn save_checkpoint(
+    path: &std::path::Path,
+    plan: &TrainPlan,
+    params: &[Tensor],
+    states: &[Tensor],
+    step: u64,
+    epoch: u64,
+) -> Result<(), Diagnostic> {
     let mut named: Vec<(String, &Tensor)> = plan.params.iter().map(|(n, _)| n.clone()).zip(params).collect();
     named.extend(plan.states.iter().map(|(n, _)| format!("optimizer/{n}")).zip(states));
-    let meta = vec![("step".to_string(), step.to_string()), ("epoch".to_string(), epoch.to_string()), ("format".to_string(), "tfc-checkpoint-1".to_string())];
+    let meta = vec![
+        ("step".to_string(), step.to_string()),
+        ("epoch".to_string(), epoch.to_string()),
+        ("format".to_string(), "tfc-checkpoint-1".to_string()),
+    ];
     super::checkpoint::save(path, &named, &meta).map_err(|d| d.label(plan.span, "while checkpointing this training"))
 }
 
 type Restored = (Vec<Tensor>, Vec<Tensor>, u64, u64);
 
-fn load_checkpoint(path: &std::path::Path, plan: &TrainPlan, params: &[Tensor], states: &[Tensor]) -> Result<Restored, Diagnostic> {
-    let mut want: Vec<(String, TensorType)> = plan.params.iter().zip(params).map(|((n, _), t)| (n.clone(), t.ty())).collect();
+fn load_checkpoint(
+    path: &std::path::Path,
+    plan: &TrainPlan,
+    params: &[Tensor],
+    states: &[Tensor],
+) -> Result<Restored, Diagnostic> {
+    let mut want: Vec<(String, TensorType)> =
+        plan.params.iter().zip(params).map(|((n, _), t)| (n.clone(), t.ty())).collect();
     want.extend(plan.states.iter().zip(states).map(|((n, _), t)| (format!("optimizer/{n}"), t.ty())));
-    let (mut loaded, meta) = super::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
+    let (mut loaded, meta) =
+        super::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
     let number = |k: &str| -> Result<u64, Diagnostic> {
         meta.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| {
-            Diagnostic::new(Code::Io, format!("`{}` is not a training checkpoint: its metadata has no `{k}`", path.display()))
-                .label(plan.span, "resuming here")
+            Diagnostic::new(
+                Code::Io,
+                format!("`{}` is not a training checkpoint: its metadata has no `{k}`", path.display()),
+            )
+            .label(plan.span, "resuming here")
         })
     };
     let (step, epoch) = (number("step")?, number("epoch")?);

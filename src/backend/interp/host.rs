@@ -42,7 +42,9 @@ pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
                     _ => return Err(Diagnostic::internal("runtime: stacking tensors of different types or shapes")),
                 }
             }
-            Data::$variant(ArrayD::from_shape_vec(shape.clone(), flat).map_err(|e| Diagnostic::internal(e.to_string()))?)
+            Data::$variant(
+                ArrayD::from_shape_vec(shape.clone(), flat).map_err(|e| Diagnostic::internal(e.to_string()))?,
+            )
         }};
     }
     let data = match first.data() {
