@@ -79,6 +79,9 @@ pub struct Dataset {
     pub element: Vec<TensorType>,
     /// The number of elements, when known before running.
     pub len: Option<usize>,
+    /// Batch sizes the elements can have: after `batch(n)`, `n` and the size
+    /// of a last partial batch (when the length is known); empty before.
+    pub batch_sizes: Vec<usize>,
 }
 
 /// One compiled training step per batch shape, and everything the loop needs.
@@ -120,5 +123,7 @@ pub struct EvalPlan {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReducePlan {
     pub data: Dataset,
-    pub region: Region,
+    /// One region per batch size; inputs: the batch parts, then any extra
+    /// inputs (the current parameters, inside training).
+    pub regions: Vec<(usize, Region)>,
 }

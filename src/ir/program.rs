@@ -95,12 +95,12 @@ impl Effect {
                 }
                 for e in &t.evals {
                     dataset(&e.reduce.data, &mut out);
-                    out.extend(&e.reduce.region.outputs);
+                    e.reduce.regions.iter().for_each(|(_, r)| out.extend(&r.outputs));
                 }
             }
             Effect::Reduce { plan, .. } => {
                 dataset(&plan.data, &mut out);
-                out.extend(&plan.region.outputs);
+                plan.regions.iter().for_each(|(_, r)| out.extend(&r.outputs));
             }
             Effect::Collect { data, .. } => dataset(data, &mut out),
             Effect::Save { tensors, .. } => out.extend(tensors.iter().map(|(_, id)| *id)),

@@ -147,12 +147,18 @@ pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
 /// The example-weighted mean of the region's scalar output over all batches.
 pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span: Span) -> Result<Tensor, Diagnostic> {
     let batches = elements(ex, &plan.data, 0)?;
-    let r = ex.compile_region(&plan.region)?;
+    let regions: Vec<(usize, super::exec::CompiledRegion)> =
+        plan.regions.iter().map(|(b, r)| Ok((*b, ex.compile_region(r)?))).collect::<Result<_, Diagnostic>>()?;
     let (mut total, mut count) = (0.0f64, 0usize);
     for b in batches.iter() {
         let mut inputs = b.clone();
         inputs.extend(extra.iter().cloned());
-        let out = ex.run_region(&r, &inputs)?;
+        let size = b.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+        let r = match regions.iter().find(|(s, _)| *s == size).or(regions.first().filter(|_| plan.data.batch_sizes.is_empty())) {
+            Some((_, r)) => r,
+            None => return Err(Diagnostic::internal(format!("runtime: no metric region was compiled for batches of {size}"))),
+        };
+        let out = ex.run_region(r, &inputs)?;
         let v = out.first().map(|t| t.to_f64_vec()).and_then(|v| v.first().copied()).unwrap_or(f64::NAN);
         let n = b.first().and_then(|t| t.shape().first().copied()).unwrap_or(1);
         total += v * n as f64;

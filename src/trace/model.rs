@@ -84,7 +84,16 @@ impl Tracer<'_> {
                 ModelMember::Method(_) => {}
             }
         }
-        Ok(Value::Model(Rc::new(ModelInstance { def: def.def.clone(), scope, params, submodels })))
+        let instance = Rc::new(ModelInstance { def: def.def.clone(), scope: scope.clone(), params, submodels });
+        // Methods can call each other by bare name (`helper(x)` in `forward`).
+        for member in &def.def.members {
+            if let ModelMember::Method(d) = member {
+                if !scope.has_local(&d.name.name) {
+                    scope.set(&d.name.name, Value::Method(instance.clone(), Rc::new(d.clone())));
+                }
+            }
+        }
+        Ok(Value::Model(instance))
     }
 
     /// A declared tensor type with every dimension known in `scope`.

@@ -26,7 +26,6 @@ impl Tracer<'_> {
     /// The outermost scope: names that are values rather than functions.
     fn builtin_scope(&self) -> Rc<Scope> {
         let root = Scope::root();
-        root.set("training", Value::Bool(false));
         root.set("auto", Value::Str("auto".into()));
         root
     }

@@ -2,8 +2,11 @@
 //! parameter lists and how each lowers to primitive IR ops.
 
 mod create;
+mod data;
+pub use data::elements_text;
 mod effects;
 mod grad;
+mod io;
 mod nn;
 mod reduce;
 mod shape;
@@ -11,7 +14,7 @@ mod shape;
 use super::args::{bind, BuiltinArgs};
 use super::call::CallArgs;
 use super::value::Value;
-use super::{unsupported, TResult, Tracer};
+use super::{TResult, Tracer};
 use crate::diag::Span;
 use crate::ir::{BinaryOp, Op, UnaryOp};
 
@@ -92,6 +95,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("prefetch", &["ds", "k="]),
     ("split", &["ds", "fraction", "seed="]),
     ("first", &["ds"]),
+    ("evaluate", &["ds", "f"]),
     ("count", &["ds"]),
     ("collect", &["ds"]),
 ];
@@ -178,8 +182,9 @@ impl Tracer<'_> {
             | "normal" => self.create_builtin(&a),
             "print" | "assert_close" => self.effect_builtin(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
-            "save" | "load" => Err(unsupported(span, "checkpoints (`save`, `load`)")),
-            _ => Err(unsupported(span, "datasets and input pipelines")),
+            "save" | "load" => self.checkpoint_builtin(&a),
+            "evaluate" => self.evaluate_builtin(&a),
+            _ => self.data_builtin(&a),
         }
     }
 
