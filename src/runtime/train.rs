@@ -209,6 +209,13 @@ impl Progress {
     }
 
     fn epoch_done(&self, epoch: u64, step: u64, loss: f64, metrics: &[(String, f64)], rate: f64) {
+        // Off a terminal, about twenty lines per run: every k-th epoch, the
+        // last one, and every epoch with metrics.
+        let every = self.epochs.map(|e| (e / 20).max(1) as u64).unwrap_or(1);
+        let last = self.epochs == Some(epoch as usize);
+        if !self.tty && !last && metrics.is_empty() && epoch % every != 0 {
+            return;
+        }
         let total = self.epochs.map(|e| format!("/{e}")).unwrap_or_default();
         let metrics: String = metrics.iter().map(|(n, v)| format!("  {n} {v:.4}")).collect();
         if self.tty {

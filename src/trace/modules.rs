@@ -85,7 +85,8 @@ impl Tracer<'_> {
     }
 
     fn import_item(&mut self, module: &Rc<Scope>, item: &Ident, env: &Rc<Scope>) -> TResult<()> {
-        match module.get_local(&item.name) {
+        let found = module.get_local(&item.name).or_else(|| super::builtins::lookup(&item.name).map(Value::Builtin));
+        match found {
             Some(v) => {
                 env.set(&item.name, v);
                 Ok(())

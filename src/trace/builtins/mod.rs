@@ -53,6 +53,8 @@ const TABLE: &[(&str, &[&str])] = &[
     ("squeeze", &["x", "axis="]),
     ("expand_dims", &["x", "axis"]),
     ("shape", &["x"]),
+    ("dtype", &["x"]),
+    ("fans", &[]),
     ("matmul", &["a", "b"]),
     ("conv2d", &["x", "w", "stride=", "padding=", "dilation=", "groups="]),
     ("max_pool2d", &["x", "size", "stride=", "padding="]),
@@ -181,6 +183,8 @@ impl Tracer<'_> {
             "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
             | "normal" => self.create_builtin(&a),
             "print" | "assert_close" => self.effect_builtin(&a),
+            "dtype" => Ok(Value::DType(self.arg_tensor(&a, 0, None)?.ty.dtype)),
+            "fans" => self.fans(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
             "save" | "load" => self.checkpoint_builtin(&a),
             "evaluate" => self.evaluate_builtin(&a),
