@@ -11,7 +11,9 @@ use tfc::driver::Session;
 pub fn generate(blocks: usize) -> String {
     let mut s = String::from("let h0 = normal([32, 16], seed = 1)\n");
     for k in 1..=blocks {
-        s.push_str(&format!("fn f{k}(x: f32[B, 16], w: f32[16, 16]) -> f32[B, 16] = softmax(tanh(x @ w) + x, axis = -1)\n"));
+        s.push_str(&format!(
+            "fn f{k}(x: f32[B, 16], w: f32[16, 16]) -> f32[B, 16] = softmax(tanh(x @ w) + x, axis = -1)\n"
+        ));
         s.push_str(&format!("let w{k} = uniform([16, 16], seed = {k}, low = -0.25, high = 0.25)\n"));
         s.push_str(&format!("let h{k} = f{k}(h{}, w{k})\n", k - 1));
         s.push_str(&format!("let s{k} = sum(h{k}[:, 1:8], axis = 1, keepdims = true) * 0.5\n"));

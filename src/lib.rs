@@ -6,14 +6,15 @@
 //! reference interpreter executes it (`backend::interp`). `driver` owns the
 //! session (source files, std modules) and `cli` the command line.
 
+pub mod autodiff;
 pub mod backend;
+pub mod cli;
 pub mod diag;
+pub mod driver;
 pub mod ir;
 pub mod rng;
 pub mod runtime;
-pub mod syntax;
-pub mod stdlib;
 pub mod sema;
+pub mod stdlib;
+pub mod syntax;
 pub mod trace;
-pub mod driver;
-pub mod cli;

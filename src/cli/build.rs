@@ -5,7 +5,12 @@ use crate::diag::{Code, Diagnostic};
 use crate::driver::Session;
 use std::path::Path;
 
-pub(super) fn build(session: &mut Session, file: &Path, emit: Emit, output: Option<&Path>) -> Result<(), Vec<Diagnostic>> {
+pub(super) fn build(
+    session: &mut Session,
+    file: &Path,
+    emit: Emit,
+    output: Option<&Path>,
+) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
     let text = match emit {
         Emit::Ast => crate::syntax::dump(&session.parse(id)?),

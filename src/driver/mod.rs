@@ -26,7 +26,10 @@ impl Session {
         let name = path.display().to_string();
         let too_big = std::fs::metadata(path).map(|m| m.len() > MAX_SOURCE_BYTES).unwrap_or(false);
         if too_big {
-            return Err(vec![Diagnostic::new(Code::Io, format!("`{name}` is larger than {} MiB; is it a source file?", MAX_SOURCE_BYTES >> 20))]);
+            return Err(vec![Diagnostic::new(
+                Code::Io,
+                format!("`{name}` is larger than {} MiB; is it a source file?", MAX_SOURCE_BYTES >> 20),
+            )]);
         }
         let bytes = std::fs::read(path)
             .map_err(|e| vec![Diagnostic::new(Code::Io, format!("cannot read `{name}`: {}", io_reason(&e)))])?;
@@ -35,7 +38,10 @@ impl Session {
             Err(e) => {
                 let at = e.utf8_error().valid_up_to();
                 let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
-                Err(vec![Diagnostic::new(Code::NotUtf8, format!("`{name}` is not valid UTF-8 (first bad byte at offset {at}, line {line})"))])
+                Err(vec![Diagnostic::new(
+                    Code::NotUtf8,
+                    format!("`{name}` is not valid UTF-8 (first bad byte at offset {at}, line {line})"),
+                )])
             }
         }
     }

@@ -52,7 +52,14 @@ pub fn window_output(input: usize, window: usize, stride: usize, dilation: usize
 pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let arity = match op {
         Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } => 0,
-        Op::Binary(_) | Op::MatMul | Op::Conv2d { .. } | Op::Gather { .. } => 2,
+        Op::Binary(_)
+        | Op::MatMul
+        | Op::Conv2d { .. }
+        | Op::Gather { .. }
+        | Op::Conv2dGradInput { .. }
+        | Op::Conv2dGradFilter { .. }
+        | Op::Pool2dGrad { .. }
+        | Op::ScatterAdd { .. } => 2,
         Op::Select => 3,
         Op::Concat { .. } => inputs.len().max(1),
         _ => 1,
@@ -270,7 +277,55 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape.extend_from_slice(&p.shape[axis + 1..]);
             Ok(TensorType::new(p.dtype, shape))
         }
+        Op::Conv2dGradInput { stride, padding, dilation, groups, input_shape } => {
+            let (gy, w) = (inputs[0], inputs[1]);
+            let x = TensorType::new(gy.dtype, input_shape.to_vec());
+            let forward = Op::Conv2d { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
+            expect_forward(&forward, &[&x, w], gy, x.clone())
+        }
+        Op::Conv2dGradFilter { stride, padding, dilation, groups, filter_shape } => {
+            let (x, gy) = (inputs[0], inputs[1]);
+            let w = TensorType::new(x.dtype, filter_shape.to_vec());
+            let forward = Op::Conv2d { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
+            expect_forward(&forward, &[x, &w], gy, w.clone())
+        }
+        Op::Pool2dGrad { kind, size, stride, padding } => {
+            let (x, gy) = (inputs[0], inputs[1]);
+            let forward = Op::Pool2d { kind: *kind, size: *size, stride: *stride, padding: *padding };
+            expect_forward(&forward, &[x], gy, x.clone())
+        }
+        Op::ScatterAdd { axis, dim } => {
+            let (i, u) = (inputs[0], inputs[1]);
+            if !i.dtype.is_int() {
+                return err(Code::DtypeMismatch, format!("scatter_add indices must be integers, got {i}"));
+            }
+            if u.rank() < axis + i.rank() || u.shape[*axis..axis + i.rank()] != i.shape[..] {
+                return err(Code::Internal, format!("scatter_add updates {u} do not match indices {i} at axis {axis}"));
+            }
+            let mut shape = u.shape[..*axis].to_vec();
+            shape.push(*dim);
+            shape.extend_from_slice(&u.shape[axis + i.rank()..]);
+            Ok(TensorType::new(u.dtype, shape))
+        }
     }
+}
+
+/// For a gradient op: checks that the forward op on `forward_inputs` has the
+/// type of the incoming gradient `gy`, and returns `result`.
+fn expect_forward(
+    forward: &Op,
+    forward_inputs: &[&TensorType],
+    gy: &TensorType,
+    result: TensorType,
+) -> Result<TensorType, TypeError> {
+    let y = infer(forward, forward_inputs)?;
+    if &y != gy {
+        return err(
+            Code::Internal,
+            format!("gradient {gy} does not match the forward result {y} of {}", forward.name()),
+        );
+    }
+    Ok(result)
 }
 
 fn infer_window(op: &Op, t: &TensorType) -> Result<TensorType, TypeError> {

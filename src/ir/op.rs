@@ -198,6 +198,39 @@ pub enum Op {
     Gather {
         axis: usize,
     },
+    /// The gradient of `Conv2d` with respect to its input: operands
+    /// `(gy, w)`, result of shape `input_shape` (a transposed convolution).
+    Conv2dGradInput {
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+        groups: usize,
+        input_shape: [usize; 4],
+    },
+    /// The gradient of `Conv2d` with respect to its weights: operands
+    /// `(x, gy)`, result of shape `filter_shape`.
+    Conv2dGradFilter {
+        stride: [usize; 2],
+        padding: [usize; 4],
+        dilation: [usize; 2],
+        groups: usize,
+        filter_shape: [usize; 4],
+    },
+    /// The gradient of `Pool2d`: operands `(x, gy)`, result shaped like `x`.
+    /// Max pooling routes each window's gradient to its first maximum; average
+    /// pooling spreads it over the window's in-bounds elements.
+    Pool2dGrad {
+        kind: PoolKind,
+        size: [usize; 2],
+        stride: [usize; 2],
+        padding: [usize; 4],
+    },
+    /// The gradient of `Gather`: operands `(indices, updates)`; adds each
+    /// update slice into zeros of size `dim` along `axis` at its index.
+    ScatterAdd {
+        axis: usize,
+        dim: usize,
+    },
 }
 
 impl Op {
@@ -262,6 +295,11 @@ impl Op {
             Op::Pool2d { kind: PoolKind::Avg, .. } => "avg_pool2d",
             Op::OneHot { .. } => "one_hot",
             Op::Gather { .. } => "gather",
+            Op::Conv2dGradInput { .. } => "conv2d_grad_input",
+            Op::Conv2dGradFilter { .. } => "conv2d_grad_filter",
+            Op::Pool2dGrad { kind: PoolKind::Max, .. } => "max_pool2d_grad",
+            Op::Pool2dGrad { kind: PoolKind::Avg, .. } => "avg_pool2d_grad",
+            Op::ScatterAdd { .. } => "scatter_add",
         }
     }
 

@@ -152,6 +152,24 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
             format!("padding={}", list(padding)),
         ],
         Op::OneHot { depth, dtype } => vec![format!("depth={depth}"), format!("dtype={dtype}")],
+        Op::Conv2dGradInput { stride, padding, dilation, groups, input_shape } => vec![
+            format!("stride={stride:?}"),
+            format!("padding={padding:?}"),
+            format!("dilation={dilation:?}"),
+            format!("groups={groups}"),
+            format!("input_shape={input_shape:?}"),
+        ],
+        Op::Conv2dGradFilter { stride, padding, dilation, groups, filter_shape } => vec![
+            format!("stride={stride:?}"),
+            format!("padding={padding:?}"),
+            format!("dilation={dilation:?}"),
+            format!("groups={groups}"),
+            format!("filter_shape={filter_shape:?}"),
+        ],
+        Op::Pool2dGrad { size, stride, padding, .. } => {
+            vec![format!("size={size:?}"), format!("stride={stride:?}"), format!("padding={padding:?}")]
+        }
+        Op::ScatterAdd { axis, dim } => vec![format!("axis={axis}"), format!("dim={dim}")],
     }
 }
 

@@ -92,7 +92,8 @@ impl Resolver {
         if self.scopes.iter().any(|s| s.contains(name)) {
             return;
         }
-        let mut d = Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
+        let mut d =
+            Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
         let candidates: Vec<&str> = self.scopes.iter().flat_map(|s| s.iter().map(String::as_str)).collect();
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
@@ -121,9 +122,9 @@ impl Resolver {
                 r.params(&m.params);
                 for mm in &m.members {
                     match mm {
-                        ModelMember::Param { name, .. } | ModelMember::State { name, .. } | ModelMember::Field { name, .. } => {
-                            r.bind(&name.name)
-                        }
+                        ModelMember::Param { name, .. }
+                        | ModelMember::State { name, .. }
+                        | ModelMember::Field { name, .. } => r.bind(&name.name),
                         ModelMember::Method(f) => r.bind(&f.name.name),
                     }
                 }

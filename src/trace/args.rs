@@ -21,7 +21,12 @@ pub(crate) struct BuiltinArgs {
 /// Binds call arguments to a built-in's parameter list. A parameter written
 /// `"axis="` is optional; one written `"xs.."` takes all remaining positional
 /// arguments as a tuple.
-pub(crate) fn bind(name: &'static str, params: &'static [&'static str], args: CallArgs, span: Span) -> TResult<BuiltinArgs> {
+pub(crate) fn bind(
+    name: &'static str,
+    params: &'static [&'static str],
+    args: CallArgs,
+    span: Span,
+) -> TResult<BuiltinArgs> {
     let plain = |p: &str| p.trim_end_matches('=').trim_end_matches("..").to_string();
     let mut vals: Vec<Option<(Value, Span)>> = vec![None; params.len()];
     let mut pos = args.positional.into_iter().peekable();
@@ -40,19 +45,25 @@ pub(crate) fn bind(name: &'static str, params: &'static [&'static str], args: Ca
         }
     }
     if let Some((_, s)) = pos.next() {
-        return Err(Diagnostic::new(Code::Arity, format!("`{name}` takes at most {} positional arguments", params.len()))
-            .label(s, "unexpected argument")
-            .into());
+        return Err(Diagnostic::new(
+            Code::Arity,
+            format!("`{name}` takes at most {} positional arguments", params.len()),
+        )
+        .label(s, "unexpected argument")
+        .into());
     }
     for (n, v, s) in args.named {
         match params.iter().position(|p| plain(p) == n) {
             Some(i) if vals[i].is_some() => {
-                return Err(Diagnostic::new(Code::Duplicate, format!("argument `{n}` of `{name}` is given twice")).label(s, "again here").into())
+                return Err(Diagnostic::new(Code::Duplicate, format!("argument `{n}` of `{name}` is given twice"))
+                    .label(s, "again here")
+                    .into())
             }
             Some(i) => vals[i] = Some((v, s)),
             None => {
                 let names: Vec<String> = params.iter().map(|p| plain(p)).collect();
-                let mut d = Diagnostic::new(Code::UnknownArgument, format!("`{name}` has no parameter named `{n}`")).label(s, "unknown argument");
+                let mut d = Diagnostic::new(Code::UnknownArgument, format!("`{name}` has no parameter named `{n}`"))
+                    .label(s, "unknown argument");
                 d = match did_you_mean(&n, names.iter().map(String::as_str)) {
                     Some(m) => d.help(format!("did you mean `{m}`?")),
                     None => d.help(format!("`{name}` takes: {}", names.join(", "))),
@@ -91,13 +102,18 @@ impl BuiltinArgs {
 
     pub fn bad(&self, i: usize, expected: &str) -> Fail {
         let found = self.get(i).map(|(v, _)| v.describe()).unwrap_or_else(|| "nothing".into());
-        Diagnostic::new(Code::Kind, format!("`{}` expects {expected} for `{}`, found {found}", self.name, self.param_name(i)))
-            .label(self.span_of(i), format!("expected {expected}"))
-            .into()
+        Diagnostic::new(
+            Code::Kind,
+            format!("`{}` expects {expected} for `{}`, found {found}", self.name, self.param_name(i)),
+        )
+        .label(self.span_of(i), format!("expected {expected}"))
+        .into()
     }
 
     pub fn bad_value(&self, i: usize, message: String) -> Fail {
-        Diagnostic::new(Code::BadValue, format!("`{}`: {message}", self.name)).label(self.span_of(i), "this argument").into()
+        Diagnostic::new(Code::BadValue, format!("`{}`: {message}", self.name))
+            .label(self.span_of(i), "this argument")
+            .into()
     }
 
     pub fn int(&self, i: usize) -> TResult<i64> {

@@ -24,7 +24,14 @@ pub fn closure_of(def: &ast::FnDef, env: &Rc<Scope>) -> Closure {
 
 impl Closure {
     pub fn lambda(params: &[ast::Param], body: &Expr, env: &Rc<Scope>, span: Span) -> Closure {
-        Closure { name: "<lambda>".into(), params: params.to_vec(), ret: None, body: body.clone(), env: env.clone(), span }
+        Closure {
+            name: "<lambda>".into(),
+            params: params.to_vec(),
+            ret: None,
+            body: body.clone(),
+            env: env.clone(),
+            span,
+        }
     }
 }
 
@@ -108,13 +115,17 @@ impl Tracer<'_> {
                 });
                 match forward {
                     Some(d) => self.call_method(&m, &d, args, span),
-                    None => Err(Diagnostic::new(Code::NotCallable, format!("model `{}` has no `forward` method", m.def.name.name))
-                        .label(f_span, "called here")
-                        .label(m.def.name.span, "defined here")
-                        .into()),
+                    None => Err(Diagnostic::new(
+                        Code::NotCallable,
+                        format!("model `{}` has no `forward` method", m.def.name.name),
+                    )
+                    .label(f_span, "called here")
+                    .label(m.def.name.span, "defined here")
+                    .into()),
                 }
             }
             Value::Method(m, d) => self.call_method(&m, &d, args, span),
+            Value::Grad(g) => self.call_grad(&g, args, f_span, span),
             Value::Poison => Err(super::Fail::Poisoned),
             other => Err(Diagnostic::new(Code::NotCallable, format!("{} cannot be called", other.describe()))
                 .label(f_span, "not a function")
@@ -122,18 +133,33 @@ impl Tracer<'_> {
         }
     }
 
-    pub(crate) fn call_method(&mut self, m: &Rc<ModelInstance>, def: &ast::FnDef, args: CallArgs, span: Span) -> TResult<Value> {
+    pub(crate) fn call_method(
+        &mut self,
+        m: &Rc<ModelInstance>,
+        def: &ast::FnDef,
+        args: CallArgs,
+        span: Span,
+    ) -> TResult<Value> {
         let c = closure_of(def, &m.scope);
         self.call_closure(&c, args, Some(&m.def.name.name), span)
     }
 
     /// Inlines a user function: binds arguments, checks annotations, traces
     /// the body in a fresh scope.
-    pub(crate) fn call_closure(&mut self, c: &Closure, args: CallArgs, owner: Option<&str>, span: Span) -> TResult<Value> {
+    pub(crate) fn call_closure(
+        &mut self,
+        c: &Closure,
+        args: CallArgs,
+        owner: Option<&str>,
+        span: Span,
+    ) -> TResult<Value> {
         if self.depth >= MAX_CALL_DEPTH {
-            return Err(Diagnostic::new(Code::TooDeep, format!("calls nest deeper than {MAX_CALL_DEPTH} (is `{}` recursive?)", c.name))
-                .label(span, "this call")
-                .into());
+            return Err(Diagnostic::new(
+                Code::TooDeep,
+                format!("calls nest deeper than {MAX_CALL_DEPTH} (is `{}` recursive?)", c.name),
+            )
+            .label(span, "this call")
+            .into());
         }
         let scope = Scope::child(&c.env);
         let fname = match owner {
@@ -168,7 +194,13 @@ impl Tracer<'_> {
     /// Checks a value against an annotation, binding unbound symbolic
     /// dimensions in `scope`; returns the value (numbers become tensors when
     /// annotated as tensors).
-    pub(crate) fn check_annotation(&mut self, v: &Value, ty: &ast::TypeExpr, span: Span, scope: &Rc<Scope>) -> TResult<Value> {
+    pub(crate) fn check_annotation(
+        &mut self,
+        v: &Value,
+        ty: &ast::TypeExpr,
+        span: Span,
+        scope: &Rc<Scope>,
+    ) -> TResult<Value> {
         let mismatch = |found: String| -> super::Fail {
             Diagnostic::new(Code::Annotation, format!("expected {}, found {found}", type_text(ty)))
                 .label(span, found.clone())
@@ -177,7 +209,9 @@ impl Tracer<'_> {
         };
         match (&ty.kind, v) {
             (_, Value::Poison) => Err(super::Fail::Poisoned),
-            (TypeKind::Int, Value::Int(_)) | (TypeKind::Bool, Value::Bool(_)) | (TypeKind::Str, Value::Str(_)) => Ok(v.clone()),
+            (TypeKind::Int, Value::Int(_)) | (TypeKind::Bool, Value::Bool(_)) | (TypeKind::Str, Value::Str(_)) => {
+                Ok(v.clone())
+            }
             (TypeKind::Float, Value::Float(_)) => Ok(v.clone()),
             (TypeKind::Float, Value::Int(i)) => Ok(Value::Float(*i as f64)),
             (TypeKind::Tuple(parts), Value::Tuple(items)) if parts.len() == items.len() => {
@@ -190,7 +224,9 @@ impl Tracer<'_> {
             }
             (TypeKind::Tensor { dtype, dims }, _) => {
                 let o = match v {
-                    Value::Int(_) | Value::Float(_) | Value::Bool(_) if dims.is_empty() => self.operand(v, Some(*dtype), span)?,
+                    Value::Int(_) | Value::Float(_) | Value::Bool(_) if dims.is_empty() => {
+                        self.operand(v, Some(*dtype), span)?
+                    }
                     Value::Tensor(..) => self.operand(v, None, span)?,
                     other => return Err(mismatch(other.describe())),
                 };
@@ -255,9 +291,10 @@ pub(crate) fn bind_args(
             }
             Some(i) => bound[i] = Some((v, s)),
             None => {
-                let mut d = Diagnostic::new(Code::UnknownArgument, format!("`{fname}` has no parameter named `{name}`"))
-                    .label(s, "unknown argument")
-                    .label(def_span, "defined here");
+                let mut d =
+                    Diagnostic::new(Code::UnknownArgument, format!("`{fname}` has no parameter named `{name}`"))
+                        .label(s, "unknown argument")
+                        .label(def_span, "defined here");
                 if let Some(s) = did_you_mean(&name, params.iter().map(|p| p.name.name.as_str())) {
                     d = d.help(format!("did you mean `{s}`?"));
                 }

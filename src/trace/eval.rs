@@ -43,7 +43,9 @@ impl Tracer<'_> {
                 let v = self.eval(base, env)?;
                 self.index(v, base.span, items, e.span, env)
             }
-            ExprKind::Lambda { params, body } => Ok(Value::Func(Rc::new(call::Closure::lambda(params, body, env, e.span)))),
+            ExprKind::Lambda { params, body } => {
+                Ok(Value::Func(Rc::new(call::Closure::lambda(params, body, env, e.span))))
+            }
             ExprKind::Block(b) => self.block(b, env),
             ExprKind::If { cond, then, else_ } => match self.eval(cond, env)? {
                 Value::Bool(true) => self.block(then, env),
@@ -77,7 +79,8 @@ impl Tracer<'_> {
         }
         let names = env.visible_names();
         let candidates = names.iter().map(String::as_str).chain(super::builtins::NAMES.iter().copied());
-        let mut d = Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
+        let mut d =
+            Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
         }
@@ -168,7 +171,9 @@ impl Tracer<'_> {
     /// `x |> f` is `f(x)`; `x |> f(a)` is `f(x, a)`.
     fn pipe(&mut self, v: Value, v_span: Span, rhs: &Expr, env: &Rc<Scope>) -> TResult<Value> {
         match &rhs.kind {
-            ExprKind::Call { callee, args } => self.eval_call(callee, args, Some((v, v_span)), rhs.span.to(v_span), env),
+            ExprKind::Call { callee, args } => {
+                self.eval_call(callee, args, Some((v, v_span)), rhs.span.to(v_span), env)
+            }
             _ => {
                 let f = self.eval(rhs, env)?;
                 self.call_value(f, rhs.span, vec![(v, v_span)], vec![], rhs.span.to(v_span))
@@ -206,9 +211,12 @@ impl Tracer<'_> {
                 (Value::Float(x), DType::F32) => floats.push(super::tensor::round_to(*x, dtype)),
                 (Value::Int(i), DType::I32) => ints.push(*i),
                 (other, d) => {
-                    return Err(Diagnostic::new(Code::Ragged, format!("a {d} tensor literal cannot hold {}", other.describe()))
-                        .label(*span, "this element")
-                        .into())
+                    return Err(Diagnostic::new(
+                        Code::Ragged,
+                        format!("a {d} tensor literal cannot hold {}", other.describe()),
+                    )
+                    .label(*span, "this element")
+                    .into())
                 }
             }
         }
@@ -271,10 +279,13 @@ impl Tracer<'_> {
         self.same_dtype(&ops, "tensor literal")?;
         let elem = ops[0].ty.shape.clone();
         if let Some(bad) = ops.iter().find(|o| o.ty.shape != elem) {
-            return Err(Diagnostic::new(Code::Ragged, format!("stacked elements differ in shape: {} and {}", ops[0].ty, bad.ty))
-                .label(ops[0].span, ops[0].ty.to_string())
-                .label(bad.span, bad.ty.to_string())
-                .into());
+            return Err(Diagnostic::new(
+                Code::Ragged,
+                format!("stacked elements differ in shape: {} and {}", ops[0].ty, bad.ty),
+            )
+            .label(ops[0].span, ops[0].ty.to_string())
+            .label(bad.span, bad.ty.to_string())
+            .into());
         }
         let mut one = vec![1];
         one.extend_from_slice(&elem);

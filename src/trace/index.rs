@@ -40,7 +40,14 @@ enum Axis {
 }
 
 impl Tracer<'_> {
-    pub(crate) fn index(&mut self, v: Value, base_span: Span, items: &[IndexItem], span: Span, env: &Rc<Scope>) -> TResult<Value> {
+    pub(crate) fn index(
+        &mut self,
+        v: Value,
+        base_span: Span,
+        items: &[IndexItem],
+        span: Span,
+        env: &Rc<Scope>,
+    ) -> TResult<Value> {
         if let Value::Tuple(parts) = &v {
             return self.index_tuple(parts, items, span, env);
         }
@@ -82,16 +89,22 @@ impl Tracer<'_> {
                         t @ Value::Tensor(..) => {
                             let o = self.operand(&t, None, e.span)?;
                             if !o.ty.dtype.is_int() {
-                                return Err(Diagnostic::new(Code::Index, format!("tensor indices must be integers, found {}", o.ty))
-                                    .label(e.span, o.ty.to_string())
-                                    .into());
+                                return Err(Diagnostic::new(
+                                    Code::Index,
+                                    format!("tensor indices must be integers, found {}", o.ty),
+                                )
+                                .label(e.span, o.ty.to_string())
+                                .into());
                             }
                             axes.push(Axis::Gather(o));
                         }
                         other => {
-                            return Err(Diagnostic::new(Code::Index, format!("an index must be an int or an int tensor, found {}", other.describe()))
-                                .label(e.span, "bad index")
-                                .into())
+                            return Err(Diagnostic::new(
+                                Code::Index,
+                                format!("an index must be an int or an int tensor, found {}", other.describe()),
+                            )
+                            .label(e.span, "bad index")
+                            .into())
                         }
                     }
                 }
@@ -101,9 +114,12 @@ impl Tracer<'_> {
                             None => Ok(None),
                             Some(e) => match self.eval(e, env)? {
                                 Value::Int(i) => Ok(Some(i)),
-                                other => Err(Diagnostic::new(Code::Index, format!("slice bounds must be compile-time ints, found {}", other.describe()))
-                                    .label(e.span, "bad slice bound")
-                                    .into()),
+                                other => Err(Diagnostic::new(
+                                    Code::Index,
+                                    format!("slice bounds must be compile-time ints, found {}", other.describe()),
+                                )
+                                .label(e.span, "bad slice bound")
+                                .into()),
                             },
                         }
                     };
@@ -153,12 +169,17 @@ impl Tracer<'_> {
                 if let Some(v) = usize::try_from(n).ok().and_then(|n| parts.get(n)) {
                     return Ok(v.clone());
                 }
-                return Err(Diagnostic::new(Code::Index, format!("index {i} is out of range for a tuple of {}", parts.len()))
-                    .label(e.span, "out of range")
-                    .into());
+                return Err(Diagnostic::new(
+                    Code::Index,
+                    format!("index {i} is out of range for a tuple of {}", parts.len()),
+                )
+                .label(e.span, "out of range")
+                .into());
             }
         }
-        Err(Diagnostic::new(Code::Index, "a tuple can only be indexed by one compile-time int").label(span, "here").into())
+        Err(Diagnostic::new(Code::Index, "a tuple can only be indexed by one compile-time int")
+            .label(span, "here")
+            .into())
     }
 
     /// One slice node (none when the ranges select everything in order).

@@ -22,6 +22,7 @@ mod modules;
 mod tensor;
 mod value;
 
+pub use tensor::round_to;
 pub use value::Value;
 
 /// Names of every built-in operation.

@@ -26,9 +26,12 @@ impl Tracer<'_> {
                 seed = match v {
                     Value::Int(n) => n as u64,
                     other => {
-                        return Err(Diagnostic::new(Code::Kind, format!("`seed` must be an int, found {}", other.describe()))
-                            .label(s, "not an int")
-                            .into())
+                        return Err(Diagnostic::new(
+                            Code::Kind,
+                            format!("`seed` must be an int, found {}", other.describe()),
+                        )
+                        .label(s, "not an int")
+                        .into())
                     }
                 };
             }
@@ -54,7 +57,8 @@ impl Tracer<'_> {
         let mut submodels = Vec::new();
         for member in &def.def.members {
             match member {
-                ModelMember::Param { name: n, ty, init, .. } | ModelMember::State { name: n, ty: Some(ty), init, .. } => {
+                ModelMember::Param { name: n, ty, init, .. }
+                | ModelMember::State { name: n, ty: Some(ty), init, .. } => {
                     let path = join(&prefix, &n.name);
                     let tty = self.resolve_type(ty, &scope)?;
                     let saved = self.param_context.replace((tty, crate::rng::derive_seed(seed, &path)));
@@ -99,17 +103,23 @@ impl Tracer<'_> {
                 DimExpr::Known(n, s) if *n >= 0 => (*n as usize, *s).0,
                 DimExpr::Symbol(id) => match scope.get(&id.name) {
                     Some(Value::Int(n)) if n >= 0 => n as usize,
-                    _ => {
-                        return Err(Diagnostic::new(Code::NotStatic, format!("dimension `{}` is not a known int here", id.name))
-                            .label(id.span, "unknown dimension")
-                            .help("a parameter's shape must be known when the model is built (e.g. from a constructor argument)")
-                            .into())
-                    }
+                    _ => return Err(Diagnostic::new(
+                        Code::NotStatic,
+                        format!("dimension `{}` is not a known int here", id.name),
+                    )
+                    .label(id.span, "unknown dimension")
+                    .help(
+                        "a parameter's shape must be known when the model is built (e.g. from a constructor argument)",
+                    )
+                    .into()),
                 },
                 DimExpr::Known(_, s) | DimExpr::Infer(s) => {
-                    return Err(Diagnostic::new(Code::NotStatic, "a parameter's dimensions must be non-negative and known")
-                        .label(*s, "here")
-                        .into())
+                    return Err(Diagnostic::new(
+                        Code::NotStatic,
+                        "a parameter's dimensions must be non-negative and known",
+                    )
+                    .label(*s, "here")
+                    .into())
                 }
             });
         }
@@ -125,7 +135,9 @@ impl Tracer<'_> {
                     Some(f)
                 } else {
                     m.def.members.iter().find_map(|mm| match mm {
-                        ModelMember::Method(d) if d.name.name == name.name => Some(Value::Method(m.clone(), Rc::new(d.clone()))),
+                        ModelMember::Method(d) if d.name.name == name.name => {
+                            Some(Value::Method(m.clone(), Rc::new(d.clone())))
+                        }
                         _ => None,
                     })
                 }
@@ -153,8 +165,11 @@ impl Tracer<'_> {
         if let Value::Model(m) = &v {
             let mut fields: Vec<String> = m.param_paths().into_iter().map(|(p, _)| p).collect();
             fields.extend(m.submodels.iter().cloned());
-            let mut d = Diagnostic::new(Code::UnknownField, format!("model `{}` has no field `{}`", m.def.name.name, name.name))
-                .label(name.span, "unknown field");
+            let mut d = Diagnostic::new(
+                Code::UnknownField,
+                format!("model `{}` has no field `{}`", m.def.name.name, name.name),
+            )
+            .label(name.span, "unknown field");
             if let Some(s) = did_you_mean(&name.name, fields.iter().map(String::as_str)) {
                 d = d.help(format!("did you mean `{s}`?"));
             }

@@ -38,7 +38,8 @@ impl Tracer<'_> {
         let Some(text) = crate::stdlib::source(name) else {
             let span = at.map(|p| p[0].span.to(p[p.len() - 1].span)).unwrap_or_default();
             let known = crate::stdlib::MODULES.iter().map(|(n, _)| *n);
-            let mut d = Diagnostic::new(Code::UnknownModule, format!("there is no module `{name}`")).label(span, "unknown module");
+            let mut d = Diagnostic::new(Code::UnknownModule, format!("there is no module `{name}`"))
+                .label(span, "unknown module");
             if let Some(s) = did_you_mean(name, known) {
                 d = d.help(format!("did you mean `{s}`?"));
             }

@@ -140,7 +140,12 @@ impl Tracer<'_> {
                 for o in ops {
                     d = d.label(o.span, o.ty.to_string());
                 }
-                return Err(d.help(format!("there is no implicit promotion; convert one side with `cast(x, {})`", first.ty.dtype)).into());
+                return Err(d
+                    .help(format!(
+                        "there is no implicit promotion; convert one side with `cast(x, {})`",
+                        first.ty.dtype
+                    ))
+                    .into());
             }
         }
         Ok(())
@@ -219,7 +224,7 @@ fn literal_dtype_error(lit: &str, dtype: DType, span: Span) -> Fail {
 
 /// Rounds a float to the precision of `dtype`, so constants hold exactly the
 /// value the program will see.
-pub(crate) fn round_to(x: f64, dtype: DType) -> f64 {
+pub fn round_to(x: f64, dtype: DType) -> f64 {
     match dtype {
         DType::F32 => x as f32 as f64,
         DType::F16 => crate::backend::interp::round_f16(x as f32) as f64,
@@ -261,7 +266,9 @@ fn fold_numbers(op: BinaryOp, a: &Value, b: &Value) -> Option<Result<Value, Stri
                 Mul => x.checked_mul(y).map(Value::Int).ok_or("integer overflow".to_string()),
                 Div if y == 0 => Err("division by zero".to_string()),
                 Div => Ok(Value::Float(x as f64 / y as f64)),
-                Pow if (0..=62).contains(&y) => x.checked_pow(y as u32).map(Value::Int).ok_or("integer overflow".into()),
+                Pow if (0..=62).contains(&y) => {
+                    x.checked_pow(y as u32).map(Value::Int).ok_or("integer overflow".into())
+                }
                 Pow => Ok(Value::Float((x as f64).powf(y as f64))),
                 Maximum => Ok(Value::Int(x.max(y))),
                 Minimum => Ok(Value::Int(x.min(y))),

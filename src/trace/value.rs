@@ -36,6 +36,9 @@ pub enum Value {
     Method(Rc<ModelInstance>, Rc<ast::FnDef>),
     /// An imported module used as a namespace (`use std.nn` then `nn.Dense`).
     Module(Rc<Scope>),
+    /// `grad(f, wrt)` or `value_and_grad(f, wrt)`: calling it traces `f`
+    /// and differentiates the result.
+    Grad(Rc<GradFn>),
     /// The value of a binding whose definition failed: using it reports
     /// nothing new, so one mistake gives one diagnostic.
     Poison,
@@ -52,7 +55,7 @@ impl Value {
             Value::DType(_) => "a dtype".into(),
             Value::Tensor(_, t) => format!("a tensor {t}"),
             Value::Tuple(v) => format!("a tuple of {}", v.len()),
-            Value::Func(_) | Value::Builtin(_) | Value::Method(..) => "a function".into(),
+            Value::Func(_) | Value::Builtin(_) | Value::Method(..) | Value::Grad(_) => "a function".into(),
             Value::ModelDef(_) => "a model definition".into(),
             Value::Model(m) => format!("a model `{}`", m.def.name.name),
             Value::Module(_) => "a module".into(),
@@ -70,6 +73,18 @@ pub struct Closure {
     pub body: ast::Expr,
     pub env: Rc<Scope>,
     pub span: Span,
+}
+
+/// A function transformed by `grad` or `value_and_grad`.
+#[derive(Debug)]
+pub struct GradFn {
+    pub f: Value,
+    /// Positions of the differentiated arguments.
+    pub wrt: Vec<usize>,
+    /// `wrt` was a single int (the gradient is returned bare, not in a tuple).
+    pub single: bool,
+    /// `value_and_grad`: return `(value, gradients)`.
+    pub with_value: bool,
 }
 
 #[derive(Debug)]

@@ -22,10 +22,13 @@ impl Tracer<'_> {
         let ops = self.operands(&[(&x, xs), (&y, ys)])?;
         self.same_dtype(&ops, "`assert_close`")?;
         if ops[0].ty.shape != ops[1].ty.shape {
-            return Err(Diagnostic::new(Code::Broadcast, format!("`assert_close`: shapes differ: {} and {}", ops[0].ty, ops[1].ty))
-                .label(xs, ops[0].ty.to_string())
-                .label(ys, ops[1].ty.to_string())
-                .into());
+            return Err(Diagnostic::new(
+                Code::Broadcast,
+                format!("`assert_close`: shapes differ: {} and {}", ops[0].ty, ops[1].ty),
+            )
+            .label(xs, ops[0].ty.to_string())
+            .label(ys, ops[1].ty.to_string())
+            .into());
         }
         self.effects.push(Effect::AssertClose { actual: ops[0].id, expected: ops[1].id, tol, span: a.span });
         Ok(Value::Tuple(vec![]))
@@ -43,7 +46,9 @@ impl Tracer<'_> {
             Value::Bool(b) => PrintItem::Text(b.to_string()),
             Value::Str(s) => PrintItem::Text(s.clone()),
             Value::DType(d) => PrintItem::Text(d.to_string()),
-            Value::Tuple(items) => PrintItem::Tuple(items.iter().map(|i| self.print_item(i, span)).collect::<TResult<_>>()?),
+            Value::Tuple(items) => {
+                PrintItem::Tuple(items.iter().map(|i| self.print_item(i, span)).collect::<TResult<_>>()?)
+            }
             Value::Model(m) => PrintItem::Text(format!("{}(…)", m.def.name.name)),
             Value::Poison => return Err(Fail::Poisoned),
             other => PrintItem::Text(format!("<{}>", other.describe())),

@@ -3,6 +3,7 @@
 
 mod create;
 mod effects;
+mod grad;
 mod nn;
 mod reduce;
 mod shape;
@@ -170,11 +171,13 @@ impl Tracer<'_> {
                 let y = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
                 self.matmul((&x.0, x.1), (&y.0, y.1), span)
             }
-            "conv2d" | "max_pool2d" | "avg_pool2d" | "one_hot" | "gather" | "embedding" | "dropout" => self.nn_builtin(&a),
+            "conv2d" | "max_pool2d" | "avg_pool2d" | "one_hot" | "gather" | "embedding" | "dropout" => {
+                self.nn_builtin(&a)
+            }
             "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
             | "normal" => self.create_builtin(&a),
             "print" | "assert_close" => self.effect_builtin(&a),
-            "grad" | "value_and_grad" => Err(unsupported(span, "gradients (`grad`, `value_and_grad`)")),
+            "grad" | "value_and_grad" => self.grad_builtin(&a),
             "save" | "load" => Err(unsupported(span, "checkpoints (`save`, `load`)")),
             _ => Err(unsupported(span, "datasets and input pipelines")),
         }

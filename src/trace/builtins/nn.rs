@@ -16,11 +16,14 @@ impl Tracer<'_> {
         let (mut x, mut w) = (ops[0].clone(), ops[1].clone());
         self.same_dtype(&ops, "`@`")?;
         if x.ty.rank() == 0 || w.ty.rank() == 0 {
-            return Err(Diagnostic::new(Code::MatmulShape, format!("`@` needs tensors of rank ≥ 1: {} @ {}", x.ty, w.ty))
-                .label(x.span, x.ty.to_string())
-                .label(w.span, w.ty.to_string())
-                .help("use `*` to multiply by a scalar")
-                .into());
+            return Err(Diagnostic::new(
+                Code::MatmulShape,
+                format!("`@` needs tensors of rank ≥ 1: {} @ {}", x.ty, w.ty),
+            )
+            .label(x.span, x.ty.to_string())
+            .label(w.span, w.ty.to_string())
+            .help("use `*` to multiply by a scalar")
+            .into());
         }
         let (xv, wv) = (x.ty.rank() == 1, w.ty.rank() == 1);
         if xv {
@@ -40,11 +43,15 @@ impl Tracer<'_> {
             .label(ops[1].span, format!("{} has {k2} rows", ops[1].ty))
             .into());
         }
-        let batch = crate::ir::infer::broadcast_shapes(&x.ty.shape[..rx - 2], &w.ty.shape[..rw - 2]).ok_or_else(|| {
-            Diagnostic::new(Code::MatmulShape, format!("`@`: batch dimensions cannot be broadcast: {} @ {}", x.ty, w.ty))
+        let batch =
+            crate::ir::infer::broadcast_shapes(&x.ty.shape[..rx - 2], &w.ty.shape[..rw - 2]).ok_or_else(|| {
+                Diagnostic::new(
+                    Code::MatmulShape,
+                    format!("`@`: batch dimensions cannot be broadcast: {} @ {}", x.ty, w.ty),
+                )
                 .label(x.span, x.ty.to_string())
                 .label(w.span, w.ty.to_string())
-        })?;
+            })?;
         let mut xs = batch.clone();
         xs.extend_from_slice(&x.ty.shape[rx - 2..]);
         let mut ws = batch.clone();
@@ -115,10 +122,13 @@ impl Tracer<'_> {
         let x = self.arg_tensor(a, 0, None)?;
         let w = self.arg_tensor(a, 1, Some(x.ty.dtype))?;
         if x.ty.rank() != 4 || w.ty.rank() != 4 {
-            return Err(Diagnostic::new(Code::Rank, format!("`conv2d` takes NHWC input and HWIO weights (rank 4): {} and {}", x.ty, w.ty))
-                .label(x.span, x.ty.to_string())
-                .label(w.span, w.ty.to_string())
-                .into());
+            return Err(Diagnostic::new(
+                Code::Rank,
+                format!("`conv2d` takes NHWC input and HWIO weights (rank 4): {} and {}", x.ty, w.ty),
+            )
+            .label(x.span, x.ty.to_string())
+            .label(w.span, w.ty.to_string())
+            .into());
         }
         let stride = self.pair(a, 2, 1)?;
         let dilation = self.pair(a, 4, 1)?;
@@ -193,7 +203,9 @@ impl Tracer<'_> {
                         }
                         Ok(p)
                     }
-                    other => Err(a.bad_value(i, format!("padding must be \"same\", \"valid\" or an int, not \"{other}\""))),
+                    other => {
+                        Err(a.bad_value(i, format!("padding must be \"same\", \"valid\" or an int, not \"{other}\"")))
+                    }
                 }
             }
             Some(_) => {
@@ -210,4 +222,3 @@ impl Tracer<'_> {
         }
     }
 }
-

@@ -91,7 +91,11 @@ impl Tracer<'_> {
                 if widths.len() != 2 * rank || widths.iter().any(|w| *w < 0) {
                     return Err(a.bad_value(
                         1,
-                        format!("pad widths must be {} non-negative ints ([before, after] per axis of {})", 2 * rank, x.ty),
+                        format!(
+                            "pad widths must be {} non-negative ints ([before, after] per axis of {})",
+                            2 * rank,
+                            x.ty
+                        ),
                     ));
                 }
                 let value = a.float_or(2, 0.0)?;
@@ -120,9 +124,12 @@ impl Tracer<'_> {
             let ax = a.int_or(1, 0)?;
             let axis = normalize_axis(ax, rank + 1).ok_or_else(|| a.axis_error(1, ax, rank + 1))?;
             if let Some(bad) = ops.iter().find(|o| o.ty.shape != ops[0].ty.shape) {
-                return Err(Diagnostic::new(Code::Concat, format!("`stack`: shapes differ: {} and {}", ops[0].ty, bad.ty))
-                    .label(a.span_of(0), "these tensors")
-                    .into());
+                return Err(Diagnostic::new(
+                    Code::Concat,
+                    format!("`stack`: shapes differ: {} and {}", ops[0].ty, bad.ty),
+                )
+                .label(a.span_of(0), "these tensors")
+                .into());
             }
             let mut shape = ops[0].ty.shape.clone();
             shape.insert(axis, 1);
