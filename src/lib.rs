@@ -11,6 +11,7 @@ pub mod backend;
 pub mod cli;
 pub mod diag;
 pub mod driver;
+pub mod half;
 pub mod ir;
 pub mod rng;
 pub mod runtime;

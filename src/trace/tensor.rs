@@ -227,8 +227,8 @@ fn literal_dtype_error(lit: &str, dtype: DType, span: Span) -> Fail {
 pub fn round_to(x: f64, dtype: DType) -> f64 {
     match dtype {
         DType::F32 => x as f32 as f64,
-        DType::F16 => crate::backend::interp::round_f16(x as f32) as f64,
-        DType::BF16 => crate::backend::interp::round_bf16(x as f32) as f64,
+        DType::F16 => crate::half::round_f16(x as f32) as f64,
+        DType::BF16 => crate::half::round_bf16(x as f32) as f64,
         _ => x,
     }
 }

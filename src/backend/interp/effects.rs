@@ -1,0 +1,143 @@
+//! Running a whole `Program`: evaluate its graph, then perform its effects
+//! (`print`, `assert_close`) in order.
+//!
+//! Contract:
+//! - `print` writes exactly one line: the item in §11 format
+//!   (`runtime::format`), tuples as `(a, b)`, text items as they are.
+//! - `assert_close(actual, expected, tol)` passes when the shapes are equal
+//!   and every element satisfies `a == b` or `|a - b| <= tol · (1 + |b|)`
+//!   (the `==` lets equal infinities pass; any NaN fails). A failure is an
+//!   E0401 diagnostic labelled at the statement's span, naming the first
+//!   differing index, both values, and the largest difference.
+//!
+//! Example: `execute(&program, &mut std::io::stdout())`.
+
+use super::{evaluate, Tensor, Values};
+use crate::diag::{Code, Diagnostic, Span};
+use crate::ir::{Effect, NodeId, PrintItem, Program};
+use crate::runtime::format::{format_float, format_tensor};
+
+/// Evaluates `program` and performs its effects, writing printed lines to `out`.
+pub fn execute(program: &Program, out: &mut dyn std::io::Write) -> Result<(), Diagnostic> {
+    let values = evaluate(&program.graph)?;
+    for effect in &program.effects {
+        match effect {
+            Effect::Print { item, full, span } => {
+                let text = print_item(item, *full, &values)?;
+                writeln!(out, "{text}").map_err(|e| {
+                    Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}"))
+                        .label(*span, "while printing this")
+                })?;
+            }
+            Effect::AssertClose { actual, expected, tol, span } => {
+                assert_close(value(&values, *actual)?, value(&values, *expected)?, *tol, *span)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn value(values: &Values, id: NodeId) -> Result<&Tensor, Diagnostic> {
+    values.get(&id).ok_or_else(|| Diagnostic::internal(format!("interpreter: node {id:?} has no value")))
+}
+
+/// The §11 text of one print item.
+pub fn print_item(item: &PrintItem, full: bool, values: &Values) -> Result<String, Diagnostic> {
+    Ok(match item {
+        PrintItem::Tensor(id) => {
+            let t = value(values, *id)?;
+            format_tensor(&t.ty(), &t.to_literal(), full)
+        }
+        PrintItem::Text(text) => text.clone(),
+        PrintItem::Tuple(items) => {
+            let parts = items.iter().map(|i| print_item(i, full, values)).collect::<Result<Vec<_>, _>>()?;
+            format!("({})", parts.join(", "))
+        }
+    })
+}
+
+/// Checks `|a - b| <= tol · (1 + |b|)` elementwise (see the module doc).
+pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) -> Result<(), Diagnostic> {
+    let fail = |message: String| Diagnostic::new(Code::AssertFailed, message).label(span, "this assertion failed");
+    if actual.shape() != expected.shape() {
+        return Err(fail(format!("assert_close: shapes differ: {} and {}", actual.ty(), expected.ty())));
+    }
+    let (a, b) = (actual.to_f64_vec(), expected.to_f64_vec());
+    let close = |x: f64, y: f64| x == y || (x - y).abs() <= tol * (1.0 + y.abs());
+    let Some(first) = (0..a.len()).find(|&i| !close(a[i], b[i])) else {
+        return Ok(());
+    };
+    let mismatches = (0..a.len()).filter(|&i| !close(a[i], b[i])).count();
+    // f64::max ignores NaN, so the largest difference is over the comparable elements.
+    let largest = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+    let index = super::tensor::unravel(first, actual.shape());
+    let at = if index.is_empty() { String::new() } else { format!(" at index {index:?}") };
+    Err(fail(format!(
+        "assert_close failed{at}: actual {} but expected {} (tolerance {tol} · (1 + |expected|))",
+        format_float(actual.dtype(), a[first]),
+        format_float(expected.dtype(), b[first]),
+    ))
+    .note(format!("{mismatches} of {} elements differ; the largest difference is {largest}", a.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::FileId;
+    use crate::ir::{infer::infer, BinaryOp, DType, Literal, Op, TensorType};
+
+    /// A program: x = [1, 2.5], y = x + x; print y, (y, "ok"); assert_close(y, expected).
+    fn program(expected: Vec<f64>) -> (Program, Span) {
+        let mut p = Program::default();
+        let g = &mut p.graph;
+        let ty = TensorType::new(DType::F32, vec![2]);
+        let constant = |v: Vec<f64>| Op::Constant { value: Literal::Float(v), ty: ty.clone() };
+        let x = g.add(constant(vec![1.0, 2.5]), &[], ty.clone(), Span::default());
+        let add = Op::Binary(BinaryOp::Add);
+        let yty = infer(&add, &[&ty, &ty]).unwrap();
+        let y = g.add(add, &[x, x], yty, Span::default());
+        let e = g.add(constant(expected), &[], ty.clone(), Span::default());
+        let span = Span::new(FileId(0), 10, 30);
+        p.effects.push(Effect::Print { item: PrintItem::Tensor(y), full: false, span: Span::default() });
+        let tuple = PrintItem::Tuple(vec![PrintItem::Tensor(y), PrintItem::Text("ok".into())]);
+        p.effects.push(Effect::Print { item: tuple, full: false, span: Span::default() });
+        p.effects.push(Effect::AssertClose { actual: y, expected: e, tol: 1e-5, span });
+        (p, span)
+    }
+
+    #[test]
+    fn executes_prints_and_a_passing_assertion() {
+        let (p, _) = program(vec![2.0, 5.000001]);
+        let mut out = Vec::new();
+        execute(&p, &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "f32[2] [2, 5]\n(f32[2] [2, 5], ok)\n");
+    }
+
+    #[test]
+    fn a_failing_assertion_reports_index_values_and_span() {
+        let (p, span) = program(vec![2.0, 4.5]);
+        let mut out = Vec::new();
+        let e = execute(&p, &mut out).unwrap_err();
+        assert_eq!(e.code, Code::AssertFailed);
+        assert_eq!(e.span(), Some(span));
+        assert!(
+            e.message.contains("index [1]") && e.message.contains("actual 5") && e.message.contains("expected 4.5")
+        );
+        assert!(e.notes[0].contains("largest difference is 0.5"), "{:?}", e.notes);
+        // The prints before the assertion still happened.
+        assert_eq!(String::from_utf8(out).unwrap().lines().count(), 2);
+    }
+
+    #[test]
+    fn nan_and_shape_mismatches_fail_but_equal_infinities_pass() {
+        let t = |v: &[f64]| {
+            Tensor::from_literal(&Literal::Float(v.to_vec()), &TensorType::new(DType::F64, vec![v.len()])).unwrap()
+        };
+        let s = Span::default();
+        assert!(assert_close(&t(&[f64::INFINITY]), &t(&[f64::INFINITY]), 0.0, s).is_ok());
+        assert!(assert_close(&t(&[f64::NAN]), &t(&[f64::NAN]), 1.0, s).is_err());
+        assert!(assert_close(&t(&[1.0]), &t(&[1.0, 2.0]), 1.0, s).unwrap_err().message.contains("shapes differ"));
+        // The tolerance is relative to 1 + |expected|: 100 vs 100.5 passes with tol 0.005.
+        assert!(assert_close(&t(&[100.5]), &t(&[100.0]), 0.005, s).is_ok());
+    }
+}
