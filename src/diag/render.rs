@@ -48,18 +48,16 @@ struct Rendered<'a> {
 }
 
 impl std::fmt::Display for Rendered<'_> {
+    /// `error[E0303]: message`, the form rustc users know; the code is part
+    /// of the headline rather than miette's separate code line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.diag.message)
+        write!(f, "error[{}]: {}", self.diag.code.as_str(), self.diag.message)
     }
 }
 
 impl std::error::Error for Rendered<'_> {}
 
 impl miette::Diagnostic for Rendered<'_> {
-    fn code<'b>(&'b self) -> Option<Box<dyn std::fmt::Display + 'b>> {
-        Some(Box::new(self.diag.code.as_str()))
-    }
-
     fn help<'b>(&'b self) -> Option<Box<dyn std::fmt::Display + 'b>> {
         match (&self.diag.help, &self.notes) {
             (None, None) => None,

@@ -125,13 +125,14 @@ pub fn effect_operands(e: &Effect) -> Vec<NodeId> {
         match item {
             PrintItem::Tensor(id) => out.push(*id),
             PrintItem::Text(_) => {}
-            PrintItem::Tuple(items) => items.iter().for_each(|i| walk(i, out)),
+            PrintItem::Tuple(items) | PrintItem::Line(items) => items.iter().for_each(|i| walk(i, out)),
         }
     }
     let mut out = Vec::new();
     match e {
         Effect::Print { item, .. } => walk(item, &mut out),
         Effect::AssertClose { actual, expected, .. } => out.extend([*actual, *expected]),
+        other => out = other.plan_operands(),
     }
     out
 }

@@ -1,14 +1,22 @@
 //! Surface syntax: the pest grammar (`grammar/tfl.pest`) and the conversion
 //! of its parse tree into the owned AST. Nothing outside this module sees pest.
+//!
+//! Contract: `parse(source, file)` returns the `Program` or diagnostics
+//! (E0101–E0104) and never panics, whatever the input; `dump(&program)`
+//! renders the AST deterministically for snapshot tests.
+//!
+//! Example:
+//! ```
+//! let program = tfc::syntax::parse("let y = 1 + 2 * x\n", tfc::diag::FileId(0)).unwrap();
+//! assert!(tfc::syntax::dump(&program).contains("(binary + (int 1) (binary * (int 2) (name x)))"));
+//! ```
 
 pub mod ast;
+mod dump;
+mod newlines;
+mod parse;
+mod scan;
 
-/// Placeholder until the parser lands.
-pub fn parse(_source: &str, _file: crate::diag::FileId) -> crate::diag::Result<ast::Program> {
-    Ok(ast::Program { stmts: Vec::new() })
-}
-
-/// Placeholder until the parser lands.
-pub fn dump(_p: &ast::Program) -> String {
-    String::new()
-}
+pub use dump::dump;
+pub use newlines::{MAX_BRACKET_DEPTH, MAX_OPERATOR_DEPTH};
+pub use parse::parse;

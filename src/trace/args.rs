@@ -216,10 +216,7 @@ impl Tracer<'_> {
     /// Whether an effect or output still refers to a node.
     fn is_referenced(&self, id: crate::ir::NodeId) -> bool {
         self.graph.outputs.contains(&id)
-            || self.effects.iter().any(|e| match e {
-                crate::ir::Effect::AssertClose { actual, expected, .. } => *actual == id || *expected == id,
-                crate::ir::Effect::Print { item, .. } => prints(item, id),
-            })
+            || self.effects.iter().any(|e| crate::ir::numbering::effect_operands(e).contains(&id))
     }
 
     pub(crate) fn arg_ints(&mut self, a: &BuiltinArgs, i: usize) -> TResult<Vec<i64>> {
@@ -239,13 +236,5 @@ impl Tracer<'_> {
         let shape: Vec<usize> = ints.into_iter().map(|d| d as usize).collect();
         super::tensor::check_size(&shape, a.span_of(i))?;
         Ok(shape)
-    }
-}
-
-fn prints(item: &crate::ir::PrintItem, id: crate::ir::NodeId) -> bool {
-    match item {
-        crate::ir::PrintItem::Tensor(n) => *n == id,
-        crate::ir::PrintItem::Text(_) => false,
-        crate::ir::PrintItem::Tuple(items) => items.iter().any(|i| prints(i, id)),
     }
 }

@@ -10,8 +10,14 @@ use crate::trace::{Fail, TResult, Tracer};
 impl Tracer<'_> {
     pub(crate) fn effect_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         if a.name == "print" {
-            let (v, s) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a value"))?;
-            let item = self.print_item(&v, s)?;
+            // `print(a, b)` prints its arguments separated by spaces.
+            let (v, s) = a.get(0).cloned().unwrap_or((Value::Tuple(vec![]), a.span));
+            let Value::Tuple(parts) = v else { return Err(a.bad(0, "values")) };
+            let items = parts.iter().map(|p| self.print_item(p, s)).collect::<TResult<Vec<_>>>()?;
+            let item = match <[PrintItem; 1]>::try_from(items) {
+                Ok([one]) => one,
+                Err(items) => PrintItem::Line(items),
+            };
             let full = a.bool_or(1, false)?;
             self.effects.push(Effect::Print { item, full, span: a.span });
             return Ok(Value::Tuple(vec![]));

@@ -68,7 +68,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("ones_like", &["x"]),
     ("uniform", &["shape=", "seed=", "low=", "high=", "dtype="]),
     ("normal", &["shape=", "seed=", "mean=", "std=", "dtype="]),
-    ("print", &["x", "full="]),
+    ("print", &["xs..", "full="]),
     ("assert_close", &["actual", "expected", "tol="]),
     // Parsed and resolved now; executed by later versions.
     ("grad", &["f", "wrt="]),

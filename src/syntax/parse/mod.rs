@@ -1,0 +1,163 @@
+//! Parsing: runs the newline pre-pass, the pest grammar
+//! (`grammar/tfl.pest`), and converts the parse tree into the owned AST.
+//!
+//! Contract: `parse(source, file)` never panics. It returns the program, or
+//! diagnostics: E0101 (syntax), E0102 (nesting too deep), E0103 (bad number)
+//! or E0104 (bad string escape). A parse tree of an unexpected shape (a bug
+//! in the grammar or the builder) becomes an E0999 internal diagnostic.
+//!
+//! Example: `parse("let y = x |> f(2)\n", FileId(0))` gives one `Let` whose
+//! value is `Pipe(Name x, Call(Name f, [2]))`.
+//!
+//! The builder is split by topic: `items` (statements and items), `expr`
+//! (precedence and postfix), `literal` (numbers, strings, types, patterns)
+//! and `error` (pest errors in words).
+
+mod error;
+mod expr;
+mod items;
+mod literal;
+
+use super::ast::Program;
+use super::newlines;
+use crate::diag::{Diagnostic, FileId, Span};
+use pest::iterators::Pair;
+use pest::Parser as _;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "../grammar/tfl.pest"]
+struct TflParser;
+
+/// A parse-tree node.
+type Node<'i> = Pair<'i, Rule>;
+
+/// Parses a whole `.tfl` file.
+pub fn parse(source: &str, file: FileId) -> crate::diag::Result<Program> {
+    let prepared = newlines::prepare(source, file)?;
+    // Detailed attempts give the literal tokens pest expected (`)`, `=`),
+    // which the error reporter turns into words.
+    pest::set_error_detail(true);
+    let mut pairs =
+        TflParser::parse(Rule::program, &prepared.text).map_err(|e| vec![error::convert(&e, &prepared, file)])?;
+    let cx = Cx { file, text: &prepared.text, docs: &prepared.docs };
+    let program = pairs.next().ok_or_else(|| vec![Diagnostic::internal("the parser produced no program")])?;
+    items::program(&cx, program)
+}
+
+/// What the builder needs besides the tree: the file id, the pre-passed
+/// text (for trimming spans) and the doc comments.
+pub(crate) struct Cx<'a> {
+    file: FileId,
+    text: &'a str,
+    docs: &'a [(usize, String)],
+}
+
+impl Cx<'_> {
+    /// The span of a node, without trailing blanks: pest may include the
+    /// whitespace it skipped before a repetition that then matched nothing.
+    fn span(&self, node: &Node) -> Span {
+        let s = node.as_span();
+        let bytes = self.text.as_bytes();
+        let mut end = s.end();
+        while end > s.start() && matches!(bytes.get(end - 1), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            end -= 1;
+        }
+        Span::new(self.file, s.start(), end)
+    }
+
+    /// The doc comment written directly before offset `start`, if any.
+    fn doc_at(&self, start: usize) -> Option<String> {
+        self.docs.iter().find(|(at, _)| *at == start).map(|(_, text)| text.clone())
+    }
+}
+
+/// An internal error: the tree does not have the shape the grammar promises.
+fn internal(cx: &Cx, node: &Node, what: &str) -> Vec<Diagnostic> {
+    vec![Diagnostic::internal(format!("unexpected parse tree: {what} (rule {:?})", node.as_rule()))
+        .label(cx.span(node), "while reading this")]
+}
+
+/// Keywords, punctuation and separators carry no information once the rule
+/// around them matched; they are named in the grammar only so that syntax
+/// errors can say which one was expected.
+fn is_token(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::sep
+            | Rule::lparen
+            | Rule::rparen
+            | Rule::lbracket
+            | Rule::rbracket
+            | Rule::lbrace
+            | Rule::rbrace
+            | Rule::comma
+            | Rule::colon
+            | Rule::arrow
+            | Rule::assign_eq
+            | Rule::k_use
+            | Rule::k_const
+            | Rule::k_fn
+            | Rule::k_model
+            | Rule::k_param
+            | Rule::k_optimizer
+            | Rule::k_state
+            | Rule::k_update
+            | Rule::k_let
+            | Rule::k_train
+            | Rule::k_on
+            | Rule::k_every
+            | Rule::k_epochs
+            | Rule::k_eval
+            | Rule::k_checkpoint
+            | Rule::k_if
+            | Rule::k_else
+            | Rule::k_loss
+            | Rule::k_log
+    )
+}
+
+/// The children of a node that carry information (see `is_token`).
+fn inner<'i>(node: &Node<'i>) -> impl Iterator<Item = Node<'i>> {
+    node.clone().into_inner().filter(|n| !is_token(n.as_rule()))
+}
+
+type Inner<'i> = std::iter::Filter<pest::iterators::Pairs<'i, Rule>, fn(&Node<'i>) -> bool>;
+
+/// The children of a node, tokens skipped, read in order.
+struct Kids<'i> {
+    parent: Node<'i>,
+    items: std::iter::Peekable<Inner<'i>>,
+}
+
+impl<'i> Kids<'i> {
+    fn of(node: &Node<'i>) -> Kids<'i> {
+        let keep: fn(&Node<'i>) -> bool = |n| !is_token(n.as_rule());
+        Kids { parent: node.clone(), items: node.clone().into_inner().filter(keep).peekable() }
+    }
+
+    /// The next child, which must be `rule`.
+    fn expect(&mut self, cx: &Cx, rule: Rule) -> crate::diag::Result<Node<'i>> {
+        match self.items.next() {
+            Some(n) if n.as_rule() == rule => Ok(n),
+            Some(n) => Err(internal(cx, &n, &format!("expected {rule:?}"))),
+            None => Err(internal(cx, &self.parent, &format!("missing {rule:?}"))),
+        }
+    }
+
+    /// The next child if it is `rule`.
+    fn optional(&mut self, rule: Rule) -> Option<Node<'i>> {
+        if self.items.peek().is_some_and(|n| n.as_rule() == rule) {
+            self.items.next()
+        } else {
+            None
+        }
+    }
+
+    /// The next child, whatever it is.
+    fn next(&mut self) -> Option<Node<'i>> {
+        self.items.next()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,190 @@
+//! Unit tests of the parser: precedence, spans, and the guarantees that
+//! hold for any input (no panic, bounded depth).
+
+use super::parse;
+use crate::diag::{Code, FileId};
+use crate::syntax::dump;
+
+fn ok(src: &str) -> String {
+    match parse(src, FileId(0)) {
+        Ok(p) => dump(&p),
+        Err(d) => panic!("unexpected errors for {src:?}: {d:#?}"),
+    }
+}
+
+fn err(src: &str) -> (Code, String) {
+    match parse(src, FileId(0)) {
+        Ok(p) => panic!("expected an error for {src:?}, got {}", dump(&p)),
+        Err(d) => (d[0].code, d[0].message.clone()),
+    }
+}
+
+#[test]
+fn precedence_follows_the_table() {
+    assert!(ok("a + b * c").contains("(binary + (name a) (binary * (name b) (name c)))"));
+    assert!(ok("-x ^ 2").contains("(unary - (binary ^ (name x) (int 2)))"));
+    assert!(ok("a ^ b ^ c").contains("(binary ^ (name a) (binary ^ (name b) (name c)))"));
+    assert!(ok("a - b - c").contains("(binary - (binary - (name a) (name b)) (name c))"));
+    assert!(ok("-a @ b").contains("(binary @ (unary - (name a)) (name b))"));
+    assert!(ok("not a and b or c").contains("(binary or (binary and (unary not (name a)) (name b)) (name c))"));
+    assert!(ok("x |> f |> g(1)").contains("(pipe (pipe (name x) (name f)) (call (name g) (int 1)))"));
+    assert!(ok("a < b + 1 == c").contains("(binary == (binary < (name a) (binary + (name b) (int 1))) (name c))"));
+}
+
+#[test]
+fn statement_spans_exclude_trailing_blanks() {
+    assert!(ok("let a = 1   // note\nlet b = 2\n").starts_with("@0..9 (let a (int 1))\n@20..29 "));
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    // Runs on a thread with the default 2 MiB test stack on purpose.
+    let handle = std::thread::Builder::new().stack_size(2 * 1024 * 1024).spawn(|| {
+        for src in [
+            "(".repeat(100_000),
+            format!("let x = {}", "[".repeat(100_000)),
+            format!("let x = {}y", "- ".repeat(100_000)),
+            format!("let x = {}y", "not ".repeat(100_000)),
+            format!("let x = y{}", " ^ y".repeat(100_000)),
+            format!("let x = y{}", " + y".repeat(100_000)),
+            format!("let x = f{}", "(1)".repeat(100_000)),
+            format!("let x = y{}", ".a".repeat(100_000)),
+            format!("let f = {}1", "fn(x) = ".repeat(100_000)),
+        ] {
+            assert_eq!(err(&src).0, Code::TooDeep, "{}", &src[..20]);
+        }
+    });
+    assert!(handle.is_ok_and(|h| h.join().is_ok()));
+}
+
+#[test]
+fn nesting_at_the_limits_parses_and_dumps() {
+    let handle = std::thread::Builder::new().stack_size(2 * 1024 * 1024).spawn(|| {
+        let depth = crate::syntax::MAX_BRACKET_DEPTH - 1;
+        let parens = format!("let x = {}y{}", "(".repeat(depth), ")".repeat(depth));
+        assert!(ok(&parens).contains("(let x (name y))"));
+        let calls = format!("let x = {}y{}", "f(".repeat(depth), ")".repeat(depth));
+        assert_eq!(ok(&calls).matches("(call").count(), depth);
+        let minus = format!("let x = {}y", "-".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
+        assert_eq!(ok(&minus).matches("(unary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
+        let pow = format!("let x = y{}", " ^ y".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
+        assert_eq!(ok(&pow).matches("(binary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
+        let mixed = format!("let x = {}y{}", "[-(".repeat(42), ")]".repeat(42));
+        assert_eq!(ok(&mixed).matches("(tensor").count(), 42);
+    });
+    assert!(handle.is_ok_and(|h| h.join().is_ok()));
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    let samples = [
+        "",
+        "\n\n;;",
+        "let",
+        "fn",
+        "model M {",
+        "}",
+        "\"",
+        "x.",
+        "1e",
+        "9223372036854775808",
+        "é",
+        "f(,)",
+        "let (a, = 1",
+        "train",
+        "a |>",
+        "x[::]",
+        "x[]",
+        "-",
+        "optimizer o { }",
+        "use a.{",
+        "\u{0}",
+    ];
+    for s in samples {
+        let _ = parse(s, FileId(0));
+    }
+}
+
+#[test]
+fn syntax_errors_are_described_in_words() {
+    assert_eq!(err("f(1 2)"), (Code::Syntax, "expected `,` or `)` after an argument, found `2`".into()));
+    assert_eq!(err("let x = )").1, "unexpected `)`");
+    assert_eq!(err("let x = f(a = )").1, "expected an expression, found `)`");
+    assert_eq!(err("let x: f32[B, +] = 1").1, "expected a dimension (a number, a name or `_`) or `]`, found `+`");
+    assert_eq!(err("fn f(x 5)").1, "expected `,`, `)`, `:` or `=`, found `5`");
+    assert_eq!(err("let x = if a { 1 } else 2").1, "expected `{`, found `2`");
+    assert_eq!(err("let x = a +\n").1, "expected an expression, found the end of the file");
+    assert_eq!(err("let x = 1 2").1, "expected the end of the statement, found `2`");
+    assert_eq!(err("let on = 1").1, "`on` is a keyword and cannot be used as a name");
+    assert_eq!(err("let x = 99999999999999999999").0, Code::BadNumber);
+    assert_eq!(err("let s = \"a\\qb\"").0, Code::BadEscape);
+}
+
+#[test]
+fn random_token_soup_never_panics() {
+    const VOCAB: [&str; 48] = [
+        "let",
+        "fn",
+        "model",
+        "optimizer",
+        "train",
+        "on",
+        "every",
+        "epochs",
+        "steps",
+        "eval",
+        "checkpoint",
+        "log",
+        "loss",
+        "param",
+        "state",
+        "update",
+        "use",
+        "if",
+        "else",
+        "not",
+        "and",
+        "x",
+        "f",
+        "1",
+        "2.5e-3",
+        "0.5f16",
+        "\"s\\n\"",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ";",
+        "\n",
+        "=",
+        ":",
+        "->",
+        "|>",
+        ".",
+        "...",
+        "+",
+        "-",
+        "^",
+        "@",
+        "/* c */",
+        "// c\n",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..3000 {
+        let len = next() % 24;
+        let src: Vec<&str> = (0..len).map(|_| VOCAB[(next() % VOCAB.len() as u64) as usize]).collect();
+        let src = src.join(" ");
+        if let Err(diags) = parse(&src, FileId(0)) {
+            assert!(diags.iter().all(|d| d.code != Code::Internal), "internal error for {src:?}: {diags:?}");
+        }
+    }
+}
