@@ -106,9 +106,8 @@ fn has_train(text: &str) -> bool {
 fn run(example: &Example) -> Result<(), String> {
     let mut s = tfc::driver::Session::new();
     let f = s.add_source(&example.name, &example.text);
-    let program = s
-        .check(f)
-        .map_err(|diags| format!("does not check:\n{}", tfc::diag::render(&diags, &s.sources, false)))?;
+    let program =
+        s.check(f).map_err(|diags| format!("does not check:\n{}", tfc::diag::render(&diags, &s.sources, false)))?;
     let mut stdout: Vec<u8> = Vec::new();
     if let Err(d) = tfc::backend::interp::execute(&program, &mut stdout) {
         let printed = String::from_utf8_lossy(&stdout);
@@ -119,9 +118,9 @@ fn run(example: &Example) -> Result<(), String> {
     }
     let printed = String::from_utf8(stdout).map_err(|_| "printed text that is not UTF-8".to_string())?;
     match &example.expected {
-        Some(expected) if *expected != printed => {
-            Err(format!("prints something else than its ```output block:\n--- expected\n{expected}--- printed\n{printed}---"))
-        }
+        Some(expected) if *expected != printed => Err(format!(
+            "prints something else than its ```output block:\n--- expected\n{expected}--- printed\n{printed}---"
+        )),
         _ => Ok(()),
     }
 }
