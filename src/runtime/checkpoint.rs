@@ -66,7 +66,7 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
         metadata.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
     header.insert("__metadata__".into(), meta.into());
     let mut json = serde_json::Value::Object(header).to_string().into_bytes();
-    while json.len() % 8 != 0 {
+    while !json.len().is_multiple_of(8) {
         json.push(b' ');
     }
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

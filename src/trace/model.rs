@@ -14,10 +14,7 @@ use std::rc::Rc;
 impl Tracer<'_> {
     /// `Model(args…, seed = s)`: evaluates the members in order.
     pub(crate) fn instantiate(&mut self, def: &Rc<ModelDefValue>, mut args: CallArgs, span: Span) -> TResult<Value> {
-        let (seed, prefix) = match self.model_path.take() {
-            Some(p) => p,
-            None => (0, String::new()),
-        };
+        let (seed, prefix) = self.model_path.take().unwrap_or_default();
         let has_seed_param = def.def.params.iter().any(|p| p.name.name == "seed");
         let mut seed = seed;
         if !has_seed_param {

@@ -74,7 +74,7 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) ->
 mod tests {
     use super::*;
     use crate::diag::FileId;
-    use crate::ir::{infer::infer, BinaryOp, DType, Literal, Op, TensorType};
+    use crate::ir::{infer::infer, BinaryOp, DType, Effect, Literal, Op, TensorType};
 
     /// A program: x = [1, 2.5], y = x + x; print y, (y, "ok"); assert_close(y, expected).
     fn program(expected: Vec<f64>) -> (Program, Span) {
