@@ -154,9 +154,17 @@ pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span:
         let mut inputs = b.clone();
         inputs.extend(extra.iter().cloned());
         let size = b.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
-        let r = match regions.iter().find(|(s, _)| *s == size).or(regions.first().filter(|_| plan.data.batch_sizes.is_empty())) {
+        let r = match regions
+            .iter()
+            .find(|(s, _)| *s == size)
+            .or(regions.first().filter(|_| plan.data.batch_sizes.is_empty()))
+        {
             Some((_, r)) => r,
-            None => return Err(Diagnostic::internal(format!("runtime: no metric region was compiled for batches of {size}"))),
+            None => {
+                return Err(Diagnostic::internal(format!(
+                    "runtime: no metric region was compiled for batches of {size}"
+                )))
+            }
         };
         let out = ex.run_region(r, &inputs)?;
         let v = out.first().map(|t| t.to_f64_vec()).and_then(|v| v.first().copied()).unwrap_or(f64::NAN);

@@ -23,8 +23,8 @@ mod tensor;
 mod train;
 mod value;
 
-pub use tensor::round_to;
 pub use builtins::elements_text as data_elements_text;
+pub use tensor::round_to;
 pub use value::Value;
 
 /// Names of every built-in operation.
@@ -78,7 +78,8 @@ pub struct Tracer<'s> {
     /// Directory that relative data paths resolve against.
     pub(crate) base_dir: std::path::PathBuf,
     /// CSV files already read while checking, by path and label column.
-    pub(crate) csv_cache: std::collections::HashMap<(std::path::PathBuf, Option<i64>), Rc<crate::ir::plan::HostColumns>>,
+    pub(crate) csv_cache:
+        std::collections::HashMap<(std::path::PathBuf, Option<i64>), Rc<crate::ir::plan::HostColumns>>,
     /// The value of the built-in `training` (true inside a train step).
     pub(crate) training: bool,
     /// While tracing `eval` metrics of a train block: reductions are
@@ -92,7 +93,11 @@ pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::
 }
 
 /// Like `trace_program`, resolving relative data paths against `base_dir`.
-pub fn trace_program_in(program: &ast::Program, sources: &mut SourceMap, base_dir: &std::path::Path) -> crate::diag::Result<Program> {
+pub fn trace_program_in(
+    program: &ast::Program,
+    sources: &mut SourceMap,
+    base_dir: &std::path::Path,
+) -> crate::diag::Result<Program> {
     let mut tracer = Tracer {
         graph: Graph::new(),
         effects: Vec::new(),

@@ -30,7 +30,12 @@ struct ParamInfo {
 
 impl Tracer<'_> {
     /// `adam(lr = 1e-3)`: binds the optimizer's hyper-parameters.
-    pub(crate) fn instantiate_optimizer(&mut self, def: &Rc<super::value::OptimizerDefValue>, args: CallArgs, span: Span) -> TResult<Value> {
+    pub(crate) fn instantiate_optimizer(
+        &mut self,
+        def: &Rc<super::value::OptimizerDefValue>,
+        args: CallArgs,
+        span: Span,
+    ) -> TResult<Value> {
         let scope = Scope::child(&def.env);
         let bound = super::call::bind_args(&def.def.name.name, &def.def.params, args, span, def.def.name.span)?;
         for (param, arg) in def.def.params.iter().zip(bound) {
@@ -71,7 +76,12 @@ impl Tracer<'_> {
             })
             .collect();
         if params.is_empty() {
-            return Err(Diagnostic::new(Code::Kind, format!("model `{}` has no parameters to train", model.def.name.name)).label(t.model.span, "this model").into());
+            return Err(Diagnostic::new(
+                Code::Kind,
+                format!("model `{}` has no parameters to train", model.def.name.name),
+            )
+            .label(t.model.span, "this model")
+            .into());
         }
         // Initial optimizer states, computed outside the step from each
         // parameter's initial value.
@@ -165,10 +175,13 @@ impl Tracer<'_> {
             match g {
                 Some(g) => grads.push(g),
                 None => {
-                    return Err(Diagnostic::new(Code::NoGradient, format!("parameter `{}` gets no gradient from the loss", p.path))
-                        .label(fields.loss_span, "this loss does not depend on it")
-                        .help("use the parameter in `forward`, or remove it from the model")
-                        .into())
+                    return Err(Diagnostic::new(
+                        Code::NoGradient,
+                        format!("parameter `{}` gets no gradient from the loss", p.path),
+                    )
+                    .label(fields.loss_span, "this loss does not depend on it")
+                    .help("use the parameter in `forward`, or remove it from the model")
+                    .into())
                 }
             }
         }
@@ -191,12 +204,21 @@ impl Tracer<'_> {
         Ok(Region { inputs, outputs })
     }
 
-    fn loss_value(&mut self, fields: &Fields, batch: Vec<(Value, Span)>, env: &Rc<Scope>) -> TResult<super::tensor::Operand> {
+    fn loss_value(
+        &mut self,
+        fields: &Fields,
+        batch: Vec<(Value, Span)>,
+        env: &Rc<Scope>,
+    ) -> TResult<super::tensor::Operand> {
         let scope = Scope::child(env);
         if fields.loss_params.len() != batch.len() {
             return Err(Diagnostic::new(
                 Code::Arity,
-                format!("the loss takes {} argument(s) but each batch has {} part(s)", fields.loss_params.len(), batch.len()),
+                format!(
+                    "the loss takes {} argument(s) but each batch has {} part(s)",
+                    fields.loss_params.len(),
+                    batch.len()
+                ),
             )
             .label(fields.loss_span, "this loss")
             .into());
@@ -213,10 +235,13 @@ impl Tracer<'_> {
             Value::Tensor(id, ty) if ty.rank() == 0 && ty.dtype.is_float() => {
                 Ok(super::tensor::Operand { id: *id, ty: ty.clone(), span: fields.loss_body.span })
             }
-            other => Err(Diagnostic::new(Code::LossNotScalar, format!("the loss must be a float scalar, but it is {}", other.describe()))
-                .label(fields.loss_body.span, other.describe())
-                .help("reduce it, e.g. with `mean(...)`; the std losses already return the batch mean")
-                .into()),
+            other => Err(Diagnostic::new(
+                Code::LossNotScalar,
+                format!("the loss must be a float scalar, but it is {}", other.describe()),
+            )
+            .label(fields.loss_body.span, other.describe())
+            .help("reduce it, e.g. with `mean(...)`; the std losses already return the batch mean")
+            .into()),
         }
     }
 
@@ -287,7 +312,12 @@ impl Tracer<'_> {
         let mut new_states = Vec::new();
         for (name, _) in &opt.def.states {
             let v = scope.get_local(&name.name).unwrap_or(Value::Poison);
-            new_states.push(self.fit(&v, &p.ty, name.span, &format!("optimizer state `{}` of `{}`", name.name, p.path))?);
+            new_states.push(self.fit(
+                &v,
+                &p.ty,
+                name.span,
+                &format!("optimizer state `{}` of `{}`", name.name, p.path),
+            )?);
         }
         Ok((new_param, new_states))
     }
@@ -296,14 +326,27 @@ impl Tracer<'_> {
     /// dtype or shape is an error naming `what`).
     fn fit(&mut self, v: &Value, ty: &TensorType, span: Span, what: &str) -> TResult<NodeId> {
         let o = self.operand(v, Some(ty.dtype), span)?;
-        if o.ty.dtype != ty.dtype || crate::ir::infer::broadcast_shapes(&o.ty.shape, &ty.shape).as_deref() != Some(&ty.shape[..]) {
-            return Err(Diagnostic::new(Code::Annotation, format!("{what} must be {ty}, but it is {}", o.ty)).label(span, o.ty.to_string()).into());
+        if o.ty.dtype != ty.dtype
+            || crate::ir::infer::broadcast_shapes(&o.ty.shape, &ty.shape).as_deref() != Some(&ty.shape[..])
+        {
+            return Err(Diagnostic::new(Code::Annotation, format!("{what} must be {ty}, but it is {}", o.ty))
+                .label(span, o.ty.to_string())
+                .into());
         }
         Ok(self.broadcast_to(&o, &ty.shape, span)?.id)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn eval_plan(&mut self, model: &Rc<ModelInstance>, params: &[ParamInfo], metric: &ast::Expr, data: &ast::Expr, every: usize, name: &str, env: &Rc<Scope>) -> TResult<EvalPlan> {
+    fn eval_plan(
+        &mut self,
+        model: &Rc<ModelInstance>,
+        params: &[ParamInfo],
+        metric: &ast::Expr,
+        data: &ast::Expr,
+        every: usize,
+        name: &str,
+        env: &Rc<Scope>,
+    ) -> TResult<EvalPlan> {
         let span = metric.span;
         let types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
         let (param_inputs, param_args) = self.slots_for(&types, span);
@@ -317,14 +360,22 @@ impl Tracer<'_> {
         let pending = std::mem::replace(&mut self.pending_reduce, saved).unwrap_or_default();
         r?;
         let Some(mut reduce) = pending.into_iter().next() else {
-            return Err(Diagnostic::new(Code::Kind, "an `eval` metric must evaluate the model over the dataset (e.g. `accuracy` from std.metrics)")
-                .label(span, "this metric computes no dataset reduction")
-                .into());
+            return Err(Diagnostic::new(
+                Code::Kind,
+                "an `eval` metric must evaluate the model over the dataset (e.g. `accuracy` from std.metrics)",
+            )
+            .label(span, "this metric computes no dataset reduction")
+            .into());
         };
         for (_, region) in &mut reduce.regions {
             region.inputs.extend(param_inputs.iter().cloned());
         }
-        Ok(EvalPlan { name: name.to_string(), reduce, param_slots: param_inputs.iter().map(|(s, _)| *s).collect(), every })
+        Ok(EvalPlan {
+            name: name.to_string(),
+            reduce,
+            param_slots: param_inputs.iter().map(|(s, _)| *s).collect(),
+            every,
+        })
     }
 }
 
@@ -347,7 +398,8 @@ impl Fields {
     fn read(tr: &mut Tracer, t: &ast::TrainDef, env: &Rc<Scope>) -> TResult<Fields> {
         let mut loss = None;
         let mut optimizer = None;
-        let (mut epochs, mut steps, mut clip, mut checkpoint, mut log, mut resume) = (None, None, None, None, None, None);
+        let (mut epochs, mut steps, mut clip, mut checkpoint, mut log, mut resume) =
+            (None, None, None, None, None, None);
         let mut evals = Vec::new();
         for f in &t.fields {
             match f {
@@ -369,7 +421,12 @@ impl Fields {
                         ("resume", Value::Str(s)) => resume = Some(s),
                         ("workers", Value::Int(1)) => {}
                         ("workers", _) => {
-                            return Err(Diagnostic::new(Code::Unsupported, "data-parallel training (`workers`) is not supported yet").label(*span, "here").into())
+                            return Err(Diagnostic::new(
+                                Code::Unsupported,
+                                "data-parallel training (`workers`) is not supported yet",
+                            )
+                            .label(*span, "here")
+                            .into())
                         }
                         (n @ ("optimizer" | "epochs" | "steps" | "clip_grad_norm" | "resume"), other) => {
                             let want = match n {
@@ -378,11 +435,18 @@ impl Fields {
                                 "clip_grad_norm" => "a positive number",
                                 _ => "a positive int",
                             };
-                            return Err(Diagnostic::new(Code::Kind, format!("`{n}` must be {want}, found {}", other.describe())).label(value.span, "here").into());
+                            return Err(Diagnostic::new(
+                                Code::Kind,
+                                format!("`{n}` must be {want}, found {}", other.describe()),
+                            )
+                            .label(value.span, "here")
+                            .into());
                         }
                         (other, _) => {
                             let known = ["optimizer", "epochs", "steps", "clip_grad_norm", "resume", "workers"];
-                            let mut d = Diagnostic::new(Code::UnknownField, format!("`{other}` is not a train setting")).label(name.span, "unknown setting");
+                            let mut d =
+                                Diagnostic::new(Code::UnknownField, format!("`{other}` is not a train setting"))
+                                    .label(name.span, "unknown setting");
                             if let Some(s) = crate::diag::did_you_mean(other, known) {
                                 d = d.help(format!("did you mean `{s}`?"));
                             }
@@ -414,10 +478,17 @@ impl Fields {
             }
         }
         let Some((loss_params, loss_body, loss_span)) = loss else {
-            return Err(Diagnostic::new(Code::MissingArgument, "a train block needs a loss: `loss(x, y) = …`").label(t.span, "no loss here").into());
+            return Err(Diagnostic::new(Code::MissingArgument, "a train block needs a loss: `loss(x, y) = …`")
+                .label(t.span, "no loss here")
+                .into());
         };
         let Some(optimizer) = optimizer else {
-            return Err(Diagnostic::new(Code::MissingArgument, "a train block needs an optimizer: `optimizer = adam(lr = 1e-3)`").label(t.span, "no optimizer here").into());
+            return Err(Diagnostic::new(
+                Code::MissingArgument,
+                "a train block needs an optimizer: `optimizer = adam(lr = 1e-3)`",
+            )
+            .label(t.span, "no optimizer here")
+            .into());
         };
         if epochs.is_none() && steps.is_none() {
             epochs = Some(1);
@@ -429,7 +500,9 @@ impl Fields {
 fn every_count(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> TResult<usize> {
     let Some(e) = every else { return Ok(1) };
     if e.unit == ast::EveryUnit::Steps {
-        return Err(Diagnostic::new(Code::Unsupported, "`every N steps` is not supported yet; use `every N epochs`").label(e.span, "here").into());
+        return Err(Diagnostic::new(Code::Unsupported, "`every N steps` is not supported yet; use `every N epochs`")
+            .label(e.span, "here")
+            .into());
     }
     match tr.eval(&e.count, env)? {
         Value::Int(n) if n > 0 => Ok(n as usize),
@@ -438,7 +511,9 @@ fn every_count(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> 
 }
 
 fn kind_error(span: Span, want: &str, found: &Value) -> super::Fail {
-    Diagnostic::new(Code::Kind, format!("expected {want}, found {}", found.describe())).label(span, found.describe()).into()
+    Diagnostic::new(Code::Kind, format!("expected {want}, found {}", found.describe()))
+        .label(span, found.describe())
+        .into()
 }
 
 fn tensor_id(v: &Value) -> NodeId {

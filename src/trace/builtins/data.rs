@@ -5,7 +5,6 @@
 //! types, like any other function. `load_csv` reads its file while checking,
 //! because the element shapes and count come from it.
 
-
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{Dataset, Region, Source, Transform};
 use crate::ir::{DType, Effect, Op, TensorType};
@@ -25,16 +24,25 @@ impl Tracer<'_> {
                     return Err(a.bad_value(0, format!("the length cannot be negative ({n})")));
                 }
                 let n = n as usize;
-                Ok(dataset(Dataset { source: Source::Range(n), transforms: vec![], element: vec![TensorType::scalar(DType::I32)], len: Some(n), batch_sizes: vec![] }))
+                Ok(dataset(Dataset {
+                    source: Source::Range(n),
+                    transforms: vec![],
+                    element: vec![TensorType::scalar(DType::I32)],
+                    len: Some(n),
+                    batch_sizes: vec![],
+                }))
             }
             "first" | "collect" => self.collect_builtin(a),
             "count" => {
                 let d = self.arg_dataset(a, 0)?;
                 match d.len {
                     Some(n) => Ok(Value::Int(n as i64)),
-                    None => Err(Diagnostic::new(Code::NotStatic, "the number of elements after `filter` is not known before running")
-                        .label(a.span_of(0), "this dataset is filtered")
-                        .into()),
+                    None => Err(Diagnostic::new(
+                        Code::NotStatic,
+                        "the number of elements after `filter` is not known before running",
+                    )
+                    .label(a.span_of(0), "this dataset is filtered")
+                    .into()),
                 }
             }
             "split" => self.split(a),
@@ -63,14 +71,22 @@ impl Tracer<'_> {
         let host = match self.csv_cache.get(&key) {
             Some(h) => h.clone(),
             None => {
-                let h = Rc::new(crate::runtime::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?);
+                let h = Rc::new(
+                    crate::runtime::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?,
+                );
                 self.csv_cache.insert(key, h.clone());
                 h
             }
         };
         let n = host.columns.first().map(|(t, _)| t.shape[0]).unwrap_or(0);
         let element = host.columns.iter().map(|(t, _)| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
-        Ok(dataset(Dataset { source: Source::Host(host), transforms: vec![], element, len: Some(n), batch_sizes: vec![] }))
+        Ok(dataset(Dataset {
+            source: Source::Host(host),
+            transforms: vec![],
+            element,
+            len: Some(n),
+            batch_sizes: vec![],
+        }))
     }
 
     fn from_tensors(&mut self, a: &BuiltinArgs) -> TResult<Value> {
@@ -84,14 +100,23 @@ impl Tracer<'_> {
         for (v, s) in &parts {
             let o = self.operand(v, None, *s)?;
             let Some(&first) = o.ty.shape.first() else {
-                return Err(Diagnostic::new(Code::Rank, format!("`from_tensors` needs tensors of rank ≥ 1 (elements along the first axis), found {}", o.ty))
-                    .label(*s, o.ty.to_string())
-                    .into());
+                return Err(Diagnostic::new(
+                    Code::Rank,
+                    format!("`from_tensors` needs tensors of rank ≥ 1 (elements along the first axis), found {}", o.ty),
+                )
+                .label(*s, o.ty.to_string())
+                .into());
             };
             if n.is_some_and(|n| n != first) {
-                return Err(Diagnostic::new(Code::Concat, format!("`from_tensors`: the tensors hold different numbers of elements ({} and {first})", n.unwrap_or(0)))
-                    .label(*s, o.ty.to_string())
-                    .into());
+                return Err(Diagnostic::new(
+                    Code::Concat,
+                    format!(
+                        "`from_tensors`: the tensors hold different numbers of elements ({} and {first})",
+                        n.unwrap_or(0)
+                    ),
+                )
+                .label(*s, o.ty.to_string())
+                .into());
             }
             n = Some(first);
             ids.push(o.id);
@@ -108,7 +133,12 @@ impl Tracer<'_> {
         }
         let seed = a.int_or(2, 0)? as u64;
         let Some(len) = d.len else {
-            return Err(Diagnostic::new(Code::NotStatic, "`split` needs a dataset whose length is known (not filtered)").label(a.span_of(0), "filtered dataset").into());
+            return Err(Diagnostic::new(
+                Code::NotStatic,
+                "`split` needs a dataset whose length is known (not filtered)",
+            )
+            .label(a.span_of(0), "filtered dataset")
+            .into());
         };
         let count = (fraction * len as f64).round() as usize;
         let part = |first: bool, n: usize| {
@@ -131,9 +161,15 @@ impl Tracer<'_> {
                     match outputs.as_slice() {
                         [t] if t.dtype == DType::Bool && t.rank() == 0 => {}
                         _ => {
-                            return Err(Diagnostic::new(Code::Kind, format!("a `filter` function must return a bool scalar, it returns {}", types_text(&outputs)))
-                                .label(a.span_of(1), "this function")
-                                .into())
+                            return Err(Diagnostic::new(
+                                Code::Kind,
+                                format!(
+                                    "a `filter` function must return a bool scalar, it returns {}",
+                                    types_text(&outputs)
+                                ),
+                            )
+                            .label(a.span_of(1), "this function")
+                            .into())
                         }
                     }
                     out.len = None;
@@ -156,11 +192,14 @@ impl Tracer<'_> {
                     return Err(a.bad_value(1, format!("the batch size must be positive, not {n}")));
                 }
                 if !d.batch_sizes.is_empty() {
-                    return Err(Diagnostic::new(Code::Unsupported, "batching a batched dataset is not supported yet").label(a.span, "second batch").into());
+                    return Err(Diagnostic::new(Code::Unsupported, "batching a batched dataset is not supported yet")
+                        .label(a.span, "second batch")
+                        .into());
                 }
                 let n = n as usize;
                 let drop = a.bool_or(2, false)?;
-                out.element = d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect();
+                out.element =
+                    d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect();
                 out.batch_sizes = vec![n];
                 if let Some(len) = d.len {
                     if !drop && len % n != 0 {
@@ -188,7 +227,11 @@ impl Tracer<'_> {
                 }
                 let n = n as usize;
                 out.len = d.len.map(|l| if a.name == "take" { l.min(n) } else { l.saturating_sub(n) });
-                if a.name == "take" { Transform::Take(n) } else { Transform::Skip(n) }
+                if a.name == "take" {
+                    Transform::Take(n)
+                } else {
+                    Transform::Skip(n)
+                }
             }
             "cache" => Transform::Cache,
             _ => match a.get(1) {
@@ -203,7 +246,14 @@ impl Tracer<'_> {
 
     /// Traces `f` once over slots of the element types; returns the region
     /// and its output types.
-    fn element_region(&mut self, element: &[TensorType], batch_sizes: &[usize], f: Value, f_span: Span, span: Span) -> TResult<(Region, Vec<TensorType>)> {
+    fn element_region(
+        &mut self,
+        element: &[TensorType],
+        batch_sizes: &[usize],
+        f: Value,
+        f_span: Span,
+        span: Span,
+    ) -> TResult<(Region, Vec<TensorType>)> {
         if !batch_sizes.is_empty() && batch_sizes.len() > 1 {
             return Err(Diagnostic::new(Code::Unsupported, "`map` after `batch` with a partial last batch is not supported yet; map before batching or use `drop_remainder = true`")
                 .label(span, "here")
@@ -227,7 +277,11 @@ impl Tracer<'_> {
 
     /// Fresh slot nodes for values of `types`: the region inputs and the
     /// values to pass as arguments.
-    pub(crate) fn slots_for(&mut self, types: &[TensorType], span: Span) -> (Vec<(usize, TensorType)>, Vec<(Value, Span)>) {
+    pub(crate) fn slots_for(
+        &mut self,
+        types: &[TensorType],
+        span: Span,
+    ) -> (Vec<(usize, TensorType)>, Vec<(Value, Span)>) {
         let mut inputs = Vec::new();
         let mut args = Vec::new();
         for t in types {
@@ -249,10 +303,20 @@ impl Tracer<'_> {
         let all = a.name == "collect";
         let types: Vec<TensorType> = if all {
             let Some(n) = d.len else {
-                return Err(Diagnostic::new(Code::NotStatic, "`collect` needs a dataset whose length is known (not filtered)").label(a.span_of(0), "filtered dataset").into());
+                return Err(Diagnostic::new(
+                    Code::NotStatic,
+                    "`collect` needs a dataset whose length is known (not filtered)",
+                )
+                .label(a.span_of(0), "filtered dataset")
+                .into());
             };
             if !d.batch_sizes.is_empty() {
-                return Err(Diagnostic::new(Code::Unsupported, "`collect` of a batched dataset is not supported; collect before batching").label(a.span_of(0), "batched").into());
+                return Err(Diagnostic::new(
+                    Code::Unsupported,
+                    "`collect` of a batched dataset is not supported; collect before batching",
+                )
+                .label(a.span_of(0), "batched")
+                .into());
             }
             d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect()
         } else {
@@ -288,4 +352,3 @@ pub fn elements_text(d: &Dataset) -> String {
     let n = d.len.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
     format!("{n} elements {}", types_text(&d.element))
 }
-

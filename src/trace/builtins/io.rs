@@ -3,7 +3,7 @@
 //! of `f` over a dataset's batches, which metrics such as `accuracy` use.
 
 use crate::diag::{Code, Diagnostic};
-use crate::ir::plan::{Region, ReducePlan};
+use crate::ir::plan::{ReducePlan, Region};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
@@ -44,7 +44,8 @@ impl Tracer<'_> {
     pub(crate) fn evaluate_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         let d = self.arg_dataset(a, 0)?;
         let f = a.get(1).map(|(v, _)| v.clone()).ok_or_else(|| a.bad(1, "a function"))?;
-        let sizes: Vec<Option<usize>> = if d.batch_sizes.is_empty() { vec![None] } else { d.batch_sizes.iter().map(|&b| Some(b)).collect() };
+        let sizes: Vec<Option<usize>> =
+            if d.batch_sizes.is_empty() { vec![None] } else { d.batch_sizes.iter().map(|&b| Some(b)).collect() };
         let mut regions = Vec::new();
         for size in sizes {
             let types: Vec<TensorType> = d
@@ -59,9 +60,12 @@ impl Tracer<'_> {
             let out = self.call_value(f.clone(), a.span_of(1), args, vec![], a.span)?;
             let o = self.operand(&out, None, a.span_of(1))?;
             if o.ty.rank() != 0 || !o.ty.dtype.is_float() {
-                return Err(Diagnostic::new(Code::Kind, format!("`evaluate` needs a function returning a float scalar, it returns {}", o.ty))
-                    .label(a.span_of(1), "this function")
-                    .into());
+                return Err(Diagnostic::new(
+                    Code::Kind,
+                    format!("`evaluate` needs a function returning a float scalar, it returns {}", o.ty),
+                )
+                .label(a.span_of(1), "this function")
+                .into());
             }
             let o = self.cast(&o, DType::F32, a.span)?;
             regions.push((size.unwrap_or(0), Region { inputs, outputs: vec![o.id] }));
