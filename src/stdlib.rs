@@ -2,7 +2,14 @@
 //! program never depends on files next to the executable.
 
 /// Every std module: its dotted name and source text.
-pub const MODULES: &[(&str, &str)] = &[("std.math", include_str!("../std/math.tfl"))];
+pub const MODULES: &[(&str, &str)] = &[
+    ("std.math", include_str!("../std/math.tfl")),
+    ("std.init", include_str!("../std/init.tfl")),
+    ("std.nn", include_str!("../std/nn.tfl")),
+    ("std.loss", include_str!("../std/loss.tfl")),
+    ("std.optim", include_str!("../std/optim.tfl")),
+    ("std.metrics", include_str!("../std/metrics.tfl")),
+];
 
 /// The source of a std module such as `std.math`.
 pub fn source(module: &str) -> Option<&'static str> {

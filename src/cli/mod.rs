@@ -29,6 +29,9 @@ enum Command {
     Run {
         /// The .tfl file.
         file: PathBuf,
+        /// Stop at the first op that produces a NaN or infinity, naming its source line.
+        #[arg(long)]
+        check_numerics: bool,
     },
     /// Compile a program and show an intermediate form.
     Build {
@@ -62,7 +65,7 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file } => run(&mut session, file),
+        Command::Run { file, check_numerics } => run(&mut session, file, *check_numerics),
         Command::Build { file, emit, output } => build::build(&mut session, file, *emit, output.as_deref()),
     };
     match result {
@@ -90,12 +93,13 @@ fn check(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagno
     Ok(())
 }
 
-fn run(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagnostic>> {
+fn run(session: &mut Session, file: &std::path::Path, check_numerics: bool) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
     let program = session.check(id)?;
+    let options = crate::runtime::exec::RunOptions { check_numerics, base_dir: session.base_dir(id) };
     let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
-    let result = crate::backend::interp::execute(&program, &mut out).map_err(|d| vec![d]);
+    let mut out = std::io::LineWriter::new(stdout.lock());
+    let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);
     let _ = out.flush();
     result
 }

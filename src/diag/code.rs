@@ -57,6 +57,8 @@ codes! {
     Ragged = "E0315", "a tensor literal is ragged or mixes kinds of elements";
     SymbolicDim = "E0316", "a symbolic dimension is bound to two different sizes";
     TooLarge = "E0317", "a tensor shape is too large to allocate";
+    LossNotScalar = "E0318", "a training loss is not a float scalar";
+    NoGradient = "E0319", "a trained parameter gets no gradient from the loss";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Unsupported = "E0901", "the construct parses but is not executable in this version";

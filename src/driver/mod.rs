@@ -66,7 +66,16 @@ impl Session {
     pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         let ast = self.parse(file)?;
         crate::sema::resolve(&ast)?;
-        crate::trace::trace_program(&ast, &mut self.sources)
+        let base = self.base_dir(file);
+        crate::trace::trace_program_in(&ast, &mut self.sources, &base)
+    }
+}
+
+impl Session {
+    /// The directory relative paths in `file` resolve against (§8): the
+    /// file's own directory.
+    pub fn base_dir(&self, file: FileId) -> std::path::PathBuf {
+        Path::new(self.sources.name(file)).parent().map(Path::to_path_buf).unwrap_or_default()
     }
 }
 

@@ -43,9 +43,8 @@ pub fn to_dot(p: &Program) -> String {
     }
     for (i, e) in p.effects.iter().enumerate() {
         let label = match e {
-            Effect::Print { full: true, .. } => "print {full=true}".to_string(),
-            Effect::Print { .. } => "print".to_string(),
             Effect::AssertClose { tol, .. } => format!("assert_close tol={}", float(*tol)),
+            other => other.summary(),
         };
         let _ = writeln!(out, "  effect{i} [shape=note, label=\"{}\"];", escape(&label));
         let operands = effect_operands(e);

@@ -51,7 +51,7 @@ pub fn window_output(input: usize, window: usize, stride: usize, dilation: usize
 /// The result type of `op` applied to operands of types `inputs`.
 pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } => 0,
+        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::Slot { .. } => 0,
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -68,6 +68,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         return err(Code::Internal, format!("{} takes {arity} operands, got {}", op.name(), inputs.len()));
     }
     match op {
+        Op::Slot { ty, .. } => Ok(ty.clone()),
         Op::Constant { value, ty } => {
             if value.len() != ty.numel() {
                 return err(Code::Internal, format!("constant has {} values for {ty}", value.len()));

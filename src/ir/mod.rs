@@ -7,6 +7,7 @@ mod graph;
 pub mod infer;
 pub mod numbering;
 mod op;
+pub mod plan;
 pub mod print;
 mod program;
 #[cfg(test)]

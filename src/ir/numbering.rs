@@ -132,6 +132,7 @@ pub fn effect_operands(e: &Effect) -> Vec<NodeId> {
     match e {
         Effect::Print { item, .. } => walk(item, &mut out),
         Effect::AssertClose { actual, expected, .. } => out.extend([*actual, *expected]),
+        other => out = other.plan_operands(),
     }
     out
 }

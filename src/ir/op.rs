@@ -111,6 +111,13 @@ pub enum Distribution {
 /// A primitive operation. Output dtype and shape are on the node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
+    /// A value supplied by the runtime (0 inputs): a per-step input of a
+    /// region (a batch, a parameter inside a training step) or the result of
+    /// an effect that ran earlier (trained parameters, a metric).
+    Slot {
+        slot: usize,
+        ty: TensorType,
+    },
     /// A literal tensor (0 inputs).
     Constant {
         value: Literal,
@@ -237,6 +244,7 @@ impl Op {
     /// The op's name in the text IR.
     pub fn name(&self) -> &'static str {
         match self {
+            Op::Slot { .. } => "slot",
             Op::Constant { .. } => "constant",
             Op::Iota { .. } => "iota",
             Op::Random { dist: Distribution::Uniform, .. } => "random_uniform",

@@ -106,6 +106,10 @@ pub fn print_effect(e: &Effect, numbering: &Numbering) -> String {
         Effect::AssertClose { actual, expected, tol, .. } => {
             format!("assert_close {}, {} tol={}", numbering.name(*actual), numbering.name(*expected), float(*tol))
         }
+        other => {
+            let reads: Vec<String> = other.plan_operands().iter().map(|&id| numbering.name(id)).collect();
+            format!("{} reads [{}]", other.summary(), reads.join(", "))
+        }
     }
 }
 
@@ -128,6 +132,7 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
     match op {
         Op::Constant { .. } | Op::Unary(_) | Op::Binary(_) | Op::Select | Op::MatMul => Vec::new(),
         Op::Iota { axis, .. } => vec![format!("axis={axis}")],
+        Op::Slot { slot, .. } => vec![format!("slot={slot}")],
         Op::Random { seed, .. } => vec![format!("seed={seed}")],
         Op::Cast(to) => vec![format!("to={to}")],
         Op::Reduce { axes, keepdims, .. } => vec![format!("axes={}", list(axes)), format!("keepdims={keepdims}")],

@@ -2,6 +2,7 @@
 //! statements (`print`, `assert_close`), which read graph values.
 
 use super::graph::{Graph, NodeId};
+use super::types::TensorType;
 use crate::diag::Span;
 
 /// One printed item: a tensor (by node) or a compile-time value already
@@ -22,6 +23,17 @@ pub enum Effect {
     Print { item: PrintItem, full: bool, span: Span },
     /// `assert_close(a, b, tol)`: fails the run if any |a - b| > tol·(1 + |b|).
     AssertClose { actual: NodeId, expected: NodeId, tol: f64, span: Span },
+    /// `train … { … }`: runs the loop, then fills `result_slots`.
+    Train(Box<super::plan::TrainPlan>),
+    /// A reduction over a dataset (a metric); fills `slot` with the f32 mean.
+    Reduce { plan: Box<super::plan::ReducePlan>, slot: usize, span: Span },
+    /// `first(ds)` / `collect(ds)`: fills `slots` with the first element or
+    /// with all elements stacked.
+    Collect { data: Box<super::plan::Dataset>, all: bool, slots: Vec<usize>, span: Span },
+    /// `save(model, path)`: writes the named tensors as safetensors.
+    Save { tensors: Vec<(String, NodeId)>, path: String, span: Span },
+    /// `load(model, path)`: reads named tensors of the given types into slots.
+    Load { tensors: Vec<(String, TensorType, usize)>, path: String, span: Span },
 }
 
 /// What `tfc run` executes: evaluate the graph, then perform the effects in
@@ -30,4 +42,69 @@ pub enum Effect {
 pub struct Program {
     pub graph: Graph,
     pub effects: Vec<Effect>,
+}
+
+impl Effect {
+    /// A short description for the text IR and DOT export, e.g.
+    /// `train epochs=30 steps_per_shape=[64, 29]`.
+    pub fn summary(&self) -> String {
+        match self {
+            Effect::Print { full, .. } => {
+                if *full {
+                    "print {full=true}".into()
+                } else {
+                    "print".into()
+                }
+            }
+            Effect::AssertClose { .. } => "assert_close".into(),
+            Effect::Train(t) => {
+                let shapes: Vec<usize> = t.steps.iter().map(|(b, _)| *b).collect();
+                format!("train params={} batches={shapes:?} results=slots{:?}", t.params.len(), t.result_slots)
+            }
+            Effect::Reduce { slot, .. } => format!("reduce_mean -> slot {slot}"),
+            Effect::Collect { all, slots, .. } => {
+                format!("{} -> slots {slots:?}", if *all { "collect" } else { "first" })
+            }
+            Effect::Save { path, tensors, .. } => format!("save {} tensors to {path:?}", tensors.len()),
+            Effect::Load { path, tensors, .. } => format!("load {} tensors from {path:?}", tensors.len()),
+        }
+    }
+
+    /// The graph nodes a plan-carrying effect reads (sources, initial values,
+    /// region outputs), in a fixed order.
+    pub fn plan_operands(&self) -> Vec<NodeId> {
+        fn dataset(d: &super::plan::Dataset, out: &mut Vec<NodeId>) {
+            if let super::plan::Source::Nodes(ids) = &d.source {
+                out.extend(ids);
+            }
+            for t in &d.transforms {
+                if let super::plan::Transform::Map(r) | super::plan::Transform::Filter(r) = t {
+                    out.extend(&r.outputs);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        match self {
+            Effect::Print { .. } | Effect::AssertClose { .. } | Effect::Load { .. } => {}
+            Effect::Train(t) => {
+                dataset(&t.data, &mut out);
+                out.extend(t.params.iter().map(|(_, id)| *id));
+                out.extend(t.states.iter().map(|(_, id)| *id));
+                for (_, r) in &t.steps {
+                    out.extend(&r.outputs);
+                }
+                for e in &t.evals {
+                    dataset(&e.reduce.data, &mut out);
+                    e.reduce.regions.iter().for_each(|(_, r)| out.extend(&r.outputs));
+                }
+            }
+            Effect::Reduce { plan, .. } => {
+                dataset(&plan.data, &mut out);
+                plan.regions.iter().for_each(|(_, r)| out.extend(&r.outputs));
+            }
+            Effect::Collect { data, .. } => dataset(data, &mut out),
+            Effect::Save { tensors, .. } => out.extend(tensors.iter().map(|(_, id)| *id)),
+        }
+        out
+    }
 }

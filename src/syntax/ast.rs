@@ -252,6 +252,9 @@ pub struct Arg {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+// Index lists are short and built once per parse; boxing the slice bounds
+// would only add indirection for the tracer.
+#[allow(clippy::large_enum_variant)]
 pub enum IndexItem {
     Single(Expr),
     Slice { start: Option<Expr>, stop: Option<Expr>, step: Option<Expr>, span: Span },

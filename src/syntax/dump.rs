@@ -77,12 +77,17 @@ fn write_flat(s: &S, out: &mut String) {
 fn write_sexp(s: &S, indent: usize, out: &mut String) {
     match s {
         S::List(items) if flat_width(s, WIDTH.saturating_sub(indent)).is_none() => {
+            // The head and the atoms right after it (names, operators) stay
+            // on the first line; each list after them gets its own line.
             out.push('(');
-            let mut rest = items.iter();
-            if let Some(head) = rest.next() {
-                write_flat(head, out);
+            let lead = items.iter().take_while(|i| matches!(i, S::Atom(_))).count().max(1);
+            for (i, item) in items[..lead.min(items.len())].iter().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_flat(item, out);
             }
-            for item in rest {
+            for item in items.iter().skip(lead) {
                 out.push('\n');
                 out.push_str(&" ".repeat(indent + 2));
                 write_sexp(item, indent + 2, out);
@@ -100,9 +105,7 @@ fn stmt_sexp(kind: &StmtKind) -> S {
             let group = group.as_ref().map(|g| list("group", g.iter().map(|i| atom(&i.name))));
             list("use", std::iter::once(atom(path)).chain(group))
         }
-        StmtKind::Const { name, ty, value } => {
-            list("const", [atom(&name.name)].into_iter().chain(ty.as_ref().map(ty_sexp)).chain([expr(value)]))
-        }
+        StmtKind::Const { name, ty, value } => list("const", [typed(&name.name, ty.as_ref()), expr(value)]),
         StmtKind::Fn(f) => fn_sexp(f),
         StmtKind::Model(m) => model_sexp(m),
         StmtKind::Optimizer(o) => {
@@ -120,20 +123,26 @@ fn stmt_sexp(kind: &StmtKind) -> S {
 }
 
 fn let_sexp(pattern: &Pattern, ty: Option<&TypeExpr>, value: &Expr) -> S {
-    list("let", [atom(pattern_text(pattern))].into_iter().chain(ty.map(ty_sexp)).chain([expr(value)]))
+    list("let", [typed(&pattern_text(pattern), ty), expr(value)])
+}
+
+/// `name` or `name: type`, as one atom.
+fn typed(name: &str, ty: Option<&TypeExpr>) -> S {
+    match ty {
+        Some(t) => atom(format!("{name}: {}", ty_text(t))),
+        None => atom(name),
+    }
 }
 
 fn fn_sexp(f: &FnDef) -> S {
-    let ret = f.ret.as_ref().map(|t| list("->", [ty_sexp(t)]));
+    let ret = f.ret.as_ref().map(|t| atom(format!("-> {}", ty_text(t))));
     list("fn", [atom(&f.name.name), params_sexp(&f.params)].into_iter().chain(ret).chain([expr(&f.body)]))
 }
 
 fn model_sexp(m: &ModelDef) -> S {
     let members = m.members.iter().map(|member| match member {
-        ModelMember::Param { name, ty, init, .. } => list("param", [atom(&name.name), ty_sexp(ty), expr(init)]),
-        ModelMember::State { name, ty, init, .. } => {
-            list("state", [atom(&name.name)].into_iter().chain(ty.as_ref().map(ty_sexp)).chain([expr(init)]))
-        }
+        ModelMember::Param { name, ty, init, .. } => list("param", [typed(&name.name, Some(ty)), expr(init)]),
+        ModelMember::State { name, ty, init, .. } => list("state", [typed(&name.name, ty.as_ref()), expr(init)]),
         ModelMember::Field { name, value, .. } => list("member", [atom(&name.name), expr(value)]),
         ModelMember::Method(f) => fn_sexp(f),
     });
@@ -162,18 +171,13 @@ fn params_sexp(params: &[Param]) -> S {
     list(
         "params",
         params.iter().map(|p| {
-            if p.ty.is_none() && p.default.is_none() {
-                return atom(&p.name.name);
+            let name = typed(&p.name.name, p.ty.as_ref());
+            match &p.default {
+                Some(d) => S::List(vec![name, atom("="), expr(d)]),
+                None => name,
             }
-            let ty = p.ty.as_ref().map(|t| [atom(":"), ty_sexp(t)]).into_iter().flatten();
-            let default = p.default.as_ref().map(|d| [atom("="), expr(d)]).into_iter().flatten();
-            S::List(std::iter::once(atom(&p.name.name)).chain(ty).chain(default).collect())
         }),
     )
-}
-
-fn ty_sexp(t: &TypeExpr) -> S {
-    atom(ty_text(t))
 }
 
 fn ty_text(t: &TypeExpr) -> String {
@@ -194,7 +198,15 @@ fn ty_text(t: &TypeExpr) -> String {
         TypeKind::Float => "float".into(),
         TypeKind::Bool => "bool".into(),
         TypeKind::Str => "str".into(),
-        TypeKind::Tuple(parts) => format!("({})", parts.iter().map(ty_text).collect::<Vec<_>>().join(", ")),
+        TypeKind::Tuple(parts) => tuple_text(parts.iter().map(ty_text).collect()),
+    }
+}
+
+/// `(a, b)`, with the trailing comma of a one-element tuple: `(a,)`.
+fn tuple_text(parts: Vec<String>) -> String {
+    match parts.as_slice() {
+        [one] => format!("({one},)"),
+        _ => format!("({})", parts.join(", ")),
     }
 }
 
@@ -202,7 +214,7 @@ fn pattern_text(p: &Pattern) -> String {
     match p {
         Pattern::Name(i) => i.name.clone(),
         Pattern::Wildcard(_) => "_".into(),
-        Pattern::Tuple(parts, _) => format!("({})", parts.iter().map(pattern_text).collect::<Vec<_>>().join(", ")),
+        Pattern::Tuple(parts, _) => tuple_text(parts.iter().map(pattern_text).collect()),
     }
 }
 

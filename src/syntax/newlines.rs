@@ -78,10 +78,14 @@ pub fn prepare(src: &str, file: FileId) -> crate::diag::Result<Prepared> {
     st.run().map_err(|d| vec![d])?;
     if let Some(frame) = st.frames.get(1..).and_then(|f| f.last()) {
         let open = Span::new(file, frame.open, frame.open + 1);
-        let end = Span::new(file, src.len(), src.len());
+        // Point at the end of the last text, not past a trailing newline,
+        // so the label shows on a line the user can see.
+        let last = src.trim_end().len();
+        let close = closer(frame.kind);
         return Err(vec![Diagnostic::new(Code::Syntax, format!("unclosed `{}`", frame.kind as char))
             .label(open, "this bracket is never closed")
-            .label(end, format!("expected `{}` before the end of the file", closer(frame.kind)))]);
+            .label(Span::new(file, last, last), format!("expected `{close}` by here"))
+            .help(format!("add the missing `{close}`"))]);
     }
     // Comments are blanked whole (they start and end on char boundaries), so
     // the copy is still UTF-8; failing here would be a bug in this pass.

@@ -126,6 +126,7 @@ impl Tracer<'_> {
             }
             Value::Method(m, d) => self.call_method(&m, &d, args, span),
             Value::Grad(g) => self.call_grad(&g, args, f_span, span),
+            Value::OptimizerDef(d) => self.instantiate_optimizer(&d, args, span),
             Value::Poison => Err(super::Fail::Poisoned),
             other => Err(Diagnostic::new(Code::NotCallable, format!("{} cannot be called", other.describe()))
                 .label(f_span, "not a function")

@@ -75,6 +75,9 @@ impl Tracer<'_> {
                 v => Ok(v),
             };
         }
+        if name == "training" {
+            return Ok(Value::Bool(self.training));
+        }
         if let Some(d) = DType::from_name(name) {
             return Ok(Value::DType(d));
         }
@@ -97,7 +100,14 @@ impl Tracer<'_> {
     }
 
     pub(crate) fn block(&mut self, b: &ast::Block, env: &Rc<Scope>) -> TResult<Value> {
-        let scope = Scope::child(env);
+        self.block_in(b, &Scope::child(env))
+    }
+
+    /// Evaluates a block's statements directly in `scope`, so that the
+    /// caller can read the final values of names the block assigned (the
+    /// optimizer states of an `update` block).
+    pub(crate) fn block_in(&mut self, b: &ast::Block, scope: &Rc<Scope>) -> TResult<Value> {
+        let scope = scope.clone();
         for stmt in &b.stmts {
             match stmt {
                 ast::BlockStmt::Let { pattern, ty, value, .. } => {

@@ -20,9 +20,11 @@ mod index;
 mod model;
 mod modules;
 mod tensor;
+mod train;
 mod value;
 
 pub use tensor::round_to;
+pub use builtins::elements_text as data_elements_text;
 pub use value::Value;
 
 /// Names of every built-in operation.
@@ -30,7 +32,7 @@ pub fn builtin_names() -> &'static [&'static str] {
     builtins::NAMES
 }
 
-use crate::diag::{Diagnostic, SourceMap, Span};
+use crate::diag::{Diagnostic, SourceMap};
 use crate::ir::{Effect, Graph, Program};
 use crate::syntax::ast;
 use std::rc::Rc;
@@ -71,10 +73,26 @@ pub struct Tracer<'s> {
     /// The seed and path prefix for the model instantiated by the member
     /// expression being evaluated (`l1 = Dense(…)` inside a model).
     pub(crate) model_path: Option<(u64, String)>,
+    /// The last slot number handed out (slots are unique per program).
+    pub(crate) next_slot: usize,
+    /// Directory that relative data paths resolve against.
+    pub(crate) base_dir: std::path::PathBuf,
+    /// CSV files already read while checking, by path and label column.
+    pub(crate) csv_cache: std::collections::HashMap<(std::path::PathBuf, Option<i64>), Rc<crate::ir::plan::HostColumns>>,
+    /// The value of the built-in `training` (true inside a train step).
+    pub(crate) training: bool,
+    /// While tracing `eval` metrics of a train block: reductions are
+    /// collected here instead of becoming effects.
+    pub(crate) pending_reduce: Option<Vec<crate::ir::plan::ReducePlan>>,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
 pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::diag::Result<Program> {
+    trace_program_in(program, sources, std::path::Path::new("."))
+}
+
+/// Like `trace_program`, resolving relative data paths against `base_dir`.
+pub fn trace_program_in(program: &ast::Program, sources: &mut SourceMap, base_dir: &std::path::Path) -> crate::diag::Result<Program> {
     let mut tracer = Tracer {
         graph: Graph::new(),
         effects: Vec::new(),
@@ -84,6 +102,11 @@ pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::
         modules: Default::default(),
         param_context: None,
         model_path: None,
+        next_slot: 0,
+        base_dir: base_dir.to_path_buf(),
+        csv_cache: Default::default(),
+        training: false,
+        pending_reduce: None,
     };
     let env = tracer.prelude_scope();
     tracer.run_stmts(&program.stmts, &env);
@@ -137,8 +160,12 @@ impl Tracer<'_> {
                 env.set(&def.name.name, Value::ModelDef(Rc::new(v)));
                 Ok(())
             }
-            ast::StmtKind::Optimizer(def) => Err(unsupported(def.span, "optimizer definitions")),
-            ast::StmtKind::Train(def) => Err(unsupported(def.span, "`train` blocks")),
+            ast::StmtKind::Optimizer(def) => {
+                let v = value::OptimizerDefValue { def: def.clone(), env: env.clone() };
+                env.set(&def.name.name, Value::OptimizerDef(Rc::new(v)));
+                Ok(())
+            }
+            ast::StmtKind::Train(def) => self.train(def, env),
             ast::StmtKind::Let { pattern, ty, value } => {
                 let v = self.eval(value, env)?;
                 if let Some(ty) = ty {
@@ -186,12 +213,4 @@ fn bind_poison(pattern: &ast::Pattern, env: &Rc<Scope>) {
         ast::Pattern::Wildcard(_) => {}
         ast::Pattern::Tuple(parts, _) => parts.iter().for_each(|p| bind_poison(p, env)),
     }
-}
-
-/// The diagnostic for a construct that parses but is executed by a later
-/// version of tfc.
-pub(crate) fn unsupported(span: Span, what: &str) -> Fail {
-    Diagnostic::new(crate::diag::Code::Unsupported, format!("{what} are not supported yet"))
-        .label(span, "parsed, but this version cannot check or run it")
-        .into()
 }

@@ -14,10 +14,7 @@ use std::rc::Rc;
 impl Tracer<'_> {
     /// `Model(args…, seed = s)`: evaluates the members in order.
     pub(crate) fn instantiate(&mut self, def: &Rc<ModelDefValue>, mut args: CallArgs, span: Span) -> TResult<Value> {
-        let (seed, prefix) = match self.model_path.take() {
-            Some(p) => p,
-            None => (0, String::new()),
-        };
+        let (seed, prefix) = self.model_path.take().unwrap_or_default();
         let has_seed_param = def.def.params.iter().any(|p| p.name.name == "seed");
         let mut seed = seed;
         if !has_seed_param {
@@ -87,7 +84,16 @@ impl Tracer<'_> {
                 ModelMember::Method(_) => {}
             }
         }
-        Ok(Value::Model(Rc::new(ModelInstance { def: def.def.clone(), scope, params, submodels })))
+        let instance = Rc::new(ModelInstance { def: def.def.clone(), scope: scope.clone(), params, submodels });
+        // Methods can call each other by bare name (`helper(x)` in `forward`).
+        for member in &def.def.members {
+            if let ModelMember::Method(d) = member {
+                if !scope.has_local(&d.name.name) {
+                    scope.set(&d.name.name, Value::Method(instance.clone(), Rc::new(d.clone())));
+                }
+            }
+        }
+        Ok(Value::Model(instance))
     }
 
     /// A declared tensor type with every dimension known in `scope`.

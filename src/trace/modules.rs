@@ -26,7 +26,6 @@ impl Tracer<'_> {
     /// The outermost scope: names that are values rather than functions.
     fn builtin_scope(&self) -> Rc<Scope> {
         let root = Scope::root();
-        root.set("training", Value::Bool(false));
         root.set("auto", Value::Str("auto".into()));
         root
     }
@@ -86,7 +85,8 @@ impl Tracer<'_> {
     }
 
     fn import_item(&mut self, module: &Rc<Scope>, item: &Ident, env: &Rc<Scope>) -> TResult<()> {
-        match module.get_local(&item.name) {
+        let found = module.get_local(&item.name).or_else(|| super::builtins::lookup(&item.name).map(Value::Builtin));
+        match found {
             Some(v) => {
                 env.set(&item.name, v);
                 Ok(())

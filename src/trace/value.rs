@@ -36,6 +36,12 @@ pub enum Value {
     Method(Rc<ModelInstance>, Rc<ast::FnDef>),
     /// An imported module used as a namespace (`use std.nn` then `nn.Dense`).
     Module(Rc<Scope>),
+    /// A dataset pipeline (§8).
+    Dataset(Rc<crate::ir::plan::Dataset>),
+    /// An `optimizer` item (calling it binds its hyper-parameters).
+    OptimizerDef(Rc<OptimizerDefValue>),
+    /// An optimizer with its hyper-parameters bound: `adam(lr = 1e-3)`.
+    Optimizer(Rc<OptimizerValue>),
     /// `grad(f, wrt)` or `value_and_grad(f, wrt)`: calling it traces `f`
     /// and differentiates the result.
     Grad(Rc<GradFn>),
@@ -60,6 +66,9 @@ impl Value {
             Value::Model(m) => format!("a model `{}`", m.def.name.name),
             Value::Module(_) => "a module".into(),
             Value::Poison => "an erroneous value".into(),
+            Value::Dataset(d) => format!("a dataset of {}", crate::trace::data_elements_text(d)),
+            Value::OptimizerDef(_) => "an optimizer definition".into(),
+            Value::Optimizer(_) => "an optimizer".into(),
         }
     }
 }
@@ -73,6 +82,19 @@ pub struct Closure {
     pub body: ast::Expr,
     pub env: Rc<Scope>,
     pub span: Span,
+}
+
+#[derive(Debug)]
+pub struct OptimizerDefValue {
+    pub def: ast::OptimizerDef,
+    pub env: Rc<Scope>,
+}
+
+/// An optimizer whose hyper-parameters are bound in `scope`.
+#[derive(Debug)]
+pub struct OptimizerValue {
+    pub def: ast::OptimizerDef,
+    pub scope: Rc<Scope>,
 }
 
 /// A function transformed by `grad` or `value_and_grad`.
@@ -107,6 +129,18 @@ pub struct ModelInstance {
 }
 
 impl ModelInstance {
+    /// Rebinds the parameter at `path` (`l1.w`) to `value`.
+    pub fn set_param(&self, path: &str, value: Value) {
+        match path.split_once('.') {
+            Some((sub, rest)) => {
+                if let Some(Value::Model(m)) = self.scope.get_local(sub) {
+                    m.set_param(rest, value);
+                }
+            }
+            None => self.scope.set(path, value),
+        }
+    }
+
     /// `l1.w`-style paths of every parameter, depth first in declaration order.
     pub fn param_paths(&self) -> Vec<(String, Value)> {
         let mut out = Vec::new();

@@ -12,29 +12,15 @@
 //!
 //! Example: `execute(&program, &mut std::io::stdout())`.
 
-use super::{evaluate, Tensor, Values};
+use super::{Tensor, Values};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::{Effect, NodeId, PrintItem, Program};
+use crate::ir::{NodeId, PrintItem, Program};
 use crate::runtime::format::{format_float, format_tensor};
 
-/// Evaluates `program` and performs its effects, writing printed lines to `out`.
+/// Runs `program` with the reference interpreter, writing printed lines to
+/// `out` (relative data paths resolve against the current directory).
 pub fn execute(program: &Program, out: &mut dyn std::io::Write) -> Result<(), Diagnostic> {
-    let values = evaluate(&program.graph)?;
-    for effect in &program.effects {
-        match effect {
-            Effect::Print { item, full, span } => {
-                let text = print_item(item, *full, &values)?;
-                writeln!(out, "{text}").map_err(|e| {
-                    Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}"))
-                        .label(*span, "while printing this")
-                })?;
-            }
-            Effect::AssertClose { actual, expected, tol, span } => {
-                assert_close(value(&values, *actual)?, value(&values, *expected)?, *tol, *span)?;
-            }
-        }
-    }
-    Ok(())
+    crate::runtime::exec::execute(program, out, crate::runtime::exec::RunOptions::default())
 }
 
 fn value(values: &Values, id: NodeId) -> Result<&Tensor, Diagnostic> {
@@ -88,7 +74,7 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) ->
 mod tests {
     use super::*;
     use crate::diag::FileId;
-    use crate::ir::{infer::infer, BinaryOp, DType, Literal, Op, TensorType};
+    use crate::ir::{infer::infer, BinaryOp, DType, Effect, Literal, Op, TensorType};
 
     /// A program: x = [1, 2.5], y = x + x; print y, (y, "ok"); assert_close(y, expected).
     fn program(expected: Vec<f64>) -> (Program, Span) {

@@ -1,4 +1,4 @@
-//! Ops that pick elements by index: slice, pad, gather and one_hot.
+//! Ops that pick elements by index: slice, pad, gather, scatter_add and one_hot.
 //!
 //! Contract:
 //! - `slice`: output element `k` of dim `d` is input element
@@ -9,6 +9,10 @@
 //!   (TensorFlow `gather`, NumPy `take`). Every index must lie in
 //!   `[0, size)`; a negative or too-large index is a runtime error (E0402),
 //!   as on TensorFlow's CPU — no wrap-around.
+//! - `scatter_add(indices, updates, axis, dim)`: the adjoint of `gather`:
+//!   `out[o.., indices[i..], r..] += updates[o.., i.., r..]` into zeros with
+//!   `dim` elements along `axis`; repeated indices accumulate (in row-major
+//!   index order) and an index outside `[0, dim)` is a runtime error (E0402).
 //! - `one_hot`: an index outside `[0, depth)` gives a row of zeros
 //!   (TensorFlow `one_hot`).
 //!
@@ -83,16 +87,7 @@ pub fn gather(params: &Tensor, indices: &Tensor, axis: usize) -> Result<Data, Di
         .to_i64_vec()
         .ok_or_else(|| Diagnostic::internal(format!("interpreter: gather indices of dtype {}", indices.dtype())))?;
     let n = p_shape[axis];
-    for (j, &i) in idx.iter().enumerate() {
-        if i < 0 || i >= n as i64 {
-            let at = unravel(j, indices.shape());
-            return Err(runtime(format!(
-                "gather index {i} is out of range for axis {axis} of size {n} (at indices{at:?} of {})",
-                indices.ty()
-            ))
-            .help(format!("valid indices along axis {axis} are 0 to {}", n as i64 - 1)));
-        }
-    }
+    check_indices(&idx, indices, axis, n, "gather")?;
     let outer: usize = p_shape[..axis].iter().product();
     let inner: usize = p_shape[axis + 1..].iter().product();
     let mut out_shape = p_shape[..axis].to_vec();
@@ -109,6 +104,56 @@ pub fn gather(params: &Tensor, indices: &Tensor, axis: usize) -> Result<Data, Di
         }
         Ok(T::wrap(array_from(&out_shape, out)?))
     })
+}
+
+/// The adjoint of `gather` along `axis` (see the module doc): zeros of
+/// shape `updates.shape[..axis] ++ [dim] ++ updates.shape[axis + indices.rank..]`,
+/// then every update slice added at its index.
+pub fn scatter_add(indices: &Tensor, updates: &Tensor, axis: usize, dim: usize) -> Result<Data, Diagnostic> {
+    let (i_shape, u_shape) = (indices.shape(), updates.shape());
+    let ir = i_shape.len();
+    if u_shape.len() < axis + ir || u_shape[axis..axis + ir] != *i_shape {
+        return Err(Diagnostic::internal(format!(
+            "interpreter: scatter_add of updates {u_shape:?} at axis {axis} with indices {i_shape:?}"
+        )));
+    }
+    let idx = indices.to_i64_vec().ok_or_else(|| {
+        Diagnostic::internal(format!("interpreter: scatter_add indices of dtype {}", indices.dtype()))
+    })?;
+    check_indices(&idx, indices, axis, dim, "scatter_add")?;
+    let outer: usize = u_shape[..axis].iter().product();
+    let inner: usize = u_shape[axis + ir..].iter().product();
+    let mut out_shape = u_shape[..axis].to_vec();
+    out_shape.push(dim);
+    out_shape.extend_from_slice(&u_shape[axis + ir..]);
+    with_elem!(updates.data(), T => {
+        let values = flat(array::<T>(updates)?);
+        let mut out = vec![T::zero(); outer * dim * inner];
+        for o in 0..outer {
+            for (p, &i) in idx.iter().enumerate() {
+                let (to, from) = ((o * dim + i as usize) * inner, (o * idx.len() + p) * inner);
+                for k in 0..inner {
+                    out[to + k] = out[to + k].add(values[from + k]);
+                }
+            }
+        }
+        Ok(T::wrap(array_from(&out_shape, out)?))
+    })
+}
+
+/// A runtime error (E0402) for the first index outside `[0, n)`.
+fn check_indices(idx: &[i64], indices: &Tensor, axis: usize, n: usize, op: &str) -> Result<(), Diagnostic> {
+    for (j, &i) in idx.iter().enumerate() {
+        if i < 0 || i >= n as i64 {
+            let at = unravel(j, indices.shape());
+            return Err(runtime(format!(
+                "{op} index {i} is out of range for axis {axis} of size {n} (at indices{at:?} of {})",
+                indices.ty()
+            ))
+            .help(format!("valid indices along axis {axis} are 0 to {}", n as i64 - 1)));
+        }
+    }
+    Ok(())
 }
 
 /// One-hot rows of `depth` elements of `dtype` for integer `indices`.
@@ -131,7 +176,7 @@ pub fn one_hot(indices: &Tensor, depth: usize, dtype: DType) -> Result<Data, Dia
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{floats, ints, run, try_run};
+    use super::super::testutil::{assert_near, dot, floats, ints, normal, run, try_run};
     use crate::diag::Code;
     use crate::ir::{DType, Op};
 
@@ -192,5 +237,49 @@ mod tests {
         assert_eq!(y.to_f64_vec(), vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
         let y = run(Op::OneHot { depth: 2, dtype: DType::Bool }, &[&ints(DType::I64, &[1], &[1])]);
         assert_eq!((y.dtype(), y.to_f64_vec()), (DType::Bool, vec![0.0, 1.0]));
+    }
+
+    #[test]
+    fn scatter_add_accumulates_repeated_indices() {
+        // Rows of [[1, 2], [3, 4], [5, 6]] go to rows 2, 0, 2 of zeros[3, 2].
+        let i = ints(DType::I32, &[3], &[2, 0, 2]);
+        let u = floats(DType::F64, &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let y = run(Op::ScatterAdd { axis: 0, dim: 3 }, &[&i, &u]);
+        assert_eq!((y.shape(), y.to_f64_vec()), (&[3, 2][..], vec![3.0, 4.0, 0.0, 0.0, 6.0, 8.0]));
+        // Axis 1 with 2-D indices [[1, 1]]: updates [2, 1, 2] → [2, 3], each row's
+        // two updates summed into column 1.
+        let i = ints(DType::I64, &[1, 2], &[1, 1]);
+        let u = floats(DType::F64, &[2, 1, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let y = run(Op::ScatterAdd { axis: 1, dim: 3 }, &[&i, &u]);
+        assert_eq!((y.shape(), y.to_f64_vec()), (&[2, 3][..], vec![0.0, 3.0, 0.0, 0.0, 7.0, 0.0]));
+    }
+
+    #[test]
+    fn scatter_add_out_of_range_is_a_runtime_error() {
+        let u = floats(DType::F32, &[2], &[1.0, 2.0]);
+        for bad in [3, -1] {
+            let i = ints(DType::I32, &[2], &[0, bad]);
+            let e = try_run(Op::ScatterAdd { axis: 0, dim: 3 }, &[&i, &u]).unwrap_err();
+            assert_eq!(e.code, Code::Runtime);
+            assert!(e.message.contains(&format!("scatter_add index {bad}")), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn scatter_add_is_the_adjoint_of_gather() {
+        // <gather(p, i), u> = <p, scatter_add(i, u)>, repeated indices included.
+        // (params shape, axis, indices shape)
+        let cases: [(&[usize], usize, &[usize]); 4] =
+            [(&[5], 0, &[7]), (&[4, 3], 0, &[2, 3]), (&[3, 4, 2], 1, &[5]), (&[2, 3, 4], 2, &[2, 2])];
+        for (k, (ps, axis, is)) in cases.into_iter().enumerate() {
+            let p = normal(ps, 10 * k as u64);
+            let n: usize = is.iter().product();
+            let idx: Vec<i64> = (0..n).map(|j| (j * 7 + k) as i64 % ps[axis] as i64).collect();
+            let i = ints(DType::I32, is, &idx);
+            let y = run(Op::Gather { axis }, &[&p, &i]);
+            let u = normal(y.shape(), 10 * k as u64 + 1);
+            let g = run(Op::ScatterAdd { axis, dim: ps[axis] }, &[&i, &u]);
+            assert_near(dot(&y, &u), dot(&p, &g), &format!("case {k}"));
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Matrix product and 2-D convolution.
+//! Matrix product, 2-D convolution and the convolution's adjoints.
 //!
 //! Contract:
 //! - `matmul`: `[..., m, k] @ [..., k, n]` over identical batch dims.
@@ -7,6 +7,11 @@
 //!   dilation per spatial dim; output channel `o` belongs to group
 //!   `o / (O/groups)` and reads that group's `C/groups` input channels:
 //!   `out[n, y, x, o] = Σ_{i, j, c} in[n, y·sh + i·dh - top, x·sw + j·dw - left, g·C/groups + c] · w[i, j, c, o]`.
+//! - `conv2d_grad_input(gy, w)` and `conv2d_grad_filter(x, gy)`: the exact
+//!   adjoints of `conv2d` with respect to its input and its weights. They
+//!   walk the same taps as the forward op (`ConvGeometry::for_each_tap`) and
+//!   accumulate each product into the input / weight position it came from:
+//!   `gx[xi] += gy[yi]·w[wi]`, `gw[wi] += x[xi]·gy[yi]`.
 //! - Accumulation is in the storage type (`f32` for `f32`/`f16`/`bf16`, `f64`
 //!   for `f64`; integers wrap; `bool` is or-of-ands), starting from zero, in a
 //!   fixed order: `k` ascending for matmul; `i`, `j`, `c` ascending (row-major
@@ -16,6 +21,7 @@
 
 use super::tensor::{array, array_from, flat, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
+use crate::ir::infer::window_output;
 
 /// Batched `a @ b`.
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
@@ -58,63 +64,120 @@ pub struct ConvParams {
     pub groups: usize,
 }
 
-/// NHWC × HWIO convolution producing `out_shape` (`[N, OH, OW, O]`).
-pub fn conv2d(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
-    with_elem!(x.data(), T => conv2d_t::<T>(x, w, p, out_shape))
+/// The index geometry of one convolution: `x` `[N, H, W, C]`, `w`
+/// `[KH, KW, C/groups, O]`, `y` `[N, OH, OW, O]`. The forward op and both of
+/// its adjoints walk exactly the same taps (`for_each_tap`), so each adjoint
+/// is the forward loop with the roles of the three tensors exchanged.
+struct ConvGeometry {
+    x: [usize; 4],
+    w: [usize; 4],
+    y: [usize; 4],
+    p: ConvParams,
 }
 
-fn conv2d_t<T: Elem>(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
-    let (xs, ws) = (x.shape(), w.shape());
-    let bad = || Diagnostic::internal(format!("interpreter: conv2d of {xs:?} and {ws:?} into {out_shape:?}"));
-    if xs.len() != 4 || ws.len() != 4 || out_shape.len() != 4 || p.groups == 0 {
-        return Err(bad());
+impl ConvGeometry {
+    /// Checks that the three shapes fit together under `p` (as `ir::infer` does).
+    fn new(xs: &[usize], ws: &[usize], ys: &[usize], p: ConvParams) -> Result<ConvGeometry, Diagnostic> {
+        let bad = || Diagnostic::internal(format!("interpreter: conv2d of {xs:?} and {ws:?} into {ys:?} ({p:?})"));
+        let four = |s: &[usize]| <[usize; 4]>::try_from(s).map_err(|_| bad());
+        let (x, w, y) = (four(xs)?, four(ws)?, four(ys)?);
+        let g = p.groups;
+        let fits = g > 0
+            && x[3] == w[2] * g
+            && w[3] % g == 0
+            && y[0] == x[0]
+            && y[3] == w[3]
+            && window_output(x[1], w[0], p.stride[0], p.dilation[0], p.padding[0] + p.padding[1]) == Some(y[1])
+            && window_output(x[2], w[1], p.stride[1], p.dilation[1], p.padding[2] + p.padding[3]) == Some(y[2]);
+        if !fits {
+            return Err(bad());
+        }
+        Ok(ConvGeometry { x, w, y, p })
     }
-    let [n, h, wd, c] = [xs[0], xs[1], xs[2], xs[3]];
-    let [kh, kw, cg, o] = [ws[0], ws[1], ws[2], ws[3]];
-    let [on, oh, ow, oc] = [out_shape[0], out_shape[1], out_shape[2], out_shape[3]];
-    if c != cg * p.groups || o % p.groups != 0 || on != n || oc != o {
-        return Err(bad());
-    }
-    let og = o / p.groups;
-    let (xv, wv) = (flat(array::<T>(x)?), flat(array::<T>(w)?));
-    let mut out = Vec::with_capacity(n * oh * ow * o);
-    for b in 0..n {
-        for y in 0..oh {
-            for xo in 0..ow {
-                for oc in 0..o {
-                    let g = oc / og;
-                    let mut acc = T::zero();
-                    for i in 0..kh {
-                        // The input row, or none if this tap falls in the zero padding.
-                        let Some(iy) =
-                            (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]).filter(|&r| r < h)
-                        else {
-                            continue;
-                        };
-                        for j in 0..kw {
-                            let Some(ix) =
-                                (xo * p.stride[1] + j * p.dilation[1]).checked_sub(p.padding[2]).filter(|&q| q < wd)
+
+    /// Calls `f(xi, wi, yi)` with the flat (row-major) positions of every
+    /// input element, weight and output element that meet in one product
+    /// `x[xi] · w[wi]` contributing to `y[yi]`. Order: output elements
+    /// row-major, then taps `i`, `j`, `c` ascending; taps in the zero padding
+    /// are skipped.
+    fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize)) {
+        let ([n, h, wd, c], [kh, kw, cg, o], [_, oh, ow, _]) = (self.x, self.w, self.y);
+        let p = self.p;
+        let og = o / p.groups;
+        for b in 0..n {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    for oc in 0..o {
+                        let g = oc / og;
+                        let yi = ((b * oh + y) * ow + xo) * o + oc;
+                        for i in 0..kh {
+                            // The input row, or none if this tap falls in the zero padding.
+                            let Some(iy) =
+                                (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]).filter(|&r| r < h)
                             else {
                                 continue;
                             };
-                            for ci in 0..cg {
-                                let xin = xv[((b * h + iy) * wd + ix) * c + g * cg + ci];
-                                let wt = wv[((i * kw + j) * cg + ci) * o + oc];
-                                acc = acc.add(xin.mul(wt));
+                            for j in 0..kw {
+                                let Some(ix) = (xo * p.stride[1] + j * p.dilation[1])
+                                    .checked_sub(p.padding[2])
+                                    .filter(|&q| q < wd)
+                                else {
+                                    continue;
+                                };
+                                for ci in 0..cg {
+                                    let xi = ((b * h + iy) * wd + ix) * c + g * cg + ci;
+                                    let wi = ((i * kw + j) * cg + ci) * o + oc;
+                                    f(xi, wi, yi);
+                                }
                             }
                         }
                     }
-                    out.push(acc);
                 }
             }
         }
     }
-    Ok(T::wrap(array_from(out_shape, out)?))
+}
+
+/// NHWC × HWIO convolution producing `out_shape` (`[N, OH, OW, O]`).
+pub fn conv2d(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
+    let geo = ConvGeometry::new(x.shape(), w.shape(), out_shape, p)?;
+    with_elem!(x.data(), T => {
+        let (xv, wv) = (flat(array::<T>(x)?), flat(array::<T>(w)?));
+        let mut out = vec![T::zero(); out_shape.iter().product()];
+        geo.for_each_tap(|xi, wi, yi| out[yi] = out[yi].add(xv[xi].mul(wv[wi])));
+        Ok(T::wrap(array_from(out_shape, out)?))
+    })
+}
+
+/// The adjoint of `conv2d` with respect to its input: every product
+/// `x[xi] · w[wi]` of the forward op sends `gy[yi] · w[wi]` back to `xi`.
+/// `input_shape` is the shape of the forward input (and of the result).
+pub fn conv2d_grad_input(gy: &Tensor, w: &Tensor, p: ConvParams, input_shape: &[usize]) -> Result<Data, Diagnostic> {
+    let geo = ConvGeometry::new(input_shape, w.shape(), gy.shape(), p)?;
+    with_elem!(gy.data(), T => {
+        let (gv, wv) = (flat(array::<T>(gy)?), flat(array::<T>(w)?));
+        let mut gx = vec![T::zero(); input_shape.iter().product()];
+        geo.for_each_tap(|xi, wi, yi| gx[xi] = gx[xi].add(gv[yi].mul(wv[wi])));
+        Ok(T::wrap(array_from(input_shape, gx)?))
+    })
+}
+
+/// The adjoint of `conv2d` with respect to its weights: every product
+/// `x[xi] · w[wi]` of the forward op sends `x[xi] · gy[yi]` back to `wi`.
+/// `filter_shape` is the shape of the forward weights (and of the result).
+pub fn conv2d_grad_filter(x: &Tensor, gy: &Tensor, p: ConvParams, filter_shape: &[usize]) -> Result<Data, Diagnostic> {
+    let geo = ConvGeometry::new(x.shape(), filter_shape, gy.shape(), p)?;
+    with_elem!(x.data(), T => {
+        let (xv, gv) = (flat(array::<T>(x)?), flat(array::<T>(gy)?));
+        let mut gw = vec![T::zero(); filter_shape.iter().product()];
+        geo.for_each_tap(|xi, wi, yi| gw[wi] = gw[wi].add(xv[xi].mul(gv[yi])));
+        Ok(T::wrap(array_from(filter_shape, gw)?))
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{floats, ints, run};
+    use super::super::testutil::{assert_near, dot, floats, ints, normal, run};
     use crate::ir::{DType, Op};
 
     #[test]
@@ -188,5 +251,92 @@ mod tests {
         // read channel 0 (value 1), outputs 2, 3 read channel 1 (value 2).
         let w = floats(DType::F64, &[1, 1, 1, 4], &[10.0, 20.0, 30.0, 40.0]);
         assert_eq!(run(conv(1, [0; 4], 1, 2), &[&x, &w]).to_f64_vec(), vec![10.0, 20.0, 60.0, 80.0]);
+    }
+
+    fn grad_input(stride: usize, padding: [usize; 4], dilation: usize, groups: usize, input_shape: [usize; 4]) -> Op {
+        Op::Conv2dGradInput { stride: [stride; 2], padding, dilation: [dilation; 2], groups, input_shape }
+    }
+
+    fn grad_filter(stride: usize, padding: [usize; 4], dilation: usize, groups: usize, filter_shape: [usize; 4]) -> Op {
+        Op::Conv2dGradFilter { stride: [stride; 2], padding, dilation: [dilation; 2], groups, filter_shape }
+    }
+
+    #[test]
+    fn conv2d_grad_input_sends_each_output_back_through_the_kernel() {
+        // Taps w[i, j] = 1, 10, 100, 1000 over the 3x3 input, VALID: output (0, 0)
+        // reads x[0..2, 0..2] and output (1, 1) reads x[1..3, 1..3], so
+        // gy = [1, 0, 0, 2] gives w at the top-left plus 2·w at the bottom-right.
+        let w = floats(DType::F64, &[2, 2, 1, 1], &[1.0, 10.0, 100.0, 1000.0]);
+        let gy = floats(DType::F64, &[1, 2, 2, 1], &[1.0, 0.0, 0.0, 2.0]);
+        let gx = run(grad_input(1, [0; 4], 1, 1, [1, 3, 3, 1]), &[&gy, &w]);
+        assert_eq!(gx.shape(), &[1, 3, 3, 1]);
+        assert_eq!(gx.to_f64_vec(), vec![1.0, 10.0, 0.0, 100.0, 1002.0, 20.0, 0.0, 200.0, 2000.0]);
+        // Stride 2, padding [0, 1, 0, 1], 2x2 ones: windows {(0..2, 0..2)} {(0..2, 2)}
+        // {(2, 0..2)} {(2, 2)}; taps in the padding send nothing anywhere.
+        let ones = floats(DType::F64, &[2, 2, 1, 1], &[1.0; 4]);
+        let gy = floats(DType::F64, &[1, 2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
+        let gx = run(grad_input(2, [0, 1, 0, 1], 1, 1, [1, 3, 3, 1]), &[&gy, &ones]);
+        assert_eq!(gx.to_f64_vec(), vec![1.0, 1.0, 2.0, 1.0, 1.0, 2.0, 3.0, 3.0, 4.0]);
+        // Dilation 2: the one output reads the four corners.
+        let gy = floats(DType::F64, &[1, 1, 1, 1], &[1.0]);
+        let gx = run(grad_input(1, [0; 4], 2, 1, [1, 3, 3, 1]), &[&gy, &w]);
+        assert_eq!(gx.to_f64_vec(), vec![1.0, 0.0, 10.0, 0.0, 0.0, 0.0, 100.0, 0.0, 1000.0]);
+    }
+
+    #[test]
+    fn conv2d_grad_filter_correlates_input_and_output_gradient() {
+        // x = [[1, 2, 3], [4, 5, 6], [7, 8, 9]], gy = [1, 0, 0, 2] (VALID, 2x2):
+        // gw[i, j] = x[i, j] + 2·x[1 + i, 1 + j] = [1 + 10, 2 + 12, 4 + 16, 5 + 18].
+        let gy = floats(DType::F64, &[1, 2, 2, 1], &[1.0, 0.0, 0.0, 2.0]);
+        let x = floats(DType::F64, &[1, 3, 3, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        let gw = run(grad_filter(1, [0; 4], 1, 1, [2, 2, 1, 1]), &[&x, &gy]);
+        assert_eq!((gw.shape(), gw.to_f64_vec()), (&[2, 2, 1, 1][..], vec![11.0, 14.0, 20.0, 23.0]));
+        // Dilation 2: the kernel taps are the corners 1, 3, 7, 9.
+        let gy = floats(DType::F64, &[1, 1, 1, 1], &[1.0]);
+        let gw = run(grad_filter(1, [0; 4], 2, 1, [2, 2, 1, 1]), &[&x, &gy]);
+        assert_eq!(gw.to_f64_vec(), vec![1.0, 3.0, 7.0, 9.0]);
+    }
+
+    #[test]
+    fn conv2d_grads_keep_groups_apart() {
+        // Two groups of one input channel and two outputs each (as in the
+        // forward test): outputs 0, 1 read channel 0, outputs 2, 3 channel 1.
+        let x = floats(DType::F64, &[1, 1, 1, 2], &[1.0, 2.0]);
+        let w = floats(DType::F64, &[1, 1, 1, 4], &[10.0, 20.0, 30.0, 40.0]);
+        let gy = floats(DType::F64, &[1, 1, 1, 4], &[1.0, 2.0, 3.0, 4.0]);
+        // gx = [1·10 + 2·20, 3·30 + 4·40]; gw = [1·1, 1·2, 2·3, 2·4].
+        let gx = run(grad_input(1, [0; 4], 1, 2, [1, 1, 1, 2]), &[&gy, &w]);
+        assert_eq!(gx.to_f64_vec(), vec![50.0, 250.0]);
+        let gw = run(grad_filter(1, [0; 4], 1, 2, [1, 1, 1, 4]), &[&x, &gy]);
+        assert_eq!(gw.to_f64_vec(), vec![1.0, 2.0, 6.0, 8.0]);
+    }
+
+    #[test]
+    fn conv2d_grads_are_the_adjoints_of_conv2d() {
+        // <conv2d(x, w), gy> = <x, grad_input(gy, w)> = <w, grad_filter(x, gy)>
+        // for random x, w, gy: conv2d is bilinear, and the adjoint of a linear
+        // map is the unique map satisfying this identity.
+        // (x shape, w shape, stride, padding, dilation, groups)
+        type Case = ([usize; 4], [usize; 4], usize, [usize; 4], usize, usize);
+        let cases: [Case; 7] = [
+            ([1, 4, 4, 1], [3, 3, 1, 1], 1, [0; 4], 1, 1),
+            ([2, 5, 4, 3], [3, 2, 3, 2], 1, [1, 1, 0, 1], 1, 1),
+            ([1, 6, 5, 2], [3, 3, 2, 3], 2, [1, 1, 1, 1], 1, 1),
+            ([1, 7, 6, 2], [2, 3, 2, 2], 2, [0, 1, 2, 0], 2, 1),
+            ([2, 5, 5, 4], [3, 3, 2, 4], 1, [1, 1, 1, 1], 1, 2),
+            ([1, 6, 6, 6], [2, 2, 2, 3], 3, [2, 0, 0, 2], 2, 3),
+            ([1, 3, 3, 2], [3, 3, 2, 1], 1, [2, 2, 2, 2], 1, 1),
+        ];
+        for (k, (xs, ws, stride, padding, dilation, groups)) in cases.into_iter().enumerate() {
+            let seed = 10 * k as u64;
+            let (x, w) = (normal(&xs, seed), normal(&ws, seed + 1));
+            let y = run(conv(stride, padding, dilation, groups), &[&x, &w]);
+            let gy = normal(y.shape(), seed + 2);
+            let gx = run(grad_input(stride, padding, dilation, groups, xs), &[&gy, &w]);
+            let gw = run(grad_filter(stride, padding, dilation, groups, ws), &[&x, &gy]);
+            let what = format!("case {k}");
+            assert_near(dot(&y, &gy), dot(&x, &gx), &what);
+            assert_near(dot(&y, &gy), dot(&w, &gw), &what);
+        }
     }
 }

@@ -36,6 +36,7 @@ mod tensor;
 mod creation;
 mod effects;
 mod elementwise;
+pub mod host;
 
 mod index_ops;
 mod linalg;
@@ -58,7 +59,7 @@ pub type Values = HashMap<NodeId, Tensor>;
 /// Computes `op` on `inputs` (in operand order); the result has type `ty`.
 pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } => 0,
+        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::Slot { .. } => 0,
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -102,9 +103,26 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
         }
         Op::OneHot { depth, dtype } => index_ops::one_hot(inputs[0], *depth, *dtype)?,
         Op::Gather { axis } => index_ops::gather(inputs[0], inputs[1], *axis)?,
-        Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } | Op::Pool2dGrad { .. } | Op::ScatterAdd { .. } => {
-            return Err(Diagnostic::internal(format!("interpreter: {} is not implemented yet", op.name())))
+        Op::Slot { slot, .. } => {
+            return Err(Diagnostic::internal(format!(
+                "interpreter: slot {slot} has no value (it is bound by the runtime)"
+            )))
         }
+        Op::Conv2dGradInput { stride, padding, dilation, groups, input_shape } => {
+            let params =
+                linalg::ConvParams { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
+            linalg::conv2d_grad_input(inputs[0], inputs[1], params, input_shape)?
+        }
+        Op::Conv2dGradFilter { stride, padding, dilation, groups, filter_shape } => {
+            let params =
+                linalg::ConvParams { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };
+            linalg::conv2d_grad_filter(inputs[0], inputs[1], params, filter_shape)?
+        }
+        Op::Pool2dGrad { kind, size, stride, padding } => {
+            let params = pool::PoolParams { kind: *kind, size: *size, stride: *stride, padding: *padding };
+            pool::pool2d_grad(inputs[0], inputs[1], params)?
+        }
+        Op::ScatterAdd { axis, dim } => index_ops::scatter_add(inputs[0], inputs[1], *axis, *dim)?,
     };
     let out = Tensor::new(ty.dtype, data)?;
     if out.shape() != ty.shape.as_slice() {

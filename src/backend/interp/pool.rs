@@ -1,4 +1,4 @@
-//! 2-D max and average pooling over NHWC input.
+//! 2-D max and average pooling over NHWC input, and its gradient.
 //!
 //! Contract: window `size`, `stride`, explicit padding `[top, bottom, left, right]`.
 //! Padding positions never take part: max pooling takes the maximum of the
@@ -7,12 +7,17 @@
 //! (TensorFlow's `SAME` behavior; PyTorch's `count_include_pad=False`).
 //! Sums accumulate in the storage type in row-major window order. Integer
 //! averages use floor division; averaging `bool` is a runtime error.
+//! `pool2d_grad` is the adjoint: max pooling routes each window's gradient
+//! to the window's first maximal element (the one the forward fold keeps),
+//! average pooling spreads `gy / count` over the in-bounds elements;
+//! overlapping windows accumulate.
 //!
 //! Example: max pooling `-[[1, 2, 3], [4, 5, 6], [7, 8, 9]]` with a 2x2 window,
 //! stride 2 and padding `[0, 1, 0, 1]` gives `[[-1, -3], [-7, -9]]`.
 
 use super::tensor::{array, array_from, flat, runtime, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
+use crate::ir::infer::window_output;
 use crate::ir::PoolKind;
 
 /// Pooling attributes, as on `Op::Pool2d`.
@@ -24,29 +29,34 @@ pub struct PoolParams {
     pub padding: [usize; 4],
 }
 
-/// Pools `x` (`[N, H, W, C]`) into `out_shape` (`[N, OH, OW, C]`).
-pub fn pool2d(x: &Tensor, p: PoolParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
-    with_elem!(x.data(), T => pool2d_t::<T>(x, p, out_shape))
-}
-
-fn pool2d_t<T: Elem>(x: &Tensor, p: PoolParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
-    let xs = x.shape();
-    if xs.len() != 4 || out_shape.len() != 4 || out_shape[0] != xs[0] || out_shape[3] != xs[3] {
-        return Err(Diagnostic::internal(format!("interpreter: pooling {xs:?} into {out_shape:?}")));
+/// Calls `f(out_position, window)` for every output element of pooling `x`
+/// of shape `xs` into `ys`, in row-major output order, with the flat
+/// positions of the window's in-bounds input elements in row-major window
+/// order. Forward pooling and its gradient share this walk.
+fn for_each_window(
+    xs: &[usize],
+    ys: &[usize],
+    p: PoolParams,
+    mut f: impl FnMut(usize, &[usize]) -> Result<(), Diagnostic>,
+) -> Result<(), Diagnostic> {
+    let fits = xs.len() == 4
+        && ys.len() == 4
+        && ys[0] == xs[0]
+        && ys[3] == xs[3]
+        && window_output(xs[1], p.size[0], p.stride[0], 1, p.padding[0] + p.padding[1]) == Some(ys[1])
+        && window_output(xs[2], p.size[1], p.stride[1], 1, p.padding[2] + p.padding[3]) == Some(ys[2]);
+    if !fits {
+        return Err(Diagnostic::internal(format!("interpreter: pooling {xs:?} into {ys:?} ({p:?})")));
     }
     let [n, h, w, c] = [xs[0], xs[1], xs[2], xs[3]];
-    let (oh, ow) = (out_shape[1], out_shape[2]);
-    let xv = flat(array::<T>(x)?);
-    let mut out = Vec::with_capacity(n * oh * ow * c);
+    let (oh, ow) = (ys[1], ys[2]);
+    let mut window = Vec::with_capacity(p.size[0] * p.size[1]);
+    let mut at = 0;
     for b in 0..n {
         for y in 0..oh {
             for xo in 0..ow {
                 for ch in 0..c {
-                    let mut acc = match p.kind {
-                        PoolKind::Max => T::lowest(),
-                        PoolKind::Avg => T::zero(),
-                    };
-                    let mut count = 0;
+                    window.clear();
                     for i in 0..p.size[0] {
                         let Some(iy) = (y * p.stride[0] + i).checked_sub(p.padding[0]).filter(|&r| r < h) else {
                             continue;
@@ -55,30 +65,81 @@ fn pool2d_t<T: Elem>(x: &Tensor, p: PoolParams, out_shape: &[usize]) -> Result<D
                             let Some(ix) = (xo * p.stride[1] + j).checked_sub(p.padding[2]).filter(|&q| q < w) else {
                                 continue;
                             };
-                            let v = xv[((b * h + iy) * w + ix) * c + ch];
-                            acc = match p.kind {
-                                PoolKind::Max => acc.max_nan(v),
-                                PoolKind::Avg => acc.add(v),
-                            };
-                            count += 1;
+                            window.push(((b * h + iy) * w + ix) * c + ch);
                         }
                     }
-                    if p.kind == PoolKind::Avg {
-                        acc = acc
-                            .div_count(count)
-                            .ok_or_else(|| runtime(format!("avg_pool2d cannot average {} values", x.dtype())))?;
-                    }
-                    out.push(acc);
+                    f(at, &window)?;
+                    at += 1;
                 }
             }
         }
     }
-    Ok(T::wrap(array_from(out_shape, out)?))
+    Ok(())
+}
+
+/// The maximum of `values` under `max_nan` (NaN wins), `lowest` if empty.
+fn window_max<T: Elem>(values: impl Iterator<Item = T>) -> T {
+    values.fold(T::lowest(), T::max_nan)
+}
+
+/// Pools `x` (`[N, H, W, C]`) into `out_shape` (`[N, OH, OW, C]`).
+pub fn pool2d(x: &Tensor, p: PoolParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
+    with_elem!(x.data(), T => {
+        let xv = flat(array::<T>(x)?);
+        let mut out = Vec::with_capacity(out_shape.iter().product());
+        for_each_window(x.shape(), out_shape, p, |_, window| {
+            let v = match p.kind {
+                PoolKind::Max => window_max(window.iter().map(|&i| xv[i])),
+                PoolKind::Avg => window
+                    .iter()
+                    .fold(T::zero(), |acc, &i| acc.add(xv[i]))
+                    .div_count(window.len())
+                    .ok_or_else(|| runtime(format!("avg_pool2d cannot average {} values", x.dtype())))?,
+            };
+            out.push(v);
+            Ok(())
+        })?;
+        Ok(T::wrap(array_from(out_shape, out)?))
+    })
+}
+
+/// The gradient of `pool2d` with respect to `x`, given the gradient `gy` of
+/// its result: max pooling sends each window's gradient to the window's first
+/// element (row-major) equal to its maximum — the first NaN if the maximum is
+/// NaN, and the element the forward fold keeps on ties; average pooling adds
+/// `gy / count` to each of the window's `count` in-bounds elements.
+/// Overlapping windows accumulate.
+pub fn pool2d_grad(x: &Tensor, gy: &Tensor, p: PoolParams) -> Result<Data, Diagnostic> {
+    with_elem!(x.data(), T => {
+        let (xv, gv) = (flat(array::<T>(x)?), flat(array::<T>(gy)?));
+        let mut gx = vec![T::zero(); xv.len()];
+        for_each_window(x.shape(), gy.shape(), p, |o, window| {
+            match p.kind {
+                PoolKind::Max => {
+                    let m = window_max(window.iter().map(|&i| xv[i]));
+                    let hit = |v: T| if m.is_nan() { v.is_nan() } else { v == m };
+                    if let Some(&i) = window.iter().find(|&&i| hit(xv[i])) {
+                        gx[i] = gx[i].add(gv[o]);
+                    }
+                }
+                PoolKind::Avg => {
+                    let share = gv[o]
+                        .div_count(window.len())
+                        .ok_or_else(|| runtime(format!("avg_pool2d_grad cannot average {} values", x.dtype())))?;
+                    for &i in window {
+                        gx[i] = gx[i].add(share);
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(T::wrap(array_from(x.shape(), gx)?))
+    })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::{floats, run};
+    use super::super::testutil::{assert_near, dot, floats, normal, run};
     use crate::ir::{DType, Op, PoolKind};
 
     fn pool(kind: PoolKind, padding: [usize; 4]) -> Op {
@@ -107,5 +168,70 @@ mod tests {
         // Padding at the top-left: windows {-1} {-2,-3} {-4,-7} {-5,-6,-8,-9}.
         let y = run(pool(PoolKind::Avg, [1, 0, 1, 0]), &[&negative_nine()]);
         assert_eq!(y.to_f64_vec(), vec![-1.0, -2.5, -5.5, -7.0]);
+    }
+
+    fn grad(kind: PoolKind, size: usize, stride: usize, padding: [usize; 4]) -> Op {
+        Op::Pool2dGrad { kind, size: [size; 2], stride: [stride; 2], padding }
+    }
+
+    #[test]
+    fn max_pool_grad_goes_to_the_first_maximum_and_accumulates() {
+        // x = [[1, 5, 2], [3, 5, 0], [4, 1, 6]], 2x2 windows at stride 1:
+        // {1,5,3,5} and {5,2,5,0} both pick the 5 at (0, 1) (the first of the
+        // tie, as the forward fold keeps it); {3,5,4,1} picks (1, 1), {5,0,1,6} (2, 2).
+        let x = floats(DType::F64, &[1, 3, 3, 1], &[1.0, 5.0, 2.0, 3.0, 5.0, 0.0, 4.0, 1.0, 6.0]);
+        let gy = floats(DType::F64, &[1, 2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
+        let gx = run(grad(PoolKind::Max, 2, 1, [0; 4]), &[&x, &gy]);
+        assert_eq!(
+            (gx.shape(), gx.to_f64_vec()),
+            (&[1, 3, 3, 1][..], vec![0.0, 3.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 4.0])
+        );
+        // With padding, padded positions never receive anything: windows
+        // {-1,-2,-4,-5} {-3,-6} {-7,-8} {-9} pick -1, -3, -7, -9.
+        let gy = floats(DType::F32, &[1, 2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
+        let gx = run(grad(PoolKind::Max, 2, 2, [0, 1, 0, 1]), &[&negative_nine(), &gy]);
+        assert_eq!(gx.to_f64_vec(), vec![1.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0, 0.0, 4.0]);
+        // A NaN is the maximum (it propagates forward), so it takes the gradient.
+        let x = floats(DType::F64, &[1, 2, 2, 1], &[1.0, f64::NAN, 3.0, f64::NAN]);
+        let gx = run(grad(PoolKind::Max, 2, 1, [0; 4]), &[&x, &floats(DType::F64, &[1, 1, 1, 1], &[7.0])]);
+        assert_eq!(gx.to_f64_vec(), vec![0.0, 7.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn avg_pool_grad_divides_by_the_in_bounds_count() {
+        // Padding at the top-left: windows {(0,0)} {(0,1),(0,2)} {(1,0),(2,0)}
+        // {(1,1),(1,2),(2,1),(2,2)} get 1/1, 2/2, 3/2 and 4/4 each.
+        let gy = floats(DType::F32, &[1, 2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
+        let gx = run(grad(PoolKind::Avg, 2, 2, [1, 0, 1, 0]), &[&negative_nine(), &gy]);
+        assert_eq!(gx.to_f64_vec(), vec![1.0, 1.0, 1.0, 1.5, 1.0, 1.0, 1.5, 1.0, 1.0]);
+        // Overlapping 2x1 windows {0, 1} {1, 2} at stride 1: the middle gets both halves.
+        let x = floats(DType::F64, &[1, 3, 1, 1], &[0.0; 3]);
+        let gy = floats(DType::F64, &[1, 2, 1, 1], &[2.0, 4.0]);
+        let op = Op::Pool2dGrad { kind: PoolKind::Avg, size: [2, 1], stride: [1, 1], padding: [0; 4] };
+        assert_eq!(run(op, &[&x, &gy]).to_f64_vec(), vec![1.0, 3.0, 2.0]);
+    }
+
+    #[test]
+    fn pool_grads_are_the_adjoints_of_pooling() {
+        // Average pooling is linear; max pooling is linear with its argmax
+        // held fixed (y = S·x for the selection S the forward op picks), so
+        // <pool(x), gy> = <x, pool_grad(x, gy)> holds for both.
+        // (x shape, size, stride, padding)
+        let cases: [([usize; 4], usize, usize, [usize; 4]); 5] = [
+            ([1, 4, 4, 1], 2, 2, [0; 4]),
+            ([2, 5, 4, 3], 3, 1, [1, 1, 1, 1]),
+            ([1, 5, 5, 2], 3, 2, [1, 1, 0, 2]),
+            ([1, 6, 7, 1], 2, 3, [1, 0, 0, 1]),
+            ([1, 3, 3, 2], 3, 1, [2, 2, 2, 2]),
+        ];
+        for (k, (xs, size, stride, padding)) in cases.into_iter().enumerate() {
+            for kind in [PoolKind::Avg, PoolKind::Max] {
+                let x = normal(&xs, 10 * k as u64);
+                let y = run(Op::Pool2d { kind, size: [size; 2], stride: [stride; 2], padding }, &[&x]);
+                let gy = normal(y.shape(), 10 * k as u64 + 1);
+                let gx = run(grad(kind, size, stride, padding), &[&x, &gy]);
+                assert_near(dot(&y, &gy), dot(&x, &gx), &format!("case {k}, {kind:?}"));
+            }
+        }
     }
 }

@@ -46,3 +46,19 @@ pub fn run(op: Op, inputs: &[&Tensor]) -> Tensor {
     let name = op.name();
     try_run(op, inputs).unwrap_or_else(|e| panic!("{name} failed: {}", e.message))
 }
+
+/// An `f64` tensor of `shape` with standard normal values drawn from `seed`.
+pub fn normal(shape: &[usize], seed: u64) -> Tensor {
+    floats(DType::F64, shape, &crate::rng::normal(seed, shape.iter().product()))
+}
+
+/// The inner product `<a, b>` of two tensors of equal shape, in `f64`.
+pub fn dot(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.shape(), b.shape(), "dot of tensors of different shapes");
+    a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(x, y)| x * y).sum()
+}
+
+/// Asserts `a ≈ b` relative to their magnitude (for identities of sums of products).
+pub fn assert_near(a: f64, b: f64, what: &str) {
+    assert!((a - b).abs() <= 1e-12 * (1.0 + a.abs().max(b.abs())), "{what}: {a} vs {b}");
+}

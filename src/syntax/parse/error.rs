@@ -60,12 +60,14 @@ impl Want {
     }
 }
 
+const EVERY_UNIT: &str = "`epochs` or `steps`";
+
 /// The vocabulary word for a rule pest tried, if it means anything to a user.
 fn want(rule: Rule) -> Option<Want> {
     use Rule::*;
     Some(match rule {
         expr | lambda | if_expr | block | number | string | bool_lit | paren | tensor_lit | neg | not | arg
-        | named_arg | slice | slice_start | slice_stop | slice_step | ellipsis => Want::Expr,
+        | param_ref | named_arg | slice | slice_start | slice_stop | slice_step | ellipsis => Want::Expr,
         ident | set_name => Want::Name,
         pipe | or | and | eq | ne | le | ge | lt | gt | add | sub | mul | div | matmul | pow | call_args | field
         | index => Want::Operator,
@@ -79,7 +81,7 @@ fn want(rule: Rule) -> Option<Want> {
         type_expr | tensor_type | dtype | prim_type | tuple_type => Want::Type,
         dim_int | dim_infer => Want::Dim,
         every | k_every => Want::Word("`every`"),
-        every_unit => Want::Word("`epochs` or `steps`"),
+        every_unit => Want::Word(EVERY_UNIT),
         k_on => Want::Word("`on`"),
         k_param => Want::Member,
         k_update => Want::OptMember,
@@ -112,8 +114,11 @@ fn simplify(wants: &mut BTreeSet<Want>) {
     if closes.iter().any(|w| wants.contains(w)) {
         wants.remove(&Want::Operator);
     }
+    if wants.contains(&Want::Word(EVERY_UNIT)) {
+        wants.remove(&Want::Operator);
+    }
     if wants.contains(&Want::Expr) {
-        for w in [Want::Name, Want::Tok("("), Want::Tok("["), Want::Tok("{"), Want::Statement] {
+        for w in [Want::Name, Want::Tok("("), Want::Tok("["), Want::Tok("{"), Want::Statement, Want::Word("`fn`")] {
             wants.remove(&w);
         }
     }
@@ -167,7 +172,7 @@ const KEYWORDS: [&str; 23] = [
 ];
 
 /// Converts a pest error at a position in `prepared.text` into a diagnostic.
-pub(super) fn convert(e: &pest::error::Error<Rule>, _source: &str, prepared: &Prepared, file: FileId) -> Diagnostic {
+pub(super) fn convert(e: &pest::error::Error<Rule>, prepared: &Prepared, file: FileId) -> Diagnostic {
     let pos = match e.location {
         InputLocation::Pos(p) | InputLocation::Span((p, _)) => p,
     };
@@ -194,18 +199,24 @@ pub(super) fn convert(e: &pest::error::Error<Rule>, _source: &str, prepared: &Pr
     let phrases: Vec<String> = wants.iter().map(|w| w.phrase()).collect();
     let expected = format!("expected {}{}", join(&phrases), context(&wants, prepared, pos));
     let mut d = Diagnostic::new(Code::Syntax, format!("{expected}, found {found}")).label(span, expected);
-    if wants.iter().all(|w| *w == Want::EndOfStmt) && !found.starts_with("the end") {
+    let starts_statement = ["use", "const", "fn", "model", "optimizer", "let", "train"];
+    if wants.iter().all(|w| *w == Want::EndOfStmt) && found == "`=`" {
+        d = d.help("to bind a name, write `let name = value`");
+    } else if wants.iter().all(|w| *w == Want::EndOfStmt) && !found.starts_with("the end") {
         d = d.help("each statement ends at a newline; write `;` to put two statements on one line");
-    } else if let Some(word) = keyword {
+    } else if let Some(word) = keyword.filter(|w| !starts_statement.contains(w)) {
         d = d.help(format!("`{word}` is a keyword and cannot be used as a name"));
     }
     d
 }
 
 /// What stands at `pos`: a description, its span, and the word if it is a keyword.
-fn found_at(text: &str, pos: usize, file: FileId) -> (String, Span, Option<&'static str>) {
-    if pos >= text.len() {
-        return ("the end of the file".into(), Span::new(file, text.len(), text.len()), None);
+fn found_at(text: &str, mut pos: usize, file: FileId) -> (String, Span, Option<&'static str>) {
+    while matches!(text.as_bytes().get(pos), Some(b' ' | b'\t' | b'\r')) {
+        pos += 1;
+    }
+    if text.get(pos..).is_none_or(|rest| rest.trim().is_empty()) {
+        return ("the end of the file".into(), Span::new(file, pos, pos), None);
     }
     if text.as_bytes().get(pos) == Some(&b'\n') {
         return ("the end of the line".into(), Span::new(file, pos, pos), None);

@@ -37,8 +37,8 @@ pub fn parse(source: &str, file: FileId) -> crate::diag::Result<Program> {
     // Detailed attempts give the literal tokens pest expected (`)`, `=`),
     // which the error reporter turns into words.
     pest::set_error_detail(true);
-    let mut pairs = TflParser::parse(Rule::program, &prepared.text)
-        .map_err(|e| vec![error::convert(&e, source, &prepared, file)])?;
+    let mut pairs =
+        TflParser::parse(Rule::program, &prepared.text).map_err(|e| vec![error::convert(&e, &prepared, file)])?;
     let cx = Cx { file, text: &prepared.text, docs: &prepared.docs };
     let program = pairs.next().ok_or_else(|| vec![Diagnostic::internal("the parser produced no program")])?;
     items::program(&cx, program)

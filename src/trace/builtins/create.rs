@@ -131,6 +131,25 @@ impl Tracer<'_> {
         Ok(tensor(out))
     }
 
+    /// `fans()`: the (fan_in, fan_out) of the parameter being initialized.
+    pub(crate) fn fans(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let Some((ty, _)) = &self.param_context else {
+            return Err(Diagnostic::new(Code::NotStatic, "`fans()` is only known while initializing a `param`")
+                .label(a.span, "not inside a param declaration")
+                .into());
+        };
+        let s = &ty.shape;
+        let (fan_in, fan_out) = match s.len() {
+            0 => (1, 1),
+            1 => (s[0], s[0]),
+            r => {
+                let field: usize = s[..r - 2].iter().product();
+                (s[r - 2] * field, s[r - 1] * field)
+            }
+        };
+        Ok(Value::Tuple(vec![Value::Int(fan_in as i64), Value::Int(fan_out as i64)]))
+    }
+
     /// The shape argument, or the declared shape of the `param` being
     /// initialized when the argument is omitted.
     fn shape_or_param(&mut self, a: &BuiltinArgs, i: usize) -> TResult<(Vec<usize>, Option<DType>)> {

@@ -2,8 +2,11 @@
 //! parameter lists and how each lowers to primitive IR ops.
 
 mod create;
+mod data;
+pub use data::elements_text;
 mod effects;
 mod grad;
+mod io;
 mod nn;
 mod reduce;
 mod shape;
@@ -11,7 +14,7 @@ mod shape;
 use super::args::{bind, BuiltinArgs};
 use super::call::CallArgs;
 use super::value::Value;
-use super::{unsupported, TResult, Tracer};
+use super::{TResult, Tracer};
 use crate::diag::Span;
 use crate::ir::{BinaryOp, Op, UnaryOp};
 
@@ -50,6 +53,8 @@ const TABLE: &[(&str, &[&str])] = &[
     ("squeeze", &["x", "axis="]),
     ("expand_dims", &["x", "axis"]),
     ("shape", &["x"]),
+    ("dtype", &["x"]),
+    ("fans", &[]),
     ("matmul", &["a", "b"]),
     ("conv2d", &["x", "w", "stride=", "padding=", "dilation=", "groups="]),
     ("max_pool2d", &["x", "size", "stride=", "padding="]),
@@ -92,6 +97,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("prefetch", &["ds", "k="]),
     ("split", &["ds", "fraction", "seed="]),
     ("first", &["ds"]),
+    ("evaluate", &["ds", "f"]),
     ("count", &["ds"]),
     ("collect", &["ds"]),
 ];
@@ -177,9 +183,12 @@ impl Tracer<'_> {
             "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
             | "normal" => self.create_builtin(&a),
             "print" | "assert_close" => self.effect_builtin(&a),
+            "dtype" => Ok(Value::DType(self.arg_tensor(&a, 0, None)?.ty.dtype)),
+            "fans" => self.fans(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
-            "save" | "load" => Err(unsupported(span, "checkpoints (`save`, `load`)")),
-            _ => Err(unsupported(span, "datasets and input pipelines")),
+            "save" | "load" => self.checkpoint_builtin(&a),
+            "evaluate" => self.evaluate_builtin(&a),
+            _ => self.data_builtin(&a),
         }
     }
 

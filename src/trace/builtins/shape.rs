@@ -156,7 +156,7 @@ pub(crate) fn resolve_reshape(target: &[i64], numel: usize) -> Result<Vec<usize>
     let known: u128 = target.iter().filter(|&&d| d >= 0).map(|&d| d as u128).product();
     let mut shape: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(&i) = unknown.first() {
-        if known == 0 || numel as u128 % known != 0 {
+        if known == 0 || !(numel as u128).is_multiple_of(known) {
             return Err(format!("{numel} elements cannot be split into {known}-element parts"));
         }
         shape[i] = (numel as u128 / known) as usize;

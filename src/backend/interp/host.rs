@@ -1,0 +1,58 @@
+//! Host-side tensor plumbing for the runtime: splitting a tensor into its
+//! elements along the first axis, and stacking elements into a batch.
+
+use super::tensor::{Data, Tensor};
+use crate::diag::Diagnostic;
+use ndarray::{ArrayD, Axis};
+
+macro_rules! each_data {
+    ($data:expr, $a:ident => $body:expr) => {
+        match $data {
+            Data::F32($a) => Data::F32($body),
+            Data::F64($a) => Data::F64($body),
+            Data::I32($a) => Data::I32($body),
+            Data::I64($a) => Data::I64($body),
+            Data::Bool($a) => Data::Bool($body),
+        }
+    };
+}
+
+/// Element `i` along the first axis (one rank lower).
+pub fn index_first(t: &Tensor, i: usize) -> Result<Tensor, Diagnostic> {
+    if t.shape().first().is_none_or(|&n| i >= n) {
+        return Err(Diagnostic::internal(format!("runtime: element {i} of a tensor of shape {:?}", t.shape())));
+    }
+    let data = each_data!(t.data(), a => a.index_axis(Axis(0), i).to_owned());
+    Tensor::new(t.dtype(), data)
+}
+
+/// Stacks equally shaped tensors along a new first axis.
+pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
+    let Some(first) = parts.first() else {
+        return Err(Diagnostic::internal("runtime: stacking no tensors"));
+    };
+    let mut shape = vec![parts.len()];
+    shape.extend_from_slice(first.shape());
+    macro_rules! gather {
+        ($variant:ident) => {{
+            let mut flat = Vec::with_capacity(shape.iter().product());
+            for p in parts {
+                match p.data() {
+                    Data::$variant(a) if a.shape() == first.shape() => flat.extend(a.iter().cloned()),
+                    _ => return Err(Diagnostic::internal("runtime: stacking tensors of different types or shapes")),
+                }
+            }
+            Data::$variant(
+                ArrayD::from_shape_vec(shape.clone(), flat).map_err(|e| Diagnostic::internal(e.to_string()))?,
+            )
+        }};
+    }
+    let data = match first.data() {
+        Data::F32(_) => gather!(F32),
+        Data::F64(_) => gather!(F64),
+        Data::I32(_) => gather!(I32),
+        Data::I64(_) => gather!(I64),
+        Data::Bool(_) => gather!(Bool),
+    };
+    Tensor::new(first.dtype(), data)
+}

@@ -1,0 +1,129 @@
+//! What runs beside the graph: datasets (sources and transforms), regions
+//! (subgraphs the runtime evaluates many times: a `map` function per element,
+//! a training step per batch) and training plans. All are plain data over
+//! node ids of the program's one graph.
+//!
+//! A region's inputs are `Slot` nodes bound by the runtime on every
+//! evaluation; nodes of the region that do not depend on any input (captured
+//! values, such as a weight read by a `map` function) are computed once.
+
+use super::graph::NodeId;
+use super::types::TensorType;
+use crate::diag::Span;
+use std::rc::Rc;
+
+/// A subgraph evaluated repeatedly: bind `inputs` (slot numbers, with their
+/// types), read `outputs`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    pub inputs: Vec<(usize, TensorType)>,
+    pub outputs: Vec<NodeId>,
+}
+
+/// Host data whose first axis enumerates elements, one tensor per part of
+/// the element (e.g. features and labels of a CSV file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostColumns {
+    pub columns: Vec<(TensorType, super::op::Literal)>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// Data read while checking (a CSV file), shared by every use.
+    Host(Rc<HostColumns>),
+    /// Tensors computed by the graph; element `i` is index `i` of each.
+    Nodes(Vec<NodeId>),
+    /// `range(n)`: the i32 scalars `0..n`.
+    Range(usize),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Transform {
+    /// Applies a region to each element (inputs: the element's parts).
+    Map(Region),
+    /// Keeps elements whose region output (a bool scalar) is true.
+    Filter(Region),
+    /// tf.data's shuffle: a buffer of `buffer` elements, reshuffled each epoch
+    /// with a seed derived from `seed` and the epoch.
+    Shuffle {
+        buffer: usize,
+        seed: u64,
+    },
+    /// Stacks `n` consecutive elements along a new first axis.
+    Batch {
+        n: usize,
+        drop_remainder: bool,
+    },
+    /// `None` repeats forever.
+    Repeat(Option<usize>),
+    Take(usize),
+    Skip(usize),
+    /// A permutation by `seed`, then the first `count` elements (or the rest).
+    Split {
+        seed: u64,
+        count: usize,
+        first: bool,
+    },
+    /// Keep computed elements in memory after the first pass.
+    Cache,
+    /// Overlap input preparation with training (`None` = auto).
+    Prefetch(Option<usize>),
+}
+
+/// A lazy pipeline of elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    pub source: Source,
+    pub transforms: Vec<Transform>,
+    /// The type of each part of an element.
+    pub element: Vec<TensorType>,
+    /// The number of elements, when known before running.
+    pub len: Option<usize>,
+    /// Batch sizes the elements can have: after `batch(n)`, `n` and the size
+    /// of a last partial batch (when the length is known); empty before.
+    pub batch_sizes: Vec<usize>,
+}
+
+/// One compiled training step per batch shape, and everything the loop needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainPlan {
+    pub data: Dataset,
+    /// Step regions, one per distinct batch size. Inputs, in order: the batch
+    /// parts, the step number (f32 scalar, 1-based), the parameters, the
+    /// optimizer states. Outputs: the loss, the new parameters, the new states.
+    pub steps: Vec<(usize, Region)>,
+    /// Parameter names (paths such as `l1.w`) and their initial values.
+    pub params: Vec<(String, NodeId)>,
+    /// Optimizer states (`l1.w/m`) and their initial values.
+    pub states: Vec<(String, NodeId)>,
+    pub epochs: Option<usize>,
+    pub max_steps: Option<usize>,
+    pub evals: Vec<EvalPlan>,
+    pub checkpoint: Option<(String, usize)>,
+    pub log: Option<String>,
+    pub resume: Option<String>,
+    /// Slots that receive the trained parameters and states afterwards.
+    pub result_slots: Vec<usize>,
+    pub span: Span,
+}
+
+/// `eval METRIC on DATA every n epochs`: a reduction over a dataset whose
+/// region also reads the current parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalPlan {
+    pub name: String,
+    pub reduce: ReducePlan,
+    /// Slots the region reads for each parameter, in `TrainPlan::params` order.
+    pub param_slots: Vec<usize>,
+    pub every: usize,
+}
+
+/// The example-weighted mean of a scalar region output over every batch of a
+/// dataset (how metrics such as accuracy are computed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReducePlan {
+    pub data: Dataset,
+    /// One region per batch size; inputs: the batch parts, then any extra
+    /// inputs (the current parameters, inside training).
+    pub regions: Vec<(usize, Region)>,
+}

@@ -1,0 +1,276 @@
+//! Runs a traced program: performs its effects in order, evaluating each
+//! graph node the first time an effect needs it (so a later statement's
+//! error never hides an earlier statement's output), and evaluates regions
+//! (map functions, training steps) many times with their inputs bound.
+//!
+//! Contract: every node is evaluated at most once in the main context;
+//! inside a region, the nodes that do not depend on the region's inputs are
+//! taken from the main context (computed once), the rest are recomputed for
+//! every binding. Results are the reference interpreter's.
+
+use crate::backend::interp::{assert_close, eval_node, print_item, Tensor, Values};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::plan::Region;
+use crate::ir::{Effect, Graph, NodeId, Op, Program};
+use std::collections::{HashMap, HashSet};
+
+/// A region prepared for repeated evaluation.
+pub struct CompiledRegion {
+    /// Region input slot → its position in the bound inputs.
+    slot_pos: HashMap<usize, usize>,
+    /// The nodes that depend on the inputs, in evaluation order.
+    order: Vec<NodeId>,
+    outputs: Vec<NodeId>,
+}
+
+/// The state of one program run.
+pub struct Executor<'p> {
+    pub program: &'p Program,
+    /// Position of every node in one fixed topological order.
+    rank: HashMap<NodeId, usize>,
+    /// Values computed in the main context.
+    pub values: Values,
+    /// Values of slots filled by effects that already ran.
+    pub slots: HashMap<usize, Tensor>,
+    /// Where `print` writes.
+    pub out: &'p mut dyn std::io::Write,
+    /// Options from the command line.
+    pub options: RunOptions,
+    /// Epoch-independent dataset prefixes, by dataset address.
+    pub data_cache: HashMap<usize, std::rc::Rc<Vec<super::dataset::Element>>>,
+}
+
+/// Run-time options (from the command line).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Report the first op producing a NaN or infinity, with its span.
+    pub check_numerics: bool,
+    /// Directory that relative paths in the program resolve against.
+    pub base_dir: std::path::PathBuf,
+}
+
+/// Runs `program`, writing printed output to `out`.
+pub fn execute(program: &Program, out: &mut dyn std::io::Write, options: RunOptions) -> Result<(), Diagnostic> {
+    let mut ex = Executor::new(program, out, options)?;
+    for effect in &program.effects {
+        ex.run_effect(effect)?;
+    }
+    Ok(())
+}
+
+impl<'p> Executor<'p> {
+    pub fn new(
+        program: &'p Program,
+        out: &'p mut dyn std::io::Write,
+        options: RunOptions,
+    ) -> Result<Executor<'p>, Diagnostic> {
+        let order = program.graph.topo_order();
+        if order.len() != program.graph.node_count() {
+            return Err(Diagnostic::internal("runtime: the graph has a cycle"));
+        }
+        let rank = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        Ok(Executor {
+            program,
+            rank,
+            values: Values::new(),
+            slots: HashMap::new(),
+            out,
+            options,
+            data_cache: HashMap::new(),
+        })
+    }
+
+    pub fn graph(&self) -> &'p Graph {
+        &self.program.graph
+    }
+
+    fn run_effect(&mut self, effect: &Effect) -> Result<(), Diagnostic> {
+        match effect {
+            Effect::Print { item, full, span } => {
+                self.demand(&crate::ir::numbering::effect_operands(effect))?;
+                let text = print_item(item, *full, &self.values)?;
+                writeln!(self.out, "{text}").map_err(|e| {
+                    Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}"))
+                        .label(*span, "while printing this")
+                })
+            }
+            Effect::AssertClose { actual, expected, tol, span } => {
+                self.demand(&[*actual, *expected])?;
+                assert_close(self.value(*actual)?, self.value(*expected)?, *tol, *span)
+            }
+            Effect::Train(plan) => super::train::run(self, plan),
+            Effect::Reduce { plan, slot, span } => {
+                let mean = super::dataset::reduce_mean(self, plan, &[], *span)?;
+                self.slots.insert(*slot, mean);
+                Ok(())
+            }
+            Effect::Collect { data, all, slots, span } => {
+                let parts = super::dataset::collect(self, data, *all, *span)?;
+                for (slot, t) in slots.iter().zip(parts) {
+                    self.slots.insert(*slot, t);
+                }
+                Ok(())
+            }
+            Effect::Save { tensors, path, span } => {
+                let ids: Vec<NodeId> = tensors.iter().map(|(_, id)| *id).collect();
+                self.demand(&ids)?;
+                let named: Vec<(String, &Tensor)> = tensors
+                    .iter()
+                    .map(|(n, id)| Ok((n.clone(), self.value(*id)?)))
+                    .collect::<Result<_, Diagnostic>>()?;
+                let path = self.resolve_path(path);
+                super::checkpoint::save(&path, &named, &[]).map_err(|d| d.label(*span, "while saving"))
+            }
+            Effect::Load { tensors, path, span } => {
+                let path = self.resolve_path(path);
+                let want: Vec<(String, crate::ir::TensorType)> =
+                    tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
+                let (loaded, _) = super::checkpoint::load(&path, &want).map_err(|d| d.label(*span, "while loading"))?;
+                for ((_, _, slot), t) in tensors.iter().zip(loaded) {
+                    self.slots.insert(*slot, t);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A path from the program, resolved against the program's directory.
+    pub fn resolve_path(&self, path: &str) -> std::path::PathBuf {
+        let p = std::path::Path::new(path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.options.base_dir.join(p)
+        }
+    }
+
+    pub fn value(&self, id: NodeId) -> Result<&Tensor, Diagnostic> {
+        self.values.get(&id).ok_or_else(|| Diagnostic::internal(format!("runtime: node {id:?} was not evaluated")))
+    }
+
+    /// Evaluates, in the main context, every node the roots need.
+    pub fn demand(&mut self, roots: &[NodeId]) -> Result<(), Diagnostic> {
+        let g = self.graph();
+        let mut needed = Vec::new();
+        let mut seen: HashSet<NodeId> = HashSet::new();
+        let mut stack: Vec<NodeId> = roots.iter().copied().filter(|r| !self.values.contains_key(r)).collect();
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            needed.push(n);
+            for i in g.inputs(n) {
+                if !self.values.contains_key(&i) && !seen.contains(&i) {
+                    stack.push(i);
+                }
+            }
+        }
+        needed.sort_by_key(|n| self.rank.get(n).copied().unwrap_or(usize::MAX));
+        for n in needed {
+            let node = g.node(n);
+            let value = match &node.op {
+                Op::Slot { slot, .. } => self.slots.get(slot).cloned().ok_or_else(|| {
+                    Diagnostic::internal(format!("runtime: slot {slot} is read before the effect that fills it ran"))
+                        .label(node.span, "this value")
+                })?,
+                op => {
+                    let inputs = g.inputs(n);
+                    let args = inputs.iter().map(|i| self.value(*i)).collect::<Result<Vec<_>, _>>()?;
+                    eval_node(op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
+                }
+            };
+            self.check_numerics(n, &value)?;
+            self.values.insert(n, value);
+        }
+        Ok(())
+    }
+
+    /// Splits a region into the part that depends on its inputs (evaluated
+    /// per binding) and the rest (evaluated now, once).
+    pub fn compile_region(&mut self, region: &Region) -> Result<CompiledRegion, Diagnostic> {
+        let g = self.graph();
+        let slot_pos: HashMap<usize, usize> = region.inputs.iter().enumerate().map(|(i, (s, _))| (*s, i)).collect();
+        // Nodes the outputs need, stopping at values already known.
+        let mut needed: HashSet<NodeId> = HashSet::new();
+        let mut stack: Vec<NodeId> = region.outputs.clone();
+        while let Some(n) = stack.pop() {
+            if self.values.contains_key(&n) || !needed.insert(n) {
+                continue;
+            }
+            stack.extend(g.inputs(n));
+        }
+        let mut sorted: Vec<NodeId> = needed.into_iter().collect();
+        sorted.sort_by_key(|n| self.rank.get(n).copied().unwrap_or(usize::MAX));
+        // A node varies if it is an input slot or reads a varying node.
+        let mut varying: HashSet<NodeId> = HashSet::new();
+        for &n in &sorted {
+            let is_input = matches!(&g.node(n).op, Op::Slot { slot, .. } if slot_pos.contains_key(slot));
+            if is_input || g.inputs(n).iter().any(|i| varying.contains(i)) {
+                varying.insert(n);
+            }
+        }
+        let invariant: Vec<NodeId> = sorted.iter().copied().filter(|n| !varying.contains(n)).collect();
+        self.demand(&invariant)?;
+        let order = sorted.into_iter().filter(|n| varying.contains(n)).collect();
+        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone() })
+    }
+
+    /// Evaluates a compiled region with its inputs bound.
+    pub fn run_region(&self, r: &CompiledRegion, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        let g = self.graph();
+        let mut local: Values = Values::with_capacity(r.order.len());
+        for &n in &r.order {
+            let node = g.node(n);
+            let value = match &node.op {
+                Op::Slot { slot, .. } => {
+                    let pos = r.slot_pos.get(slot).copied().unwrap_or(usize::MAX);
+                    inputs
+                        .get(pos)
+                        .cloned()
+                        .ok_or_else(|| Diagnostic::internal(format!("runtime: region input slot {slot} is unbound")))?
+                }
+                op => {
+                    let ids = g.inputs(n);
+                    let args = ids
+                        .iter()
+                        .map(|i| {
+                            local
+                                .get(i)
+                                .or_else(|| self.values.get(i))
+                                .ok_or_else(|| Diagnostic::internal("runtime: region operand missing"))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    eval_node(op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
+                }
+            };
+            self.check_numerics(n, &value)?;
+            local.insert(n, value);
+        }
+        r.outputs
+            .iter()
+            .map(|o| {
+                local
+                    .get(o)
+                    .or_else(|| self.values.get(o))
+                    .cloned()
+                    .ok_or_else(|| Diagnostic::internal("runtime: region output missing"))
+            })
+            .collect()
+    }
+
+    /// With `--check-numerics`, the first NaN or infinity is an error at the
+    /// op that produced it.
+    fn check_numerics(&self, n: NodeId, value: &Tensor) -> Result<(), Diagnostic> {
+        if !self.options.check_numerics || !value.dtype().is_float() {
+            return Ok(());
+        }
+        let node = self.graph().node(n);
+        if value.to_f64_vec().iter().any(|x| !x.is_finite()) {
+            return Err(Diagnostic::new(Code::Runtime, format!("`{}` produced a NaN or infinity", node.op.name()))
+                .label(node.span, format!("first non-finite value computed here ({})", node.ty)));
+        }
+        Ok(())
+    }
+}

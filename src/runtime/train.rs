@@ -1,0 +1,226 @@
+//! The training loop (§9): runs the compiled step region over the batches
+//! of every epoch, evaluates metrics, logs, checkpoints and resumes.
+//!
+//! Contract: the loop is deterministic — the final parameters depend only on
+//! the program, its seeds and the data. A checkpoint written at the end of
+//! epoch k holds the parameters, the optimizer states, the step and the
+//! epoch; because the data order of an epoch is a pure function of its
+//! seeds and the epoch number, `resume` from it ends with bit-identical
+//! weights to an uninterrupted run. A NaN or infinite loss stops training
+//! with a diagnostic naming the step (and, with `--check-numerics`, the op).
+
+use super::dataset::{elements, reduce_mean};
+use super::exec::{CompiledRegion, Executor};
+use crate::backend::interp::Tensor;
+use crate::diag::{Code, Diagnostic};
+use crate::ir::plan::TrainPlan;
+use crate::ir::{DType, Literal, TensorType};
+use std::io::{IsTerminal, Write};
+use std::time::Instant;
+
+pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
+    let init: Vec<_> = plan.params.iter().chain(&plan.states).map(|(_, id)| *id).collect();
+    ex.demand(&init)?;
+    let mut params: Vec<Tensor> = plan.params.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let mut states: Vec<Tensor> = plan.states.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let (mut step, mut epoch) = (0u64, 0u64);
+    if let Some(path) = &plan.resume {
+        let path = ex.resolve_path(path);
+        if path.exists() {
+            let (p, s, st, ep) = load_checkpoint(&path, plan, &params, &states)?;
+            (params, states, step, epoch) = (p, s, st, ep);
+            eprintln!("resuming from {} at epoch {epoch}, step {step}", path.display());
+        } else {
+            eprintln!("no checkpoint at {} yet; training from the start", path.display());
+        }
+    }
+    let regions: Vec<(usize, CompiledRegion)> =
+        plan.steps.iter().map(|(b, r)| Ok((*b, ex.compile_region(r)?))).collect::<Result<_, Diagnostic>>()?;
+    let evals: Vec<_> = plan.evals.iter().collect();
+    let mut log = match &plan.log {
+        Some(p) => {
+            let path = ex.resolve_path(p);
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| {
+                Diagnostic::new(Code::Io, format!("cannot open the log `{}`: {e}", path.display()))
+                    .label(plan.span, "in this train block")
+            })?;
+            Some(f)
+        }
+        None => None,
+    };
+    let progress = Progress::new(plan);
+    let started = Instant::now();
+    let mut examples = 0usize;
+    'epochs: while plan.epochs.is_none_or(|e| epoch < e as u64) {
+        let batches = elements(ex, &plan.data, epoch)?;
+        if batches.is_empty() {
+            return Err(Diagnostic::new(Code::Runtime, "the training data has no batches")
+                .label(plan.span, "in this train block"));
+        }
+        let mut loss_sum = 0.0;
+        let mut loss_n = 0usize;
+        for (i, batch) in batches.iter().enumerate() {
+            if plan.max_steps.is_some_and(|m| step >= m as u64) {
+                break 'epochs;
+            }
+            let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+            let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
+                return Err(Diagnostic::internal(format!(
+                    "runtime: no training step was compiled for batches of {size}"
+                )));
+            };
+            step += 1;
+            let mut inputs = batch.clone();
+            inputs.push(scalar(step as f64)?);
+            inputs.extend(params.iter().cloned());
+            inputs.extend(states.iter().cloned());
+            let out = ex.run_region(region, &inputs)?;
+            let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
+            if !loss.is_finite() {
+                return Err(Diagnostic::new(Code::Runtime, format!("the loss became {loss} at step {step} (epoch {})", epoch + 1))
+                    .label(plan.span, "while training here")
+                    .help("run with `--check-numerics` to find the first op that produced a NaN or infinity; a lower learning rate or `clip_grad_norm` often helps"));
+            }
+            params = out[1..1 + params.len()].to_vec();
+            states = out[1 + params.len()..].to_vec();
+            loss_sum += loss;
+            loss_n += 1;
+            examples += size;
+            progress.step(
+                epoch + 1,
+                i + 1,
+                batches.len(),
+                loss,
+                examples as f64 / started.elapsed().as_secs_f64().max(1e-9),
+            );
+        }
+        epoch += 1;
+        let mean_loss = loss_sum / loss_n.max(1) as f64;
+        let mut metrics = Vec::new();
+        for e in &evals {
+            if epoch % e.every as u64 == 0 || plan.epochs == Some(epoch as usize) {
+                let v = reduce_mean(ex, &e.reduce, &params, plan.span)?;
+                metrics.push((e.name.clone(), v.to_f64_vec()[0]));
+            }
+        }
+        let rate = examples as f64 / started.elapsed().as_secs_f64().max(1e-9);
+        progress.epoch_done(epoch, step, mean_loss, &metrics, rate);
+        if let Some(f) = log.as_mut() {
+            let mut line = format!("{{\"step\": {step}, \"epoch\": {epoch}, \"loss\": {}", json_number(mean_loss));
+            for (name, v) in &metrics {
+                line.push_str(&format!(", {}: {}", serde_json::Value::from(name.clone()), json_number(*v)));
+            }
+            line.push_str(&format!(", \"examples_per_sec\": {}}}\n", json_number(rate)));
+            let _ = f.write_all(line.as_bytes());
+        }
+        if let Some((path, every)) = &plan.checkpoint {
+            if epoch % *every as u64 == 0 {
+                let path = ex.resolve_path(path);
+                save_checkpoint(&path, plan, &params, &states, step, epoch)?;
+            }
+        }
+    }
+    for (slot, t) in plan.result_slots.iter().zip(params.into_iter().chain(states)) {
+        ex.slots.insert(*slot, t);
+    }
+    Ok(())
+}
+
+fn json_number(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
+}
+
+fn scalar(x: f64) -> Result<Tensor, Diagnostic> {
+    Tensor::from_literal(&Literal::Float(vec![x]), &TensorType::scalar(DType::F32))
+}
+
+fn save_checkpoint(
+    path: &std::path::Path,
+    plan: &TrainPlan,
+    params: &[Tensor],
+    states: &[Tensor],
+    step: u64,
+    epoch: u64,
+) -> Result<(), Diagnostic> {
+    let mut named: Vec<(String, &Tensor)> = plan.params.iter().map(|(n, _)| n.clone()).zip(params).collect();
+    named.extend(plan.states.iter().map(|(n, _)| format!("optimizer/{n}")).zip(states));
+    let meta = vec![
+        ("step".to_string(), step.to_string()),
+        ("epoch".to_string(), epoch.to_string()),
+        ("format".to_string(), "tfc-checkpoint-1".to_string()),
+    ];
+    super::checkpoint::save(path, &named, &meta).map_err(|d| d.label(plan.span, "while checkpointing this training"))
+}
+
+type Restored = (Vec<Tensor>, Vec<Tensor>, u64, u64);
+
+fn load_checkpoint(
+    path: &std::path::Path,
+    plan: &TrainPlan,
+    params: &[Tensor],
+    states: &[Tensor],
+) -> Result<Restored, Diagnostic> {
+    let mut want: Vec<(String, TensorType)> =
+        plan.params.iter().zip(params).map(|((n, _), t)| (n.clone(), t.ty())).collect();
+    want.extend(plan.states.iter().zip(states).map(|((n, _), t)| (format!("optimizer/{n}"), t.ty())));
+    let (mut loaded, meta) =
+        super::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
+    let number = |k: &str| -> Result<u64, Diagnostic> {
+        meta.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| {
+            Diagnostic::new(
+                Code::Io,
+                format!("`{}` is not a training checkpoint: its metadata has no `{k}`", path.display()),
+            )
+            .label(plan.span, "resuming here")
+        })
+    };
+    let (step, epoch) = (number("step")?, number("epoch")?);
+    let states = loaded.split_off(params.len());
+    Ok((loaded, states, step, epoch))
+}
+
+/// Progress on stderr: a line rewritten in place on a terminal, one line
+/// per epoch otherwise.
+struct Progress {
+    tty: bool,
+    epochs: Option<usize>,
+}
+
+impl Progress {
+    fn new(plan: &TrainPlan) -> Progress {
+        Progress { tty: std::io::stderr().is_terminal(), epochs: plan.epochs }
+    }
+
+    fn step(&self, epoch: u64, batch: usize, batches: usize, loss: f64, rate: f64) {
+        if self.tty {
+            let total = self.epochs.map(|e| format!("/{e}")).unwrap_or_default();
+            let width = 24;
+            let done = width * batch / batches.max(1);
+            let bar: String = "█".repeat(done) + &"·".repeat(width - done);
+            eprint!("\repoch {epoch}{total} {bar} {batch}/{batches}  loss {loss:.4}  {rate:.0} ex/s ");
+        }
+    }
+
+    fn epoch_done(&self, epoch: u64, step: u64, loss: f64, metrics: &[(String, f64)], rate: f64) {
+        // Off a terminal, about twenty lines per run: every k-th epoch, the
+        // last one, and every epoch with metrics.
+        let every = self.epochs.map(|e| (e / 20).max(1) as u64).unwrap_or(1);
+        let last = self.epochs == Some(epoch as usize);
+        if !self.tty && !last && metrics.is_empty() && epoch % every != 0 {
+            return;
+        }
+        let total = self.epochs.map(|e| format!("/{e}")).unwrap_or_default();
+        let metrics: String = metrics.iter().map(|(n, v)| format!("  {n} {v:.4}")).collect();
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+        eprintln!("epoch {epoch}{total}  step {step}  loss {loss:.4}{metrics}  {rate:.0} ex/s");
+    }
+}

@@ -1,0 +1,291 @@
+//! Dataset built-ins (§8): sources (`load_csv`, `from_tensors`, `range`),
+//! transforms (`map filter shuffle batch repeat take skip cache prefetch
+//! split`) and looking inside (`first count collect`). A dataset is a plan;
+//! `map`/`filter` functions are traced once into regions over the element
+//! types, like any other function. `load_csv` reads its file while checking,
+//! because the element shapes and count come from it.
+
+
+use crate::diag::{Code, Diagnostic, Span};
+use crate::ir::plan::{Dataset, Region, Source, Transform};
+use crate::ir::{DType, Effect, Op, TensorType};
+use crate::trace::args::BuiltinArgs;
+use crate::trace::value::Value;
+use crate::trace::{TResult, Tracer};
+use std::rc::Rc;
+
+impl Tracer<'_> {
+    pub(crate) fn data_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        match a.name {
+            "load_csv" => self.load_csv(a),
+            "from_tensors" => self.from_tensors(a),
+            "range" => {
+                let n = a.int(0)?;
+                if n < 0 {
+                    return Err(a.bad_value(0, format!("the length cannot be negative ({n})")));
+                }
+                let n = n as usize;
+                Ok(dataset(Dataset { source: Source::Range(n), transforms: vec![], element: vec![TensorType::scalar(DType::I32)], len: Some(n), batch_sizes: vec![] }))
+            }
+            "first" | "collect" => self.collect_builtin(a),
+            "count" => {
+                let d = self.arg_dataset(a, 0)?;
+                match d.len {
+                    Some(n) => Ok(Value::Int(n as i64)),
+                    None => Err(Diagnostic::new(Code::NotStatic, "the number of elements after `filter` is not known before running")
+                        .label(a.span_of(0), "this dataset is filtered")
+                        .into()),
+                }
+            }
+            "split" => self.split(a),
+            _ => self.transform(a),
+        }
+    }
+
+    pub(crate) fn arg_dataset(&mut self, a: &BuiltinArgs, i: usize) -> TResult<Rc<Dataset>> {
+        match a.get(i) {
+            Some((Value::Dataset(d), _)) => Ok(d.clone()),
+            _ => Err(a.bad(i, "a dataset")),
+        }
+    }
+
+    fn load_csv(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let path = match a.get(0) {
+            Some((Value::Str(s), _)) => s.clone(),
+            _ => return Err(a.bad(0, "a file path string")),
+        };
+        let label = match a.get(1) {
+            None => None,
+            Some(_) => Some(a.int(1)?),
+        };
+        let full = self.base_dir.join(&path);
+        let key = (full.clone(), label);
+        let host = match self.csv_cache.get(&key) {
+            Some(h) => h.clone(),
+            None => {
+                let h = Rc::new(crate::runtime::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?);
+                self.csv_cache.insert(key, h.clone());
+                h
+            }
+        };
+        let n = host.columns.first().map(|(t, _)| t.shape[0]).unwrap_or(0);
+        let element = host.columns.iter().map(|(t, _)| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
+        Ok(dataset(Dataset { source: Source::Host(host), transforms: vec![], element, len: Some(n), batch_sizes: vec![] }))
+    }
+
+    fn from_tensors(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let parts: Vec<(Value, Span)> = match a.get(0) {
+            Some((Value::Tuple(items), s)) => items.iter().map(|v| (v.clone(), *s)).collect(),
+            _ => return Err(a.bad(0, "one or more tensors")),
+        };
+        let mut ids = Vec::new();
+        let mut element = Vec::new();
+        let mut n = None;
+        for (v, s) in &parts {
+            let o = self.operand(v, None, *s)?;
+            let Some(&first) = o.ty.shape.first() else {
+                return Err(Diagnostic::new(Code::Rank, format!("`from_tensors` needs tensors of rank ≥ 1 (elements along the first axis), found {}", o.ty))
+                    .label(*s, o.ty.to_string())
+                    .into());
+            };
+            if n.is_some_and(|n| n != first) {
+                return Err(Diagnostic::new(Code::Concat, format!("`from_tensors`: the tensors hold different numbers of elements ({} and {first})", n.unwrap_or(0)))
+                    .label(*s, o.ty.to_string())
+                    .into());
+            }
+            n = Some(first);
+            ids.push(o.id);
+            element.push(TensorType::new(o.ty.dtype, o.ty.shape[1..].to_vec()));
+        }
+        Ok(dataset(Dataset { source: Source::Nodes(ids), transforms: vec![], element, len: n, batch_sizes: vec![] }))
+    }
+
+    fn split(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let d = self.arg_dataset(a, 0)?;
+        let fraction = a.float_or(1, 0.5)?;
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(a.bad_value(1, format!("the fraction must be in [0, 1], not {fraction}")));
+        }
+        let seed = a.int_or(2, 0)? as u64;
+        let Some(len) = d.len else {
+            return Err(Diagnostic::new(Code::NotStatic, "`split` needs a dataset whose length is known (not filtered)").label(a.span_of(0), "filtered dataset").into());
+        };
+        let count = (fraction * len as f64).round() as usize;
+        let part = |first: bool, n: usize| {
+            let mut p = (*d).clone();
+            p.transforms.push(Transform::Split { seed, count, first });
+            p.len = Some(n);
+            dataset(p)
+        };
+        Ok(Value::Tuple(vec![part(true, count), part(false, len - count)]))
+    }
+
+    fn transform(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let d = self.arg_dataset(a, 0)?;
+        let mut out = (*d).clone();
+        let t = match a.name {
+            "map" | "filter" => {
+                let f = a.get(1).map(|(v, _)| v.clone()).ok_or_else(|| a.bad(1, "a function"))?;
+                let (region, outputs) = self.element_region(&d.element, &d.batch_sizes, f, a.span_of(1), a.span)?;
+                if a.name == "filter" {
+                    match outputs.as_slice() {
+                        [t] if t.dtype == DType::Bool && t.rank() == 0 => {}
+                        _ => {
+                            return Err(Diagnostic::new(Code::Kind, format!("a `filter` function must return a bool scalar, it returns {}", types_text(&outputs)))
+                                .label(a.span_of(1), "this function")
+                                .into())
+                        }
+                    }
+                    out.len = None;
+                    Transform::Filter(region)
+                } else {
+                    out.element = outputs;
+                    Transform::Map(region)
+                }
+            }
+            "shuffle" => {
+                let buffer = a.int(1)?;
+                if buffer <= 0 {
+                    return Err(a.bad_value(1, format!("the buffer size must be positive, not {buffer}")));
+                }
+                Transform::Shuffle { buffer: buffer as usize, seed: a.int_or(2, 0)? as u64 }
+            }
+            "batch" => {
+                let n = a.int(1)?;
+                if n <= 0 {
+                    return Err(a.bad_value(1, format!("the batch size must be positive, not {n}")));
+                }
+                if !d.batch_sizes.is_empty() {
+                    return Err(Diagnostic::new(Code::Unsupported, "batching a batched dataset is not supported yet").label(a.span, "second batch").into());
+                }
+                let n = n as usize;
+                let drop = a.bool_or(2, false)?;
+                out.element = d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect();
+                out.batch_sizes = vec![n];
+                if let Some(len) = d.len {
+                    if !drop && len % n != 0 {
+                        out.batch_sizes.push(len % n);
+                    }
+                    out.len = Some(if drop { len / n } else { len.div_ceil(n) });
+                }
+                Transform::Batch { n, drop_remainder: drop }
+            }
+            "repeat" => match a.get(1) {
+                None => Transform::Repeat(None),
+                Some(_) => {
+                    let n = a.int(1)?;
+                    if n < 0 {
+                        return Err(a.bad_value(1, format!("the count cannot be negative ({n})")));
+                    }
+                    out.len = d.len.map(|l| l * n as usize);
+                    Transform::Repeat(Some(n as usize))
+                }
+            },
+            "take" | "skip" => {
+                let n = a.int(1)?;
+                if n < 0 {
+                    return Err(a.bad_value(1, format!("the count cannot be negative ({n})")));
+                }
+                let n = n as usize;
+                out.len = d.len.map(|l| if a.name == "take" { l.min(n) } else { l.saturating_sub(n) });
+                if a.name == "take" { Transform::Take(n) } else { Transform::Skip(n) }
+            }
+            "cache" => Transform::Cache,
+            _ => match a.get(1) {
+                Some((Value::Str(s), _)) if s == "auto" => Transform::Prefetch(None),
+                None => Transform::Prefetch(None),
+                Some(_) => Transform::Prefetch(Some(a.int(1)?.max(1) as usize)),
+            },
+        };
+        out.transforms.push(t);
+        Ok(dataset(out))
+    }
+
+    /// Traces `f` once over slots of the element types; returns the region
+    /// and its output types.
+    fn element_region(&mut self, element: &[TensorType], batch_sizes: &[usize], f: Value, f_span: Span, span: Span) -> TResult<(Region, Vec<TensorType>)> {
+        if !batch_sizes.is_empty() && batch_sizes.len() > 1 {
+            return Err(Diagnostic::new(Code::Unsupported, "`map` after `batch` with a partial last batch is not supported yet; map before batching or use `drop_remainder = true`")
+                .label(span, "here")
+                .into());
+        }
+        let (inputs, args) = self.slots_for(element, span);
+        let out = self.call_value(f, f_span, args, vec![], span)?;
+        let parts = match out {
+            Value::Tuple(items) => items,
+            v => vec![v],
+        };
+        let mut outputs = Vec::new();
+        let mut types = Vec::new();
+        for p in parts {
+            let o = self.operand(&p, None, span)?;
+            outputs.push(o.id);
+            types.push(o.ty);
+        }
+        Ok((Region { inputs, outputs }, types))
+    }
+
+    /// Fresh slot nodes for values of `types`: the region inputs and the
+    /// values to pass as arguments.
+    pub(crate) fn slots_for(&mut self, types: &[TensorType], span: Span) -> (Vec<(usize, TensorType)>, Vec<(Value, Span)>) {
+        let mut inputs = Vec::new();
+        let mut args = Vec::new();
+        for t in types {
+            let slot = self.new_slot();
+            let id = self.graph.add(Op::Slot { slot, ty: t.clone() }, &[], t.clone(), span);
+            inputs.push((slot, t.clone()));
+            args.push((Value::Tensor(id, t.clone()), span));
+        }
+        (inputs, args)
+    }
+
+    pub(crate) fn new_slot(&mut self) -> usize {
+        self.next_slot += 1;
+        self.next_slot
+    }
+
+    fn collect_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let d = self.arg_dataset(a, 0)?;
+        let all = a.name == "collect";
+        let types: Vec<TensorType> = if all {
+            let Some(n) = d.len else {
+                return Err(Diagnostic::new(Code::NotStatic, "`collect` needs a dataset whose length is known (not filtered)").label(a.span_of(0), "filtered dataset").into());
+            };
+            if !d.batch_sizes.is_empty() {
+                return Err(Diagnostic::new(Code::Unsupported, "`collect` of a batched dataset is not supported; collect before batching").label(a.span_of(0), "batched").into());
+            }
+            d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect()
+        } else {
+            d.element.clone()
+        };
+        let mut slots = Vec::new();
+        let mut values = Vec::new();
+        for t in &types {
+            crate::trace::tensor::check_size(&t.shape, a.span)?;
+            let slot = self.new_slot();
+            let id = self.graph.add(Op::Slot { slot, ty: t.clone() }, &[], t.clone(), a.span);
+            slots.push(slot);
+            values.push(Value::Tensor(id, t.clone()));
+        }
+        self.effects.push(Effect::Collect { data: Box::new((*d).clone()), all, slots, span: a.span });
+        Ok(if values.len() == 1 { values.remove(0) } else { Value::Tuple(values) })
+    }
+}
+
+fn dataset(d: Dataset) -> Value {
+    Value::Dataset(Rc::new(d))
+}
+
+fn types_text(types: &[TensorType]) -> String {
+    match types {
+        [t] => t.to_string(),
+        ts => format!("({})", ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// `(f32[64], i32[])`-style description of a dataset's elements.
+pub fn elements_text(d: &Dataset) -> String {
+    let n = d.len.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
+    format!("{n} elements {}", types_text(&d.element))
+}
+

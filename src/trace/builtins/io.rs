@@ -1,0 +1,79 @@
+//! `save(model, path)`, `load(model, path)` (safetensors, parameters named
+//! by path such as `l1.w`) and `evaluate(ds, f)`: the example-weighted mean
+//! of `f` over a dataset's batches, which metrics such as `accuracy` use.
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::plan::{Region, ReducePlan};
+use crate::ir::{DType, Effect, Op, TensorType};
+use crate::trace::args::BuiltinArgs;
+use crate::trace::value::Value;
+use crate::trace::{TResult, Tracer};
+
+impl Tracer<'_> {
+    pub(crate) fn checkpoint_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let model = match a.get(0) {
+            Some((Value::Model(m), _)) => m.clone(),
+            _ => return Err(a.bad(0, "a model")),
+        };
+        let path = match a.get(1) {
+            Some((Value::Str(s), _)) => s.clone(),
+            _ => return Err(a.bad(1, "a file path string")),
+        };
+        let params = model.param_paths();
+        let mut named = Vec::new();
+        for (name, v) in params {
+            let Value::Tensor(id, ty) = v else { continue };
+            named.push((name, id, ty));
+        }
+        if a.name == "save" {
+            let tensors = named.into_iter().map(|(n, id, _)| (n, id)).collect();
+            self.effects.push(Effect::Save { tensors, path, span: a.span });
+        } else {
+            let mut tensors = Vec::new();
+            for (name, _, ty) in named {
+                let slot = self.new_slot();
+                let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), a.span);
+                model.set_param(&name, Value::Tensor(id, ty.clone()));
+                tensors.push((name, ty, slot));
+            }
+            self.effects.push(Effect::Load { tensors, path, span: a.span });
+        }
+        Ok(Value::Tuple(vec![]))
+    }
+
+    pub(crate) fn evaluate_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let d = self.arg_dataset(a, 0)?;
+        let f = a.get(1).map(|(v, _)| v.clone()).ok_or_else(|| a.bad(1, "a function"))?;
+        let sizes: Vec<Option<usize>> = if d.batch_sizes.is_empty() { vec![None] } else { d.batch_sizes.iter().map(|&b| Some(b)).collect() };
+        let mut regions = Vec::new();
+        for size in sizes {
+            let types: Vec<TensorType> = d
+                .element
+                .iter()
+                .map(|t| match size {
+                    Some(b) => TensorType::new(t.dtype, [vec![b], t.shape[1..].to_vec()].concat()),
+                    None => t.clone(),
+                })
+                .collect();
+            let (inputs, args) = self.slots_for(&types, a.span);
+            let out = self.call_value(f.clone(), a.span_of(1), args, vec![], a.span)?;
+            let o = self.operand(&out, None, a.span_of(1))?;
+            if o.ty.rank() != 0 || !o.ty.dtype.is_float() {
+                return Err(Diagnostic::new(Code::Kind, format!("`evaluate` needs a function returning a float scalar, it returns {}", o.ty))
+                    .label(a.span_of(1), "this function")
+                    .into());
+            }
+            let o = self.cast(&o, DType::F32, a.span)?;
+            regions.push((size.unwrap_or(0), Region { inputs, outputs: vec![o.id] }));
+        }
+        let plan = ReducePlan { data: (*d).clone(), regions };
+        let slot = self.new_slot();
+        let ty = TensorType::scalar(DType::F32);
+        let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), a.span);
+        match self.pending_reduce.as_mut() {
+            Some(pending) => pending.push(plan),
+            None => self.effects.push(Effect::Reduce { plan: Box::new(plan), slot, span: a.span }),
+        }
+        Ok(Value::Tensor(id, ty))
+    }
+}

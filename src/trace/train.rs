@@ -1,0 +1,449 @@
+//! Optimizers (§7) and the `train` statement (§9).
+//!
+//! A train block compiles one step region per batch size: the batch, the
+//! step number, every parameter and optimizer state are region inputs; the
+//! loss, the new parameters and the new states are its outputs. Inside,
+//! the loss is traced with the model's parameters rebound to the step's
+//! inputs, `grad` of the loss comes from the autodiff pass, gradient
+//! clipping and the optimizer's `update` block (one per parameter) follow.
+//! Afterwards the model's parameters are rebound to the trained values
+//! (slots the runtime fills when training ends), so later statements see
+//! the trained model.
+//!
+//! Example: `train net on data { loss(x, y) = mse(net(x), y); optimizer = sgd(lr = 0.1); epochs = 5 }`.
+
+use super::call::CallArgs;
+use super::value::{ModelInstance, OptimizerValue, Scope, Value};
+use super::{TResult, Tracer};
+use crate::diag::{Code, Diagnostic, Span};
+use crate::ir::plan::{Dataset, EvalPlan, Region, TrainPlan};
+use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
+use crate::syntax::ast::{self, TrainField};
+use std::rc::Rc;
+
+/// A parameter during step tracing: its path, its value outside the step.
+struct ParamInfo {
+    path: String,
+    init: NodeId,
+    ty: TensorType,
+}
+
+impl Tracer<'_> {
+    /// `adam(lr = 1e-3)`: binds the optimizer's hyper-parameters.
+    pub(crate) fn instantiate_optimizer(&mut self, def: &Rc<super::value::OptimizerDefValue>, args: CallArgs, span: Span) -> TResult<Value> {
+        let scope = Scope::child(&def.env);
+        let bound = super::call::bind_args(&def.def.name.name, &def.def.params, args, span, def.def.name.span)?;
+        for (param, arg) in def.def.params.iter().zip(bound) {
+            let v = match arg {
+                Some((v, _)) => v,
+                None => match &param.default {
+                    Some(d) => self.eval(d, &scope)?,
+                    None => return Err(Diagnostic::internal("missing optimizer argument").into()),
+                },
+            };
+            scope.set(&param.name.name, v);
+        }
+        Ok(Value::Optimizer(Rc::new(OptimizerValue { def: def.def.clone(), scope })))
+    }
+
+    pub(crate) fn train(&mut self, t: &ast::TrainDef, env: &Rc<Scope>) -> TResult<()> {
+        let model = match self.eval(&t.model, env)? {
+            Value::Model(m) => m,
+            other => return Err(kind_error(t.model.span, "a model", &other)),
+        };
+        let data = match self.eval(&t.data, env)? {
+            Value::Dataset(d) => d,
+            other => return Err(kind_error(t.data.span, "a batched dataset", &other)),
+        };
+        if data.batch_sizes.is_empty() {
+            return Err(Diagnostic::new(Code::Kind, "training needs a batched dataset")
+                .label(t.data.span, format!("a dataset of {} (not batched)", super::data_elements_text(&data)))
+                .help("add `|> batch(64)`")
+                .into());
+        }
+        let fields = Fields::read(self, t, env)?;
+        let params: Vec<ParamInfo> = model
+            .param_paths()
+            .into_iter()
+            .filter_map(|(path, v)| match v {
+                Value::Tensor(id, ty) => Some(ParamInfo { path, init: id, ty }),
+                _ => None,
+            })
+            .collect();
+        if params.is_empty() {
+            return Err(Diagnostic::new(Code::Kind, format!("model `{}` has no parameters to train", model.def.name.name)).label(t.model.span, "this model").into());
+        }
+        // Initial optimizer states, computed outside the step from each
+        // parameter's initial value.
+        let mut states: Vec<(String, NodeId, TensorType)> = Vec::new();
+        for p in &params {
+            let scope = Scope::child(&fields.optimizer.scope);
+            scope.set("param", Value::Tensor(p.init, p.ty.clone()));
+            for (name, init) in &fields.optimizer.def.states {
+                let v = self.eval(init, &scope)?;
+                let o = self.operand(&v, Some(p.ty.dtype), init.span)?;
+                let o = self.broadcast_to(&o, &p.ty.shape.clone(), init.span)?;
+                states.push((format!("{}/{}", p.path, name.name), o.id, o.ty.clone()));
+                scope.set(&name.name, Value::Tensor(o.id, o.ty));
+            }
+        }
+        let mut steps = Vec::new();
+        for &b in &data.batch_sizes {
+            steps.push((b, self.step_region(t, &model, &data, b, &params, &states, &fields, env)?));
+        }
+        let mut evals = Vec::new();
+        for (metric, eval_data, every, name) in &fields.evals {
+            evals.push(self.eval_plan(&model, &params, metric, eval_data, *every, name, env)?);
+        }
+        // Later statements see the trained parameters.
+        let mut result_slots = Vec::new();
+        for p in &params {
+            let slot = self.new_slot();
+            let id = self.graph.add(Op::Slot { slot, ty: p.ty.clone() }, &[], p.ty.clone(), t.span);
+            model.set_param(&p.path, Value::Tensor(id, p.ty.clone()));
+            result_slots.push(slot);
+        }
+        for (_, _, ty) in &states {
+            let slot = self.new_slot();
+            self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), t.span);
+            result_slots.push(slot);
+        }
+        let plan = TrainPlan {
+            data: (*data).clone(),
+            steps,
+            params: params.iter().map(|p| (p.path.clone(), p.init)).collect(),
+            states: states.iter().map(|(n, id, _)| (n.clone(), *id)).collect(),
+            epochs: fields.epochs,
+            max_steps: fields.steps,
+            evals,
+            checkpoint: fields.checkpoint.clone(),
+            log: fields.log.clone(),
+            resume: fields.resume.clone(),
+            result_slots,
+            span: t.span,
+        };
+        self.effects.push(Effect::Train(Box::new(plan)));
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step_region(
+        &mut self,
+        t: &ast::TrainDef,
+        model: &Rc<ModelInstance>,
+        data: &Dataset,
+        b: usize,
+        params: &[ParamInfo],
+        states: &[(String, NodeId, TensorType)],
+        fields: &Fields,
+        env: &Rc<Scope>,
+    ) -> TResult<Region> {
+        let span = t.span;
+        let batch_types: Vec<TensorType> =
+            data.element.iter().map(|e| TensorType::new(e.dtype, [vec![b], e.shape[1..].to_vec()].concat())).collect();
+        let (mut inputs, batch_args) = self.slots_for(&batch_types, span);
+        let (step_input, step_arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
+        inputs.extend(step_input);
+        let param_types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
+        let (param_inputs, param_args) = self.slots_for(&param_types, span);
+        inputs.extend(param_inputs);
+        let state_types: Vec<TensorType> = states.iter().map(|(_, _, ty)| ty.clone()).collect();
+        let (state_inputs, state_args) = self.slots_for(&state_types, span);
+        inputs.extend(state_inputs);
+        let param_nodes: Vec<NodeId> = param_args.iter().map(|(v, _)| tensor_id(v)).collect();
+        for (p, (v, _)) in params.iter().zip(&param_args) {
+            model.set_param(&p.path, v.clone());
+        }
+        // The loss, in training mode.
+        let saved = std::mem::replace(&mut self.training, true);
+        let loss = self.loss_value(fields, batch_args, env);
+        self.training = saved;
+        let loss = loss?;
+        let mut grads = Vec::new();
+        let found = crate::autodiff::gradients(&mut self.graph, loss.id, None, &param_nodes)?;
+        for (p, g) in params.iter().zip(found) {
+            match g {
+                Some(g) => grads.push(g),
+                None => {
+                    return Err(Diagnostic::new(Code::NoGradient, format!("parameter `{}` gets no gradient from the loss", p.path))
+                        .label(fields.loss_span, "this loss does not depend on it")
+                        .help("use the parameter in `forward`, or remove it from the model")
+                        .into())
+                }
+            }
+        }
+        if let Some(max_norm) = fields.clip {
+            grads = self.clip_by_global_norm(&grads, max_norm, span)?;
+        }
+        let step_value = step_arg[0].0.clone();
+        let mut new_params = Vec::new();
+        let mut new_states = Vec::new();
+        let per_param = fields.optimizer.def.states.len();
+        for (i, p) in params.iter().enumerate() {
+            let mine = &state_args[i * per_param..(i + 1) * per_param];
+            let (np, ns) = self.update(&fields.optimizer, p, &param_args[i].0, grads[i], &step_value, mine, span)?;
+            new_params.push(np);
+            new_states.extend(ns);
+        }
+        let mut outputs = vec![loss.id];
+        outputs.extend(new_params);
+        outputs.extend(new_states);
+        Ok(Region { inputs, outputs })
+    }
+
+    fn loss_value(&mut self, fields: &Fields, batch: Vec<(Value, Span)>, env: &Rc<Scope>) -> TResult<super::tensor::Operand> {
+        let scope = Scope::child(env);
+        if fields.loss_params.len() != batch.len() {
+            return Err(Diagnostic::new(
+                Code::Arity,
+                format!("the loss takes {} argument(s) but each batch has {} part(s)", fields.loss_params.len(), batch.len()),
+            )
+            .label(fields.loss_span, "this loss")
+            .into());
+        }
+        for (p, (v, s)) in fields.loss_params.iter().zip(batch) {
+            let v = match &p.ty {
+                Some(ty) => self.check_annotation(&v, ty, s, &scope)?,
+                None => v,
+            };
+            scope.set(&p.name.name, v);
+        }
+        let v = self.eval(&fields.loss_body, &scope)?;
+        match &v {
+            Value::Tensor(id, ty) if ty.rank() == 0 && ty.dtype.is_float() => {
+                Ok(super::tensor::Operand { id: *id, ty: ty.clone(), span: fields.loss_body.span })
+            }
+            other => Err(Diagnostic::new(Code::LossNotScalar, format!("the loss must be a float scalar, but it is {}", other.describe()))
+                .label(fields.loss_body.span, other.describe())
+                .help("reduce it, e.g. with `mean(...)`; the std losses already return the batch mean")
+                .into()),
+        }
+    }
+
+    /// Scales all gradients by `min(1, max_norm / ‖g‖)` (the global norm).
+    fn clip_by_global_norm(&mut self, grads: &[NodeId], max_norm: f64, span: Span) -> TResult<Vec<NodeId>> {
+        let mut total: Option<Value> = None;
+        for &g in grads {
+            let ty = self.graph.node(g).ty.clone();
+            let v = Value::Tensor(g, ty);
+            let sq = self.binary(BinaryOp::Mul, (&v, span), (&v, span), span)?;
+            let o = self.operand(&sq, None, span)?;
+            let axes: Vec<usize> = (0..o.ty.rank()).collect();
+            let s = self.node(Op::Reduce { op: ReduceOp::Sum, axes, keepdims: false }, &[&o], span)?;
+            let s = self.cast(&s, DType::F32, span)?;
+            let sv = Value::Tensor(s.id, s.ty);
+            total = Some(match total {
+                None => sv,
+                Some(t) => self.binary(BinaryOp::Add, (&t, span), (&sv, span), span)?,
+            });
+        }
+        let total = total.unwrap_or(Value::Float(0.0));
+        let norm = self.unary_op(UnaryOp::Sqrt, &total, span, span)?;
+        let denom = self.binary(BinaryOp::Add, (&norm, span), (&Value::Float(1e-6), span), span)?;
+        let ratio = self.binary(BinaryOp::Div, (&Value::Float(max_norm), span), (&denom, span), span)?;
+        let scale = self.binary(BinaryOp::Minimum, (&ratio, span), (&Value::Float(1.0), span), span)?;
+        let mut out = Vec::new();
+        for &g in grads {
+            let ty = self.graph.node(g).ty.clone();
+            let s = self.operand(&scale, None, span)?;
+            let s = self.cast(&s, ty.dtype, span)?;
+            let gv = Value::Tensor(g, ty);
+            let r = self.binary(BinaryOp::Mul, (&gv, span), (&Value::Tensor(s.id, s.ty), span), span)?;
+            out.push(tensor_id(&r));
+        }
+        Ok(out)
+    }
+
+    /// One parameter's optimizer update: evaluates the `update` block with
+    /// `param`, `grad`, `step` and the states bound; returns the new
+    /// parameter and the new states.
+    #[allow(clippy::too_many_arguments)]
+    fn update(
+        &mut self,
+        opt: &OptimizerValue,
+        p: &ParamInfo,
+        param: &Value,
+        grad: NodeId,
+        step: &Value,
+        states: &[(Value, Span)],
+        span: Span,
+    ) -> TResult<(NodeId, Vec<NodeId>)> {
+        let scope = Scope::child(&opt.scope);
+        // A hyper-parameter given as a function is a schedule of the step.
+        for hp in &opt.def.params {
+            if let Some(f @ (Value::Func(_) | Value::Builtin(_))) = opt.scope.get_local(&hp.name.name) {
+                let v = self.call_value(f, hp.span, vec![(step.clone(), span)], vec![], span)?;
+                scope.set(&hp.name.name, v);
+            }
+        }
+        scope.set("param", param.clone());
+        scope.set("grad", Value::Tensor(grad, p.ty.clone()));
+        scope.set("step", step.clone());
+        for ((name, _), (v, _)) in opt.def.states.iter().zip(states) {
+            scope.set(&name.name, v.clone());
+        }
+        let result = self.block_in(&opt.def.update, &scope)?;
+        let new_param = self.fit(&result, &p.ty, opt.def.update.span, &format!("the update of `{}`", p.path))?;
+        let mut new_states = Vec::new();
+        for (name, _) in &opt.def.states {
+            let v = scope.get_local(&name.name).unwrap_or(Value::Poison);
+            new_states.push(self.fit(&v, &p.ty, name.span, &format!("optimizer state `{}` of `{}`", name.name, p.path))?);
+        }
+        Ok((new_param, new_states))
+    }
+
+    /// Converts `v` to exactly type `ty` (numbers broadcast; a different
+    /// dtype or shape is an error naming `what`).
+    fn fit(&mut self, v: &Value, ty: &TensorType, span: Span, what: &str) -> TResult<NodeId> {
+        let o = self.operand(v, Some(ty.dtype), span)?;
+        if o.ty.dtype != ty.dtype || crate::ir::infer::broadcast_shapes(&o.ty.shape, &ty.shape).as_deref() != Some(&ty.shape[..]) {
+            return Err(Diagnostic::new(Code::Annotation, format!("{what} must be {ty}, but it is {}", o.ty)).label(span, o.ty.to_string()).into());
+        }
+        Ok(self.broadcast_to(&o, &ty.shape, span)?.id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn eval_plan(&mut self, model: &Rc<ModelInstance>, params: &[ParamInfo], metric: &ast::Expr, data: &ast::Expr, every: usize, name: &str, env: &Rc<Scope>) -> TResult<EvalPlan> {
+        let span = metric.span;
+        let types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
+        let (param_inputs, param_args) = self.slots_for(&types, span);
+        for (p, (v, _)) in params.iter().zip(&param_args) {
+            model.set_param(&p.path, v.clone());
+        }
+        let f = self.eval(metric, env)?;
+        let d = self.eval(data, env)?;
+        let saved = self.pending_reduce.replace(Vec::new());
+        let r = self.call_value(f, span, vec![(Value::Model(model.clone()), span), (d, data.span)], vec![], span);
+        let pending = std::mem::replace(&mut self.pending_reduce, saved).unwrap_or_default();
+        r?;
+        let Some(mut reduce) = pending.into_iter().next() else {
+            return Err(Diagnostic::new(Code::Kind, "an `eval` metric must evaluate the model over the dataset (e.g. `accuracy` from std.metrics)")
+                .label(span, "this metric computes no dataset reduction")
+                .into());
+        };
+        for (_, region) in &mut reduce.regions {
+            region.inputs.extend(param_inputs.iter().cloned());
+        }
+        Ok(EvalPlan { name: name.to_string(), reduce, param_slots: param_inputs.iter().map(|(s, _)| *s).collect(), every })
+    }
+}
+
+/// The settings of a train block, read and checked.
+struct Fields {
+    loss_params: Vec<ast::Param>,
+    loss_body: ast::Expr,
+    loss_span: Span,
+    optimizer: Rc<OptimizerValue>,
+    epochs: Option<usize>,
+    steps: Option<usize>,
+    clip: Option<f64>,
+    checkpoint: Option<(String, usize)>,
+    log: Option<String>,
+    resume: Option<String>,
+    evals: Vec<(ast::Expr, ast::Expr, usize, String)>,
+}
+
+impl Fields {
+    fn read(tr: &mut Tracer, t: &ast::TrainDef, env: &Rc<Scope>) -> TResult<Fields> {
+        let mut loss = None;
+        let mut optimizer = None;
+        let (mut epochs, mut steps, mut clip, mut checkpoint, mut log, mut resume) = (None, None, None, None, None, None);
+        let mut evals = Vec::new();
+        for f in &t.fields {
+            match f {
+                TrainField::Loss { params, body, span } => loss = Some((params.clone(), body.clone(), *span)),
+                TrainField::Set { name, value, span } => {
+                    let v = tr.eval(value, env)?;
+                    match (name.name.as_str(), v) {
+                        ("optimizer", Value::Optimizer(o)) => optimizer = Some(o),
+                        ("optimizer", Value::OptimizerDef(d)) => {
+                            let args = CallArgs { positional: vec![], named: vec![] };
+                            if let Value::Optimizer(o) = tr.instantiate_optimizer(&d, args, *span)? {
+                                optimizer = Some(o);
+                            }
+                        }
+                        ("epochs", Value::Int(n)) if n > 0 => epochs = Some(n as usize),
+                        ("steps", Value::Int(n)) if n > 0 => steps = Some(n as usize),
+                        ("clip_grad_norm", Value::Int(n)) if n > 0 => clip = Some(n as f64),
+                        ("clip_grad_norm", Value::Float(x)) if x > 0.0 => clip = Some(x),
+                        ("resume", Value::Str(s)) => resume = Some(s),
+                        ("workers", Value::Int(1)) => {}
+                        ("workers", _) => {
+                            return Err(Diagnostic::new(Code::Unsupported, "data-parallel training (`workers`) is not supported yet").label(*span, "here").into())
+                        }
+                        (n @ ("optimizer" | "epochs" | "steps" | "clip_grad_norm" | "resume"), other) => {
+                            let want = match n {
+                                "optimizer" => "an optimizer such as `adam(lr = 1e-3)`",
+                                "resume" => "a checkpoint path string",
+                                "clip_grad_norm" => "a positive number",
+                                _ => "a positive int",
+                            };
+                            return Err(Diagnostic::new(Code::Kind, format!("`{n}` must be {want}, found {}", other.describe())).label(value.span, "here").into());
+                        }
+                        (other, _) => {
+                            let known = ["optimizer", "epochs", "steps", "clip_grad_norm", "resume", "workers"];
+                            let mut d = Diagnostic::new(Code::UnknownField, format!("`{other}` is not a train setting")).label(name.span, "unknown setting");
+                            if let Some(s) = crate::diag::did_you_mean(other, known) {
+                                d = d.help(format!("did you mean `{s}`?"));
+                            }
+                            return Err(d.into());
+                        }
+                    }
+                }
+                TrainField::Eval { metric, data, every, .. } => {
+                    let n = every_count(tr, every.as_ref(), env)?;
+                    let name = match &metric.kind {
+                        ast::ExprKind::Name(n) => n.clone(),
+                        _ => "metric".into(),
+                    };
+                    evals.push((metric.clone(), data.clone(), n, name));
+                }
+                TrainField::Checkpoint { path, every, .. } => {
+                    let p = match tr.eval(path, env)? {
+                        Value::Str(s) => s,
+                        other => return Err(kind_error(path.span, "a path string", &other)),
+                    };
+                    checkpoint = Some((p, every_count(tr, every.as_ref(), env)?));
+                }
+                TrainField::Log { path, .. } => {
+                    log = Some(match tr.eval(path, env)? {
+                        Value::Str(s) => s,
+                        other => return Err(kind_error(path.span, "a path string", &other)),
+                    })
+                }
+            }
+        }
+        let Some((loss_params, loss_body, loss_span)) = loss else {
+            return Err(Diagnostic::new(Code::MissingArgument, "a train block needs a loss: `loss(x, y) = …`").label(t.span, "no loss here").into());
+        };
+        let Some(optimizer) = optimizer else {
+            return Err(Diagnostic::new(Code::MissingArgument, "a train block needs an optimizer: `optimizer = adam(lr = 1e-3)`").label(t.span, "no optimizer here").into());
+        };
+        if epochs.is_none() && steps.is_none() {
+            epochs = Some(1);
+        }
+        Ok(Fields { loss_params, loss_body, loss_span, optimizer, epochs, steps, clip, checkpoint, log, resume, evals })
+    }
+}
+
+fn every_count(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> TResult<usize> {
+    let Some(e) = every else { return Ok(1) };
+    if e.unit == ast::EveryUnit::Steps {
+        return Err(Diagnostic::new(Code::Unsupported, "`every N steps` is not supported yet; use `every N epochs`").label(e.span, "here").into());
+    }
+    match tr.eval(&e.count, env)? {
+        Value::Int(n) if n > 0 => Ok(n as usize),
+        other => Err(kind_error(e.count.span, "a positive int", &other)),
+    }
+}
+
+fn kind_error(span: Span, want: &str, found: &Value) -> super::Fail {
+    Diagnostic::new(Code::Kind, format!("expected {want}, found {}", found.describe())).label(span, found.describe()).into()
+}
+
+fn tensor_id(v: &Value) -> NodeId {
+    match v {
+        Value::Tensor(id, _) => *id,
+        _ => NodeId::end(),
+    }
+}

@@ -1,0 +1,171 @@
+//! The `tfc` binary as a user meets it: exit codes (0 success, 1 program
+//! error, 2 usage error), stdout carrying only program output, and a clear
+//! diagnostic for every kind of bad input — never a panic or a hang.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn tfc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tfc")).args(args).env("NO_COLOR", "1").output().expect("the tfc binary runs")
+}
+
+fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tfc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write scratch file");
+    path
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn assert_no_panic(o: &Output) {
+    let err = stderr(o);
+    assert!(!err.contains("panicked"), "tfc panicked:\n{err}");
+}
+
+#[test]
+fn run_prints_program_output_on_stdout_and_exits_zero() {
+    let f = scratch("ok.tfl", b"print([1.0, 2.5] * 2.0)\n");
+    let o = tfc(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "f32[2] [2, 5]\n");
+    assert!(o.stderr.is_empty());
+}
+
+#[test]
+fn check_succeeds_silently_on_a_good_program() {
+    let f = scratch("good.tfl", b"let x = [1.0, 2.0]\nprint(x)\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "check prints nothing on stdout");
+}
+
+#[test]
+fn a_shape_error_exits_one_with_the_code_and_line_on_stderr() {
+    let f = scratch("bad.tfl", b"let a = zeros([2, 3])\nlet b = zeros([4, 5])\nprint(a @ b)\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("E0303"), "{err}");
+    assert!(err.contains("bad.tfl:3"), "{err}");
+    assert!(err.contains("f32[2, 3]") && err.contains("f32[4, 5]"), "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let o = tfc(&["run", "/nonexistent/dir/prog.tfl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0001") && stderr(&o).contains("no such file"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_directory_is_not_a_source_file() {
+    let dir = std::env::temp_dir();
+    let o = tfc(&["check", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0001"), "{}", stderr(&o));
+    assert_no_panic(&o);
+}
+
+#[test]
+fn an_empty_file_is_reported() {
+    let f = scratch("empty.tfl", b"");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0003"), "{}", stderr(&o));
+    let f = scratch("comments.tfl", b"// only a comment\n\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0003"), "{}", stderr(&o));
+}
+
+#[test]
+fn non_utf8_bytes_are_reported_with_their_position() {
+    let f = scratch("latin1.tfl", b"let x = 1\nprint(\xff\xfe)\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("E0002") && err.contains("line 2"), "{err}");
+}
+
+#[test]
+fn deeply_nested_expressions_are_bounded_not_a_stack_overflow() {
+    let deep = format!("print({}1.0{})\n", "(".repeat(100_000), ")".repeat(100_000));
+    let f = scratch("deep.tfl", deep.as_bytes());
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0102"), "{}", stderr(&o));
+    let unary = format!("print({}1.0)\n", "-".repeat(100_000));
+    let f = scratch("unary.tfl", unary.as_bytes());
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_no_panic(&o);
+}
+
+#[test]
+fn deep_recursion_in_the_program_is_bounded() {
+    let f = scratch("rec.tfl", b"fn f(x) = f(x + 1.0)\nprint(f(1.0))\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0102"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_huge_literal_shape_is_rejected_before_allocating() {
+    let f = scratch("huge.tfl", b"let x = zeros([100000, 100000, 100000])\nprint(sum(x))\n");
+    let o = tfc(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0317"), "{}", stderr(&o));
+    let f = scratch("overflow.tfl", b"let x = ones([9223372036854775807, 9223372036854775807])\n");
+    let o = tfc(&["check", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_no_panic(&o);
+}
+
+#[test]
+fn unknown_flags_and_subcommands_are_usage_errors() {
+    for args in [&["run", "--bogus", "x.tfl"][..], &["frobnicate"], &[], &["build", "x.tfl", "--emit", "asm-ish"]] {
+        let o = tfc(args);
+        assert_eq!(o.status.code(), Some(2), "args {args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn help_and_version_exit_zero() {
+    let o = tfc(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("check"));
+    let o = tfc(&["--version"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn a_failed_assertion_exits_one_after_printing_earlier_output() {
+    let f = scratch("assert.tfl", b"print(1)\nassert_close([1.0, 2.0], [1.0, 2.5])\nprint(2)\n");
+    let o = tfc(&["run", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1\n");
+    assert!(stderr(&o).contains("E0401"), "{}", stderr(&o));
+}
+
+#[test]
+fn build_emits_ir_ast_and_dot() {
+    let f = scratch("emit.tfl", b"let x = [1.0, 2.0]\nprint(exp(x))\n");
+    let path = f.to_str().unwrap();
+    let ir = tfc(&["build", path, "--emit", "ir"]);
+    assert_eq!(ir.status.code(), Some(0), "{}", stderr(&ir));
+    assert!(String::from_utf8_lossy(&ir.stdout).contains("= exp %"));
+    let ast = tfc(&["build", path, "--emit", "ast"]);
+    assert!(String::from_utf8_lossy(&ast.stdout).contains("exp"));
+    let out = f.with_extension("dot");
+    let dot = tfc(&["build", path, "--emit", "dot", "-o", out.to_str().unwrap()]);
+    assert_eq!(dot.status.code(), Some(0), "{}", stderr(&dot));
+    let text = std::fs::read_to_string(&out).expect("dot written");
+    assert!(text.starts_with("digraph"), "{text}");
+}
