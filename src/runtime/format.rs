@@ -70,7 +70,8 @@ fn element(dtype: DType, values: &Literal, i: usize) -> String {
     text.unwrap_or_else(|| "?".to_string())
 }
 
-/// Shortest round-trip text of a float of `dtype`.
+/// Shortest round-trip text of a float of `dtype` (or of an integer or bool
+/// element of that dtype, given as an f64).
 pub fn format_float(dtype: DType, x: f64) -> String {
     if x.is_nan() {
         "nan".to_string()
@@ -78,6 +79,12 @@ pub fn format_float(dtype: DType, x: f64) -> String {
         if x > 0.0 { "inf" } else { "-inf" }.to_string()
     } else if dtype == DType::F64 {
         format!("{x}")
+    } else if dtype.is_int() {
+        // Integer values (as `assert_close` reports them) print as integers,
+        // not through f32, which would round 1099511627776 to 1099511600000.
+        format!("{}", x as i64)
+    } else if dtype == DType::Bool {
+        (x != 0.0).to_string()
     } else {
         // f32, f16 and bf16 values are exact in f32, whose shortest form is the right one.
         format!("{}", x as f32)
@@ -90,6 +97,13 @@ mod tests {
 
     fn f32s(shape: &[usize], v: &[f64]) -> String {
         format_tensor(&TensorType::new(DType::F32, shape.to_vec()), &Literal::Float(v.to_vec()), false)
+    }
+
+    #[test]
+    fn format_float_prints_integer_and_bool_dtypes_exactly() {
+        assert_eq!(format_float(DType::I64, 1099511627776.0), "1099511627776");
+        assert_eq!(format_float(DType::I32, -7.0), "-7");
+        assert_eq!(format_float(DType::Bool, 1.0), "true");
     }
 
     #[test]

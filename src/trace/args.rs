@@ -202,6 +202,10 @@ impl Tracer<'_> {
                 let node = self.graph.node(*id);
                 let ints = match &node.op {
                     Op::Constant { value: Literal::Int(v), .. } => Some(v.clone()),
+                    // `[]` is an f32[0] literal (floats are the default for an
+                    // empty literal), but as a shape it is the empty list: the
+                    // scalar shape of `zeros([])` and `reshape(x, [])`.
+                    Op::Constant { value: Literal::Float(v), .. } if v.is_empty() => Some(Vec::new()),
                     _ => None,
                 };
                 if ints.is_some() && self.graph.users(*id).is_empty() && !self.is_referenced(*id) {

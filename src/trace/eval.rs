@@ -14,6 +14,10 @@ impl Tracer<'_> {
         match &e.kind {
             ExprKind::Int(i, None) => Ok(Value::Int(*i)),
             ExprKind::Float(x, None) => Ok(Value::Float(*x)),
+            ExprKind::Int(i, Some(d)) if d.is_int() => {
+                let o = self.int_scalar(*i, *d, e.span)?;
+                Ok(Value::Tensor(o.id, o.ty))
+            }
             ExprKind::Int(i, Some(d)) => self.typed_literal(*i as f64, *d, e.span),
             ExprKind::Float(x, Some(d)) => self.typed_literal(*x, *d, e.span),
             ExprKind::Bool(b) => Ok(Value::Bool(*b)),
@@ -219,7 +223,10 @@ impl Tracer<'_> {
                 (Value::Bool(b), DType::Bool) => bools.push(*b),
                 (Value::Int(i), DType::F32) => floats.push(super::tensor::round_to(*i as f64, dtype)),
                 (Value::Float(x), DType::F32) => floats.push(super::tensor::round_to(*x, dtype)),
-                (Value::Int(i), DType::I32) => ints.push(*i),
+                (Value::Int(i), DType::I32) => {
+                    super::tensor::check_int_fits(*i, dtype, *span)?;
+                    ints.push(*i)
+                }
                 (other, d) => {
                     return Err(Diagnostic::new(
                         Code::Ragged,

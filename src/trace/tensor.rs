@@ -55,9 +55,16 @@ impl Tracer<'_> {
         let value = match dtype {
             d if d.is_float() => Literal::Float(vec![round_to(x, d)]),
             DType::Bool => Literal::Bool(vec![x != 0.0]),
-            _ => Literal::Int(vec![x as i64]),
+            _ => return self.int_scalar(x as i64, dtype, span),
         };
         self.constant(value, TensorType::scalar(dtype), span)
+    }
+
+    /// A scalar constant of the integer `dtype` holding `i` exactly (no trip
+    /// through f64, which would round i64 values beyond 2^53).
+    pub(crate) fn int_scalar(&mut self, i: i64, dtype: DType, span: Span) -> TResult<Operand> {
+        check_int_fits(i, dtype, span)?;
+        self.constant(Literal::Int(vec![i]), TensorType::scalar(dtype), span)
     }
 
     /// Converts a value to a tensor operand. Compile-time numbers take the
@@ -70,6 +77,9 @@ impl Tracer<'_> {
                 let dtype = like.unwrap_or(DType::I32);
                 if dtype == DType::Bool {
                     return Err(literal_dtype_error(&i.to_string(), dtype, span));
+                }
+                if dtype.is_int() {
+                    return self.int_scalar(*i, dtype, span);
                 }
                 self.scalar(*i as f64, dtype, span)
             }
@@ -210,6 +220,19 @@ pub(crate) fn check_size(shape: &[usize], span: Span) -> TResult<()> {
         return Err(Diagnostic::new(Code::TooLarge, format!("a tensor of shape {shape:?} has {n} elements"))
             .label(span, "this tensor is too large")
             .help(format!("the limit is {MAX_ELEMENTS} elements"))
+            .into());
+    }
+    Ok(())
+}
+
+/// An integer constant must fit its dtype: an i32 literal beyond the i32
+/// range is an error (E0103), as in NumPy (`np.array([2**40], np.int32)`
+/// raises), rather than silently wrapping to another number.
+pub(crate) fn check_int_fits(i: i64, dtype: DType, span: Span) -> TResult<()> {
+    if dtype == DType::I32 && i32::try_from(i).is_err() {
+        return Err(Diagnostic::new(Code::BadNumber, format!("the integer {i} does not fit i32"))
+            .label(span, "out of range for i32")
+            .help(format!("i32 holds {}..={}; write `{i}i64` for an i64", i32::MIN, i32::MAX))
             .into());
     }
     Ok(())

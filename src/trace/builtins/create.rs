@@ -38,8 +38,14 @@ impl Tracer<'_> {
                 };
                 let dtype_i = if a.name == "full" { 2 } else { 1 };
                 let dtype = a.dtype_or(dtype_i, default_dtype)?;
+                // The fill value converts to an explicit dtype as NumPy's
+                // `np.full(shape, v, dtype)` does: numbers to bool are `!= 0`
+                // (so `ones([3], dtype = bool)` is all true), bools to
+                // numbers 0 / 1, whole floats to ints.
                 let value = match (value, dtype) {
                     (Value::Float(x), DType::Bool) => Value::Bool(x != 0.0),
+                    (Value::Int(i), DType::Bool) => Value::Bool(i != 0),
+                    (Value::Bool(b), d) if d != DType::Bool => Value::Int(i64::from(b)),
                     (Value::Float(x), d) if !d.is_float() && x.fract() == 0.0 => Value::Int(x as i64),
                     (v, _) => v,
                 };
