@@ -213,7 +213,7 @@ impl Progress {
         // last one, and every epoch with metrics.
         let every = self.epochs.map(|e| (e / 20).max(1) as u64).unwrap_or(1);
         let last = self.epochs == Some(epoch as usize);
-        if !self.tty && !last && metrics.is_empty() && epoch % every != 0 {
+        if !self.tty && !last && metrics.is_empty() && !epoch.is_multiple_of(every) {
             return;
         }
         let total = self.epochs.map(|e| format!("/{e}")).unwrap_or_default();

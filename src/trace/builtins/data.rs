@@ -17,7 +17,7 @@ impl Tracer<'_> {
     pub(crate) fn data_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         match a.name {
             "load_csv" => self.load_csv(a),
-            "from_tensors" => self.from_tensors(a),
+            "from_tensors" => self.tensors_source(a),
             "range" => {
                 let n = a.int(0)?;
                 if n < 0 {
@@ -89,7 +89,7 @@ impl Tracer<'_> {
         }))
     }
 
-    fn from_tensors(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+    fn tensors_source(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         let parts: Vec<(Value, Span)> = match a.get(0) {
             Some((Value::Tuple(items), s)) => items.iter().map(|v| (v.clone(), *s)).collect(),
             _ => return Err(a.bad(0, "one or more tensors")),
@@ -277,6 +277,7 @@ impl Tracer<'_> {
 
     /// Fresh slot nodes for values of `types`: the region inputs and the
     /// values to pass as arguments.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn slots_for(
         &mut self,
         types: &[TensorType],
