@@ -252,6 +252,9 @@ pub struct Arg {
 }
 
 #[derive(Clone, Debug, PartialEq)]
+// A slice holds three optional bounds inline; index lists are short, so
+// boxing them would cost more code than the bytes it saves.
+#[allow(clippy::large_enum_variant)]
 pub enum IndexItem {
     Single(Expr),
     Slice { start: Option<Expr>, stop: Option<Expr>, step: Option<Expr>, span: Span },

@@ -188,6 +188,20 @@ fn bind_poison(pattern: &ast::Pattern, env: &Rc<Scope>) {
     }
 }
 
+/// Moves a diagnostic's primary span from a whole operation (`a + b`,
+/// `conv2d(x, w)`) to its operator or callee name (`+`, `conv2d`) when other
+/// labels lie inside the operation. The operands keep their labels, and
+/// nothing overlaps: the renderer cannot draw a label inside another one on
+/// the same line (it moves the inner labels to the end of the outer span).
+pub(crate) fn narrow_primary(fail: Fail, whole: Span, at: Span) -> Fail {
+    let Fail::Diag(mut d) = fail else { return fail };
+    let inside = |s: Span| s.file == whole.file && s.start >= whole.start && s.end <= whole.end;
+    if at != whole && d.span() == Some(whole) && d.labels[1..].iter().any(|l| inside(l.span)) {
+        d.labels[0].span = at;
+    }
+    Fail::Diag(d)
+}
+
 /// The diagnostic for a construct that parses but is executed by a later
 /// version of tfc.
 pub(crate) fn unsupported(span: Span, what: &str) -> Fail {

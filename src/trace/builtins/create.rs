@@ -39,6 +39,8 @@ impl Tracer<'_> {
                 let dtype_i = if a.name == "full" { 2 } else { 1 };
                 let dtype = a.dtype_or(dtype_i, default_dtype)?;
                 let value = match (value, dtype) {
+                    // `zeros([2], dtype = bool)` is all false, as in NumPy.
+                    (Value::Float(x), DType::Bool) if a.name != "full" => Value::Bool(x != 0.0),
                     (Value::Float(x), d) if !d.is_float() && x.fract() == 0.0 => Value::Int(x as i64),
                     (v, _) => v,
                 };
