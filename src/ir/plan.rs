@@ -10,7 +10,7 @@
 use super::graph::NodeId;
 use super::types::TensorType;
 use crate::diag::Span;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// A subgraph evaluated repeatedly: bind `inputs` (slot numbers, with their
 /// types), read `outputs`.
@@ -30,7 +30,7 @@ pub struct HostColumns {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
     /// Data read while checking (a CSV file), shared by every use.
-    Host(Rc<HostColumns>),
+    Host(Arc<HostColumns>),
     /// Tensors computed by the graph; element `i` is index `i` of each.
     Nodes(Vec<NodeId>),
     /// `range(n)`: the i32 scalars `0..n`.

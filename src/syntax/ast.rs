@@ -252,8 +252,8 @@ pub struct Arg {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-// Index lists are short and built once per parse; boxing the slice bounds
-// would only add indirection for the tracer.
+// A slice holds three optional bounds inline; index lists are short, so
+// boxing them would cost more code than the bytes it saves.
 #[allow(clippy::large_enum_variant)]
 pub enum IndexItem {
     Single(Expr),

@@ -29,6 +29,7 @@ pub(crate) fn bind(
 ) -> TResult<BuiltinArgs> {
     let plain = |p: &str| p.trim_end_matches('=').trim_end_matches("..").to_string();
     let mut vals: Vec<Option<(Value, Span)>> = vec![None; params.len()];
+    let given = args.positional.len();
     let mut pos = args.positional.into_iter().peekable();
     for (i, p) in params.iter().enumerate() {
         if p.ends_with("..") {
@@ -45,11 +46,18 @@ pub(crate) fn bind(
         }
     }
     if let Some((_, s)) = pos.next() {
+        // Say how many were given: with a pipe (`x |> relu(x)`) the count
+        // includes the piped value, which is easy to forget.
+        let max = params.len();
         return Err(Diagnostic::new(
             Code::Arity,
-            format!("`{name}` takes at most {} positional arguments", params.len()),
+            format!(
+                "`{name}` takes at most {max} positional argument{}, but {given} were given",
+                if max == 1 { "" } else { "s" }
+            ),
         )
         .label(s, "unexpected argument")
+        .help(format!("`{name}` takes: {}", params.iter().map(|p| plain(p)).collect::<Vec<_>>().join(", ")))
         .into());
     }
     for (n, v, s) in args.named {

@@ -59,10 +59,18 @@ impl Tracer<'_> {
                 let b = self.eval(base, env)?;
                 match self.member(&b, name)? {
                     Some(member) => member,
-                    None => {
-                        call.positional.push((b, base.span));
-                        self.lookup(&name.name, name.span, env)?
-                    }
+                    // `net.forwrd(x)`: on a model, a name that is neither a
+                    // member nor a function in scope is a misspelt member
+                    // (E0208 with the model's members), not an unknown name.
+                    None => match &b {
+                        Value::Model(m) if !name_resolves(&name.name, env) => {
+                            return Err(super::model::unknown_member(m, name))
+                        }
+                        _ => {
+                            call.positional.push((b, base.span));
+                            self.lookup(&name.name, name.span, env)?
+                        }
+                    },
                 }
             }
             _ => self.eval(callee, env)?,
@@ -91,7 +99,14 @@ impl Tracer<'_> {
                 }
             }
         }
+        // A built-in's errors about its operands point at its name (see
+        // `narrow_primary`); for method sugar that is the method's name.
+        let at = match &callee.kind {
+            ExprKind::Field { name, .. } => name.span,
+            _ => callee.span,
+        };
         self.call_value(f, callee.span, call.positional, call.named, span)
+            .map_err(|f| super::narrow_primary(f, span, at))
     }
 
     /// Calls any callable value.
@@ -185,7 +200,7 @@ impl Tracer<'_> {
         self.depth += 1;
         let result = self.eval(&c.body, &scope);
         self.depth -= 1;
-        let v = result?;
+        let v = result.map_err(|f| at_call_site(f, c, &fname, span))?;
         match &c.ret {
             Some(ty) => self.check_annotation(&v, ty, c.body.span, &scope),
             None => Ok(v),
@@ -309,6 +324,26 @@ pub(crate) fn bind_args(
         }
     }
     Ok(bound)
+}
+
+/// Whether `name` resolves in `env` (a binding, dtype or built-in).
+fn name_resolves(name: &str, env: &Rc<Scope>) -> bool {
+    env.get(name).is_some() || crate::ir::DType::from_name(name).is_some() || super::builtins::lookup(name).is_some()
+}
+
+/// An error inside a function defined in another file (a std module) is
+/// reported at the user's call: its primary span becomes the call, and the
+/// library location stays as a secondary label (rendered as a note with
+/// file:line:col). The user cannot edit the library, and `softmax(x, axis =
+/// 2)` should point at their `softmax(…)`, not at a `max` inside std/math.tfl.
+fn at_call_site(fail: super::Fail, c: &Closure, fname: &str, call: Span) -> super::Fail {
+    match fail {
+        super::Fail::Diag(mut d) if call.file != c.span.file && d.span().is_some_and(|s| s.file == c.span.file) => {
+            d.labels.insert(0, crate::diag::Label { span: call, message: format!("in this call to `{fname}`") });
+            super::Fail::Diag(d)
+        }
+        f => f,
+    }
 }
 
 fn unreachable_missing<T>(fname: &str, p: &ast::Param, span: Span) -> TResult<T> {

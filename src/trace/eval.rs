@@ -30,12 +30,15 @@ impl Tracer<'_> {
             ExprKind::Tensor(items) => self.tensor_literal(e, items, env),
             ExprKind::Unary(op, x) => {
                 let v = self.eval(x, env)?;
-                self.unary(*op, v, x.span, e.span)
+                let at = self.token_between(e.span.start, x.span.start, e.span);
+                self.unary(*op, v, x.span, e.span).map_err(|f| super::narrow_primary(f, e.span, at))
             }
             ExprKind::Binary(op, a, b) => {
                 let va = self.eval(a, env)?;
                 let vb = self.eval(b, env)?;
+                let at = self.operator_span(*op, a.span, b.span).unwrap_or(e.span);
                 self.binary_expr(*op, (&va, a.span), (&vb, b.span), e.span)
+                    .map_err(|f| super::narrow_primary(f, e.span, at))
             }
             ExprKind::Pipe(lhs, rhs) => {
                 let v = self.eval(lhs, env)?;
@@ -65,6 +68,42 @@ impl Tracer<'_> {
                 .help("use `where(mask, a, b)` to choose between tensors elementwise")
                 .into()),
             },
+        }
+    }
+
+    /// The span of the operator token of `a op b`, found in the source text
+    /// between the operands (the AST keeps only the whole expression's span).
+    fn operator_span(&self, op: ast::BinaryOp, a: Span, b: Span) -> Option<Span> {
+        use ast::BinaryOp as A;
+        let symbol = match op {
+            A::Add => "+",
+            A::Sub => "-",
+            A::Mul => "*",
+            A::Div => "/",
+            A::Pow => "^",
+            A::MatMul => "@",
+            A::Eq => "==",
+            A::Ne => "!=",
+            A::Lt => "<",
+            A::Le => "<=",
+            A::Gt => ">",
+            A::Ge => ">=",
+            A::And => "and",
+            A::Or => "or",
+        };
+        if a.file != b.file || a.end > b.start {
+            return None;
+        }
+        let i = self.sources.text(a.file).get(a.end..b.start)?.find(symbol)?;
+        Some(Span::new(a.file, a.end + i, a.end + i + symbol.len()))
+    }
+
+    /// The text from `start` to `end` without trailing whitespace (a prefix
+    /// operator such as `not`), or `fallback` if that is empty.
+    fn token_between(&self, start: usize, end: usize, fallback: Span) -> Span {
+        match self.sources.text(fallback.file).get(start..end).map(str::trim_end) {
+            Some(t) if !t.is_empty() => Span::new(fallback.file, start, start + t.len()),
+            _ => fallback,
         }
     }
 
@@ -264,9 +303,14 @@ impl Tracer<'_> {
         } else if shape[depth] != items.len() {
             return Err(Diagnostic::new(
                 Code::Ragged,
-                format!("ragged tensor literal: this row has {} elements, the first has {}", items.len(), shape[depth]),
+                format!(
+                    "ragged tensor literal: this row has {} element{}, the first has {}",
+                    items.len(),
+                    if items.len() == 1 { "" } else { "s" },
+                    shape[depth]
+                ),
             )
-            .label(e.span, format!("{} elements", items.len()))
+            .label(e.span, format!("{} element{}", items.len(), if items.len() == 1 { "" } else { "s" }))
             .into());
         }
         for item in items {
@@ -293,7 +337,7 @@ impl Tracer<'_> {
     fn stack_literal(&mut self, flat: &[(Value, Span)], shape: &[usize], span: Span) -> TResult<Value> {
         let vals: Vec<(&Value, Span)> = flat.iter().map(|(v, s)| (v, *s)).collect();
         let ops = self.operands(&vals)?;
-        self.same_dtype(&ops, "tensor literal")?;
+        self.same_dtype(&ops, "tensor literal", span)?;
         let elem = ops[0].ty.shape.clone();
         if let Some(bad) = ops.iter().find(|o| o.ty.shape != elem) {
             return Err(Diagnostic::new(

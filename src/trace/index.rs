@@ -56,9 +56,10 @@ impl Tracer<'_> {
         let ellipses = items.iter().filter(|i| matches!(i, IndexItem::Ellipsis(_))).count();
         let explicit = items.len() - ellipses;
         if ellipses > 1 || explicit > rank {
+            // One label: a second one on the base would sit inside this
+            // span, which the renderer cannot draw in place.
             return Err(Diagnostic::new(Code::Index, format!("too many indices for {}: {explicit} given", x.ty))
                 .label(span, format!("{} has {rank} axes", x.ty))
-                .label(base_span, x.ty.to_string())
                 .into());
         }
         let mut axes: Vec<Axis> = Vec::new();

@@ -32,7 +32,7 @@ pub fn builtin_names() -> &'static [&'static str] {
     builtins::NAMES
 }
 
-use crate::diag::{Diagnostic, SourceMap};
+use crate::diag::{Diagnostic, SourceMap, Span};
 use crate::ir::{Effect, Graph, Program};
 use crate::syntax::ast;
 use std::rc::Rc;
@@ -79,7 +79,7 @@ pub struct Tracer<'s> {
     pub(crate) base_dir: std::path::PathBuf,
     /// CSV files already read while checking, by path and label column.
     pub(crate) csv_cache:
-        std::collections::HashMap<(std::path::PathBuf, Option<i64>), Rc<crate::ir::plan::HostColumns>>,
+        std::collections::HashMap<(std::path::PathBuf, Option<i64>), std::sync::Arc<crate::ir::plan::HostColumns>>,
     /// The value of the built-in `training` (true inside a train step).
     pub(crate) training: bool,
     /// While tracing `eval` metrics of a train block: reductions are
@@ -218,4 +218,18 @@ fn bind_poison(pattern: &ast::Pattern, env: &Rc<Scope>) {
         ast::Pattern::Wildcard(_) => {}
         ast::Pattern::Tuple(parts, _) => parts.iter().for_each(|p| bind_poison(p, env)),
     }
+}
+
+/// Moves a diagnostic's primary span from a whole operation (`a + b`,
+/// `conv2d(x, w)`) to its operator or callee name (`+`, `conv2d`) when other
+/// labels lie inside the operation. The operands keep their labels, and
+/// nothing overlaps: the renderer cannot draw a label inside another one on
+/// the same line (it moves the inner labels to the end of the outer span).
+pub(crate) fn narrow_primary(fail: Fail, whole: Span, at: Span) -> Fail {
+    let Fail::Diag(mut d) = fail else { return fail };
+    let inside = |s: Span| s.file == whole.file && s.start >= whole.start && s.end <= whole.end;
+    if at != whole && d.span() == Some(whole) && d.labels[1..].iter().any(|l| inside(l.span)) {
+        d.labels[0].span = at;
+    }
+    Fail::Diag(d)
 }

@@ -109,6 +109,23 @@ impl Tracer<'_> {
                 DimExpr::Known(n, s) if *n >= 0 => (*n as usize, *s).0,
                 DimExpr::Symbol(id) => match scope.get(&id.name) {
                     Some(Value::Int(n)) if n >= 0 => n as usize,
+                    // A name bound nowhere is a misspelling (E0201), with a
+                    // suggestion among the ints in scope (constructor
+                    // arguments, constants); a bound non-int is E0313 below.
+                    None => {
+                        let ints: Vec<String> = scope
+                            .visible_names()
+                            .into_iter()
+                            .filter(|n| matches!(scope.get(n), Some(Value::Int(_))))
+                            .collect();
+                        let mut d = Diagnostic::new(Code::UnknownName, format!("unknown dimension `{}`", id.name))
+                            .label(id.span, "not found in this scope");
+                        d = match did_you_mean(&id.name, ints.iter().map(String::as_str)) {
+                            Some(s) => d.help(format!("did you mean `{s}`?")),
+                            None => d.help("a parameter's dimensions are ints known when the model is built, such as constructor arguments"),
+                        };
+                        return Err(d.into());
+                    }
                     _ => return Err(Diagnostic::new(
                         Code::NotStatic,
                         format!("dimension `{}` is not a known int here", id.name),
@@ -169,22 +186,35 @@ impl Tracer<'_> {
             return Ok(m);
         }
         if let Value::Model(m) = &v {
-            let mut fields: Vec<String> = m.param_paths().into_iter().map(|(p, _)| p).collect();
-            fields.extend(m.submodels.iter().cloned());
-            let mut d = Diagnostic::new(
-                Code::UnknownField,
-                format!("model `{}` has no field `{}`", m.def.name.name, name.name),
-            )
-            .label(name.span, "unknown field");
-            if let Some(s) = did_you_mean(&name.name, fields.iter().map(String::as_str)) {
-                d = d.help(format!("did you mean `{s}`?"));
-            }
-            return Err(d.into());
+            return Err(unknown_member(m, name));
         }
         let f = self.lookup(&name.name, name.span, env)?;
         let span = base.span.to(name.span);
         self.call_value(f, name.span, vec![(v, base.span)], vec![], span)
     }
+}
+
+/// E0208 for `net.name` when the model has no such member. Suggestions
+/// come from every member (constructor arguments, params, state, sub-models
+/// and methods); without a close match the help lists them, as the docs say.
+pub(crate) fn unknown_member(m: &ModelInstance, name: &ast::Ident) -> super::Fail {
+    let mut members = m.scope.local_names();
+    for mm in &m.def.members {
+        if let ModelMember::Method(d) = mm {
+            members.push(d.name.name.clone());
+        }
+    }
+    let d = Diagnostic::new(
+        Code::UnknownField,
+        format!("model `{}` has no field or method `{}`", m.def.name.name, name.name),
+    )
+    .label(name.span, "unknown field or method");
+    match did_you_mean(&name.name, members.iter().map(String::as_str)) {
+        Some(s) => d.help(format!("did you mean `{s}`?")),
+        None if members.is_empty() => d,
+        None => d.help(format!("`{}` has: {}", m.def.name.name, members.join(", "))),
+    }
+    .into()
 }
 
 fn join(prefix: &str, name: &str) -> String {

@@ -75,8 +75,13 @@ impl Tracer<'_> {
             }
             return Ok(());
         }
+        // `use std.math.softmax` imports an item; when the prefix is not a
+        // module either (`use std.mth`), the whole path is the unknown module
+        // (not its prefix `std`), so the did-you-mean can find `std.math`.
         match path.split_last() {
-            Some((item, module_path)) if !module_path.is_empty() => {
+            Some((item, module_path))
+                if !module_path.is_empty() && crate::stdlib::source(&dotted(module_path)).is_some() =>
+            {
                 let module = self.load_module(&dotted(module_path), Some(module_path))?;
                 self.import_item(&module, item, env)
             }

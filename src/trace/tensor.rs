@@ -35,9 +35,16 @@ impl Tracer<'_> {
             }
             Err(e) => {
                 let mut d = Diagnostic::new(e.code, e.message).label(span, format!("in this {}", op.name()));
+                // Operands that share a span (the parts of one tuple argument,
+                // `concat((a, b))`) get one label listing their types, rather
+                // than several labels stacked on the same text.
+                let mut seen: Vec<Span> = Vec::new();
                 for o in inputs {
-                    if o.span != span {
-                        d = d.label(o.span, o.ty.to_string());
+                    if o.span != span && !seen.contains(&o.span) {
+                        seen.push(o.span);
+                        let types: Vec<String> =
+                            inputs.iter().filter(|p| p.span == o.span).map(|p| p.ty.to_string()).collect();
+                        d = d.label(o.span, types.join(", "));
                     }
                 }
                 Err(d.into())
@@ -76,7 +83,7 @@ impl Tracer<'_> {
             Value::Int(i) => {
                 let dtype = like.unwrap_or(DType::I32);
                 if dtype == DType::Bool {
-                    return Err(literal_dtype_error(&i.to_string(), dtype, span));
+                    return Err(literal_dtype_error("int", &i.to_string(), dtype, span));
                 }
                 if dtype.is_int() {
                     return self.int_scalar(*i, dtype, span);
@@ -86,14 +93,14 @@ impl Tracer<'_> {
             Value::Float(x) => {
                 let dtype = like.unwrap_or(DType::F32);
                 if !dtype.is_float() {
-                    return Err(literal_dtype_error(&x.to_string(), dtype, span));
+                    return Err(literal_dtype_error("float", &x.to_string(), dtype, span));
                 }
                 self.scalar(*x, dtype, span)
             }
             Value::Bool(b) => {
                 let dtype = like.unwrap_or(DType::Bool);
                 if dtype != DType::Bool {
-                    return Err(literal_dtype_error(&b.to_string(), dtype, span));
+                    return Err(literal_dtype_error("bool", &b.to_string(), dtype, span));
                 }
                 self.scalar(f64::from(u8::from(*b)), dtype, span)
             }
@@ -122,13 +129,17 @@ impl Tracer<'_> {
             shape = match broadcast_shapes(&shape, &o.ty.shape) {
                 Some(s) => s,
                 None => {
+                    // The primary span is the whole operation (`a + b`,
+                    // `where(…)`): the error is the operation's, and each
+                    // operand gets its own label with its shape.
                     let mut d = Diagnostic::new(
                         Code::Broadcast,
                         format!(
                             "{what}: shapes cannot be broadcast together: {}",
                             ops.iter().map(|o| o.ty.to_string()).collect::<Vec<_>>().join(" and ")
                         ),
-                    );
+                    )
+                    .label(span, "incompatible shapes");
                     for o in ops {
                         d = d.label(o.span, o.ty.to_string());
                     }
@@ -139,14 +150,16 @@ impl Tracer<'_> {
         ops.iter().map(|o| self.broadcast_to(o, &shape, span)).collect()
     }
 
-    /// Requires all operands to share a dtype (no implicit promotion).
-    pub(crate) fn same_dtype(&mut self, ops: &[Operand], what: &str) -> TResult<()> {
+    /// Requires all operands to share a dtype (no implicit promotion). The
+    /// primary span is the whole operation `span`; each operand is labelled.
+    pub(crate) fn same_dtype(&mut self, ops: &[Operand], what: &str, span: Span) -> TResult<()> {
         if let Some(first) = ops.first() {
             if let Some(bad) = ops.iter().find(|o| o.ty.dtype != first.ty.dtype) {
                 let mut d = Diagnostic::new(
                     Code::DtypeMismatch,
                     format!("{what}: operands have different dtypes: {} and {}", first.ty.dtype, bad.ty.dtype),
-                );
+                )
+                .label(span, "different dtypes");
                 for o in ops {
                     d = d.label(o.span, o.ty.to_string());
                 }
@@ -164,11 +177,26 @@ impl Tracer<'_> {
     /// Converts values to tensors that share a dtype: compile-time numbers
     /// take the dtype of the first tensor among them.
     pub(crate) fn operands(&mut self, vals: &[(&Value, Span)]) -> TResult<Vec<Operand>> {
-        let like = vals.iter().find_map(|(v, _)| match v {
-            Value::Tensor(_, t) => Some(t.dtype),
+        let like = vals.iter().find_map(|(v, s)| match v {
+            Value::Tensor(_, t) => Some((t.clone(), *s)),
             _ => None,
         });
-        vals.iter().map(|(v, s)| self.operand(v, like, *s)).collect()
+        let mut out = Vec::new();
+        for (v, s) in vals {
+            match self.operand(v, like.as_ref().map(|(t, _)| t.dtype), *s) {
+                Ok(o) => out.push(o),
+                // A literal that cannot take the tensor's dtype: also point at
+                // the tensor it met, so both sides of the mismatch are shown.
+                Err(Fail::Diag(mut d)) if d.code == Code::DtypeMismatch => {
+                    if let Some((t, ts)) = &like {
+                        d.labels.push(crate::diag::Label { span: *ts, message: t.to_string() });
+                    }
+                    return Err(Fail::Diag(d));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+        Ok(out)
     }
 
     /// An elementwise binary op between values, with broadcasting. Two
@@ -179,14 +207,18 @@ impl Tracer<'_> {
         }
         let ops = self.operands(&[a, b])?;
         let what = format!("`{}`", binary_symbol(op));
-        self.same_dtype(&ops, &what)?;
+        self.same_dtype(&ops, &what, span)?;
         let dtype = ops[0].ty.dtype;
         if op.is_logical() != (dtype == DType::Bool) {
             let need = if op.is_logical() { "bool" } else { "numeric" };
-            return Err(Diagnostic::new(Code::DtypeMismatch, format!("{what} takes {need} operands, not {dtype}"))
-                .label(ops[0].span, ops[0].ty.to_string())
-                .label(ops[1].span, ops[1].ty.to_string())
-                .into());
+            let mut d = Diagnostic::new(Code::DtypeMismatch, format!("{what} takes {need} operands, not {dtype}"))
+                .label(span, format!("needs {need} operands"));
+            d = if op.is_logical() {
+                d.help("compare to get a bool mask first, e.g. `(a > 0.0) and (b > 0.0)`")
+            } else {
+                d.help(format!("convert the operands with `cast(…, f32)` to use {what}"))
+            };
+            return Err(d.label(ops[0].span, ops[0].ty.to_string()).label(ops[1].span, ops[1].ty.to_string()).into());
         }
         let ops = self.broadcast_all(&ops, &what, span)?;
         let out = self.node(Op::Binary(op), &[&ops[0], &ops[1]], span)?;
@@ -238,10 +270,20 @@ pub(crate) fn check_int_fits(i: i64, dtype: DType, span: Span) -> TResult<()> {
     Ok(())
 }
 
-fn literal_dtype_error(lit: &str, dtype: DType, span: Span) -> Fail {
-    Diagnostic::new(Code::DtypeMismatch, format!("the literal {lit} cannot take the dtype {dtype}"))
-        .label(span, format!("meets a {dtype} tensor here"))
-        .help("write a literal of the tensor's kind, or convert with `cast`")
+/// A plain number or bool literal met a tensor whose dtype it cannot take
+/// (`counts * 0.5` with `counts: i32[3]`). `operands` adds a label at the
+/// tensor; the help says how to write it, since there is no promotion.
+fn literal_dtype_error(kind: &str, lit: &str, dtype: DType, span: Span) -> Fail {
+    let help = match (kind, dtype) {
+        (_, DType::Bool) => "a bool tensor takes `true` or `false`; compare to get a mask, e.g. `x > 0`".to_string(),
+        ("bool", _) => format!("use a number, or convert a bool mask with `cast(mask, {dtype})`"),
+        _ => "a literal takes the dtype of the tensor it meets, and there is no implicit promotion: \
+              write an integer, or convert the tensor first with `cast(…, f32)`"
+            .to_string(),
+    };
+    Diagnostic::new(Code::DtypeMismatch, format!("the {kind} literal `{lit}` cannot take the dtype {dtype}"))
+        .label(span, format!("a {kind} literal"))
+        .help(help)
         .into()
 }
 

@@ -196,6 +196,13 @@ impl Scope {
         self.vars.borrow().contains_key(name)
     }
 
+    /// The names bound in this scope itself (not a parent), sorted.
+    pub fn local_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.vars.borrow().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// Every name visible from here, for did-you-mean suggestions.
     pub fn visible_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.vars.borrow().keys().cloned().collect();

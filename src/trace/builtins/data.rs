@@ -71,7 +71,7 @@ impl Tracer<'_> {
         let host = match self.csv_cache.get(&key) {
             Some(h) => h.clone(),
             None => {
-                let h = Rc::new(
+                let h = std::sync::Arc::new(
                     crate::runtime::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?,
                 );
                 self.csv_cache.insert(key, h.clone());

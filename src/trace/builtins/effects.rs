@@ -26,7 +26,7 @@ impl Tracer<'_> {
         let (x, xs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
         let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
         let ops = self.operands(&[(&x, xs), (&y, ys)])?;
-        self.same_dtype(&ops, "`assert_close`")?;
+        self.same_dtype(&ops, "`assert_close`", a.span)?;
         if ops[0].ty.shape != ops[1].ty.shape {
             return Err(Diagnostic::new(
                 Code::Broadcast,

@@ -207,7 +207,7 @@ impl Tracer<'_> {
             .into());
         }
         let ops = self.operands(&[(&x, xs), (&y, ys)])?;
-        self.same_dtype(&ops, "`where`")?;
+        self.same_dtype(&ops, "`where`", a.span)?;
         let all = self.broadcast_all(&[cond, ops[0].clone(), ops[1].clone()], "`where`", a.span)?;
         let out = self.node(Op::Select, &[&all[0], &all[1], &all[2]], a.span)?;
         Ok(tensor(out))

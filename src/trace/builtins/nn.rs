@@ -14,12 +14,13 @@ impl Tracer<'_> {
     pub(crate) fn matmul(&mut self, a: (&Value, Span), b: (&Value, Span), span: Span) -> TResult<Value> {
         let ops = self.operands(&[a, b])?;
         let (mut x, mut w) = (ops[0].clone(), ops[1].clone());
-        self.same_dtype(&ops, "`@`")?;
+        self.same_dtype(&ops, "`@`", span)?;
         if x.ty.rank() == 0 || w.ty.rank() == 0 {
             return Err(Diagnostic::new(
                 Code::MatmulShape,
                 format!("`@` needs tensors of rank ≥ 1: {} @ {}", x.ty, w.ty),
             )
+            .label(span, "needs rank ≥ 1")
             .label(x.span, x.ty.to_string())
             .label(w.span, w.ty.to_string())
             .help("use `*` to multiply by a scalar")
@@ -39,6 +40,7 @@ impl Tracer<'_> {
                 Code::MatmulShape,
                 format!("`@`: inner dimensions differ: {} @ {} ({k1} ≠ {k2})", ops[0].ty, ops[1].ty),
             )
+            .label(span, "inner dimensions differ")
             .label(ops[0].span, format!("{} has {k1} columns", ops[0].ty))
             .label(ops[1].span, format!("{} has {k2} rows", ops[1].ty))
             .into());
@@ -49,6 +51,7 @@ impl Tracer<'_> {
                     Code::MatmulShape,
                     format!("`@`: batch dimensions cannot be broadcast: {} @ {}", x.ty, w.ty),
                 )
+                .label(span, "batch dimensions differ")
                 .label(x.span, x.ty.to_string())
                 .label(w.span, w.ty.to_string())
             })?;
@@ -122,12 +125,15 @@ impl Tracer<'_> {
         let x = self.arg_tensor(a, 0, None)?;
         let w = self.arg_tensor(a, 1, Some(x.ty.dtype))?;
         if x.ty.rank() != 4 || w.ty.rank() != 4 {
+            // The operand whose rank is wrong is the primary span.
+            let (bad, other) = if x.ty.rank() != 4 { (&x, &w) } else { (&w, &x) };
             return Err(Diagnostic::new(
                 Code::Rank,
                 format!("`conv2d` takes NHWC input and HWIO weights (rank 4): {} and {}", x.ty, w.ty),
             )
-            .label(x.span, x.ty.to_string())
-            .label(w.span, w.ty.to_string())
+            .label(bad.span, format!("{} has rank {}", bad.ty, bad.ty.rank()))
+            .label(other.span, other.ty.to_string())
+            .help("input is [batch, height, width, channels], weights [height, width, in_channels, out_channels]")
             .into());
         }
         let stride = self.pair(a, 2, 1)?;
@@ -135,6 +141,43 @@ impl Tracer<'_> {
         let groups = a.int_or(5, 1)?;
         if groups <= 0 {
             return Err(a.bad_value(5, format!("groups must be positive, not {groups}")));
+        }
+        // Channel mismatches are checked here rather than left to `infer`, so
+        // the message speaks of channels and layouts, not of a formula.
+        let (c_in, w_in, g) = (x.ty.shape[3], w.ty.shape[2], groups as usize);
+        let divisible = c_in.is_multiple_of(g) && w.ty.shape[3].is_multiple_of(g);
+        if x.ty.dtype == w.ty.dtype && (!divisible || c_in / g != w_in) {
+            let message = if g == 1 {
+                format!(
+                    "`conv2d`: the input has {}, but the weights expect {w_in} input {}",
+                    channels(c_in),
+                    plural(w_in, "channel")
+                )
+            } else if !divisible {
+                format!(
+                    "`conv2d`: groups = {g} must divide the input's {c_in} channels and the weights' {} output channels",
+                    w.ty.shape[3]
+                )
+            } else {
+                format!(
+                    "`conv2d`: with groups = {g}, each group sees {} of the input's {c_in} channels, \
+                     but the weights expect {w_in}",
+                    c_in / g
+                )
+            };
+            let d = Diagnostic::new(Code::ConvShape, message)
+                .label(a.span, "channels differ")
+                .label(x.span, format!("{}: {} (NHWC)", x.ty, channels(c_in)))
+                .label(w.span, format!("{}: {w_in} input {} (HWIO)", w.ty, plural(w_in, "channel")));
+            return Err(if divisible {
+                d.help(format!(
+                    "weights are [height, width, in_channels, out_channels]; in_channels must be {}",
+                    c_in / g
+                ))
+            } else {
+                d
+            }
+            .into());
         }
         let window = [w.ty.shape[0], w.ty.shape[1]];
         let padding = self.padding(a, 3, "same", &x.ty, window, stride, dilation)?;
@@ -220,5 +263,18 @@ impl Tracer<'_> {
                 }
             }
         }
+    }
+}
+
+/// `n channels`, singular for one.
+fn channels(n: usize) -> String {
+    format!("{n} {}", plural(n, "channel"))
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
     }
 }

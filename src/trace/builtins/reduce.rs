@@ -28,15 +28,28 @@ impl Tracer<'_> {
             Some((v, _)) => {
                 let v = v.clone();
                 let ints = self.static_ints(&v).ok_or_else(|| a.bad(1, "an int or a tuple of ints"))?;
-                ints.iter()
+                let axes = ints
+                    .iter()
                     .map(|&i| normalize_axis(i, rank).ok_or_else(|| a.axis_error(1, i, rank)))
-                    .collect::<TResult<Vec<usize>>>()?
+                    .collect::<TResult<Vec<usize>>>()?;
+                // A repeated axis is an axis error (E0305, as documented),
+                // and names both spellings: `(1, -1)` is axis 1 twice.
+                if let Some(j) = (1..axes.len()).find(|&j| axes[..j].contains(&axes[j])) {
+                    let i = axes[..j].iter().position(|&x| x == axes[j]).unwrap_or(0);
+                    return Err(Diagnostic::new(
+                        Code::Axis,
+                        format!(
+                            "`{}`: axes {} and {} both name axis {} of a tensor of rank {rank}",
+                            a.name, ints[i], ints[j], axes[j]
+                        ),
+                    )
+                    .label(a.span_of(1), "each axis may appear once")
+                    .into());
+                }
+                axes
             }
         };
         axes.sort_unstable();
-        if axes.windows(2).any(|w| w[0] == w[1]) {
-            return Err(a.bad_value(1, "an axis is repeated".into()));
-        }
         let op = match a.name {
             "sum" => ReduceOp::Sum,
             "mean" => ReduceOp::Mean,

@@ -21,10 +21,12 @@ impl Tracer<'_> {
             "shape" => return Ok(Value::Tuple(x.ty.shape.iter().map(|&d| Value::Int(d as i64)).collect())),
             "reshape" => {
                 let target = self.arg_ints(a, 1)?;
+                // The target shape is the primary span: it is what the
+                // message is about, and usually what needs fixing.
                 let shape = resolve_reshape(&target, x.ty.numel()).map_err(|m| {
                     Diagnostic::new(Code::Reshape, format!("cannot reshape {} to {target:?}: {m}", x.ty))
-                        .label(x.span, format!("{} ({} elements)", x.ty, x.ty.numel()))
                         .label(a.span_of(1), "target shape")
+                        .label(x.span, format!("{} ({} elements)", x.ty, x.ty.numel()))
                 })?;
                 self.reshape(&x, shape, a.span)?
             }
@@ -32,10 +34,36 @@ impl Tracer<'_> {
                 let perm: Vec<usize> = match a.get(1) {
                     None => (0..rank).rev().collect(),
                     Some(_) => {
+                        // Checked here so the error points at the permutation
+                        // and says what is wrong with it (`infer` only knows
+                        // that it is not a permutation).
                         let ints = self.arg_ints(a, 1)?;
-                        ints.iter()
+                        if ints.len() != rank {
+                            return Err(a.bad_value(
+                                1,
+                                format!(
+                                    "the permutation {} has {} entries, but {} has {rank} axes",
+                                    tuple_text(&ints),
+                                    ints.len(),
+                                    x.ty
+                                ),
+                            ));
+                        }
+                        let perm: Vec<usize> = ints
+                            .iter()
                             .map(|&i| normalize_axis(i, rank).ok_or_else(|| a.axis_error(1, i, rank)))
-                            .collect::<TResult<_>>()?
+                            .collect::<TResult<_>>()?;
+                        if let Some(missing) = (0..rank).find(|d| !perm.contains(d)) {
+                            return Err(a.bad_value(
+                                1,
+                                format!(
+                                    "{} is not a permutation of the axes of {}: axis {missing} is missing",
+                                    tuple_text(&ints),
+                                    x.ty
+                                ),
+                            ));
+                        }
+                        perm
                     }
                 };
                 self.node(Op::Transpose { perm }, &[&x], a.span)?
@@ -55,7 +83,10 @@ impl Tracer<'_> {
                     }
                 };
                 if let Some(&bad) = axes.iter().find(|&&ax| x.ty.shape[ax] != 1) {
-                    return Err(a.bad_value(1, format!("cannot squeeze axis {bad} of {}: its size is not 1", x.ty)));
+                    return Err(a.bad_value(
+                        1,
+                        format!("cannot squeeze axis {bad} of {}: its size is {}, not 1", x.ty, x.ty.shape[bad]),
+                    ));
                 }
                 let shape = x.ty.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
                 self.reshape(&x, shape, a.span)?
@@ -92,9 +123,9 @@ impl Tracer<'_> {
                     return Err(a.bad_value(
                         1,
                         format!(
-                            "pad widths must be {} non-negative ints ([before, after] per axis of {})",
+                            "pad widths must be {} non-negative ints ([before, after] per axis of {}), found {widths:?}",
                             2 * rank,
-                            x.ty
+                            x.ty,
                         ),
                     ));
                 }
@@ -118,7 +149,7 @@ impl Tracer<'_> {
         }
         let refs: Vec<(&Value, crate::diag::Span)> = parts.iter().map(|(v, s)| (v, *s)).collect();
         let mut ops = self.operands(&refs)?;
-        self.same_dtype(&ops, &format!("`{}`", a.name))?;
+        self.same_dtype(&ops, &format!("`{}`", a.name), a.span)?;
         let rank = ops[0].ty.rank();
         if a.name == "stack" {
             let ax = a.int_or(1, 0)?;
@@ -141,6 +172,16 @@ impl Tracer<'_> {
         let axis = normalize_axis(ax, rank).ok_or_else(|| a.axis_error(1, ax, rank))?;
         let refs: Vec<&Operand> = ops.iter().collect();
         Ok(tensor(self.node(Op::Concat { axis }, &refs, a.span)?))
+    }
+}
+
+/// Ints as the user writes a tuple of them: `(0, 0)`.
+fn tuple_text(ints: &[i64]) -> String {
+    let parts: Vec<String> = ints.iter().map(i64::to_string).collect();
+    if parts.len() == 1 {
+        format!("({},)", parts[0])
+    } else {
+        format!("({})", parts.join(", "))
     }
 }
 
