@@ -34,11 +34,23 @@ type Node<'i> = Pair<'i, Rule>;
 /// Parses a whole `.tfl` file.
 pub fn parse(source: &str, file: FileId) -> crate::diag::Result<Program> {
     let prepared = newlines::prepare(source, file)?;
-    // Detailed attempts give the literal tokens pest expected (`)`, `=`),
-    // which the error reporter turns into words.
-    pest::set_error_detail(true);
-    let mut pairs =
-        TflParser::parse(Rule::program, &prepared.text).map_err(|e| vec![error::convert(&e, &prepared, file)])?;
+    // Parse without pest's attempt tracking first (it makes parsing several
+    // times slower); only a failed parse is repeated with detailed attempts,
+    // which give the literal tokens pest expected (`)`, `=`) that the error
+    // reporter turns into words.
+    pest::set_error_detail(false);
+    let mut pairs = match TflParser::parse(Rule::program, &prepared.text) {
+        Ok(pairs) => pairs,
+        Err(_) => {
+            pest::set_error_detail(true);
+            let detailed = TflParser::parse(Rule::program, &prepared.text);
+            pest::set_error_detail(false);
+            return Err(vec![match detailed {
+                Err(e) => error::convert(&e, &prepared, file),
+                Ok(_) => Diagnostic::internal("the parser failed once and then succeeded"),
+            }]);
+        }
+    };
     let cx = Cx { file, text: &prepared.text, docs: &prepared.docs };
     let program = pairs.next().ok_or_else(|| vec![Diagnostic::internal("the parser produced no program")])?;
     items::program(&cx, program)
