@@ -108,3 +108,74 @@ impl Effect {
         out
     }
 }
+
+impl Program {
+    /// Calls `f` on every node id the effects and their plans refer to
+    /// (printed values, initial parameters, region outputs, data sources),
+    /// so passes can rewrite them when they replace a node.
+    pub fn for_each_ref(&mut self, f: &mut dyn FnMut(&mut NodeId)) {
+        fn item(i: &mut PrintItem, f: &mut dyn FnMut(&mut NodeId)) {
+            match i {
+                PrintItem::Tensor(id) => f(id),
+                PrintItem::Text(_) => {}
+                PrintItem::Tuple(items) | PrintItem::Line(items) => items.iter_mut().for_each(|i| item(i, f)),
+            }
+        }
+        fn dataset(d: &mut super::plan::Dataset, f: &mut dyn FnMut(&mut NodeId)) {
+            if let super::plan::Source::Nodes(ids) = &mut d.source {
+                ids.iter_mut().for_each(&mut *f);
+            }
+            for t in &mut d.transforms {
+                if let super::plan::Transform::Map(r) | super::plan::Transform::Filter(r) = t {
+                    r.outputs.iter_mut().for_each(&mut *f);
+                }
+            }
+        }
+        for out in &mut self.graph.outputs {
+            f(out);
+        }
+        for e in &mut self.effects {
+            match e {
+                Effect::Print { item: i, .. } => item(i, f),
+                Effect::AssertClose { actual, expected, .. } => {
+                    f(actual);
+                    f(expected);
+                }
+                Effect::Train(t) => {
+                    dataset(&mut t.data, f);
+                    t.params.iter_mut().for_each(|(_, id)| f(id));
+                    t.states.iter_mut().for_each(|(_, id)| f(id));
+                    t.steps.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                    for ev in &mut t.evals {
+                        dataset(&mut ev.reduce.data, f);
+                        ev.reduce.regions.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                    }
+                }
+                Effect::Reduce { plan, .. } => {
+                    dataset(&mut plan.data, f);
+                    plan.regions.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                }
+                Effect::Collect { data, .. } => dataset(data, f),
+                Effect::Save { tensors, .. } => tensors.iter_mut().for_each(|(_, id)| f(id)),
+                Effect::Load { .. } => {}
+            }
+        }
+    }
+
+    /// Every node the program's effects and outputs read directly.
+    pub fn roots(&mut self) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        self.for_each_ref(&mut |id| out.push(*id));
+        out
+    }
+
+    /// Makes every reader of `old` — nodes, effects, plans — read `new`.
+    pub fn replace_uses(&mut self, old: NodeId, new: NodeId) {
+        self.graph.replace_uses(old, new);
+        self.for_each_ref(&mut |id| {
+            if *id == old {
+                *id = new;
+            }
+        });
+    }
+}
