@@ -1,14 +1,17 @@
 //! Every example program the project shows its users must check and run:
 //! each ```` ```tfl ```` block of `docs/language.md` and each
-//! `examples/**/*.tfl` file (except those with a `train` statement, which
-//! this version reports as not supported yet).
+//! `examples/**/*.tfl` file (except those with a `train` statement: they
+//! train for many epochs and overwrite files under `examples/out/`).
 //!
 //! Conventions of `docs/language.md`:
 //! - a ```` ```tfl ```` block is a complete program; blocks do not share
 //!   bindings. Code that must not be checked (not-yet-supported features,
 //!   programs that show an error) goes in ```` ```text ```` blocks;
 //! - a ```` ```output ```` block right after a ```` ```tfl ```` block (blank
-//!   lines between are allowed) is exactly what the program prints.
+//!   lines between are allowed) is exactly what the program prints;
+//! - a block runs as if it were a file in the crate root, so relative data
+//!   paths such as `examples/data/digits.csv.gz` resolve against the crate
+//!   root, and files a block writes should go under `out/` (git-ignored).
 //!
 //! Each test reports every failing program, not only the first, naming the
 //! markdown line or the file, with the rendered diagnostics.
@@ -19,6 +22,9 @@ use std::path::{Path, PathBuf};
 /// output it must produce (if given).
 struct Example {
     name: String,
+    /// The source name diagnostics show; its directory is the one relative
+    /// paths in the program resolve against.
+    source: String,
     /// For a markdown block, the line of its opening fence.
     line: usize,
     text: String,
@@ -56,6 +62,7 @@ fn markdown_examples(file: &str, markdown: &str) -> Vec<Example> {
         match info.as_str() {
             "tfl" => out.push(Example {
                 name: format!("{file}, block at line {}", start + 1),
+                source: format!("{}, block at line {}", base_name(file), start + 1),
                 line: start + 1,
                 text: body,
                 expected: None,
@@ -78,6 +85,11 @@ fn markdown_examples(file: &str, markdown: &str) -> Vec<Example> {
     out
 }
 
+/// The file name of `path` without its directories.
+fn base_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
 /// Every `.tfl` file under `dir`, sorted.
 fn tfl_files(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
@@ -97,7 +109,7 @@ fn tfl_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// True if the program has a `train` statement (not supported yet).
+/// True if the program has a `train` statement.
 fn has_train(text: &str) -> bool {
     text.lines().any(|l| l.trim_start().starts_with("train "))
 }
@@ -105,11 +117,13 @@ fn has_train(text: &str) -> bool {
 /// Checks and runs one example; the error text if it fails.
 fn run(example: &Example) -> Result<(), String> {
     let mut s = tfc::driver::Session::new();
-    let f = s.add_source(&example.name, &example.text);
+    let f = s.add_source(&example.source, &example.text);
     let program =
         s.check(f).map_err(|diags| format!("does not check:\n{}", tfc::diag::render(&diags, &s.sources, false)))?;
     let mut stdout: Vec<u8> = Vec::new();
-    if let Err(d) = tfc::backend::interp::execute(&program, &mut stdout) {
+    // Written files resolve against the same directory as data files.
+    let options = tfc::runtime::exec::RunOptions { base_dir: s.base_dir(f), ..Default::default() };
+    if let Err(d) = tfc::runtime::exec::execute(&program, &mut stdout, options) {
         let printed = String::from_utf8_lossy(&stdout);
         return Err(format!(
             "fails when run:\n{}\nafter printing:\n{printed}",
@@ -151,7 +165,7 @@ fn example_programs_check_and_run() {
         .filter_map(|path| {
             let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
             let name = path.strip_prefix(root()).unwrap_or(&path).display().to_string();
-            (!has_train(&text)).then_some(Example { name, line: 0, text, expected: None })
+            (!has_train(&text)).then_some(Example { source: name.clone(), name, line: 0, text, expected: None })
         })
         .collect();
     run_all("examples/", &examples);
@@ -163,6 +177,9 @@ fn markdown_blocks_are_extracted_with_their_output() {
     let ex = markdown_examples("m.md", md);
     assert_eq!(ex.len(), 2);
     assert_eq!(ex[0].name, "m.md, block at line 3");
+    let nested = markdown_examples("docs/m.md", "```tfl\nprint(1)\n```\n");
+    assert_eq!(nested[0].name, "docs/m.md, block at line 1");
+    assert_eq!(nested[0].source, "m.md, block at line 1");
     assert_eq!(ex[0].text, "print(1)\n");
     assert_eq!(ex[0].expected.as_deref(), Some("1\n"));
     assert_eq!(ex[1].name, "m.md, block at line 14");
