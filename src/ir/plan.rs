@@ -54,7 +54,8 @@ pub enum Transform {
         n: usize,
         drop_remainder: bool,
     },
-    /// `None` repeats forever.
+    /// `Some(n)`: the elements `n` times. `None` (`repeat()`): one pass — a
+    /// training loop repeats its data every epoch by itself.
     Repeat(Option<usize>),
     Take(usize),
     Skip(usize),

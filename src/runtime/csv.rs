@@ -47,7 +47,8 @@ pub fn read_text(path: &Path) -> Result<String, Diagnostic> {
 /// without a label column, features alone.
 pub fn load_csv(path: &Path, label: Option<i64>) -> Result<HostColumns, Diagnostic> {
     let text = read_text(path)?;
-    let mut rows: Vec<Vec<f64>> = Vec::new();
+    // Each data row with its 1-based line number in the file.
+    let mut rows: Vec<(usize, Vec<f64>)> = Vec::new();
     let mut width = None;
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -76,7 +77,7 @@ pub fn load_csv(path: &Path, label: Option<i64>) -> Result<HostColumns, Diagnost
             }
             _ => width = Some(values.len()),
         }
-        rows.push(values);
+        rows.push((line_no, values));
     }
     let Some(width) = width.filter(|_| !rows.is_empty()) else {
         return Err(fail(path, None, "the file has no data rows"));
@@ -94,11 +95,11 @@ pub fn load_csv(path: &Path, label: Option<i64>) -> Result<HostColumns, Diagnost
     let n = rows.len();
     let mut features = Vec::with_capacity(n * width);
     let mut labels = Vec::with_capacity(n);
-    for (r, row) in rows.iter().enumerate() {
+    for (line_no, row) in &rows {
         for (c, &v) in row.iter().enumerate() {
             if Some(c) == label_col {
                 if v.fract() != 0.0 || v.abs() > i32::MAX as f64 {
-                    return Err(fail(path, Some(r + 1), format!("the label `{v}` is not an integer class")));
+                    return Err(fail(path, Some(*line_no), format!("the label `{v}` is not an integer class")));
                 }
                 labels.push(v as i64);
             } else {

@@ -46,6 +46,12 @@ impl Tracer<'_> {
                 }
             }
             "split" => self.split(a),
+            "load_npy" | "load_idx" | "load_safetensors" => Err(Diagnostic::new(
+                Code::Unsupported,
+                format!("`{}` is not supported yet; use `load_csv` or `from_tensors`", a.name),
+            )
+            .label(a.span, "this data source")
+            .into()),
             _ => self.transform(a),
         }
     }
