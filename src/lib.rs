@@ -13,6 +13,7 @@ pub mod diag;
 pub mod driver;
 pub mod half;
 pub mod ir;
+pub mod passes;
 pub mod rng;
 pub mod runtime;
 pub mod sema;

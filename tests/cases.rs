@@ -8,7 +8,9 @@
 //!   columns (and ends there when it ends on that line) with that code;
 //! - `ir`: the traced IR text;
 //! - `run`: the program must run; its printed output is snapshotted (cases
-//!   check their values with `assert_close` against numbers written in them).
+//!   check their values with `assert_close` against numbers written in them);
+//!   it must print the same with the optimizer off and on;
+//! - `passes/<pass>`: the IR before and after that pass (see `stage_passes`).
 
 use std::path::Path;
 use tfc::diag::{render, Diagnostic, SourceMap};
@@ -23,6 +25,7 @@ fn run_case(rel: &str) {
         "check" => stage_check(&source),
         "ir" => stage_ir(&source),
         "run" => stage_run(&source),
+        "passes" => stage_passes(rel, &source),
         other => panic!("unknown case stage `{other}` for {rel}"),
     };
     let name = rel.trim_end_matches(".tfl").replace('/', "__");
@@ -114,7 +117,60 @@ fn stage_run(source: &str) -> String {
     if let Err(d) = tfc::backend::interp::execute(&program, &mut out) {
         panic!("a run case must run:\n{}", render(&[d], &session.sources, false));
     }
+    // Differential test: the optimized program prints exactly the same
+    // (the rewrites are exact in floating point, so the tolerance is zero).
+    let mut optimized = program.clone();
+    let opts = tfc::passes::Options { verify: true, ..Default::default() };
+    if let Err(d) = tfc::passes::optimize(&mut optimized, &opts, &mut |_, _| {}) {
+        panic!("the optimizer failed:\n{}", render(&[d], &session.sources, false));
+    }
+    let mut out_opt = Vec::new();
+    if let Err(d) = tfc::backend::interp::execute(&optimized, &mut out_opt) {
+        panic!("the optimized program failed:\n{}", render(&[d], &session.sources, false));
+    }
+    assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&out_opt), "optimized output differs from -O0");
     format!("--- output\n{}", String::from_utf8_lossy(&out))
 }
 
 include!(concat!(env!("OUT_DIR"), "/cases.rs"));
+
+/// `passes/<pass>/<case>.tfl`: the IR just before `<pass>` (after every
+/// earlier pass) and just after it, with the optimizer's annotations when
+/// present, each ending in a summary line (nodes, kernels, arena bytes).
+fn stage_passes(rel: &str, source: &str) -> String {
+    let pass = rel.split('/').nth(1).unwrap_or_default().to_string();
+    assert!(
+        tfc::passes::names().contains(&pass.as_str()),
+        "no pass named `{pass}` (cases live in tests/cases/passes/<pass>/)"
+    );
+    let mut session = Session::new();
+    let file = session.add_source("case.tfl", source);
+    let mut program = match session.check(file) {
+        Ok(p) => p,
+        Err(d) => panic!("a pass case must check:\n{}", render(&d, &session.sources, false)),
+    };
+    let show = |p: &tfc::ir::Program| {
+        let mut s = tfc::ir::print::print_program(p);
+        if p.compiled.is_some() {
+            s.push_str(&tfc::ir::plan_print::print_compiled(p));
+        }
+        s.push_str(&tfc::ir::plan_print::print_program_summary(p));
+        s
+    };
+    let mut before = String::new();
+    let mut after = String::new();
+    let mut previous = show(&program);
+    let opts = tfc::passes::Options { verify: true, ..Default::default() };
+    let result = tfc::passes::optimize(&mut program, &opts, &mut |name, p| {
+        let now = show(p);
+        if name == pass {
+            before = previous.clone();
+            after = now.clone();
+        }
+        previous = now;
+    });
+    if let Err(d) = result {
+        panic!("the optimizer failed:\n{}", render(&[d], &session.sources, false));
+    }
+    format!("--- before {pass}\n{before}\n--- after {pass}\n{after}\n")
+}

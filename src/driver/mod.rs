@@ -92,6 +92,13 @@ impl Session {
 }
 
 impl Session {
+    /// Checks a file and runs the graph optimizer on it.
+    pub fn compile(&mut self, file: FileId, opts: &crate::passes::Options) -> Result<Program, Vec<Diagnostic>> {
+        let mut program = self.check(file)?;
+        crate::passes::optimize(&mut program, opts, &mut |_, _| {}).map_err(|d| vec![d])?;
+        Ok(program)
+    }
+
     /// The directory relative paths in `file` resolve against (§8): the
     /// file's own directory.
     pub fn base_dir(&self, file: FileId) -> std::path::PathBuf {

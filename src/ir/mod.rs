@@ -2,12 +2,14 @@
 //! deterministic text printer, Graphviz export, a verifier and the shape
 //! rules every op obeys (`infer`), shared by the tracer and the verifier.
 
+pub mod compiled;
 pub mod dot;
 mod graph;
 pub mod infer;
 pub mod numbering;
 mod op;
 pub mod plan;
+pub mod plan_print;
 pub mod print;
 mod program;
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub enum Effect {
 pub struct Program {
     pub graph: Graph,
     pub effects: Vec<Effect>,
+    /// Kernels, order and memory plan, once the optimizer has run.
+    pub compiled: Option<super::compiled::Compiled>,
 }
 
 impl Effect {

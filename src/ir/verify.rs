@@ -233,7 +233,7 @@ mod tests {
     #[test]
     fn reports_an_effect_that_reads_a_removed_node() {
         let (g, [a, _, _, e]) = good();
-        let mut p = Program { graph: g, effects: Vec::new() };
+        let mut p = Program { graph: g, effects: Vec::new(), compiled: None };
         p.effects.push(Effect::Print { item: PrintItem::Tensor(a), full: false, span: Span::default() });
         assert_eq!(verify_program(&p), Ok(()));
         p.effects.push(Effect::AssertClose { actual: e, expected: e, tol: 0.0, span: Span::default() });

@@ -116,7 +116,7 @@ pub fn trace_program_in(
     let env = tracer.prelude_scope();
     tracer.run_stmts(&program.stmts, &env);
     if tracer.diags.is_empty() {
-        Ok(Program { graph: tracer.graph, effects: tracer.effects })
+        Ok(Program { graph: tracer.graph, effects: tracer.effects, compiled: None })
     } else {
         Err(tracer.diags)
     }

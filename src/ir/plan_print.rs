@@ -1,0 +1,77 @@
+//! Text form of the optimizer's annotations (`tfc build --emit plan`): per
+//! unit, the kernels in schedule order with their kind, device and nodes
+//! (numbered like the IR printer), then the memory plan.
+
+use super::compiled::{Compiled, CompiledUnit};
+use super::numbering::Numbering;
+use super::program::Program;
+use std::fmt::Write;
+
+/// One line: `nodes: N, kernels: K, arena bytes: B` (kernels and arena
+/// summed over units; `-` before the optimizer ran).
+pub fn print_program_summary(p: &Program) -> String {
+    match &p.compiled {
+        None => format!("nodes: {}, kernels: -, arena bytes: -", p.graph.node_count()),
+        Some(c) => format!(
+            "nodes: {}, kernels: {}, arena bytes: {}",
+            p.graph.node_count(),
+            c.units
+                .iter()
+                .map(|u| u.kernels.iter().filter(|k| k.kind != super::compiled::KernelKind::Source).count())
+                .sum::<usize>(),
+            c.units.iter().map(|u| u.arena_bytes).sum::<usize>()
+        ),
+    }
+}
+
+/// The kernels and memory plan of every unit.
+pub fn print_compiled(p: &Program) -> String {
+    let Some(c) = &p.compiled else { return "(not optimized)\n".into() };
+    let numbering = Numbering::of_program(p);
+    let mut out = String::new();
+    for u in &c.units {
+        print_unit(&mut out, u, &numbering);
+    }
+    let _: &Compiled = c;
+    out
+}
+
+fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering) {
+    let _ = writeln!(
+        out,
+        "unit {}: ops {} -> {}, kernels {}, arena {} bytes (naive {}, lower bound {})",
+        u.name,
+        u.ops_before,
+        u.ops_after,
+        u.kernels.len(),
+        u.arena_bytes,
+        u.naive_bytes,
+        u.lower_bound_bytes
+    );
+    let order: Vec<usize> = if u.order.is_empty() { (0..u.kernels.len()).collect() } else { u.order.clone() };
+    for (pos, &k) in order.iter().enumerate() {
+        let Some(kernel) = u.kernels.get(k) else { continue };
+        let nodes: Vec<String> = kernel.nodes.iter().map(|&n| numbering.name(n)).collect();
+        let outs: Vec<String> = kernel.outputs.iter().map(|&n| numbering.name(n)).collect();
+        let deps = u.deps.get(k).map(|d| format!(" deps={d}")).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  [{pos}] k{k} {:?} on {:?}{deps}: [{}] -> [{}]",
+            kernel.kind,
+            kernel.device,
+            nodes.join(", "),
+            outs.join(", ")
+        );
+    }
+    for b in &u.buffers {
+        let _ = writeln!(
+            out,
+            "  buffer {} @{} +{} live [{}, {}]",
+            numbering.name(b.node),
+            b.offset,
+            b.bytes,
+            b.first,
+            b.last
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! The ahead-of-time graph optimizer: named passes run in a fixed order
+//! over the whole program (every statement's values and every training
+//! step at once).
+//!
+//! Contract: every pass is a function `fn(&mut Program, &PassCtx) ->
+//! Result<(), Diagnostic>` in its own file, whose `//!` header states what it
+//! does, its postcondition and an example. After every pass, in debug builds
+//! and tests, the IR verifier and the pass's postcondition run; a violation
+//! is an internal-error diagnostic naming the pass and the node. The
+//! optimized program computes the same values as the unoptimized one (the
+//! reference interpreter runs both in the differential tests).
+//!
+//! Order: `const_fold → simplify → cse → dce → fuse → partition → schedule →
+//! memory_plan`. The rewriting passes change the graph; the last four
+//! annotate it (`Program::compiled`) with kernels, devices, an order and a
+//! memory plan that backends follow.
+
+pub mod cse;
+pub mod dce;
+pub mod units;
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::Program;
+use std::time::{Duration, Instant};
+
+/// What a pass may consult besides the program.
+#[derive(Clone, Debug, Default)]
+pub struct PassCtx {
+    /// Check the verifier and postconditions after every pass.
+    pub verify: bool,
+}
+
+/// A pass: its name (also the `--dump-after`/`--disable-pass` value and the
+/// snapshot folder), the transformation and its postcondition.
+pub struct Pass {
+    pub name: &'static str,
+    pub run: fn(&mut Program, &PassCtx) -> Result<(), Diagnostic>,
+    /// Checks the pass's contract on its output; `Err` names the offending node.
+    pub postcondition: fn(&Program) -> Result<(), String>,
+}
+
+/// Every pass, in pipeline order.
+pub const PIPELINE: &[Pass] = &[
+    Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
+    Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
+];
+
+/// Options of one optimizer run.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Pass names to skip.
+    pub disabled: Vec<String>,
+    /// Verify after every pass (always on in debug builds and tests).
+    pub verify: bool,
+}
+
+/// How long each pass took.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    pub passes: Vec<(&'static str, Duration)>,
+}
+
+/// Runs the pipeline; `after` is called with each pass's name and output
+/// (for `--dump-after`).
+pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Program)) -> Result<Timings, Diagnostic> {
+    let ctx = PassCtx { verify: opts.verify || cfg!(debug_assertions) };
+    let mut timings = Timings::default();
+    // Ops per unit before any rewrite, for the report (`ops_before`).
+    let before: Vec<(String, usize)> = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
+    for pass in PIPELINE {
+        if opts.disabled.iter().any(|d| d == pass.name) {
+            continue;
+        }
+        let start = Instant::now();
+        (pass.run)(p, &ctx).map_err(|d| d.note(format!("in the `{}` pass", pass.name)))?;
+        timings.passes.push((pass.name, start.elapsed()));
+        if ctx.verify {
+            check(pass, p)?;
+        }
+        after(pass.name, p);
+    }
+    if let Some(c) = p.compiled.as_mut() {
+        for u in &mut c.units {
+            u.ops_before = before.iter().find(|(n, _)| *n == u.name).map(|(_, n)| *n).unwrap_or(u.ops_after);
+        }
+    }
+    Ok(timings)
+}
+
+/// The verifier and the pass's postcondition on its output.
+fn check(pass: &Pass, p: &Program) -> Result<(), Diagnostic> {
+    crate::ir::verify_program(p).map_err(|d| d.note(format!("the IR is invalid after the `{}` pass", pass.name)))?;
+    (pass.postcondition)(p).map_err(|why| {
+        Diagnostic::new(Code::Internal, format!("the `{}` pass broke its contract: {why}", pass.name))
+            .help("this is a bug in tfc; `--disable-pass` skips the pass meanwhile")
+    })
+}
+
+/// The names of all passes, for the command line.
+pub fn names() -> Vec<&'static str> {
+    PIPELINE.iter().map(|p| p.name).collect()
+}

@@ -1,0 +1,137 @@
+//! Compilation units: the pieces of a program that run as one graph. The
+//! main unit holds every value computed once (statements, initial
+//! parameters, captured constants); each region (a training step, a metric
+//! over a batch, a `map` function) is a unit of the nodes that depend on its
+//! inputs and are recomputed per evaluation.
+//!
+//! Contract: units partition the nodes; a unit's nodes are listed in a
+//! deterministic topological order; a node outside a unit that a unit node
+//! reads is one of the unit's inputs.
+
+use crate::ir::plan::{Region, Source, Transform};
+use crate::ir::{Effect, Graph, NodeId, Op, Program};
+use std::collections::{HashMap, HashSet};
+
+/// One graph that runs as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unit {
+    pub name: String,
+    /// The unit's nodes in execution order.
+    pub nodes: Vec<NodeId>,
+    /// Values the unit reads from outside (captured values, region slots).
+    pub inputs: Vec<NodeId>,
+    /// Values read outside the unit (by effects, plans or other units).
+    pub outputs: Vec<NodeId>,
+}
+
+/// The nodes of `region` that depend on its input slots, in topological
+/// order (`order` gives each node's position).
+pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec<NodeId> {
+    let slots: HashSet<usize> = region.inputs.iter().map(|(s, _)| *s).collect();
+    let mut needed: HashSet<NodeId> = HashSet::new();
+    let mut stack: Vec<NodeId> = region.outputs.clone();
+    while let Some(n) = stack.pop() {
+        if g.contains(n) && needed.insert(n) {
+            stack.extend(g.inputs(n));
+        }
+    }
+    let mut sorted: Vec<NodeId> = needed.into_iter().collect();
+    sorted.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
+    let mut vary: HashSet<NodeId> = HashSet::new();
+    let mut out = Vec::new();
+    for n in sorted {
+        let is_input = matches!(&g.node(n).op, Op::Slot { slot, .. } if slots.contains(slot));
+        if is_input || g.inputs(n).iter().any(|i| vary.contains(i)) {
+            vary.insert(n);
+            out.push(n);
+        }
+    }
+    out
+}
+
+/// Every region of the program with a readable name.
+pub fn regions(p: &Program) -> Vec<(String, &Region)> {
+    fn data<'a>(d: &'a crate::ir::plan::Dataset, what: &str, out: &mut Vec<(String, &'a Region)>) {
+        let _ = &d.source as &Source;
+        for (i, t) in d.transforms.iter().enumerate() {
+            if let Transform::Map(r) | Transform::Filter(r) = t {
+                out.push((format!("{what} transform {i}"), r));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (e, effect) in p.effects.iter().enumerate() {
+        match effect {
+            Effect::Train(t) => {
+                data(&t.data, &format!("train {e} data"), &mut out);
+                for (b, r) in &t.steps {
+                    out.push((format!("train {e} step (batch {b})"), r));
+                }
+                for (k, ev) in t.evals.iter().enumerate() {
+                    data(&ev.reduce.data, &format!("train {e} eval {k} data"), &mut out);
+                    for (b, r) in &ev.reduce.regions {
+                        out.push((format!("train {e} eval {} (batch {b})", ev.name), r));
+                    }
+                    let _ = k;
+                }
+            }
+            Effect::Reduce { plan, .. } => {
+                data(&plan.data, &format!("metric {e} data"), &mut out);
+                for (b, r) in &plan.regions {
+                    out.push((format!("metric {e} (batch {b})"), r));
+                }
+            }
+            Effect::Collect { data: d, .. } => data(d, &format!("collect {e} data"), &mut out),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Splits the program into units: the main unit first, then one per region.
+pub fn units(p: &Program) -> Vec<Unit> {
+    let g = &p.graph;
+    let order = g.topo_order();
+    let rank: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut owner: HashMap<NodeId, usize> = HashMap::new();
+    let mut units = vec![Unit { name: "main".into(), nodes: vec![], inputs: vec![], outputs: vec![] }];
+    for (name, region) in regions(p) {
+        let nodes = varying(g, region, &rank);
+        let idx = units.len();
+        for &n in &nodes {
+            owner.entry(n).or_insert(idx);
+        }
+        let mut outputs = region.outputs.clone();
+        outputs.dedup();
+        units.push(Unit { name, nodes: vec![], inputs: vec![], outputs });
+    }
+    for &n in &order {
+        let u = owner.get(&n).copied().unwrap_or(0);
+        units[u].nodes.push(n);
+    }
+    let mut roots = p.clone();
+    let roots = roots.roots();
+    for (ui, unit) in units.iter_mut().enumerate() {
+        let mine: HashSet<NodeId> = unit.nodes.iter().copied().collect();
+        let mut inputs: Vec<NodeId> = Vec::new();
+        for &n in &unit.nodes {
+            for i in g.inputs(n) {
+                if !mine.contains(&i) && !inputs.contains(&i) {
+                    inputs.push(i);
+                }
+            }
+        }
+        unit.inputs = inputs;
+        if ui == 0 {
+            let mut outs: Vec<NodeId> = Vec::new();
+            for &n in &unit.nodes {
+                let read_outside = roots.contains(&n) || g.users(n).iter().any(|u| !mine.contains(u));
+                if read_outside {
+                    outs.push(n);
+                }
+            }
+            unit.outputs = outs;
+        }
+    }
+    units
+}
