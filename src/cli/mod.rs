@@ -6,7 +6,7 @@ mod build;
 
 use crate::diag::{render, Diagnostic};
 use crate::driver::Session;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,24 +33,42 @@ enum Command {
         #[arg(long)]
         check_numerics: bool,
     },
-    /// Compile a program and show an intermediate form.
-    Build {
-        /// The .tfl file.
-        file: PathBuf,
-        /// What to print: the AST, the IR text, or the IR as Graphviz DOT.
-        #[arg(long, value_enum, default_value_t = Emit::Ir)]
-        emit: Emit,
-        /// Write the output to this file instead of stdout.
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-    },
+    /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
+    Build(BuildArgs),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Emit {
-    Ast,
-    Ir,
-    Dot,
+#[derive(clap::Args, Clone)]
+struct BuildArgs {
+    /// The .tfl file.
+    file: PathBuf,
+    /// Print an intermediate form instead of the summary.
+    #[arg(long, value_enum)]
+    emit: Option<build::Emit>,
+    /// Write the output to this file instead of stdout.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Print the IR (and plan) after this pass to stderr; repeatable.
+    #[arg(long, value_name = "PASS")]
+    dump_after: Vec<String>,
+    /// Skip this pass; repeatable.
+    #[arg(long, value_name = "PASS")]
+    disable_pass: Vec<String>,
+    /// No optimization.
+    #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
+    opt_level: Option<String>,
+    #[arg(skip)]
+    no_opt: bool,
+    /// Print the time each stage and pass took to stderr.
+    #[arg(long)]
+    time_passes: bool,
+    /// Print one JSON object with per-graph sizes and compile times.
+    #[arg(long = "report", value_name = "FORMAT", value_parser = ["json"])]
+    report: Option<String>,
+    #[arg(skip)]
+    report_json: bool,
+    /// Reject programs whose planned memory exceeds this many bytes (default: the machine's available memory).
+    #[arg(long, value_name = "BYTES")]
+    memory_limit: Option<u64>,
 }
 
 /// Runs the CLI with the process arguments.
@@ -66,7 +84,12 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
         Command::Run { file, check_numerics } => run(&mut session, file, *check_numerics),
-        Command::Build { file, emit, output } => build::build(&mut session, file, *emit, output.as_deref()),
+        Command::Build(args) => {
+            let mut args = args.clone();
+            args.no_opt = args.opt_level.is_some();
+            args.report_json = args.report.is_some();
+            build::build(&mut session, &args)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

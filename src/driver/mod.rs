@@ -13,6 +13,17 @@ const MAX_SOURCE_BYTES: u64 = 16 << 20;
 #[derive(Default)]
 pub struct Session {
     pub sources: SourceMap,
+    /// How long the last `check` spent in each front-end stage.
+    pub timings: StageTimings,
+}
+
+/// Wall-clock time of each compilation stage.
+#[derive(Clone, Debug, Default)]
+pub struct StageTimings {
+    pub parse: std::time::Duration,
+    pub check: std::time::Duration,
+    pub lower: std::time::Duration,
+    pub optimize: std::time::Duration,
 }
 
 impl Session {
@@ -72,8 +83,13 @@ impl Session {
     /// cost no memory.
     pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         const TRACE_STACK_BYTES: usize = 64 << 20;
+        let t0 = std::time::Instant::now();
         let ast = self.parse(file)?;
+        let t1 = std::time::Instant::now();
         crate::sema::resolve(&ast)?;
+        let t2 = std::time::Instant::now();
+        self.timings.parse = t1 - t0;
+        self.timings.check = t2 - t1;
         let base = self.base_dir(file);
         let sources = &mut self.sources;
         let on_thread = std::thread::scope(|scope| {
@@ -83,11 +99,13 @@ impl Session {
                 .spawn_scoped(scope, || crate::trace::trace_program_in(&ast, sources, &base));
             spawned.ok().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         });
-        match on_thread {
+        let result = match on_thread {
             Some(result) => result,
             // No thread could be started: trace on this one.
             None => crate::trace::trace_program_in(&ast, &mut self.sources, &base),
-        }
+        };
+        self.timings.lower = t2.elapsed();
+        result
     }
 }
 
@@ -95,7 +113,9 @@ impl Session {
     /// Checks a file and runs the graph optimizer on it.
     pub fn compile(&mut self, file: FileId, opts: &crate::passes::Options) -> Result<Program, Vec<Diagnostic>> {
         let mut program = self.check(file)?;
+        let t = std::time::Instant::now();
         crate::passes::optimize(&mut program, opts, &mut |_, _| {}).map_err(|d| vec![d])?;
+        self.timings.optimize = t.elapsed();
         Ok(program)
     }
 
