@@ -294,6 +294,17 @@ impl Tracer<'_> {
         span: Span,
     ) -> TResult<(NodeId, Vec<NodeId>)> {
         let scope = Scope::child(&opt.scope);
+        // The step number is an f32 region input; the update sees it in the
+        // parameter's float dtype, so that `beta ^ step` or a schedule's
+        // rate meets an f64 (or f16) parameter without a dtype error.
+        let step = if p.ty.dtype.is_float() {
+            let o = self.operand(step, None, span)?;
+            let o = self.cast(&o, p.ty.dtype, span)?;
+            Value::Tensor(o.id, o.ty)
+        } else {
+            step.clone()
+        };
+        let step = &step;
         // A hyper-parameter given as a function is a schedule of the step.
         for hp in &opt.def.params {
             if let Some(f @ (Value::Func(_) | Value::Builtin(_))) = opt.scope.get_local(&hp.name.name) {
