@@ -248,7 +248,7 @@ fn parse_f64s(name: &str, line: &str) -> Vec<f64> {
     } else {
         line.strip_prefix("f64 ").unwrap_or_else(|| panic!("{name}: not an f64 value: `{line}`"))
     };
-    body.split(|c: char| c == '[' || c == ']' || c == ',')
+    body.split(['[', ']', ','])
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap_or_else(|_| panic!("{name}: not a number `{s}` in `{line}`")))
