@@ -245,17 +245,24 @@ impl Tracer<'_> {
         }
     }
 
-    /// Scales all gradients by `min(1, max_norm / ‖g‖)` (the global norm).
+    /// Scales all gradients by `min(1, max_norm / (‖g‖ + 1e-6))`, `‖g‖` the
+    /// global norm over all of them (PyTorch's `clip_grad_norm_`).
     fn clip_by_global_norm(&mut self, grads: &[NodeId], max_norm: f64, span: Span) -> TResult<Vec<NodeId>> {
+        // The squares are taken and summed in f32 (in f16 or bf16 they would
+        // overflow or round away), or in f64 when a gradient is f64 (so f64
+        // training keeps its precision; it used to be rounded to f32).
+        let acc =
+            if grads.iter().any(|&g| self.graph.node(g).ty.dtype == DType::F64) { DType::F64 } else { DType::F32 };
         let mut total: Option<Value> = None;
         for &g in grads {
             let ty = self.graph.node(g).ty.clone();
-            let v = Value::Tensor(g, ty);
+            let g = self.operand(&Value::Tensor(g, ty), None, span)?;
+            let g = self.cast(&g, acc, span)?;
+            let v = Value::Tensor(g.id, g.ty);
             let sq = self.binary(BinaryOp::Mul, (&v, span), (&v, span), span)?;
             let o = self.operand(&sq, None, span)?;
             let axes: Vec<usize> = (0..o.ty.rank()).collect();
             let s = self.node(Op::Reduce { op: ReduceOp::Sum, axes, keepdims: false }, &[&o], span)?;
-            let s = self.cast(&s, DType::F32, span)?;
             let sv = Value::Tensor(s.id, s.ty);
             total = Some(match total {
                 None => sv,
@@ -294,6 +301,17 @@ impl Tracer<'_> {
         span: Span,
     ) -> TResult<(NodeId, Vec<NodeId>)> {
         let scope = Scope::child(&opt.scope);
+        // The step number is an f32 region input; the update sees it in the
+        // parameter's float dtype, so that `beta ^ step` or a schedule's
+        // rate meets an f64 (or f16) parameter without a dtype error.
+        let step = if p.ty.dtype.is_float() {
+            let o = self.operand(step, None, span)?;
+            let o = self.cast(&o, p.ty.dtype, span)?;
+            Value::Tensor(o.id, o.ty)
+        } else {
+            step.clone()
+        };
+        let step = &step;
         // A hyper-parameter given as a function is a schedule of the step.
         for hp in &opt.def.params {
             if let Some(f @ (Value::Func(_) | Value::Builtin(_))) = opt.scope.get_local(&hp.name.name) {
