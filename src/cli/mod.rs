@@ -32,6 +32,9 @@ enum Command {
         /// Stop at the first op that produces a NaN or infinity, naming its source line.
         #[arg(long)]
         check_numerics: bool,
+        /// Run without the graph optimizer.
+        #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
+        opt_level: Option<String>,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -83,7 +86,9 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics } => run(&mut session, file, *check_numerics),
+        Command::Run { file, check_numerics, opt_level } => {
+            run(&mut session, file, *check_numerics, opt_level.is_none())
+        }
         Command::Build(args) => {
             let mut args = args.clone();
             args.no_opt = args.opt_level.is_some();
@@ -116,9 +121,15 @@ fn check(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagno
     Ok(())
 }
 
-fn run(session: &mut Session, file: &std::path::Path, check_numerics: bool) -> Result<(), Vec<Diagnostic>> {
+fn run(
+    session: &mut Session,
+    file: &std::path::Path,
+    check_numerics: bool,
+    optimize: bool,
+) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
-    let program = session.check(id)?;
+    let program =
+        if optimize { session.compile(id, &crate::passes::Options::default())? } else { session.check(id)? };
     let options = crate::runtime::exec::RunOptions { check_numerics, base_dir: session.base_dir(id) };
     let stdout = std::io::stdout();
     let mut out = std::io::LineWriter::new(stdout.lock());
