@@ -20,13 +20,31 @@ use tfc::ir::{DType, Literal, TensorType};
 
 const DIGITS: &[u8] = include_bytes!("../examples/data/digits.csv.gz");
 
-/// A fresh scratch directory for one test, holding `data/digits.csv.gz`.
-fn scratch(test: &str) -> PathBuf {
+/// A scratch directory for one test, holding `data/digits.csv.gz`. It is
+/// removed when the test passes and kept for inspection when it fails.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tfc-training-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("data")).expect("create the scratch directory");
     std::fs::write(dir.join("data/digits.csv.gz"), DIGITS).expect("copy the digits data");
-    dir
+    Scratch(dir)
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -190,6 +208,45 @@ fn training_twice_gives_bit_identical_weights() {
     tfc::runtime::exec::execute(&compiled, &mut out, options).expect("the program runs");
     assert_eq!(String::from_utf8_lossy(&out), stdout(&runs[0]));
     assert_eq!(read(&c.join("final.safetensors")), weights, "the library run differs from the binary's");
+}
+
+#[test]
+fn dropout_draws_a_new_mask_every_step() {
+    // Two SGD steps on `sum(dropout(x * w))` with x = 1, rate 0.5 (kept
+    // units are scaled by 2) and lr 0.25: each step lowers the kept weights
+    // by 0.5. With one mask for both steps every weight would end at 0 or 1;
+    // with a fresh mask per step, about half end at 0.5.
+    let dir = scratch("dropout-masks");
+    let program = r#"
+use std.nn.{Dropout}
+use std.optim.sgd
+model M {
+    param w: f32[256] = ones()
+    drop = Dropout(0.5, seed = 1)
+    fn forward(x: f32[B, 256]) -> f32[B, 256] = drop(x * w)
+}
+let net = M(seed = 0)
+train net on from_tensors(ones([2, 256]), ones([2, 256])) |> batch(1) {
+    loss(x, y) = sum(net(x))
+    optimizer = sgd(lr = 0.25)
+}
+print(net.w, full = true)
+"#;
+    write(&dir, "dropout.tfl", program);
+    let o = run(&dir, "dropout.tfl", &[]);
+    assert_success(&o);
+    let out = stdout(&o);
+    let values: Vec<f64> = out
+        .trim()
+        .trim_start_matches("f32[256] ")
+        .trim_matches(['[', ']'])
+        .split(", ")
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("a number: {v:?}")))
+        .collect();
+    assert_eq!(values.len(), 256);
+    let count = |x: f64| values.iter().filter(|&&v| v == x).count();
+    assert_eq!(count(0.0) + count(0.5) + count(1.0), 256, "{out}");
+    assert!((96..=160).contains(&count(0.5)), "kept in exactly one of the two steps: {}\n{out}", count(0.5));
 }
 
 /// The names and types in a checkpoint of the small MLP trained with adam.
