@@ -639,7 +639,7 @@ train net on train_set |> batch(32) {{
         assert!(loss.is_finite() && loss > 0.0, "{line}");
         assert!(v["examples_per_sec"].as_f64().is_some_and(|r| r > 0.0), "{line}");
         // Evaluated every 2 epochs and after the last.
-        let evaluated = epoch % 2 == 0 || epoch == 5;
+        let evaluated = epoch.is_multiple_of(2) || epoch == 5;
         let acc = v.get("accuracy").and_then(|a| a.as_f64());
         assert_eq!(acc.is_some(), evaluated, "{line}");
         assert!(acc.is_none_or(|a| (0.0..=1.0).contains(&a)), "{line}");
