@@ -51,7 +51,9 @@ pub fn window_output(input: usize, window: usize, stride: usize, dilation: usize
 /// The result type of `op` applied to operands of types `inputs`.
 pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::Slot { .. } => 0,
+        Op::Constant { .. } | Op::Iota { .. } | Op::Slot { .. } => 0,
+        // An optional counter operand (see `Op::Random`).
+        Op::Random { .. } => inputs.len().min(1),
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -84,6 +86,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         Op::Random { ty, .. } => {
             if !ty.dtype.is_float() {
                 return err(Code::DtypeMismatch, format!("random values must be a float dtype, not {}", ty.dtype));
+            }
+            if let Some(c) = inputs.first().filter(|c| c.rank() != 0) {
+                return err(Code::Internal, format!("the counter of a random op must be a scalar, not {c}"));
             }
             Ok(ty.clone())
         }

@@ -130,6 +130,9 @@ pub enum Op {
     },
     /// Counter-based random numbers: the value at flat index `i` depends only on
     /// `(seed, i)`, so results are identical at any thread count (0 inputs).
+    /// With one input, a scalar counter `c` (dropout passes the training
+    /// step), the stream is that of `rng::derive_seed(seed, "counter c")`:
+    /// a fresh draw for every counter value (see `random_seed`).
     Random {
         ty: TensorType,
         dist: Distribution,
@@ -315,5 +318,15 @@ impl Op {
     /// elements (the fusible elementwise family).
     pub fn is_elementwise(&self) -> bool {
         matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Cast(_))
+    }
+}
+
+/// The stream a `Random` op draws from: its seed, or with a counter operand
+/// (the training step, for dropout) a seed derived from both, so that every
+/// step draws a different mask while runs stay bit-for-bit reproducible.
+pub fn random_seed(seed: u64, counter: Option<f64>) -> u64 {
+    match counter {
+        None => seed,
+        Some(c) => crate::rng::derive_seed(seed, &format!("counter {}", c as u64)),
     }
 }

@@ -146,7 +146,9 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
             continue;
         };
         if dtype != dtype_name(ty.dtype) || shape != ty.shape {
-            problems.push(format!("`{name}` is {dtype}{shape:?} in the file but the model expects {ty}"));
+            // Lower-case the file's dtype so both sides read like tfc types (`f32[4, 8]`).
+            problems
+                .push(format!("`{name}` is {}{shape:?} in the file but the model expects {ty}", dtype.to_lowercase()));
             continue;
         }
         let (start, end) = match offsets.as_slice() {

@@ -24,11 +24,13 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     let mut params: Vec<Tensor> = plan.params.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
     let mut states: Vec<Tensor> = plan.states.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
     let (mut step, mut epoch) = (0u64, 0u64);
+    let mut resumed = false;
     if let Some(path) = &plan.resume {
         let path = ex.resolve_path(path);
         if path.exists() {
             let (p, s, st, ep) = load_checkpoint(&path, plan, &params, &states)?;
             (params, states, step, epoch) = (p, s, st, ep);
+            resumed = true;
             eprintln!("resuming from {} at epoch {epoch}, step {step}", path.display());
         } else {
             eprintln!("no checkpoint at {} yet; training from the start", path.display());
@@ -43,7 +45,17 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 let _ = std::fs::create_dir_all(dir);
             }
-            let f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| {
+            // A run that starts from scratch starts a fresh log (appending
+            // would interleave the epochs of earlier runs); a resumed run
+            // continues the log of the run it resumes.
+            let mut options = std::fs::OpenOptions::new();
+            options.create(true);
+            if resumed {
+                options.append(true);
+            } else {
+                options.write(true).truncate(true);
+            }
+            let f = options.open(&path).map_err(|e| {
                 Diagnostic::new(Code::Io, format!("cannot open the log `{}`: {e}", path.display()))
                     .label(plan.span, "in this train block")
             })?;
@@ -77,7 +89,11 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             inputs.push(scalar(step as f64)?);
             inputs.extend(params.iter().cloned());
             inputs.extend(states.iter().cloned());
-            let out = ex.run_region(region, &inputs)?;
+            // A failure inside the step (e.g. `--check-numerics` finding a
+            // NaN) points at an op; say which step it happened in, too.
+            let out = ex
+                .run_region(region, &inputs)
+                .map_err(|d| d.note(format!("in training step {step} (epoch {})", epoch + 1)))?;
             let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
             if !loss.is_finite() {
                 return Err(Diagnostic::new(Code::Runtime, format!("the loss became {loss} at step {step} (epoch {})", epoch + 1))

@@ -82,6 +82,9 @@ pub struct Tracer<'s> {
         std::collections::HashMap<(std::path::PathBuf, Option<i64>), std::sync::Arc<crate::ir::plan::HostColumns>>,
     /// The value of the built-in `training` (true inside a train step).
     pub(crate) training: bool,
+    /// Inside a train step: the step number (an f32 scalar node), which
+    /// `dropout` mixes into its seed so that every step draws a new mask.
+    pub(crate) step_counter: Option<crate::ir::NodeId>,
     /// While tracing `eval` metrics of a train block: reductions are
     /// collected here instead of becoming effects.
     pub(crate) pending_reduce: Option<Vec<crate::ir::plan::ReducePlan>>,
@@ -111,6 +114,7 @@ pub fn trace_program_in(
         base_dir: base_dir.to_path_buf(),
         csv_cache: Default::default(),
         training: false,
+        step_counter: None,
         pending_reduce: None,
     };
     let env = tracer.prelude_scope();

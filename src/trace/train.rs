@@ -166,8 +166,10 @@ impl Tracer<'_> {
         }
         // The loss, in training mode.
         let saved = std::mem::replace(&mut self.training, true);
+        let saved_counter = self.step_counter.replace(tensor_id(&step_arg[0].0));
         let loss = self.loss_value(fields, batch_args, env);
         self.training = saved;
+        self.step_counter = saved_counter;
         let loss = loss?;
         let mut grads = Vec::new();
         let found = crate::autodiff::gradients(&mut self.graph, loss.id, None, &param_nodes)?;

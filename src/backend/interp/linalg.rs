@@ -95,21 +95,28 @@ impl ConvGeometry {
         Ok(ConvGeometry { x, w, y, p })
     }
 
-    /// Calls `f(xi, wi, yi)` with the flat (row-major) positions of every
-    /// input element, weight and output element that meet in one product
-    /// `x[xi] · w[wi]` contributing to `y[yi]`. Order: output elements
-    /// row-major, then taps `i`, `j`, `c` ascending; taps in the zero padding
-    /// are skipped.
-    fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize)) {
+    /// Calls `f(xi, wi, yi, n)` for every run of `n` products
+    /// `x[xi] · w[wi + k]` contributing to `y[yi + k]` (`k` in `0..n`): the
+    /// flat (row-major) positions of the input element, weights and output
+    /// elements that meet. A run is one input element against the output
+    /// channels of its group, which are contiguous in both `w` and `y`, so
+    /// the callers' inner loops are over slices (this is several times
+    /// faster than one call per product, which made CNN training slow).
+    /// Order: output positions row-major, then the group, taps `i`, `j`, `c`
+    /// ascending, then the output channel; taps in the zero padding are
+    /// skipped. For any single `y`, `x` or `w` element the products arrive
+    /// in the same order as in a walk over output elements then taps (each
+    /// output element sums its taps `i`, `j`, `c` ascending), so the
+    /// accumulations are the same sequence of float operations.
+    fn for_each_tap(&self, mut f: impl FnMut(usize, usize, usize, usize)) {
         let ([n, h, wd, c], [kh, kw, cg, o], [_, oh, ow, _]) = (self.x, self.w, self.y);
         let p = self.p;
         let og = o / p.groups;
         for b in 0..n {
             for y in 0..oh {
                 for xo in 0..ow {
-                    for oc in 0..o {
-                        let g = oc / og;
-                        let yi = ((b * oh + y) * ow + xo) * o + oc;
+                    let ybase = ((b * oh + y) * ow + xo) * o;
+                    for g in 0..p.groups {
                         for i in 0..kh {
                             // The input row, or none if this tap falls in the zero padding.
                             let Some(iy) =
@@ -126,8 +133,8 @@ impl ConvGeometry {
                                 };
                                 for ci in 0..cg {
                                     let xi = ((b * h + iy) * wd + ix) * c + g * cg + ci;
-                                    let wi = ((i * kw + j) * cg + ci) * o + oc;
-                                    f(xi, wi, yi);
+                                    let wi = ((i * kw + j) * cg + ci) * o + g * og;
+                                    f(xi, wi, ybase + g * og, og);
                                 }
                             }
                         }
@@ -144,7 +151,12 @@ pub fn conv2d(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Res
     with_elem!(x.data(), T => {
         let (xv, wv) = (flat(array::<T>(x)?), flat(array::<T>(w)?));
         let mut out = vec![T::zero(); out_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi| out[yi] = out[yi].add(xv[xi].mul(wv[wi])));
+        geo.for_each_tap(|xi, wi, yi, n| {
+            let a = xv[xi];
+            for (o, &w) in out[yi..yi + n].iter_mut().zip(&wv[wi..wi + n]) {
+                *o = o.add(a.mul(w));
+            }
+        });
         Ok(T::wrap(array_from(out_shape, out)?))
     })
 }
@@ -157,7 +169,13 @@ pub fn conv2d_grad_input(gy: &Tensor, w: &Tensor, p: ConvParams, input_shape: &[
     with_elem!(gy.data(), T => {
         let (gv, wv) = (flat(array::<T>(gy)?), flat(array::<T>(w)?));
         let mut gx = vec![T::zero(); input_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi| gx[xi] = gx[xi].add(gv[yi].mul(wv[wi])));
+        geo.for_each_tap(|xi, wi, yi, n| {
+            let mut acc = gx[xi];
+            for (&g, &w) in gv[yi..yi + n].iter().zip(&wv[wi..wi + n]) {
+                acc = acc.add(g.mul(w));
+            }
+            gx[xi] = acc;
+        });
         Ok(T::wrap(array_from(input_shape, gx)?))
     })
 }
@@ -170,7 +188,12 @@ pub fn conv2d_grad_filter(x: &Tensor, gy: &Tensor, p: ConvParams, filter_shape: 
     with_elem!(x.data(), T => {
         let (xv, gv) = (flat(array::<T>(x)?), flat(array::<T>(gy)?));
         let mut gw = vec![T::zero(); filter_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi| gw[wi] = gw[wi].add(xv[xi].mul(gv[yi])));
+        geo.for_each_tap(|xi, wi, yi, n| {
+            let a = xv[xi];
+            for (w, &g) in gw[wi..wi + n].iter_mut().zip(&gv[yi..yi + n]) {
+                *w = w.add(a.mul(g));
+            }
+        });
         Ok(T::wrap(array_from(filter_shape, gw)?))
     })
 }

@@ -59,7 +59,9 @@ pub type Values = HashMap<NodeId, Tensor>;
 /// Computes `op` on `inputs` (in operand order); the result has type `ty`.
 pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Random { .. } | Op::Slot { .. } => 0,
+        Op::Constant { .. } | Op::Iota { .. } | Op::Slot { .. } => 0,
+        // An optional counter operand (see `Op::Random`).
+        Op::Random { .. } => inputs.len().min(1),
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -78,7 +80,10 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
     let data = match op {
         Op::Constant { value, ty: cty } => Tensor::from_literal(value, cty)?.data().clone(),
         Op::Iota { ty: ity, axis } => creation::iota(ity, *axis)?.data().clone(),
-        Op::Random { ty: rty, dist, seed } => creation::random(rty, *dist, *seed)?.data().clone(),
+        Op::Random { ty: rty, dist, seed } => {
+            let counter = inputs.first().and_then(|c| c.to_f64_vec().first().copied());
+            creation::random(rty, *dist, crate::ir::random_seed(*seed, counter))?.data().clone()
+        }
         Op::Unary(u) => elementwise::unary(*u, inputs[0])?,
         Op::Binary(b) => elementwise::binary(*b, inputs[0], inputs[1])?,
         Op::Select => elementwise::select(inputs[0], inputs[1], inputs[2])?,

@@ -109,7 +109,19 @@ impl Tracer<'_> {
             return Err(a.bad(0, "a float tensor"));
         }
         let seed = a.int_or(2, 0)? as u64;
-        let u = self.node(Op::Random { ty: x.ty.clone(), dist: Distribution::Uniform, seed }, &[], a.span)?;
+        // Inside a train step the mask depends on the step: without it the
+        // random op would depend on no step input, be computed once, and
+        // every step would drop the same units (a fixed sub-network, not
+        // dropout).
+        let random = Op::Random { ty: x.ty.clone(), dist: Distribution::Uniform, seed };
+        let u = match self.step_counter {
+            Some(step) => {
+                let ty = self.graph.node(step).ty.clone();
+                let step = crate::trace::tensor::Operand { id: step, ty, span: a.span };
+                self.node(random, &[&step], a.span)?
+            }
+            None => self.node(random, &[], a.span)?,
+        };
         let r = self.scalar(rate, x.ty.dtype, a.span)?;
         let r = self.broadcast_to(&r, &x.ty.shape, a.span)?;
         let keep = self.node(Op::Binary(BinaryOp::Ge), &[&u, &r], a.span)?;
