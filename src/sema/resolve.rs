@@ -15,9 +15,17 @@
 use crate::diag::{did_you_mean, Code, Diagnostic, Span};
 use crate::syntax::ast::*;
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
-/// Names every program can use without defining them.
-fn global_names() -> HashSet<String> {
+/// Names every program can use without defining them, computed once per
+/// process (they include the top-level names of `std/math.tfl`, which takes
+/// a parse).
+fn global_names() -> &'static HashSet<String> {
+    static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
+    NAMES.get_or_init(compute_global_names)
+}
+
+fn compute_global_names() -> HashSet<String> {
     let mut names: HashSet<String> = crate::trace::builtin_names().iter().map(|s| s.to_string()).collect();
     names.extend(crate::ir::DType::ALL.iter().map(|d| d.name().to_string()));
     names.extend(["training", "auto"].map(String::from));
@@ -58,7 +66,7 @@ fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
 
 /// Checks that every name in `program` is bound.
 pub fn resolve(program: &Program) -> crate::diag::Result<()> {
-    let mut r = Resolver { scopes: vec![global_names()], diags: Vec::new() };
+    let mut r = Resolver { globals: global_names(), scopes: Vec::new(), diags: Vec::new() };
     r.scopes.push(top_level_names(program).into_iter().collect());
     for s in &program.stmts {
         r.stmt(s);
@@ -71,6 +79,8 @@ pub fn resolve(program: &Program) -> crate::diag::Result<()> {
 }
 
 struct Resolver {
+    /// The outermost scope, shared by every run.
+    globals: &'static HashSet<String>,
     scopes: Vec<HashSet<String>>,
     diags: Vec<Diagnostic>,
 }
@@ -89,12 +99,13 @@ impl Resolver {
     }
 
     fn use_name(&mut self, name: &str, span: Span) {
-        if self.scopes.iter().any(|s| s.contains(name)) {
+        if self.globals.contains(name) || self.scopes.iter().any(|s| s.contains(name)) {
             return;
         }
         let mut d =
             Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
-        let candidates: Vec<&str> = self.scopes.iter().flat_map(|s| s.iter().map(String::as_str)).collect();
+        let candidates: Vec<&str> =
+            std::iter::once(self.globals).chain(&self.scopes).flat_map(|s| s.iter().map(String::as_str)).collect();
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
         }
