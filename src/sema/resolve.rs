@@ -31,24 +31,24 @@ fn compute_global_names() -> HashSet<String> {
     names.extend(["training", "auto"].map(String::from));
     if let Some(src) = crate::stdlib::source("std.math") {
         if let Ok(p) = crate::syntax::parse(src, crate::diag::FileId(u32::MAX)) {
-            names.extend(top_level_names(&p));
+            names.extend(top_level_names(&p).into_iter().map(String::from));
         }
     }
     names
 }
 
-fn top_level_names(p: &Program) -> Vec<String> {
+fn top_level_names(p: &Program) -> Vec<&str> {
     let mut out = Vec::new();
     for s in &p.stmts {
         match &s.kind {
             StmtKind::Use { path, group } => match group {
-                Some(items) => out.extend(items.iter().map(|i| i.name.clone())),
-                None => out.extend(path.last().map(|i| i.name.clone())),
+                Some(items) => out.extend(items.iter().map(|i| i.name.as_str())),
+                None => out.extend(path.last().map(|i| i.name.as_str())),
             },
-            StmtKind::Const { name, .. } => out.push(name.name.clone()),
-            StmtKind::Fn(f) => out.push(f.name.name.clone()),
-            StmtKind::Model(m) => out.push(m.name.name.clone()),
-            StmtKind::Optimizer(o) => out.push(o.name.name.clone()),
+            StmtKind::Const { name, .. } => out.push(&name.name),
+            StmtKind::Fn(f) => out.push(&f.name.name),
+            StmtKind::Model(m) => out.push(&m.name.name),
+            StmtKind::Optimizer(o) => out.push(&o.name.name),
             StmtKind::Let { pattern, .. } => pattern_names(pattern, &mut out),
             StmtKind::Train(_) | StmtKind::Expr(_) => {}
         }
@@ -56,9 +56,9 @@ fn top_level_names(p: &Program) -> Vec<String> {
     out
 }
 
-fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
+fn pattern_names<'a>(p: &'a Pattern, out: &mut Vec<&'a str>) {
     match p {
-        Pattern::Name(i) => out.push(i.name.clone()),
+        Pattern::Name(i) => out.push(&i.name),
         Pattern::Wildcard(_) => {}
         Pattern::Tuple(parts, _) => parts.iter().for_each(|p| pattern_names(p, out)),
     }
@@ -78,24 +78,25 @@ pub fn resolve(program: &Program) -> crate::diag::Result<()> {
     }
 }
 
-struct Resolver {
+/// Scopes borrow their names from the program.
+struct Resolver<'a> {
     /// The outermost scope, shared by every run.
     globals: &'static HashSet<String>,
-    scopes: Vec<HashSet<String>>,
+    scopes: Vec<HashSet<&'a str>>,
     diags: Vec<Diagnostic>,
 }
 
-impl Resolver {
-    fn bind(&mut self, name: &str) {
+impl<'a> Resolver<'a> {
+    fn bind(&mut self, name: &'a str) {
         if let Some(s) = self.scopes.last_mut() {
-            s.insert(name.to_string());
+            s.insert(name);
         }
     }
 
-    fn bind_pattern(&mut self, p: &Pattern) {
+    fn bind_pattern(&mut self, p: &'a Pattern) {
         let mut names = Vec::new();
         pattern_names(p, &mut names);
-        names.iter().for_each(|n| self.bind(n));
+        names.into_iter().for_each(|n| self.bind(n));
     }
 
     fn use_name(&mut self, name: &str, span: Span) {
@@ -105,7 +106,7 @@ impl Resolver {
         let mut d =
             Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
         let candidates: Vec<&str> =
-            std::iter::once(self.globals).chain(&self.scopes).flat_map(|s| s.iter().map(String::as_str)).collect();
+            self.globals.iter().map(String::as_str).chain(self.scopes.iter().flat_map(|s| s.iter().copied())).collect();
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
         }
@@ -113,13 +114,13 @@ impl Resolver {
     }
 
     /// Runs `f` in a new scope.
-    fn scoped(&mut self, f: impl FnOnce(&mut Resolver)) {
+    fn scoped(&mut self, f: impl FnOnce(&mut Resolver<'a>)) {
         self.scopes.push(HashSet::new());
         f(self);
         self.scopes.pop();
     }
 
-    fn stmt(&mut self, s: &Stmt) {
+    fn stmt(&mut self, s: &'a Stmt) {
         match &s.kind {
             StmtKind::Use { .. } => {}
             StmtKind::Const { ty, value, .. } => {
@@ -206,7 +207,7 @@ impl Resolver {
         }
     }
 
-    fn func(&mut self, f: &FnDef) {
+    fn func(&mut self, f: &'a FnDef) {
         self.scoped(|r| {
             r.params(&f.params);
             if let Some(t) = &f.ret {
@@ -218,7 +219,7 @@ impl Resolver {
 
     /// Binds parameters (and the symbolic dimensions of their annotations,
     /// which are ints in the body); defaults may use earlier parameters.
-    fn params(&mut self, params: &[Param]) {
+    fn params(&mut self, params: &'a [Param]) {
         for p in params {
             if let Some(d) = &p.default {
                 self.expr(d);
@@ -230,7 +231,7 @@ impl Resolver {
         }
     }
 
-    fn bind_dims(&mut self, t: &TypeExpr) {
+    fn bind_dims(&mut self, t: &'a TypeExpr) {
         match &t.kind {
             TypeKind::Tensor { dims, .. } => {
                 for d in dims {
@@ -246,11 +247,11 @@ impl Resolver {
 
     /// Symbolic dimensions in a return or parameter type bind on use, so
     /// annotations never report unknown names; `ty` only recurses.
-    fn ty(&mut self, t: &TypeExpr) {
+    fn ty(&mut self, t: &'a TypeExpr) {
         self.bind_dims(t);
     }
 
-    fn block(&mut self, b: &Block) {
+    fn block(&mut self, b: &'a Block) {
         self.scoped(|r| {
             for s in &b.stmts {
                 match s {
@@ -274,7 +275,7 @@ impl Resolver {
         });
     }
 
-    fn expr(&mut self, e: &Expr) {
+    fn expr(&mut self, e: &'a Expr) {
         match &e.kind {
             ExprKind::Int(..) | ExprKind::Float(..) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
             ExprKind::Name(n) => self.use_name(n, e.span),
