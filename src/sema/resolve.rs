@@ -15,32 +15,40 @@
 use crate::diag::{did_you_mean, Code, Diagnostic, Span};
 use crate::syntax::ast::*;
 use std::collections::HashSet;
+use std::sync::OnceLock;
 
-/// Names every program can use without defining them.
-fn global_names() -> HashSet<String> {
+/// Names every program can use without defining them, computed once per
+/// process (they include the top-level names of `std/math.tfl`, which takes
+/// a parse).
+fn global_names() -> &'static HashSet<String> {
+    static NAMES: OnceLock<HashSet<String>> = OnceLock::new();
+    NAMES.get_or_init(compute_global_names)
+}
+
+fn compute_global_names() -> HashSet<String> {
     let mut names: HashSet<String> = crate::trace::builtin_names().iter().map(|s| s.to_string()).collect();
     names.extend(crate::ir::DType::ALL.iter().map(|d| d.name().to_string()));
     names.extend(["training", "auto"].map(String::from));
     if let Some(src) = crate::stdlib::source("std.math") {
         if let Ok(p) = crate::syntax::parse(src, crate::diag::FileId(u32::MAX)) {
-            names.extend(top_level_names(&p));
+            names.extend(top_level_names(&p).into_iter().map(String::from));
         }
     }
     names
 }
 
-fn top_level_names(p: &Program) -> Vec<String> {
+fn top_level_names(p: &Program) -> Vec<&str> {
     let mut out = Vec::new();
     for s in &p.stmts {
         match &s.kind {
             StmtKind::Use { path, group } => match group {
-                Some(items) => out.extend(items.iter().map(|i| i.name.clone())),
-                None => out.extend(path.last().map(|i| i.name.clone())),
+                Some(items) => out.extend(items.iter().map(|i| i.name.as_str())),
+                None => out.extend(path.last().map(|i| i.name.as_str())),
             },
-            StmtKind::Const { name, .. } => out.push(name.name.clone()),
-            StmtKind::Fn(f) => out.push(f.name.name.clone()),
-            StmtKind::Model(m) => out.push(m.name.name.clone()),
-            StmtKind::Optimizer(o) => out.push(o.name.name.clone()),
+            StmtKind::Const { name, .. } => out.push(&name.name),
+            StmtKind::Fn(f) => out.push(&f.name.name),
+            StmtKind::Model(m) => out.push(&m.name.name),
+            StmtKind::Optimizer(o) => out.push(&o.name.name),
             StmtKind::Let { pattern, .. } => pattern_names(pattern, &mut out),
             StmtKind::Train(_) | StmtKind::Expr(_) => {}
         }
@@ -48,9 +56,9 @@ fn top_level_names(p: &Program) -> Vec<String> {
     out
 }
 
-fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
+fn pattern_names<'a>(p: &'a Pattern, out: &mut Vec<&'a str>) {
     match p {
-        Pattern::Name(i) => out.push(i.name.clone()),
+        Pattern::Name(i) => out.push(&i.name),
         Pattern::Wildcard(_) => {}
         Pattern::Tuple(parts, _) => parts.iter().for_each(|p| pattern_names(p, out)),
     }
@@ -58,7 +66,7 @@ fn pattern_names(p: &Pattern, out: &mut Vec<String>) {
 
 /// Checks that every name in `program` is bound.
 pub fn resolve(program: &Program) -> crate::diag::Result<()> {
-    let mut r = Resolver { scopes: vec![global_names()], diags: Vec::new() };
+    let mut r = Resolver { globals: global_names(), scopes: Vec::new(), diags: Vec::new() };
     r.scopes.push(top_level_names(program).into_iter().collect());
     for s in &program.stmts {
         r.stmt(s);
@@ -70,31 +78,35 @@ pub fn resolve(program: &Program) -> crate::diag::Result<()> {
     }
 }
 
-struct Resolver {
-    scopes: Vec<HashSet<String>>,
+/// Scopes borrow their names from the program.
+struct Resolver<'a> {
+    /// The outermost scope, shared by every run.
+    globals: &'static HashSet<String>,
+    scopes: Vec<HashSet<&'a str>>,
     diags: Vec<Diagnostic>,
 }
 
-impl Resolver {
-    fn bind(&mut self, name: &str) {
+impl<'a> Resolver<'a> {
+    fn bind(&mut self, name: &'a str) {
         if let Some(s) = self.scopes.last_mut() {
-            s.insert(name.to_string());
+            s.insert(name);
         }
     }
 
-    fn bind_pattern(&mut self, p: &Pattern) {
+    fn bind_pattern(&mut self, p: &'a Pattern) {
         let mut names = Vec::new();
         pattern_names(p, &mut names);
-        names.iter().for_each(|n| self.bind(n));
+        names.into_iter().for_each(|n| self.bind(n));
     }
 
     fn use_name(&mut self, name: &str, span: Span) {
-        if self.scopes.iter().any(|s| s.contains(name)) {
+        if self.globals.contains(name) || self.scopes.iter().any(|s| s.contains(name)) {
             return;
         }
         let mut d =
             Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
-        let candidates: Vec<&str> = self.scopes.iter().flat_map(|s| s.iter().map(String::as_str)).collect();
+        let candidates: Vec<&str> =
+            self.globals.iter().map(String::as_str).chain(self.scopes.iter().flat_map(|s| s.iter().copied())).collect();
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
         }
@@ -102,13 +114,13 @@ impl Resolver {
     }
 
     /// Runs `f` in a new scope.
-    fn scoped(&mut self, f: impl FnOnce(&mut Resolver)) {
+    fn scoped(&mut self, f: impl FnOnce(&mut Resolver<'a>)) {
         self.scopes.push(HashSet::new());
         f(self);
         self.scopes.pop();
     }
 
-    fn stmt(&mut self, s: &Stmt) {
+    fn stmt(&mut self, s: &'a Stmt) {
         match &s.kind {
             StmtKind::Use { .. } => {}
             StmtKind::Const { ty, value, .. } => {
@@ -195,7 +207,7 @@ impl Resolver {
         }
     }
 
-    fn func(&mut self, f: &FnDef) {
+    fn func(&mut self, f: &'a FnDef) {
         self.scoped(|r| {
             r.params(&f.params);
             if let Some(t) = &f.ret {
@@ -207,7 +219,7 @@ impl Resolver {
 
     /// Binds parameters (and the symbolic dimensions of their annotations,
     /// which are ints in the body); defaults may use earlier parameters.
-    fn params(&mut self, params: &[Param]) {
+    fn params(&mut self, params: &'a [Param]) {
         for p in params {
             if let Some(d) = &p.default {
                 self.expr(d);
@@ -219,7 +231,7 @@ impl Resolver {
         }
     }
 
-    fn bind_dims(&mut self, t: &TypeExpr) {
+    fn bind_dims(&mut self, t: &'a TypeExpr) {
         match &t.kind {
             TypeKind::Tensor { dims, .. } => {
                 for d in dims {
@@ -235,11 +247,11 @@ impl Resolver {
 
     /// Symbolic dimensions in a return or parameter type bind on use, so
     /// annotations never report unknown names; `ty` only recurses.
-    fn ty(&mut self, t: &TypeExpr) {
+    fn ty(&mut self, t: &'a TypeExpr) {
         self.bind_dims(t);
     }
 
-    fn block(&mut self, b: &Block) {
+    fn block(&mut self, b: &'a Block) {
         self.scoped(|r| {
             for s in &b.stmts {
                 match s {
@@ -263,7 +275,7 @@ impl Resolver {
         });
     }
 
-    fn expr(&mut self, e: &Expr) {
+    fn expr(&mut self, e: &'a Expr) {
         match &e.kind {
             ExprKind::Int(..) | ExprKind::Float(..) | ExprKind::Bool(_) | ExprKind::Str(_) => {}
             ExprKind::Name(n) => self.use_name(n, e.span),

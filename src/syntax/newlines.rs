@@ -6,6 +6,8 @@
 //! (so every offset is valid in both) in which
 //! - comments are replaced by spaces (newlines inside `/* */` are kept and
 //!   treated like any other newline);
+//! - tabs and carriage returns between tokens are replaced by spaces (those
+//!   inside strings are kept);
 //! - every newline that does not end a statement is replaced by a space. A
 //!   newline is insignificant when the innermost open bracket is `(` or `[`,
 //!   when the previous token is a binary operator, `=`, `,`, `:`, `->`, `|>`
@@ -112,7 +114,12 @@ impl State<'_> {
         let mut i = 0;
         while i < bytes.len() {
             match bytes[i] {
-                b' ' | b'\t' | b'\r' => i += 1,
+                b' ' => i += 1,
+                b'\t' | b'\r' => {
+                    // The grammar's only whitespace is a space.
+                    self.out[i] = b' ';
+                    i += 1;
+                }
                 b'\n' => {
                     self.gap_newlines.push(i);
                     i += 1;

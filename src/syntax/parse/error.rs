@@ -9,7 +9,7 @@
 //!
 //! Example: `f(1 2)` → "expected `,` or `)` after an argument, found `2`".
 
-use super::Rule;
+use super::detailed::Rule;
 use crate::diag::{Code, Diagnostic, FileId, Span};
 use crate::syntax::newlines::Prepared;
 use crate::syntax::scan::{next_token, Kind};

@@ -87,6 +87,12 @@ pub(super) fn expr(cx: &Cx, node: &Node) -> Result<Expr> {
         }
     }
     toks.extend(current.map(Tok::Operand));
+    // Most expressions (arguments, list elements) are a single operand.
+    if let [Tok::Operand(_)] = toks.as_slice() {
+        if let Some(Tok::Operand(e)) = toks.pop() {
+            return Ok(e);
+        }
+    }
     let mut pratt = Pratt { toks: toks.into_iter().peekable() };
     let e = pratt.parse(cx, node, 0)?;
     match pratt.toks.next() {

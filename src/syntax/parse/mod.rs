@@ -24,9 +24,26 @@ use crate::diag::{Diagnostic, FileId, Span};
 use pest::iterators::Pair;
 use pest::Parser as _;
 
-#[derive(pest_derive::Parser)]
-#[grammar = "../grammar/tfl.pest"]
-struct TflParser;
+/// The parser every input goes through first: `tfl.pest` with the silent
+/// punctuation and lookahead guards of `fast.pest`.
+mod fast {
+    #[derive(pest_derive::Parser)]
+    #[grammar = "../grammar/tfl.pest"]
+    #[grammar = "../grammar/fast.pest"]
+    pub(super) struct TflParser;
+}
+
+/// The parser that re-reads a failed input to explain the error: the same
+/// language, with named punctuation and no guards (`detailed.pest`), so
+/// that pest reports every token that could have come next.
+mod detailed {
+    #[derive(pest_derive::Parser)]
+    #[grammar = "../grammar/tfl.pest"]
+    #[grammar = "../grammar/detailed.pest"]
+    pub(super) struct TflParser;
+}
+
+use fast::{Rule, TflParser};
 
 /// A parse-tree node.
 type Node<'i> = Pair<'i, Rule>;
@@ -34,16 +51,17 @@ type Node<'i> = Pair<'i, Rule>;
 /// Parses a whole `.tfl` file.
 pub fn parse(source: &str, file: FileId) -> crate::diag::Result<Program> {
     let prepared = newlines::prepare(source, file)?;
-    // Parse without pest's attempt tracking first (it makes parsing several
-    // times slower); only a failed parse is repeated with detailed attempts,
-    // which give the literal tokens pest expected (`)`, `=`) that the error
-    // reporter turns into words.
+    // Parse with the fast grammar and without pest's attempt tracking first
+    // (it makes parsing several times slower); only a failed parse is
+    // repeated, with the detailed grammar and attempts, which give the
+    // tokens pest expected (`)`, `=`) that the error reporter turns into
+    // words.
     pest::set_error_detail(false);
     let mut pairs = match TflParser::parse(Rule::program, &prepared.text) {
         Ok(pairs) => pairs,
         Err(_) => {
             pest::set_error_detail(true);
-            let detailed = TflParser::parse(Rule::program, &prepared.text);
+            let detailed = detailed::TflParser::parse(detailed::Rule::program, &prepared.text);
             pest::set_error_detail(false);
             return Err(vec![match detailed {
                 Err(e) => error::convert(&e, &prepared, file),
@@ -89,24 +107,13 @@ fn internal(cx: &Cx, node: &Node, what: &str) -> Vec<Diagnostic> {
         .label(cx.span(node), "while reading this")]
 }
 
-/// Keywords, punctuation and separators carry no information once the rule
-/// around them matched; they are named in the grammar only so that syntax
-/// errors can say which one was expected.
+/// Keywords carry no information once the rule around them matched; they
+/// are nodes only so that syntax errors can say which one was expected
+/// (punctuation and separators are silent in the fast grammar).
 fn is_token(rule: Rule) -> bool {
     matches!(
         rule,
-        Rule::sep
-            | Rule::lparen
-            | Rule::rparen
-            | Rule::lbracket
-            | Rule::rbracket
-            | Rule::lbrace
-            | Rule::rbrace
-            | Rule::comma
-            | Rule::colon
-            | Rule::arrow
-            | Rule::assign_eq
-            | Rule::k_use
+        Rule::k_use
             | Rule::k_const
             | Rule::k_fn
             | Rule::k_model

@@ -188,3 +188,53 @@ fn random_token_soup_never_panics() {
         }
     }
 }
+
+/// The fast grammar (silent punctuation, guards) and the detailed one that
+/// explains errors must accept exactly the same inputs: a mismatch would
+/// turn a syntax error into an internal one, or accept a bad program.
+#[test]
+fn fast_and_detailed_grammars_accept_the_same_inputs() {
+    use super::{detailed, fast, newlines};
+    use pest::Parser as _;
+    let mut corpus: Vec<String> = crate::stdlib::MODULES.iter().map(|(_, src)| src.to_string()).collect();
+    corpus.push(include_str!("../../../examples/digits_mlp.tfl").to_string());
+    corpus.push(include_str!("../../../examples/basics.tfl").to_string());
+    corpus.push("let x = - not a |> f(b = 1)[..., 1:, ::2].c ^ -2 <= 3 or x != y\n".to_string());
+    // Tokens whose insertion exercises every guard and keyword.
+    let inserts = [
+        "-", "not ", "(", ")", "[", "]", ".", ",", ":", "=", "==", "->", "|>", "and ", "or ", "if ", "else ", "fn ",
+        "param ", "true ", "\n", ";", "}", "{", "x ", "1 ", "@", "^", "<", ">=", "!=", "on ", "every ",
+    ];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rand = |n: usize| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) as usize % n
+    };
+    let mut checked = 0;
+    for src in &corpus {
+        for round in 0..150 {
+            let mut text = src.clone();
+            if round > 0 {
+                let mut at = rand(text.len());
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                if round % 2 == 0 {
+                    text.insert_str(at, inserts[rand(inserts.len())]);
+                } else {
+                    let end = (at + 1 + rand(3)).min(text.len());
+                    if text.is_char_boundary(end) {
+                        text.replace_range(at..end, "");
+                    }
+                }
+            }
+            let Ok(prepared) = newlines::prepare(&text, FileId(0)) else { continue };
+            pest::set_error_detail(false);
+            let quick = fast::TflParser::parse(fast::Rule::program, &prepared.text).is_ok();
+            let slow = detailed::TflParser::parse(detailed::Rule::program, &prepared.text).is_ok();
+            assert_eq!(quick, slow, "the grammars disagree on:\n{text}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 500, "only {checked} inputs got past the pre-pass");
+}
