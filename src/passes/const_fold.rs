@@ -26,6 +26,9 @@
 //! division by zero, an out-of-range gather index): it stays, so the error
 //! is reported at run time, where the unoptimized program reports it.
 //!
+//! Operands that a fold leaves unread are removed with it (see
+//! [`remove_unused`]); other dead code is left for `dce`.
+//!
 //! Contract: no node other than a constant, a slot or a splat remains whose
 //! fold (as above) would succeed.
 //!
@@ -40,7 +43,7 @@
 //! %6 = add %3, %5 : f32[3]
 //! print %6
 //! ```
-//! and folds to (once `dce` has removed the dead operands)
+//! and folds to
 //! ```text
 //! %0 = constant 6 : f32[]
 //! %1 = broadcast_to %0 {shape=[3]} : f32[3]
@@ -51,6 +54,7 @@ use crate::backend::interp::{eval_node, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
+use std::collections::HashSet;
 
 /// The largest value (in elements) the pass creates or reads.
 pub const MAX_FOLDED_ELEMENTS: usize = 4096;
@@ -145,10 +149,33 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
                 p.graph.add(Op::BroadcastTo { shape: ty.shape.clone() }, &[c], ty, span)
             }
         };
+        let operands = p.graph.inputs(id);
         p.replace_uses(id, new);
         p.graph.remove(id);
+        remove_unused(p, operands);
     }
     Ok(())
+}
+
+/// Removes each of `ids` that nothing reads any more (no node, effect or
+/// plan), then the operands that it alone read, and so on. A rewriting pass
+/// calls it with the operands of a node it replaced, so that its output has
+/// no leftovers of its own rewrites; dead code it did not create is left
+/// for `dce`.
+pub fn remove_unused(p: &mut Program, ids: Vec<NodeId>) {
+    let mut roots: Option<HashSet<NodeId>> = None;
+    let mut stack = ids;
+    while let Some(id) = stack.pop() {
+        if !p.graph.contains(id) || !p.graph.users(id).is_empty() {
+            continue;
+        }
+        let roots = roots.get_or_insert_with(|| p.roots().into_iter().collect());
+        if roots.contains(&id) {
+            continue;
+        }
+        stack.extend(p.graph.inputs(id));
+        p.graph.remove(id);
+    }
 }
 
 pub fn postcondition(p: &Program) -> Result<(), String> {

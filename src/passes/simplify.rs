@@ -7,6 +7,9 @@
 //! graph: a rule either forwards a node's readers to an existing node, or
 //! replaces a node by one new node whose operand chain is shorter.
 //!
+//! Nodes a rewrite leaves unread (the inner `neg` of `neg(neg(x))`) are
+//! removed with it; other dead code is left for `dce`.
+//!
 //! Rules considered and deliberately not applied (they are not exact, or
 //! not expressible):
 //! - `x + 0.0 → x` for floats: `-0.0 + 0.0` is `+0.0`, so it would turn a
@@ -30,6 +33,7 @@
 use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::{BinaryOp, DType, Literal, NodeId, Op, Program, UnaryOp};
+use crate::passes::const_fold::remove_unused;
 use crate::passes::PassCtx;
 
 /// What a rule does to the node it matched.
@@ -341,8 +345,10 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
                     p.graph.add(op, &operands, ty, span)
                 }
             };
+            let operands = p.graph.inputs(id);
             p.replace_uses(id, new);
             p.graph.remove(id);
+            remove_unused(p, operands);
             changed = true;
         }
     }
