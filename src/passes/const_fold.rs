@@ -32,7 +32,7 @@
 //! Contract: no node other than a constant, a slot or a splat remains whose
 //! fold (as above) would succeed.
 //!
-//! Example: `print(2.0 * 3.0 + zeros([3]))` traces to
+//! Example: the graph
 //! ```text
 //! %0 = constant 2 : f32[]
 //! %1 = constant 3 : f32[]
