@@ -15,8 +15,10 @@
 //! annotate it (`Program::compiled`) with kernels, devices, an order and a
 //! memory plan that backends follow.
 
+pub mod const_fold;
 pub mod cse;
 pub mod dce;
+pub mod simplify;
 pub mod units;
 
 use crate::diag::{Code, Diagnostic};
@@ -41,6 +43,8 @@ pub struct Pass {
 
 /// Every pass, in pipeline order.
 pub const PIPELINE: &[Pass] = &[
+    Pass { name: "const_fold", run: const_fold::run, postcondition: const_fold::postcondition },
+    Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
 ];
