@@ -17,6 +17,9 @@
 
 pub mod cse;
 pub mod dce;
+pub mod memory_plan;
+pub mod partition;
+pub mod schedule;
 pub mod units;
 
 use crate::diag::{Code, Diagnostic};
@@ -43,6 +46,9 @@ pub struct Pass {
 pub const PIPELINE: &[Pass] = &[
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
+    Pass { name: "partition", run: partition::run, postcondition: partition::postcondition },
+    Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },
+    Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
 ];
 
 /// Options of one optimizer run.
