@@ -18,6 +18,9 @@
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
+pub mod memory_plan;
+pub mod partition;
+pub mod schedule;
 pub mod simplify;
 pub mod units;
 
@@ -47,6 +50,9 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
+    Pass { name: "partition", run: partition::run, postcondition: partition::postcondition },
+    Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },
+    Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
 ];
 
 /// Options of one optimizer run.
