@@ -17,6 +17,7 @@
 
 pub mod cse;
 pub mod dce;
+pub mod fuse;
 pub mod units;
 
 use crate::diag::{Code, Diagnostic};
@@ -43,6 +44,7 @@ pub struct Pass {
 pub const PIPELINE: &[Pass] = &[
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
+    Pass { name: "fuse", run: fuse::run, postcondition: fuse::postcondition },
 ];
 
 /// Options of one optimizer run.
