@@ -50,15 +50,28 @@
 //! join the kernels of its operands, in operand order, keeping each merge
 //! whose result still satisfies the rules and keeps the kernel graph
 //! acyclic. Then anchor-free (Elementwise) kernels that read a common value
-//! of their unit and share an iteration space merge the same way (sibling fusion: the
-//! two bias corrections of Adam are one scalar kernel). Kernels are then listed in a topological order of the kernel
-//! graph (ties by first node), their nodes and outputs in unit order.
+//! of their unit and share an iteration space merge the same way (sibling
+//! fusion: Adam's two bias corrections are one scalar kernel). Kernels are
+//! listed in a topological order of the kernel graph (ties by first node),
+//! their nodes and outputs in unit order.
 //!
-//! Example: `relu(x @ w + b)` over `x: f32[4, 3]`, `w: f32[3, 2]`,
-//! `b: f32[2]` becomes three `Source` kernels (`x`, `w`, `b`) and one
-//! `Contraction` kernel `[matmul, broadcast_to, add, relu] -> [relu]`; the
-//! optimizer update of one parameter (`m`, `v` and the new value) is one
-//! kernel, joined to the epilogue of the gradient's matmul or reduction.
+//! Example: in a training step with `x: f32[4, 3]`, `w: f32[3, 2]` and
+//! `b: f32[2]` its slots, `relu(x @ w + b)`
+//!
+//! ```text
+//! %0 = slot {slot=1} : f32[4, 3]          Source
+//! %1 = slot {slot=2} : f32[3, 2]          Source
+//! %2 = matmul %0, %1 : f32[4, 2]          Contraction K
+//! %3 = slot {slot=3} : f32[2]             Source
+//! %4 = broadcast_to %3 {shape=[4, 2]}     K (a broadcast load)
+//! %5 = add %2, %4 : f32[4, 2]             K
+//! %6 = relu %5 : f32[4, 2]                K, its output
+//! ```
+//!
+//! is three `Source` kernels and one `Contraction` kernel K `[%2, %4, %5,
+//! %6] -> [%6]`. The optimizer update of one parameter (new `m`, new `v`, new
+//! value) is one kernel, joined to the epilogue of the gradient's matmul or
+//! reduction.
 
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Compiled, CompiledUnit, Device, Kernel, KernelKind};
