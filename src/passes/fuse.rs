@@ -403,6 +403,9 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
             if let Some(n) = e.outputs.iter().find(|n| !recorded.contains(n)) {
                 return Err(format!("node {} is read outside its kernel but is no output of it", n.index()));
             }
+            if let Some(n) = kernel.outputs.iter().find(|n| !e.outputs.contains(n)) {
+                return Err(format!("node {} is an output of its kernel but nothing outside reads it", n.index()));
+            }
         }
     }
     Ok(())
@@ -469,5 +472,34 @@ mod tests {
             );
             assert!(3 * kernels <= u.ops_before, "{}: {kernels} kernels for {} ops", u.name, u.ops_before);
         }
+    }
+
+    /// The postcondition rejects a kernel that a path leaves and re-enters,
+    /// and a value read across kernels that is no output.
+    #[test]
+    fn the_postcondition_catches_a_cycle_and_a_missing_output() {
+        let mut p = Program::default();
+        let s = Span::default();
+        let g = &mut p.graph;
+        let x = g.add(Op::Slot { slot: 0, ty: f32s(&[2, 2]) }, &[], f32s(&[2, 2]), s);
+        let e = g.add(Op::Unary(UnaryOp::Exp), &[x], f32s(&[2, 2]), s);
+        let t = g.add(Op::Transpose { perm: vec![1, 0] }, &[e], f32s(&[2, 2]), s);
+        let a = g.add(Op::Binary(BinaryOp::Add), &[e, t], f32s(&[2, 2]), s);
+        g.outputs.push(a);
+        run(&mut p, &PassCtx::default()).expect("fuses");
+        assert_eq!(postcondition(&p), Ok(()));
+        let kinds: Vec<KernelKind> = p.compiled.as_ref().unwrap().units[0].kernels.iter().map(|k| k.kind).collect();
+        assert_eq!(kinds, [KernelKind::Source, KernelKind::Elementwise, KernelKind::Layout, KernelKind::Elementwise]);
+        // `exp` and `add` in one kernel: the transpose leaves and re-enters it.
+        let mut cyclic = p.clone();
+        let unit = &mut cyclic.compiled.as_mut().unwrap().units[0];
+        unit.kernels.retain(|k| k.nodes != [a]);
+        unit.kernels[1].nodes.push(a);
+        unit.kernels[1].outputs.push(a);
+        assert!(postcondition(&cyclic).unwrap_err().contains("cycle"));
+        // `exp` is read by the transpose's kernel.
+        let mut hidden = p.clone();
+        hidden.compiled.as_mut().unwrap().units[0].kernels[1].outputs.clear();
+        assert!(postcondition(&hidden).unwrap_err().contains("no output"));
     }
 }
