@@ -18,6 +18,7 @@
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
+pub mod fuse;
 pub mod memory_plan;
 pub mod partition;
 pub mod schedule;
@@ -50,6 +51,7 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
+    Pass { name: "fuse", run: fuse::run, postcondition: fuse::postcondition },
     Pass { name: "partition", run: partition::run, postcondition: partition::postcondition },
     Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },
     Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
@@ -84,15 +86,15 @@ pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Pr
         let start = Instant::now();
         (pass.run)(p, &ctx).map_err(|d| d.note(format!("in the `{}` pass", pass.name)))?;
         timings.passes.push((pass.name, start.elapsed()));
+        if let Some(c) = p.compiled.as_mut() {
+            for u in &mut c.units {
+                u.ops_before = before.iter().find(|(n, _)| *n == u.name).map(|(_, n)| *n).unwrap_or(u.ops_after);
+            }
+        }
         if ctx.verify {
             check(pass, p)?;
         }
         after(pass.name, p);
-    }
-    if let Some(c) = p.compiled.as_mut() {
-        for u in &mut c.units {
-            u.ops_before = before.iter().find(|(n, _)| *n == u.name).map(|(_, n)| *n).unwrap_or(u.ops_after);
-        }
     }
     Ok(timings)
 }
