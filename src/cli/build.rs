@@ -155,7 +155,7 @@ fn check_memory(p: &Program, limit: Option<u64>) -> Result<(), Vec<Diagnostic>> 
             u.buffers.iter().map(|b| (b.bytes, p.graph.node(b.node).span, p.graph.node(b.node).ty.to_string()))
         })
         .collect();
-    buffers.sort_by(|a, b| b.0.cmp(&a.0));
+    buffers.sort_by_key(|b| std::cmp::Reverse(b.0));
     let mut d = Diagnostic::new(
         Code::TooLarge,
         format!("the program plans {planned} bytes of tensor memory, more than the limit of {limit} bytes"),
