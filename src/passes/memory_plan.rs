@@ -393,11 +393,13 @@ mod tests {
     use super::*;
     use crate::passes::Options;
 
-    /// The optimized program for `source`, checked after every pass.
+    /// The optimized program for `source`, checked after every pass, with
+    /// one kernel per node (`fuse` off), so each op has its own buffer to
+    /// move around.
     pub(crate) fn compile(source: &str) -> Program {
         let mut session = crate::driver::Session::new();
         let file = session.add_source("case.tfl", source);
-        let opts = Options { verify: true, ..Default::default() };
+        let opts = Options { verify: true, disabled: vec!["fuse".into()] };
         match session.compile(file, &opts) {
             Ok(p) => p,
             Err(d) => panic!("{}", crate::diag::render(&d, &session.sources, false)),

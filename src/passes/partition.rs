@@ -315,7 +315,9 @@ mod tests {
         let source =
             "let xs = [[1.0, 2.0], [3.0, 4.0]]\nprint(collect(from_tensors(xs) |> map(fn(x) = exp(x) + log(x))))";
         let file = session.add_source("case.tfl", source);
-        let p = session.compile(file, &crate::passes::Options::default()).unwrap_or_else(|_| panic!("compiles"));
+        // One kernel per node (`fuse` off), so `exp` and `log` are kernels of their own.
+        let opts = crate::passes::Options { disabled: vec!["fuse".into()], ..Default::default() };
+        let p = session.compile(file, &opts).unwrap_or_else(|_| panic!("compiles"));
         let u = p.compiled.as_ref().and_then(|c| c.units.last()).expect("the map's unit");
         let g = KernelGraph::new(&p, u);
         let reach = Reach::new(&g);
