@@ -48,12 +48,13 @@ pub fn window_output(input: usize, window: usize, stride: usize, dilation: usize
     Some((padded - effective) / stride + 1)
 }
 
-/// The result type of `op` applied to operands of types `inputs`.
-pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
-    let arity = match op {
+/// How many operands `op` takes when given `given` (concat takes any
+/// number ≥ 1; random takes an optional counter).
+pub fn arity(op: &Op, given: usize) -> usize {
+    match op {
         Op::Constant { .. } | Op::Iota { .. } | Op::Slot { .. } => 0,
         // An optional counter operand (see `Op::Random`).
-        Op::Random { .. } => inputs.len().min(1),
+        Op::Random { .. } => given.min(1),
         Op::Binary(_)
         | Op::MatMul
         | Op::Conv2d { .. }
@@ -63,9 +64,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         | Op::Pool2dGrad { .. }
         | Op::ScatterAdd { .. } => 2,
         Op::Select => 3,
-        Op::Concat { .. } => inputs.len().max(1),
+        Op::Concat { .. } => given.max(1),
         _ => 1,
-    };
+    }
+}
+
+/// The result type of `op` applied to operands of types `inputs`.
+pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
+    let arity = arity(op, inputs.len());
     if inputs.len() != arity {
         return err(Code::Internal, format!("{} takes {arity} operands, got {}", op.name(), inputs.len()));
     }

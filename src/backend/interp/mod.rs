@@ -58,22 +58,7 @@ pub type Values = HashMap<NodeId, Tensor>;
 
 /// Computes `op` on `inputs` (in operand order); the result has type `ty`.
 pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
-    let arity = match op {
-        Op::Constant { .. } | Op::Iota { .. } | Op::Slot { .. } => 0,
-        // An optional counter operand (see `Op::Random`).
-        Op::Random { .. } => inputs.len().min(1),
-        Op::Binary(_)
-        | Op::MatMul
-        | Op::Conv2d { .. }
-        | Op::Gather { .. }
-        | Op::Conv2dGradInput { .. }
-        | Op::Conv2dGradFilter { .. }
-        | Op::Pool2dGrad { .. }
-        | Op::ScatterAdd { .. } => 2,
-        Op::Select => 3,
-        Op::Concat { .. } => inputs.len().max(1),
-        _ => 1,
-    };
+    let arity = crate::ir::infer::arity(op, inputs.len());
     if inputs.len() != arity {
         return Err(Diagnostic::internal(format!("{} takes {arity} operands, got {}", op.name(), inputs.len())));
     }
