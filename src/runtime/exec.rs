@@ -191,28 +191,15 @@ impl<'p> Executor<'p> {
     pub fn compile_region(&mut self, region: &Region) -> Result<CompiledRegion, Diagnostic> {
         let g = self.graph();
         let slot_pos: HashMap<usize, usize> = region.inputs.iter().enumerate().map(|(i, (s, _))| (*s, i)).collect();
-        // Nodes the outputs need, stopping at values already known.
-        let mut needed: HashSet<NodeId> = HashSet::new();
-        let mut stack: Vec<NodeId> = region.outputs.clone();
-        while let Some(n) = stack.pop() {
-            if self.values.contains_key(&n) || !needed.insert(n) {
-                continue;
-            }
-            stack.extend(g.inputs(n));
-        }
-        let mut sorted: Vec<NodeId> = needed.into_iter().collect();
-        sorted.sort_by_key(|n| self.rank.get(n).copied().unwrap_or(usize::MAX));
-        // A node varies if it is an input slot or reads a varying node.
-        let mut varying: HashSet<NodeId> = HashSet::new();
-        for &n in &sorted {
-            let is_input = matches!(&g.node(n).op, Op::Slot { slot, .. } if slot_pos.contains_key(slot));
-            if is_input || g.inputs(n).iter().any(|i| varying.contains(i)) {
-                varying.insert(n);
-            }
-        }
-        let invariant: Vec<NodeId> = sorted.iter().copied().filter(|n| !varying.contains(n)).collect();
+        // The nodes that depend on the inputs (the same split the optimizer's
+        // compilation units use); everything they read from outside, and any
+        // output that does not vary, is computed once now.
+        let order = crate::passes::units::varying(g, region, &self.rank);
+        let varying: HashSet<NodeId> = order.iter().copied().collect();
+        let mut invariant: Vec<NodeId> =
+            order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
+        invariant.extend(region.outputs.iter().copied().filter(|o| !varying.contains(o)));
         self.demand(&invariant)?;
-        let order = sorted.into_iter().filter(|n| varying.contains(n)).collect();
         Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone() })
     }
 

@@ -260,57 +260,23 @@ fn too_deep(span: Span, limit: usize, what: &str) -> Diagnostic {
         .help("split the expression with `let` bindings or helper functions")
 }
 
-/// Tokens after which a newline continues the statement.
-fn continues(text: &str) -> bool {
+/// Binary and prefix operators, plus `|>` and `.`: a newline after one
+/// continues the statement, and each adds a level to the expression tree.
+fn is_operator(text: &str) -> bool {
     matches!(
         text,
-        "+" | "-"
-            | "*"
-            | "/"
-            | "^"
-            | "@"
-            | "=="
-            | "!="
-            | "<"
-            | "<="
-            | ">"
-            | ">="
-            | "="
-            | ","
-            | ":"
-            | "->"
-            | "|>"
-            | "."
-            | "and"
-            | "or"
-            | "not"
+        "+" | "-" | "*" | "/" | "^" | "@" | "==" | "!=" | "<" | "<=" | ">" | ">=" | "|>" | "." | "and" | "or" | "not"
     )
+}
+
+/// Tokens after which a newline continues the statement.
+fn continues(text: &str) -> bool {
+    is_operator(text) || matches!(text, "=" | "," | ":" | "->")
 }
 
 /// Tokens that add a level to the expression tree.
 fn counts(text: &str) -> bool {
-    matches!(
-        text,
-        "+" | "-"
-            | "*"
-            | "/"
-            | "^"
-            | "@"
-            | "=="
-            | "!="
-            | "<"
-            | "<="
-            | ">"
-            | ">="
-            | "|>"
-            | "."
-            | "and"
-            | "or"
-            | "not"
-            | "fn"
-            | "if"
-            | "else"
-    )
+    is_operator(text) || matches!(text, "fn" | "if" | "else")
 }
 
 #[cfg(test)]
