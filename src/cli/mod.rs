@@ -100,7 +100,9 @@ pub fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(diags) => {
             report(&session, &diags);
-            ExitCode::from(1)
+            // 130 = 128 + SIGINT, what shells report for a run stopped by Ctrl-C.
+            let interrupted = diags.iter().any(|d| d.code == crate::diag::Code::Interrupted);
+            ExitCode::from(if interrupted { 130 } else { 1 })
         }
     }
 }
@@ -131,6 +133,7 @@ fn run(
     let program =
         if optimize { session.compile(id, &crate::passes::Options::default())? } else { session.check(id)? };
     let options = crate::runtime::exec::RunOptions { check_numerics, base_dir: session.base_dir(id) };
+    crate::runtime::interrupt::install();
     let stdout = std::io::stdout();
     let mut out = std::io::LineWriter::new(stdout.lock());
     let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);

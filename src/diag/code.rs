@@ -61,6 +61,7 @@ codes! {
     NoGradient = "E0319", "a trained parameter gets no gradient from the loss";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
+    Interrupted = "E0403", "the run was stopped by Ctrl-C";
     Unsupported = "E0901", "the construct parses but is not executable in this version";
     Internal = "E0999", "an internal compiler error (a bug in tfc)";
 }

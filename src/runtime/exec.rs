@@ -53,6 +53,7 @@ pub struct RunOptions {
 pub fn execute(program: &Program, out: &mut dyn std::io::Write, options: RunOptions) -> Result<(), Diagnostic> {
     let mut ex = Executor::new(program, out, options)?;
     for effect in &program.effects {
+        super::interrupt::check()?;
         ex.run_effect(effect)?;
     }
     Ok(())
@@ -208,6 +209,7 @@ impl<'p> Executor<'p> {
         let g = self.graph();
         let mut local: Values = Values::with_capacity(r.order.len());
         for &n in &r.order {
+            super::interrupt::check()?;
             let node = g.node(n);
             let value = match &node.op {
                 Op::Slot { slot, .. } => {

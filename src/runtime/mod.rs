@@ -7,4 +7,5 @@ pub mod csv;
 pub mod dataset;
 pub mod exec;
 pub mod format;
+pub mod interrupt;
 pub mod train;

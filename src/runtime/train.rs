@@ -78,6 +78,9 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             if plan.max_steps.is_some_and(|m| step >= m as u64) {
                 break 'epochs;
             }
+            // A step boundary is a safe point: parameters and the last
+            // checkpoint are consistent here.
+            super::interrupt::check().map_err(|d| d.label(plan.span, format!("stopped before step {}", step + 1)))?;
             let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
             let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
                 return Err(Diagnostic::internal(format!(
