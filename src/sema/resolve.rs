@@ -14,7 +14,7 @@
 
 use crate::diag::{did_you_mean, Code, Diagnostic, Span};
 use crate::syntax::ast::*;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 use std::sync::OnceLock;
 
 /// Names every program can use without defining them, computed once per
@@ -115,7 +115,7 @@ impl<'a> Resolver<'a> {
 
     /// Runs `f` in a new scope.
     fn scoped(&mut self, f: impl FnOnce(&mut Resolver<'a>)) {
-        self.scopes.push(HashSet::new());
+        self.scopes.push(HashSet::default());
         f(self);
         self.scopes.pop();
     }

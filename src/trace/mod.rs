@@ -66,7 +66,7 @@ pub struct Tracer<'s> {
     pub(crate) diags: Vec<Diagnostic>,
     pub(crate) depth: usize,
     /// Loaded std modules by dotted path, so each is traced once.
-    pub(crate) modules: std::collections::HashMap<String, Rc<Scope>>,
+    pub(crate) modules: rustc_hash::FxHashMap<String, Rc<Scope>>,
     /// The declared type and seed of the `param` being initialized, which
     /// `zeros()`, `uniform()` … use when called without a shape.
     pub(crate) param_context: Option<(crate::ir::TensorType, u64)>,

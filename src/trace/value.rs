@@ -4,8 +4,8 @@
 use crate::diag::Span;
 use crate::ir::{DType, NodeId, TensorType};
 use crate::syntax::ast;
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A value during tracing.
@@ -173,7 +173,7 @@ impl Scope {
     }
 
     pub fn child(parent: &Rc<Scope>) -> Rc<Scope> {
-        Rc::new(Scope { vars: RefCell::new(HashMap::new()), parent: Some(parent.clone()) })
+        Rc::new(Scope { vars: RefCell::new(HashMap::default()), parent: Some(parent.clone()) })
     }
 
     pub fn set(&self, name: &str, value: Value) {

@@ -201,7 +201,8 @@ fn primary(cx: &Cx, node: &Node) -> Result<Expr> {
         Rule::number => number(cx, node)?,
         Rule::string => ExprKind::Str(string(cx, node)?),
         Rule::bool_lit => ExprKind::Bool(node.as_str() == "true"),
-        Rule::ident | Rule::param_ref => ExprKind::Name(node.as_str().to_string()),
+        Rule::ident => ExprKind::Name(ident(cx, node).name),
+        Rule::param_ref => ExprKind::Name(node.as_str().to_string()),
         Rule::block => ExprKind::Block(items::block(cx, node)?),
         Rule::tensor_lit => ExprKind::Tensor(exprs(cx, node)?),
         Rule::paren => {

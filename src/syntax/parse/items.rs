@@ -179,7 +179,12 @@ fn train(cx: &Cx, node: &Node) -> Result<TrainDef> {
                 TrainField::Loss { params, body: expr(cx, &k.expect(cx, Rule::expr)?)?, span }
             }
             Rule::tf_set => {
-                let name = ident(cx, &k.expect(cx, Rule::set_name)?);
+                // `optimizer` and `epochs` are keywords, yet name fields here.
+                let node = k.expect(cx, Rule::set_name)?;
+                let name = match node.as_str() {
+                    "optimizer" | "epochs" => Ident { name: node.as_str().to_string(), span: cx.span(&node) },
+                    _ => ident(cx, &node),
+                };
                 TrainField::Set { name, value: expr(cx, &k.expect(cx, Rule::expr)?)?, span }
             }
             Rule::tf_eval => {

@@ -14,6 +14,7 @@ use crate::ir::DType;
 use crate::syntax::ast::{DimExpr, ExprKind, Ident, Pattern, TypeExpr, TypeKind};
 
 pub(super) fn ident(cx: &Cx, node: &Node) -> Ident {
+    cx.check_not_keyword(node.as_str());
     Ident { name: node.as_str().to_string(), span: cx.span(node) }
 }
 
@@ -72,7 +73,7 @@ fn bad_number(span: Span, message: String, help: &str) -> Vec<Diagnostic> {
 /// A `string` node: decodes escapes.
 pub(super) fn string(cx: &Cx, node: &Node) -> Result<String> {
     let body = Kids::of(node).expect(cx, Rule::str_inner)?;
-    let base = body.as_span().start();
+    let base = cx.offset(body.as_span().start());
     let raw = body.as_str();
     let mut out = String::with_capacity(raw.len());
     let mut chars = raw.char_indices();

@@ -17,12 +17,14 @@ mod error;
 mod expr;
 mod items;
 mod literal;
+mod split;
 
 use super::ast::Program;
 use super::newlines;
 use crate::diag::{Diagnostic, FileId, Span};
 use pest::iterators::Pair;
 use pest::Parser as _;
+use std::cell::Cell;
 
 /// The parser every input goes through first: `tfl.pest` with the silent
 /// punctuation and lookahead guards of `fast.pest`.
@@ -57,29 +59,113 @@ pub fn parse(source: &str, file: FileId) -> crate::diag::Result<Program> {
     // tokens pest expected (`)`, `=`) that the error reporter turns into
     // words.
     pest::set_error_detail(false);
-    let mut pairs = match TflParser::parse(Rule::program, &prepared.text) {
-        Ok(pairs) => pairs,
-        Err(_) => {
-            pest::set_error_detail(true);
-            let detailed = detailed::TflParser::parse(detailed::Rule::program, &prepared.text);
-            pest::set_error_detail(false);
-            return Err(vec![match detailed {
-                Err(e) => error::convert(&e, &prepared, file),
-                Ok(_) => Diagnostic::internal("the parser failed once and then succeeded"),
-            }]);
-        }
+    let chunks = split::top_level_chunks(&prepared, split::workers());
+    let parsed = if chunks.len() > 1 {
+        parse_chunks_in_parallel(&prepared, file, &chunks)
+    } else {
+        parse_chunk(&prepared, file, 0..prepared.text.len())
     };
-    let cx = Cx { file, text: &prepared.text, docs: &prepared.docs };
-    let program = pairs.next().ok_or_else(|| vec![Diagnostic::internal("the parser produced no program")])?;
-    items::program(&cx, program)
+    match parsed {
+        Some(result) => result,
+        None => Err(vec![explain_syntax_error(&prepared, file)]),
+    }
+}
+
+/// Parses `range` of the prepared text as a program (`None` on a syntax
+/// error) and builds its AST with absolute spans.
+fn parse_chunk(
+    prepared: &newlines::Prepared,
+    file: FileId,
+    range: std::ops::Range<usize>,
+) -> Option<crate::diag::Result<Program>> {
+    let text = prepared.text.get(range.clone())?;
+    let mut pairs = TflParser::parse(Rule::program, text).ok()?;
+    let cx = Cx { file, base: range.start, text, docs: &prepared.docs, keyword_as_name: Cell::new(false) };
+    let program = match pairs.next() {
+        Some(program) => items::program(&cx, program),
+        None => Err(vec![Diagnostic::internal("the parser produced no program")]),
+    };
+    // A keyword where a name goes is a syntax error the fast grammar lets
+    // through (see `Cx::check_not_keyword`).
+    if cx.keyword_as_name.get() {
+        return None;
+    }
+    Some(program)
+}
+
+/// Parses the chunks (whole top-level statements) on scoped threads and
+/// concatenates their statements in order. The result is the one sequential
+/// parsing gives: the first chunk's error wins, as the first error in the
+/// file would.
+fn parse_chunks_in_parallel(
+    prepared: &newlines::Prepared,
+    file: FileId,
+    chunks: &[std::ops::Range<usize>],
+) -> Option<crate::diag::Result<Program>> {
+    let results: Vec<Option<crate::diag::Result<Program>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks[1..]
+            .iter()
+            .map(|range| {
+                let range = range.clone();
+                // The parser recurses per nesting level; the pre-pass bounds
+                // the depth for a main-thread-sized stack, so give helpers one.
+                std::thread::Builder::new()
+                    .stack_size(split::PARSER_STACK_BYTES)
+                    .spawn_scoped(scope, move || parse_chunk(prepared, file, range))
+            })
+            .collect();
+        let mut results = vec![parse_chunk(prepared, file, chunks[0].clone())];
+        for handle in handles {
+            results.push(match handle {
+                Ok(h) => h.join().unwrap_or_else(|_| Some(Err(vec![Diagnostic::internal("a parser thread panicked")]))),
+                // No thread to spare: parse this chunk here.
+                Err(_) => None,
+            });
+        }
+        results
+    });
+    // A syntax error anywhere is reported as the whole file's (as
+    // sequential parsing would, before any AST is built); otherwise the
+    // first chunk's error wins.
+    let mut programs = Vec::with_capacity(chunks.len());
+    for (result, range) in results.into_iter().zip(chunks) {
+        programs.push(match result {
+            Some(r) => r,
+            None => parse_chunk(prepared, file, range.clone())?,
+        });
+    }
+    let mut stmts = Vec::new();
+    for program in programs {
+        match program {
+            Ok(p) => stmts.extend(p.stmts),
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(Program { stmts }))
+}
+
+/// Re-parses a program that failed with the detailed grammar and pest's
+/// attempt tracking, which name the tokens that could have come next.
+fn explain_syntax_error(prepared: &newlines::Prepared, file: FileId) -> Diagnostic {
+    pest::set_error_detail(true);
+    let detailed = detailed::TflParser::parse(detailed::Rule::program, &prepared.text);
+    pest::set_error_detail(false);
+    match detailed {
+        Err(e) => error::convert(&e, prepared, file),
+        Ok(_) => Diagnostic::internal("the parser failed once and then succeeded"),
+    }
 }
 
 /// What the builder needs besides the tree: the file id, the pre-passed
 /// text (for trimming spans) and the doc comments.
 pub(crate) struct Cx<'a> {
     file: FileId,
+    /// Where `text` starts in the prepared file (a chunk may be parsed alone).
+    base: usize,
     text: &'a str,
     docs: &'a [(usize, String)],
+    /// Set when a name turned out to be a keyword.
+    keyword_as_name: Cell<bool>,
 }
 
 impl Cx<'_> {
@@ -92,7 +178,22 @@ impl Cx<'_> {
         while end > s.start() && matches!(bytes.get(end - 1), Some(b' ' | b'\t' | b'\r' | b'\n')) {
             end -= 1;
         }
-        Span::new(self.file, s.start(), end)
+        Span::new(self.file, self.base + s.start(), self.base + end)
+    }
+
+    /// Notes a keyword used as a name. The fast grammar's `ident` matches
+    /// any word (cheaper than excluding the keywords rule by rule); such a
+    /// program is then re-parsed by the detailed grammar, whose `ident`
+    /// excludes them, to explain the error.
+    fn check_not_keyword(&self, word: &str) {
+        if KEYWORDS.binary_search(&word).is_ok() {
+            self.keyword_as_name.set(true);
+        }
+    }
+
+    /// The absolute offset of a position in the parsed text.
+    fn offset(&self, pos: usize) -> usize {
+        self.base + pos
     }
 
     /// The doc comment written directly before offset `start`, if any.
@@ -100,6 +201,33 @@ impl Cx<'_> {
         self.docs.iter().find(|(at, _)| *at == start).map(|(_, text)| text.clone())
     }
 }
+
+/// The words the `keyword` rule of `grammar/tfl.pest` reserves, sorted.
+const KEYWORDS: [&str; 23] = [
+    "and",
+    "checkpoint",
+    "const",
+    "else",
+    "epochs",
+    "eval",
+    "every",
+    "false",
+    "fn",
+    "if",
+    "let",
+    "model",
+    "not",
+    "on",
+    "optimizer",
+    "or",
+    "param",
+    "state",
+    "train",
+    "true",
+    "update",
+    "use",
+    "with",
+];
 
 /// An internal error: the tree does not have the shape the grammar promises.
 fn internal(cx: &Cx, node: &Node, what: &str) -> Vec<Diagnostic> {

@@ -194,7 +194,7 @@ fn random_token_soup_never_panics() {
 /// turn a syntax error into an internal one, or accept a bad program.
 #[test]
 fn fast_and_detailed_grammars_accept_the_same_inputs() {
-    use super::{detailed, fast, newlines};
+    use super::{detailed, newlines};
     use pest::Parser as _;
     let mut corpus: Vec<String> = crate::stdlib::MODULES.iter().map(|(_, src)| src.to_string()).collect();
     corpus.push(include_str!("../../../examples/digits_mlp.tfl").to_string());
@@ -230,11 +230,44 @@ fn fast_and_detailed_grammars_accept_the_same_inputs() {
             }
             let Ok(prepared) = newlines::prepare(&text, FileId(0)) else { continue };
             pest::set_error_detail(false);
-            let quick = fast::TflParser::parse(fast::Rule::program, &prepared.text).is_ok();
+            // The fast half accepts keywords as names; the builder's check
+            // (`parse_chunk` gives `None`) completes it.
+            let quick = super::parse_chunk(&prepared, FileId(0), 0..prepared.text.len()).is_some();
             let slow = detailed::TflParser::parse(detailed::Rule::program, &prepared.text).is_ok();
             assert_eq!(quick, slow, "the grammars disagree on:\n{text}");
             checked += 1;
         }
     }
     assert!(checked > 500, "only {checked} inputs got past the pre-pass");
+}
+
+/// A file large enough to be split: doc comments, strings with escapes,
+/// blocks with inner newlines, and errors placed in a late chunk.
+fn large_program(tail: &str) -> String {
+    let mut s = String::new();
+    for k in 0..1500 {
+        s.push_str(&format!(
+            "/// doc {k}\nfn f{k}(x: f32[B, 4]) -> f32[B, 4] = {{\n  let t = x * {k}.5\n  t + x\n}}\n"
+        ));
+        s.push_str(&format!("let s{k} = \"tab\\there {k}\" // comment\n"));
+    }
+    s.push_str(tail);
+    s
+}
+
+#[test]
+fn parallel_parsing_gives_the_sequential_ast_and_errors() {
+    let source = large_program("print(s1)\n");
+    let prepared = super::newlines::prepare(&source, FileId(0)).expect("prepares");
+    assert!(super::split::top_level_chunks(&prepared, 2).len() == 2, "the test file must be split");
+    let whole = super::parse_chunk(&prepared, FileId(0), 0..prepared.text.len());
+    let whole = whole.expect("parses").expect("builds");
+    let split = parse(&source, FileId(0)).expect("parses");
+    assert_eq!(split, whole, "spans, docs and statements must not depend on the split");
+    // A syntax error in the last chunk is reported as in a sequential parse.
+    let (code, message) = err(&large_program("let = 3\n"));
+    assert_eq!(code, Code::Syntax);
+    assert!(message.contains("expected"), "{message}");
+    // A builder error (bad escape) in the last chunk is found too.
+    assert_eq!(err(&large_program("let q = \"\\q\"\n")).0, Code::BadEscape);
 }
