@@ -48,6 +48,13 @@ pub struct Kernel {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     pub node: NodeId,
+    /// `Some(slot)`: the kernel writes this value straight over the storage
+    /// of that unit input (a parameter or optimizer state updated in place
+    /// by a training step), so it takes no arena bytes and `offset` is 0.
+    /// The kernel reads the old value only in its elementwise part, at the
+    /// index it writes; a backend must keep any product or partial result
+    /// it computes before that part in scratch, not in this buffer.
+    pub over_input: Option<NodeId>,
     pub offset: usize,
     pub bytes: usize,
     pub first: usize,
@@ -65,8 +72,13 @@ pub struct CompiledUnit {
     pub kernels: Vec<Kernel>,
     /// Kernel indices in execution order (`schedule`).
     pub order: Vec<usize>,
-    /// For each kernel, how many kernels it waits for (`schedule`).
+    /// For each kernel, how many kernels it waits for (`schedule`; counts
+    /// the memory edges too).
     pub deps: Vec<usize>,
+    /// `(a, b)`: kernel `b` may start only after kernel `a` finished, because
+    /// `b` writes bytes of the arena that `a` reads or writes
+    /// (`memory_plan`). Data dependencies are implied by the kernels' nodes.
+    pub memory_edges: Vec<(usize, usize)>,
     pub buffers: Vec<Buffer>,
     pub arena_bytes: usize,
     /// The sum of all intermediate buffers without reuse.

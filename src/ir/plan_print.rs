@@ -64,14 +64,15 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering) {
         );
     }
     for b in &u.buffers {
-        let _ = writeln!(
-            out,
-            "  buffer {} @{} +{} live [{}, {}]",
-            numbering.name(b.node),
-            b.offset,
-            b.bytes,
-            b.first,
-            b.last
-        );
+        let place = match b.over_input {
+            Some(slot) => format!("over {}", numbering.name(slot)),
+            None => format!("@{}", b.offset),
+        };
+        let _ =
+            writeln!(out, "  buffer {} {place} +{} live [{}, {}]", numbering.name(b.node), b.bytes, b.first, b.last);
+    }
+    if !u.memory_edges.is_empty() {
+        let edges: Vec<String> = u.memory_edges.iter().map(|(a, b)| format!("k{a}->k{b}")).collect();
+        let _ = writeln!(out, "  memory edges: {}", edges.join(", "));
     }
 }

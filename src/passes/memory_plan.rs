@@ -8,23 +8,27 @@
 //! values, values read by other units or plans, the loss and the new
 //! parameters and states of a training step) do get arena buffers, live until
 //! the end of the unit: the runtime reads them from the arena after the unit
-//! ran. In a training step, the runtime then updates the parameters and
-//! optimizer states in place, copying each new value into its input's
-//! storage (the old value is dead once the step finished); that storage is
-//! not part of the arena and is not counted in `arena_bytes`.
+//! ran — except the new parameters and optimizer states of a training step
+//! that can be written over their old values ("Updates in place" below).
+//! The others the runtime copies into the input's storage after the step
+//! (the old value is dead by then); that storage is not part of the arena
+//! and is not counted in `arena_bytes`.
 //!
 //! Lifetimes: a buffer is live from the position (in `order`) of the kernel
 //! that writes it to the position of its last reader; a unit output to the
 //! last position.
 //!
-//! Threaded safety: the threaded runner may run kernels in any order the
-//! dependency counts allow, so schedule positions are not enough to decide
-//! reuse. Buffer `a` *dies before* buffer `b` when `a` is not a unit output
-//! and every kernel that reads `a` (or its producer, if nothing reads it) is
-//! a strict ancestor of `b`'s producer ([`Reach`]): then every
-//! permitted order finishes with `a` before `b` is written. Two buffers may
-//! share bytes only if one dies before the other, or by in-place reuse. In
-//! particular, buffers of independent branches never share memory.
+//! Sharing and threads: placement follows the sequential schedule — two
+//! buffers may share bytes when their lifetimes (positions in `order`) are
+//! disjoint. The threaded runner may run kernels in any order the
+//! dependency counts allow, so for every such pair that the data
+//! dependencies do not already order (buffer `a` *dies before* `b` when
+//! every kernel that reads `a`, or its producer if nothing reads it, is a
+//! strict ancestor of `b`'s producer: [`Reach`]), the plan adds *memory
+//! edges* from `a`'s readers to `b`'s producer (`memory_edges`, counted in
+//! `deps`). They point forward in `order`, so `order` stays valid and no
+//! cycle can appear; they cost some inter-op parallelism between branches
+//! that reuse each other's bytes, and buy an arena close to the lower bound.
 //!
 //! In-place reuse: an elementwise kernel may write an output over one of its
 //! input buffers (same offset) when the input has as many elements as the
@@ -41,24 +45,38 @@
 //! Never in place: an input still read later (or possibly concurrently),
 //! or a unit output. An input takes at most one in-place output.
 //!
+//! Updates in place: a training step's new parameters and optimizer states
+//! (`Unit::updates`) are written straight over the storage of the input they
+//! replace (`Buffer::over_input`) when the kernel computing one reads the old
+//! value only elementwise, at the output's index (in an elementwise kernel
+//! or in the epilogue of a contraction or reduction, where optimizer updates
+//! are fused), and every other reader of the old value is a strict ancestor
+//! of it. Such a buffer takes no arena bytes. A backend keeps a product it
+//! computes before the epilogue in scratch, never in such a buffer.
+//!
 //! Placement (TFLite's greedy-by-size arena planner): in-place chains form
 //! groups sharing one offset; groups are placed largest first (ties: earlier
 //! first position, then smaller node id), each at the best-fitting gap
 //! (the smallest gap that fits, else the end) between the already-placed
-//! groups it conflicts with. Offsets are multiples of 64 bytes. With
-//! several devices each device's buffers are planned separately (offsets
-//! are per device arena) and `arena_bytes` is the sum of the arenas.
+//! groups whose lifetimes overlap its own. Offsets are multiples of 64
+//! bytes. With several devices each device's buffers are planned
+//! separately (offsets are per device arena) and `arena_bytes` is the sum of
+//! the arenas.
 //!
-//! `naive_bytes` is the sum of all buffer sizes (no reuse);
-//! `lower_bound_bytes` the most bytes live at one schedule position, where
-//! an input overwritten in place at that position counts once with its
-//! output. No plan of these buffers in the given order can use less.
+//! `naive_bytes` is the sum of all buffer sizes (every kernel output in a
+//! fresh buffer, as an executor without reuse allocates them);
+//! `lower_bound_bytes` the most arena bytes live at one schedule position,
+//! where an input overwritten in place at that position counts once with
+//! its output. No plan of these arena buffers in the given order can use
+//! less.
 //!
 //! Contract: the buffers are exactly the outputs of computing kernels with
-//! the lifetimes above; offsets are 64-byte aligned and every buffer fits in
-//! `arena_bytes`; two buffers of one device whose bytes overlap are an
-//! allowed in-place pair or one dies before the other (in the threaded
-//! sense); `naive_bytes` is the sum and `lower_bound_bytes ≤ arena_bytes`.
+//! the lifetimes above; an `over_input` buffer is an allowed update in
+//! place; the others have 64-byte aligned offsets and fit in `arena_bytes`;
+//! two arena buffers of one device whose bytes overlap are an allowed
+//! in-place pair or one dies before the other in every order the data
+//! dependencies and memory edges allow; `naive_bytes` is the sum and
+//! `lower_bound_bytes ≤ arena_bytes`.
 //!
 //! Example: in `let a = exp(x); let b = a * 2.0; print(sum(b))`, `b` is
 //! written over `a` (in place), and `sum(b)`, printed, lives to the end.
@@ -78,11 +96,22 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
     let mut compiled = p.compiled.take().unwrap_or_default();
-    for u in &mut compiled.units {
-        plan_unit(p, u, &roots);
+    let updates = unit_updates(p, &compiled);
+    for (u, updates) in compiled.units.iter_mut().zip(&updates) {
+        plan_unit(p, u, &roots, updates);
     }
     p.compiled = Some(compiled);
     Ok(())
+}
+
+/// The `Unit::updates` of each compiled unit (matched by name).
+fn unit_updates(p: &Program, compiled: &crate::ir::compiled::Compiled) -> Vec<Vec<(NodeId, NodeId)>> {
+    let units = super::units::units(p);
+    compiled
+        .units
+        .iter()
+        .map(|c| units.iter().find(|u| u.name == c.name).map(|u| u.updates.clone()).unwrap_or_default())
+        .collect()
 }
 
 /// A value that needs a buffer.
@@ -103,6 +132,7 @@ struct Value {
 
 /// What the planner needs about a unit, computed from its kernels alone.
 struct Analysis {
+    graph: KernelGraph,
     reach: Reach,
     values: Vec<Value>,
 }
@@ -150,7 +180,7 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             });
         }
     }
-    Analysis { reach, values }
+    Analysis { graph: g, reach, values }
 }
 
 fn is_permutation(order: &[usize], n: usize) -> bool {
@@ -170,12 +200,12 @@ fn dies_before(reach: &Reach, a: &Value, b: &Value) -> bool {
     a.readers.iter().all(|&r| reach.before(r, b.kernel))
 }
 
-/// True when kernel `out.kernel` may write `out` over its input `input`.
-fn in_place_ok(p: &Program, u: &CompiledUnit, reach: &Reach, input: &Value, out: &Value) -> bool {
-    let k = out.kernel;
+/// True when every node of kernel `k` is index-preserving (elementwise,
+/// reshape, broadcast, generators) and no larger than `numel` elements, so
+/// element `i` of its outputs depends only on element `i` of its inputs.
+fn index_preserving(p: &Program, u: &CompiledUnit, k: usize, numel: usize) -> bool {
     let kernel = &u.kernels[k];
-    let numel = out.ty.numel();
-    let index_preserving = kernel.kind == KernelKind::Elementwise
+    kernel.kind == KernelKind::Elementwise
         && kernel.nodes.iter().all(|&n| {
             let node = p.graph.node(n);
             let op_ok = node.op.is_elementwise()
@@ -188,23 +218,87 @@ fn in_place_ok(p: &Program, u: &CompiledUnit, reach: &Reach, input: &Value, out:
                         | Op::Random { .. }
                 );
             op_ok && node.ty.numel() <= numel
-        });
-    index_preserving
+        })
+}
+
+/// True when kernel `out.kernel` may write `out` over its input `input`.
+fn in_place_ok(p: &Program, u: &CompiledUnit, reach: &Reach, input: &Value, out: &Value) -> bool {
+    let k = out.kernel;
+    index_preserving(p, u, k, out.ty.numel())
         && input.device == out.device
-        && input.ty.numel() == numel
-        && input.ty.dtype.size_bytes() == out.ty.dtype.size_bytes()
+        && same_layout(&input.ty, &out.ty)
         && !input.to_end
         && input.kernel != k
         && input.readers.contains(&k)
         && input.readers.iter().all(|&r| r == k || reach.before(r, k))
 }
 
+/// Same element count and element width: element `i` of both occupies the same bytes.
+fn same_layout(a: &TensorType, b: &TensorType) -> bool {
+    a.numel() == b.numel() && a.dtype.size_bytes() == b.dtype.size_bytes()
+}
+
+/// True when, inside kernel `k`, everything computed from `input` is
+/// index-preserving and of `numel` elements: the kernel reads element `i`
+/// of `input` only to compute element `i` of its outputs (in an
+/// elementwise kernel, or the elementwise epilogue of a contraction or
+/// reduction — e.g. the optimizer update fused after a gradient's matmul).
+fn reads_only_elementwise(p: &Program, u: &CompiledUnit, k: usize, input: NodeId, numel: usize) -> bool {
+    let nodes = &u.kernels[k].nodes;
+    let mut tainted: HashSet<NodeId> = HashSet::from([input]);
+    for &n in nodes {
+        if p.graph.inputs(n).iter().any(|i| tainted.contains(i)) {
+            let node = p.graph.node(n);
+            let elementwise =
+                node.op.is_elementwise() || matches!(node.op, Op::Reshape { .. } | Op::BroadcastTo { .. });
+            if !elementwise || node.ty.numel() != numel {
+                return false;
+            }
+            tainted.insert(n);
+        }
+    }
+    true
+}
+
+/// True when `out` may be written over the storage of the unit input
+/// `slot` whose next value it is.
+fn over_input_ok(p: &Program, u: &CompiledUnit, a: &Analysis, slot: NodeId, out: &Value) -> bool {
+    let k = out.kernel;
+    p.graph.contains(slot)
+        && a.graph.kernel_of.get(&slot).is_some_and(|&s| u.kernels[s].kind == KernelKind::Source)
+        && reads_only_elementwise(p, u, k, slot, out.ty.numel())
+        && same_layout(&p.graph.node(slot).ty, &out.ty)
+        && a.graph.readers.get(&slot).is_none_or(|rs| rs.iter().all(|&r| r == k || a.reach.before(r, k)))
+}
+
+/// Which values are written over a unit input: `result[i]` is the input
+/// slot node value `i` replaces in place, if allowed.
+fn over_inputs(p: &Program, u: &CompiledUnit, a: &Analysis, updates: &[(NodeId, NodeId)]) -> Vec<Option<NodeId>> {
+    let mut result = vec![None; a.values.len()];
+    for &(slot, out) in updates {
+        let Some(i) = a.values.iter().position(|v| v.node == out) else { continue };
+        if result[i].is_none() && over_input_ok(p, u, a, slot, &a.values[i]) {
+            result[i] = Some(slot);
+        }
+    }
+    result
+}
+
+/// True when the lifetimes of `a` and `b` (positions in `order`) overlap.
+fn lifetimes_overlap(a: &Value, b: &Value) -> bool {
+    a.first <= b.last && b.first <= a.last
+}
+
 fn align_up(x: usize) -> usize {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
-    let Analysis { reach, values } = analyze(p, u, roots);
+fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>, updates: &[(NodeId, NodeId)]) {
+    // Planning starts from the data dependencies alone.
+    u.memory_edges.clear();
+    let analysis = analyze(p, u, roots);
+    let over = over_inputs(p, u, &analysis, updates);
+    let Analysis { reach, values, .. } = &analysis;
     let index: HashMap<NodeId, usize> = values.iter().enumerate().map(|(i, v)| (v.node, i)).collect();
 
     // In-place chains: `group[i]` is the group of value `i`.
@@ -212,32 +306,33 @@ fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
     let mut taken = vec![false; values.len()];
     // Values are listed in schedule order, so a chain's head is grouped first.
     for (i, out) in values.iter().enumerate() {
+        if over[i].is_some() {
+            continue;
+        }
         let mut inputs: Vec<usize> = Vec::new();
         for &n in &u.kernels[out.kernel].nodes {
             for input in p.graph.inputs(n) {
                 if let Some(&j) = index.get(&input) {
-                    if !inputs.contains(&j) {
+                    if !inputs.contains(&j) && over[j].is_none() {
                         inputs.push(j);
                     }
                 }
             }
         }
-        if let Some(&j) = inputs.iter().find(|&&j| !taken[j] && in_place_ok(p, u, &reach, &values[j], out)) {
+        if let Some(&j) = inputs.iter().find(|&&j| !taken[j] && in_place_ok(p, u, reach, &values[j], out)) {
             taken[j] = true;
             group[i] = group[j];
         }
     }
     let mut members: Vec<Vec<usize>> = vec![Vec::new(); values.len()];
     for (i, &g) in group.iter().enumerate() {
-        members[g].push(i);
+        if over[i].is_none() {
+            members[g].push(i);
+        }
     }
     let groups: Vec<usize> = (0..values.len()).filter(|&g| !members[g].is_empty()).collect();
     let conflict = |g: usize, h: usize| {
-        members[g].iter().any(|&a| {
-            members[h]
-                .iter()
-                .any(|&b| !dies_before(&reach, &values[a], &values[b]) && !dies_before(&reach, &values[b], &values[a]))
-        })
+        members[g].iter().any(|&a| members[h].iter().any(|&b| lifetimes_overlap(&values[a], &values[b])))
     };
 
     // Greedy by size, best fit, per device.
@@ -285,19 +380,62 @@ fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
     u.buffers = values
         .iter()
         .enumerate()
-        .map(|(i, v)| Buffer { node: v.node, offset: offset[group[i]], bytes: v.bytes, first: v.first, last: v.last })
+        .map(|(i, v)| Buffer {
+            node: v.node,
+            over_input: over[i],
+            offset: if over[i].is_some() { 0 } else { offset[group[i]] },
+            bytes: v.bytes,
+            first: v.first,
+            last: v.last,
+        })
         .collect();
+    u.memory_edges = memory_edges(values, &group, &u.buffers, reach);
+    u.deps = KernelGraph::with_roots(p, u, roots).preds.iter().map(Vec::len).collect();
     u.arena_bytes = arena_bytes;
     u.naive_bytes = values.iter().map(|v| v.bytes).sum();
-    u.lower_bound_bytes = lower_bound(&values, &group, u.kernels.len());
+    u.lower_bound_bytes = lower_bound(values, &group, &u.buffers, u.kernels.len());
 }
 
-/// The most bytes live at one position; an in-place group counts once.
-fn lower_bound(values: &[Value], group: &[usize], positions: usize) -> usize {
+/// The edges that make every sharing of arena bytes safe under the threaded
+/// runner: for two buffers of different groups whose bytes overlap (their
+/// lifetimes are disjoint, `a` first), each reader of `a` (or its producer)
+/// that is not already an ancestor of `b`'s producer must finish before it.
+fn memory_edges(values: &[Value], group: &[usize], buffers: &[Buffer], reach: &Reach) -> Vec<(usize, usize)> {
+    let mut edges = std::collections::BTreeSet::new();
+    for i in 0..values.len() {
+        for j in i + 1..values.len() {
+            let (bi, bj) = (&buffers[i], &buffers[j]);
+            let in_arena = bi.over_input.is_none() && bj.over_input.is_none();
+            let overlap = bi.offset < bj.offset + bj.bytes && bj.offset < bi.offset + bi.bytes;
+            if !in_arena || !overlap || group[i] == group[j] || values[i].device != values[j].device {
+                continue;
+            }
+            let (a, b) =
+                if values[i].last < values[j].first { (&values[i], &values[j]) } else { (&values[j], &values[i]) };
+            if dies_before(reach, a, b) {
+                continue;
+            }
+            let finishers = if a.readers.is_empty() { vec![a.kernel] } else { a.readers.clone() };
+            for r in finishers {
+                if r != b.kernel && !reach.before(r, b.kernel) {
+                    edges.insert((r, b.kernel));
+                }
+            }
+        }
+    }
+    edges.into_iter().collect()
+}
+
+/// The most arena bytes live at one position; an in-place group counts once.
+fn lower_bound(values: &[Value], group: &[usize], buffers: &[Buffer], positions: usize) -> usize {
     let mut best = 0;
     for pos in 0..positions {
-        let mut live: Vec<usize> =
-            values.iter().enumerate().filter(|(_, v)| v.first <= pos && pos <= v.last).map(|(i, _)| group[i]).collect();
+        let mut live: Vec<usize> = values
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| buffers[*i].over_input.is_none() && v.first <= pos && pos <= v.last)
+            .map(|(i, _)| group[i])
+            .collect();
         live.sort_unstable();
         live.dedup();
         best = best.max(live.iter().map(|&g| values[g].bytes).sum());
@@ -309,8 +447,10 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
     let Some(c) = &p.compiled else { return Err("the program has no kernels".into()) };
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
-    for u in &c.units {
-        let Analysis { reach, values } = analyze(p, u, &roots);
+    let updates = unit_updates(p, c);
+    for (u, updates) in c.units.iter().zip(&updates) {
+        let analysis = analyze(p, u, &roots);
+        let Analysis { reach, values, .. } = &analysis;
         let name = |n: NodeId| format!("node {} (`{}`)", n.index(), p.graph.node(n).op.name());
         if u.buffers.len() != values.len() {
             return Err(format!(
@@ -321,10 +461,21 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
             ));
         }
         let mut placed: Vec<(&Value, &Buffer)> = Vec::new();
-        for v in &values {
+        for v in values {
             let Some(b) = u.buffers.iter().find(|b| b.node == v.node) else {
                 return Err(format!("{} has no buffer in unit `{}`", name(v.node), u.name));
             };
+            if let Some(slot) = b.over_input {
+                if !updates.contains(&(slot, v.node)) || !over_input_ok(p, u, &analysis, slot, v) {
+                    return Err(format!(
+                        "in unit `{}`, {} is written over input {} without being its update or while it is read",
+                        u.name,
+                        name(v.node),
+                        name(slot)
+                    ));
+                }
+                continue;
+            }
             if (b.bytes, b.first, b.last) != (v.bytes, v.first, v.last) {
                 return Err(format!(
                     "the buffer of {} is {} bytes live [{}, {}], expected {} bytes live [{}, {}]",
@@ -357,9 +508,9 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
                 if !overlap {
                     continue;
                 }
-                let ordered = dies_before(&reach, a, b) || dies_before(&reach, b, a);
+                let ordered = dies_before(reach, a, b) || dies_before(reach, b, a);
                 let same_place = ba.offset == bb.offset;
-                let in_place = same_place && (in_place_ok(p, u, &reach, a, b) || in_place_ok(p, u, &reach, b, a));
+                let in_place = same_place && (in_place_ok(p, u, reach, a, b) || in_place_ok(p, u, reach, b, a));
                 if in_place && a.last == b.first {
                     group[j] = group[i];
                 }
@@ -377,7 +528,9 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
         if u.naive_bytes != naive {
             return Err(format!("unit `{}` says naive_bytes = {}, the buffers sum to {naive}", u.name, u.naive_bytes));
         }
-        let bound = lower_bound(&values, &group, u.kernels.len());
+        let placed_values: Vec<Value> = placed.iter().map(|(v, _)| (*v).clone()).collect();
+        let placed_buffers: Vec<Buffer> = placed.iter().map(|(_, b)| (*b).clone()).collect();
+        let bound = lower_bound(&placed_values, &group, &placed_buffers, u.kernels.len());
         if u.lower_bound_bytes != bound || bound > u.arena_bytes {
             return Err(format!(
                 "unit `{}` says lower_bound_bytes = {} (recomputed {bound}) with a {}-byte arena",
@@ -420,11 +573,32 @@ mod tests {
     }
 
     #[test]
-    fn independent_branches_may_not_share_bytes() {
-        let p = compile("let xs = [[1.0, 2.0], [3.0, 4.0]]\nprint(collect(from_tensors(xs) |> map(fn(x) = sum(exp(x)) + sum(log(x)))))");
+    fn independent_branches_may_not_share_bytes_without_a_memory_edge() {
+        let mut p = compile("let xs = [[1.0, 2.0], [3.0, 4.0]]\nprint(collect(from_tensors(xs) |> map(fn(x) = sum(exp(x)) + sum(log(x)))))");
         assert_eq!(postcondition(&p), Ok(()));
+        // Without the planner's memory edges, `exp` and `log` run in
+        // either order or at once.
+        for u in &mut p.compiled.as_mut().expect("kernels").units {
+            u.memory_edges.clear();
+        }
         let err = overlay(p, "log", "exp").expect_err("independent branches overlap");
         assert!(err.contains("share bytes but may be live at the same time"), "{err}");
+    }
+
+    #[test]
+    fn every_planned_sharing_is_ordered_by_data_or_memory_edges() {
+        // The planner's own plan for two branches that reuse each other's
+        // bytes passes the threaded check only thanks to its memory edge.
+        let src =
+            include_str!("../../tests/cases/passes/memory_plan/reused_bytes_across_branches_get_a_memory_edge.tfl");
+        let mut p = compile(src);
+        assert_eq!(postcondition(&p), Ok(()));
+        let edges: usize = p.compiled.as_ref().map_or(0, |c| c.units.iter().map(|u| u.memory_edges.len()).sum());
+        assert!(edges > 0, "the case is meant to need a memory edge");
+        for u in &mut p.compiled.as_mut().expect("kernels").units {
+            u.memory_edges.clear();
+        }
+        assert!(postcondition(&p).is_err(), "without its memory edges the plan must be rejected");
     }
 
     #[test]

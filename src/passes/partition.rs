@@ -121,9 +121,10 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
 pub struct KernelGraph {
     /// The kernel that computes each node of the unit.
     pub kernel_of: HashMap<NodeId, usize>,
-    /// For each kernel, the distinct kernels whose outputs it reads, ascending.
+    /// For each kernel, the distinct kernels it waits for, ascending: those
+    /// whose outputs it reads, and those before it on a memory edge.
     pub preds: Vec<Vec<usize>>,
-    /// For each kernel, the distinct kernels that read its outputs, ascending.
+    /// For each kernel, the distinct kernels that wait for it, ascending.
     pub succs: Vec<Vec<usize>>,
     /// For each node of the unit, the distinct other kernels that read it, ascending.
     pub readers: HashMap<NodeId, Vec<usize>>,
@@ -170,6 +171,14 @@ impl KernelGraph {
                 if roots.contains(&node) || p.graph.users(node).iter().any(|user| !kernel_of.contains_key(user)) {
                     live_out.insert(node);
                 }
+            }
+        }
+        // Memory edges order kernels that reuse each other's arena bytes:
+        // for scheduling they are dependencies like any other.
+        for &(from, to) in &u.memory_edges {
+            if from < n && to < n && from != to {
+                preds[to].push(from);
+                succs[from].push(to);
             }
         }
         for list in preds.iter_mut().chain(succs.iter_mut()).chain(readers.values_mut()) {

@@ -14,7 +14,9 @@
 //!
 //! Contract: `order` is a permutation of the kernels that respects every
 //! dependency and equals the tie-broken order above; `deps[k]` is the number
-//! of distinct kernels whose outputs kernel `k` reads.
+//! of distinct kernels kernel `k` waits for: those whose outputs it reads
+//! (and those before it on a memory edge, which `memory_plan` adds later,
+//! always forward in `order`).
 //!
 //! Example: for `print(exp(x) + log(x))` with one kernel per node, `x`
 //! (a source) comes first, then `exp` and `log` in node order (both have

@@ -22,6 +22,10 @@ pub struct Unit {
     pub inputs: Vec<NodeId>,
     /// Values read outside the unit (by effects, plans or other units).
     pub outputs: Vec<NodeId>,
+    /// `(slot node, output)`: the output is the next value of that input,
+    /// which the runtime then no longer needs (a training step's new
+    /// parameters and optimizer states), so it may be written over it.
+    pub updates: Vec<(NodeId, NodeId)>,
 }
 
 /// The nodes of `region` that depend on its input slots, in topological
@@ -49,13 +53,24 @@ pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec
     out
 }
 
+/// A region with a readable name, and which of its outputs replace which
+/// of its input slots (`(slot, output index)`).
+pub struct NamedRegion<'a> {
+    pub name: String,
+    pub region: &'a Region,
+    pub updates: Vec<(usize, usize)>,
+}
+
 /// Every region of the program with a readable name.
-pub fn regions(p: &Program) -> Vec<(String, &Region)> {
-    fn data<'a>(d: &'a crate::ir::plan::Dataset, what: &str, out: &mut Vec<(String, &'a Region)>) {
+pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
+    fn plain(name: String, region: &Region) -> NamedRegion<'_> {
+        NamedRegion { name, region, updates: Vec::new() }
+    }
+    fn data<'a>(d: &'a crate::ir::plan::Dataset, what: &str, out: &mut Vec<NamedRegion<'a>>) {
         let _ = &d.source as &Source;
         for (i, t) in d.transforms.iter().enumerate() {
             if let Transform::Map(r) | Transform::Filter(r) = t {
-                out.push((format!("{what} transform {i}"), r));
+                out.push(plain(format!("{what} transform {i}"), r));
             }
         }
     }
@@ -65,20 +80,24 @@ pub fn regions(p: &Program) -> Vec<(String, &Region)> {
             Effect::Train(t) => {
                 data(&t.data, &format!("train {e} data"), &mut out);
                 for (b, r) in &t.steps {
-                    out.push((format!("train {e} step (batch {b})"), r));
+                    // Inputs end with the parameters and states, outputs
+                    // start with the loss and then their new values.
+                    let carried = t.params.len() + t.states.len();
+                    let first = r.inputs.len().saturating_sub(carried);
+                    let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, 1 + j)).collect();
+                    out.push(NamedRegion { name: format!("train {e} step (batch {b})"), region: r, updates });
                 }
                 for (k, ev) in t.evals.iter().enumerate() {
                     data(&ev.reduce.data, &format!("train {e} eval {k} data"), &mut out);
                     for (b, r) in &ev.reduce.regions {
-                        out.push((format!("train {e} eval {} (batch {b})", ev.name), r));
+                        out.push(plain(format!("train {e} eval {} (batch {b})", ev.name), r));
                     }
-                    let _ = k;
                 }
             }
             Effect::Reduce { plan, .. } => {
                 data(&plan.data, &format!("metric {e} data"), &mut out);
                 for (b, r) in &plan.regions {
-                    out.push((format!("metric {e} (batch {b})"), r));
+                    out.push(plain(format!("metric {e} (batch {b})"), r));
                 }
             }
             Effect::Collect { data: d, .. } => data(d, &format!("collect {e} data"), &mut out),
@@ -94,16 +113,21 @@ pub fn units(p: &Program) -> Vec<Unit> {
     let order = g.topo_order();
     let rank: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut owner: HashMap<NodeId, usize> = HashMap::new();
-    let mut units = vec![Unit { name: "main".into(), nodes: vec![], inputs: vec![], outputs: vec![] }];
-    for (name, region) in regions(p) {
+    let mut units = vec![Unit { name: "main".into(), nodes: vec![], inputs: vec![], outputs: vec![], updates: vec![] }];
+    for NamedRegion { name, region, updates } in regions(p) {
         let nodes = varying(g, region, &rank);
         let idx = units.len();
         for &n in &nodes {
             owner.entry(n).or_insert(idx);
         }
+        let slot_node = |slot: usize| {
+            nodes.iter().copied().find(|&n| matches!(&g.node(n).op, Op::Slot { slot: s, .. } if *s == slot))
+        };
+        let updates =
+            updates.iter().filter_map(|&(slot, out)| Some((slot_node(slot)?, *region.outputs.get(out)?))).collect();
         let mut outputs = region.outputs.clone();
         outputs.dedup();
-        units.push(Unit { name, nodes: vec![], inputs: vec![], outputs });
+        units.push(Unit { name, nodes: vec![], inputs: vec![], outputs, updates });
     }
     for &n in &order {
         let u = owner.get(&n).copied().unwrap_or(0);
