@@ -18,6 +18,12 @@ pub(crate) struct BuiltinArgs {
     pub span: Span,
 }
 
+/// A parameter's name without its `=` (optional) or `..` (rest) marker.
+fn plain(p: &str) -> &str {
+    let p = p.strip_suffix('=').unwrap_or(p);
+    p.strip_suffix("..").unwrap_or(p)
+}
+
 /// Binds call arguments to a built-in's parameter list. A parameter written
 /// `"axis="` is optional; one written `"xs.."` takes all remaining positional
 /// arguments as a tuple.
@@ -27,7 +33,6 @@ pub(crate) fn bind(
     args: CallArgs,
     span: Span,
 ) -> TResult<BuiltinArgs> {
-    let plain = |p: &str| p.trim_end_matches('=').trim_end_matches("..").to_string();
     let mut vals: Vec<Option<(Value, Span)>> = vec![None; params.len()];
     let given = args.positional.len();
     let mut pos = args.positional.into_iter().peekable();
@@ -69,10 +74,10 @@ pub(crate) fn bind(
             }
             Some(i) => vals[i] = Some((v, s)),
             None => {
-                let names: Vec<String> = params.iter().map(|p| plain(p)).collect();
+                let names: Vec<&str> = params.iter().map(|p| plain(p)).collect();
                 let mut d = Diagnostic::new(Code::UnknownArgument, format!("`{name}` has no parameter named `{n}`"))
                     .label(s, "unknown argument");
-                d = match did_you_mean(&n, names.iter().map(String::as_str)) {
+                d = match did_you_mean(&n, names.iter().copied()) {
                     Some(m) => d.help(format!("did you mean `{m}`?")),
                     None => d.help(format!("`{name}` takes: {}", names.join(", "))),
                 };
@@ -105,7 +110,7 @@ impl BuiltinArgs {
     }
 
     fn param_name(&self, i: usize) -> &str {
-        self.params.get(i).map(|p| p.trim_end_matches('=').trim_end_matches("..")).unwrap_or("?")
+        self.params.get(i).map(|p| plain(p)).unwrap_or("?")
     }
 
     pub fn bad(&self, i: usize, expected: &str) -> Fail {
