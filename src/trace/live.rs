@@ -256,7 +256,8 @@ fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)
             write!(key, ")")
         }
         Value::Func(f) => {
-            body(f.span);
+            // A closure's span is its name; its body may lie after it.
+            body(f.span.to(f.body.span));
             write!(key, "F{:p}", Rc::as_ptr(f))
         }
         Value::ModelDef(m) => {
@@ -333,7 +334,7 @@ pub fn type_text(v: &Value, sources: &SourceMap) -> String {
         Value::Model(m) => {
             let count: usize =
                 params_of(v).unwrap_or_default().iter().map(|(_, t)| t.shape.iter().product::<usize>()).sum();
-            format!("model {} ({count} parameters)", m.def.name.name)
+            format!("model {} ({count} parameter{})", m.def.name.name, if count == 1 { "" } else { "s" })
         }
         other => other.describe(),
     }
