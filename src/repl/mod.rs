@@ -100,10 +100,15 @@ fn process(repl: &mut Repl, text: &str, name: &str, color: bool) -> (bool, Flow)
     if trimmed.is_empty() {
         return (true, Flow::Continue);
     }
+    // Re-armed before each entry, so a Ctrl-C while it compiles stops it at
+    // its first safe point, and after, so a Ctrl-C that came after the last
+    // safe point is not taken for the "second Ctrl-C" of the next entry.
+    crate::runtime::interrupt::clear();
     let result = match trimmed.strip_prefix(':') {
         Some(cmd) => commands::run(repl, cmd, name, &mut out),
         None => repl.run_entry(text, name, &mut out).map(|_| Flow::Continue),
     };
+    crate::runtime::interrupt::clear();
     let _ = out.flush();
     match result {
         Ok(flow) => (true, flow),

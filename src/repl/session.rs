@@ -159,7 +159,6 @@ impl Repl {
         base_dir: &Path,
         out: &mut dyn std::io::Write,
     ) -> Result<(), Vec<Diagnostic>> {
-        interrupt::clear();
         let memory = self.memory.take().unwrap_or_default();
         let options = RunOptions { check_numerics: false, base_dir: PathBuf::from(base_dir) };
         let effects = traced.effects.clone();
@@ -175,9 +174,6 @@ impl Repl {
         });
         self.memory = kept;
         let _ = out.flush();
-        // A Ctrl-C that arrives after the last safe point must not count as
-        // the "second Ctrl-C" of the next entry.
-        interrupt::clear();
         match result {
             Ok(()) => {
                 self.live.commit(traced);
