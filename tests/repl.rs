@@ -298,6 +298,16 @@ mod pty {
             }
         }
     }
+
+    /// A failed test must not leave `tfc repl` waiting on its terminal.
+    impl Drop for Session {
+        fn drop(&mut self) {
+            if let Ok(None) = self.child.try_wait() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
 }
 
 #[cfg(unix)]
@@ -369,6 +379,31 @@ fn pty_tab_completes_names_members_and_commands() {
     s.expect(":type");
     s.send(" learning_rate\r");
     s.expect("float (f32[] in a tensor context)");
+    s.prompt();
+    s.send("use std.lo\t");
+    s.expect("std.loss");
+    s.send("\r");
+    s.prompt();
+    s.send("loss.ms\t");
+    s.expect("loss.mse");
+    s.send("([1.0], [3.0])\r");
+    s.expect("f32 4");
+    s.prompt();
+    assert_eq!(s.finish(), Some(0));
+}
+
+#[cfg(unix)]
+#[test]
+fn pty_an_unwritable_history_file_only_turns_saving_off() {
+    let dir = scratch_dir("pty-no-history");
+    let mut s = pty::Session::start(&dir, Path::new("/proc/tfc-no-such-dir/history"));
+    s.prompt();
+    s.send("print(5 * 5)\r");
+    s.expect("history is not saved");
+    s.expect("25");
+    s.prompt();
+    s.send("print(6 * 6)\r");
+    s.expect("36");
     s.prompt();
     assert_eq!(s.finish(), Some(0));
 }

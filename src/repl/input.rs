@@ -7,6 +7,8 @@
 //! other syntax error (and every `:command`) is complete: it is submitted
 //! and reported at once rather than swallowing the following lines.
 //!
+//! A `///` doc comment waits for its item too.
+//!
 //! Example: `fn f(x) =` and `model M {` are incomplete; `print(1))` and
 //! `let = 3` are complete (and fail with E0101 when run).
 
@@ -17,6 +19,10 @@ pub fn is_complete(text: &str) -> bool {
     let trimmed = text.trim_end();
     if trimmed.trim_start().is_empty() || trimmed.trim_start().starts_with(':') {
         return true;
+    }
+    // A `///` doc comment belongs to the item that follows it.
+    if trimmed.lines().last().is_some_and(|l| l.trim_start().starts_with("///")) {
+        return false;
     }
     match crate::syntax::parse(text, FileId(u32::MAX)) {
         Ok(_) => true,
@@ -30,7 +36,7 @@ mod tests {
 
     #[test]
     fn open_brackets_blocks_and_operators_wait_for_more() {
-        for text in ["fn f(x) =", "let y = 1 +", "print([1.0,", "model M {", "let x = (1", "f(1,\n  2"] {
+        for text in ["fn f(x) =", "let y = 1 +", "print([1.0,", "model M {", "let x = (1", "f(1,\n  2", "/// Doc.\n"] {
             assert!(!is_complete(text), "{text:?} should be incomplete");
         }
     }

@@ -47,10 +47,12 @@ pub struct Repl {
     pub(super) defs: Vec<String>,
 }
 
-/// A compiled entry: its effects and the values it binds.
+/// A compiled entry: its effects, the values it binds and its definitions'
+/// text (for `:save`).
 struct Cached {
     effects: Vec<Effect>,
     bindings: Vec<(String, Value)>,
+    defs: Vec<String>,
 }
 
 /// How long an entry took to compile (`None`: a cache hit) and to run.
@@ -91,8 +93,10 @@ impl Repl {
         let key = self.cache_key(text);
         if let Some(c) = self.cache.get(&key) {
             let traced = Traced::replay(&self.live, c.effects.clone(), &c.bindings);
+            let defs = c.defs.clone();
             let ran = Instant::now();
             self.execute(traced, Path::new(""), out)?;
+            self.defs.extend(defs);
             return Ok(Timing { compile: None, run: ran.elapsed() });
         }
         let file = self.session.add_source(name, text);
@@ -102,7 +106,8 @@ impl Repl {
         let bindings = traced.bindings();
         let cacheable = traced.effects.iter().all(|e| matches!(e, Effect::Print { .. } | Effect::AssertClose { .. }))
             && bindings.iter().all(|(_, v)| is_plain(v));
-        let record = cacheable.then(|| Cached { effects: traced.effects.clone(), bindings });
+        let defs = self.definitions(file, &stmts);
+        let record = cacheable.then(|| Cached { effects: traced.effects.clone(), bindings, defs: defs.clone() });
         let ran = Instant::now();
         self.execute(traced, Path::new(""), out)?;
         let run = ran.elapsed();
@@ -112,7 +117,7 @@ impl Repl {
             }
             self.cache.insert(key, c);
         }
-        self.remember(file, &stmts);
+        self.defs.extend(defs);
         Ok(Timing { compile: Some(compile), run })
     }
 
@@ -125,7 +130,8 @@ impl Repl {
         let base = self.session.base_dir(file);
         let traced = self.live.trace(&stmts, &mut self.session.sources, &base, false)?;
         self.execute(traced, &base, out)?;
-        self.remember(file, &stmts);
+        let defs = self.definitions(file, &stmts);
+        self.defs.extend(defs);
         Ok(())
     }
 
@@ -186,20 +192,22 @@ impl Repl {
         }
     }
 
-    /// Keeps the text of the entry's items and bindings for `:save`.
-    fn remember(&mut self, file: FileId, stmts: &[ast::Stmt]) {
+    /// The text of the entry's items and bindings (not its bare
+    /// expressions), for `:save`.
+    fn definitions(&self, file: FileId, stmts: &[ast::Stmt]) -> Vec<String> {
         let text = self.session.sources.text(file);
-        for s in stmts {
-            if matches!(s.kind, ast::StmtKind::Expr(_)) {
-                continue;
-            }
-            let mut def = String::new();
-            if let Some(doc) = &s.doc {
-                doc.lines().for_each(|l| def.push_str(&format!("///{l}\n")));
-            }
-            def.push_str(text.get(s.span.start..s.span.end).unwrap_or_default());
-            self.defs.push(def);
-        }
+        stmts
+            .iter()
+            .filter(|s| !matches!(s.kind, ast::StmtKind::Expr(_)))
+            .map(|s| {
+                let mut def = String::new();
+                if let Some(doc) = &s.doc {
+                    doc.lines().for_each(|l| def.push_str(&format!("/// {l}\n")));
+                }
+                def.push_str(text.get(s.span.start..s.span.end).unwrap_or_default());
+                def
+            })
+            .collect()
     }
 
     /// The cache key of an entry: its text and the identities of the
