@@ -126,8 +126,9 @@ fn expression(repl: &mut Repl, text: &str, name: &str, cmd: &str) -> Result<Valu
 /// `:ir`, `:opt`, `:plan`: the program of the entry alone (its effects and,
 /// for a tensor expression, its value as the output).
 fn graph_of(repl: &mut Repl, text: &str, name: &str, cmd: &str) -> Result<String, Vec<Diagnostic>> {
-    let key = format!("{cmd}\u{0}{}", repl.cache_key(text));
-    if let Some(p) = repl.compiled.get(&key) {
+    let (key, deps) = repl.cache_key(text);
+    let key = format!("{cmd}\u{0}{key}");
+    if let Some((p, _)) = repl.compiled.get(&key) {
         return Ok(show(p, cmd));
     }
     let (effects, value) = repl.trace_only(text, name)?;
@@ -145,7 +146,10 @@ fn graph_of(repl: &mut Repl, text: &str, name: &str, cmd: &str) -> Result<String
             .map_err(|d| vec![d])?;
     }
     let text = show(&program, cmd);
-    repl.compiled.insert(key, program);
+    if repl.compiled.len() >= super::session::MAX_CACHED {
+        repl.compiled.clear();
+    }
+    repl.compiled.insert(key, (program, deps));
     Ok(text)
 }
 

@@ -34,25 +34,27 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Most compiled entries kept; the cache starts over when it is full.
-const MAX_CACHED: usize = 512;
+pub(super) const MAX_CACHED: usize = 512;
 
 pub struct Repl {
     session: Session,
     pub(super) live: Live,
     memory: Option<Memory>,
     cache: HashMap<String, Cached>,
-    /// Optimized programs for `:opt` and `:plan`, by the same key.
-    pub(super) compiled: HashMap<String, Program>,
+    /// Optimized programs for `:opt` and `:plan`, by the same key, with the
+    /// values the key refers to.
+    pub(super) compiled: HashMap<String, (Program, Vec<Value>)>,
     /// The text of every successful item and binding, for `:save`.
     pub(super) defs: Vec<String>,
 }
 
-/// A compiled entry: its effects, the values it binds and its definitions'
-/// text (for `:save`).
+/// A compiled entry: its effects, the values it binds, its definitions'
+/// text (for `:save`), and the values its key refers to (kept alive).
 struct Cached {
     effects: Vec<Effect>,
     bindings: Vec<(String, Value)>,
     defs: Vec<String>,
+    _deps: Vec<Value>,
 }
 
 /// How long an entry took to compile (`None`: a cache hit) and to run.
@@ -90,7 +92,7 @@ impl Repl {
         out: &mut dyn std::io::Write,
     ) -> Result<Timing, Vec<Diagnostic>> {
         let started = Instant::now();
-        let key = self.cache_key(text);
+        let (key, deps) = self.cache_key(text);
         if let Some(c) = self.cache.get(&key) {
             let traced = Traced::replay(&self.live, c.effects.clone(), &c.bindings);
             let defs = c.defs.clone();
@@ -107,7 +109,8 @@ impl Repl {
         let cacheable = traced.effects.iter().all(|e| matches!(e, Effect::Print { .. } | Effect::AssertClose { .. }))
             && bindings.iter().all(|(_, v)| is_plain(v));
         let defs = self.definitions(file, &stmts);
-        let record = cacheable.then(|| Cached { effects: traced.effects.clone(), bindings, defs: defs.clone() });
+        let record =
+            cacheable.then(|| Cached { effects: traced.effects.clone(), bindings, defs: defs.clone(), _deps: deps });
         let ran = Instant::now();
         self.execute(traced, Path::new(""), out)?;
         let run = ran.elapsed();
@@ -212,9 +215,11 @@ impl Repl {
 
     /// The cache key of an entry: its text and the identities of the
     /// session bindings it can read.
-    pub(super) fn cache_key(&self, text: &str) -> String {
+    /// The values the key refers to come with it (see `Live::binding_key`).
+    pub(super) fn cache_key(&self, text: &str) -> (String, Vec<Value>) {
         let ids = identifiers(text);
         let names: Vec<&str> = ids.iter().map(String::as_str).collect();
-        format!("{}\u{0}{}", text.trim(), self.live.binding_key(&names, &self.session.sources))
+        let (bindings, deps) = self.live.binding_key(&names, &self.session.sources);
+        (format!("{}\u{0}{bindings}", text.trim()), deps)
     }
 }

@@ -215,8 +215,14 @@ impl Live {
     /// transitively, of the session bindings the bodies of user functions
     /// and models among them read. Names the session does not bind (the
     /// prelude, built-ins, locals) never change meaning, so they add nothing.
-    pub fn binding_key(&self, names: &[&str], sources: &SourceMap) -> String {
+    ///
+    /// Identities are node ids (never reused: the graph only grows) and the
+    /// addresses of shared values; the values are returned with the key, and
+    /// whoever stores the key must keep them, so that no address in a stored
+    /// key can be reused by a later value.
+    pub fn binding_key(&self, names: &[&str], sources: &SourceMap) -> (String, Vec<Value>) {
         let mut key = String::new();
+        let mut deps = Vec::new();
         let mut seen: Vec<String> = Vec::new();
         let mut todo: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         while let Some(name) = todo.pop() {
@@ -231,12 +237,13 @@ impl Live {
                 todo.extend(identifiers(sources.text(span.file).get(span.start..span.end).unwrap_or("")))
             });
             key.push(';');
+            deps.push(v);
         }
-        key
+        (key, deps)
     }
 }
 
-/// Appends a text that identifies `v` (a node, a pointer, a number) and
+/// Appends a text that identifies `v` (a node, an address, a number) and
 /// reports the source spans whose free names `v` depends on.
 fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)) {
     use std::fmt::Write as _;
@@ -247,6 +254,8 @@ fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)
         Value::Str(s) => write!(key, "s{s:?}"),
         Value::DType(d) => write!(key, "d{d}"),
         Value::Tensor(id, _) => write!(key, "n{}", id.index()),
+        Value::Builtin(name) => write!(key, "B{name}"),
+        Value::Poison => write!(key, "P"),
         Value::Tuple(items) => {
             key.push('(');
             for i in items {
@@ -285,7 +294,12 @@ fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)
             body(o.def.span);
             write!(key, "O{:p}", Rc::as_ptr(o))
         }
-        other => write!(key, "{}@{:p}", other.describe(), v as *const Value),
+        Value::Optimizer(o) => {
+            body(o.def.span);
+            write!(key, "o{:p}", Rc::as_ptr(o))
+        }
+        Value::Module(m) => write!(key, "U{:p}", Rc::as_ptr(m)),
+        Value::Dataset(d) => write!(key, "D{:p}", Rc::as_ptr(d)),
     };
 }
 
