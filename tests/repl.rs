@@ -277,6 +277,19 @@ mod pty {
             self.expect("tfl> \r");
         }
 
+        /// Enters `text` (Enter included) and waits for the next prompt.
+        pub fn enter(&mut self, text: &str) {
+            self.send(&format!("{text}\r"));
+            self.prompt();
+        }
+
+        /// Enters `text`, waits for `output`, then for the next prompt.
+        pub fn check(&mut self, text: &str, output: &str) {
+            self.send(&format!("{text}\r"));
+            self.expect(output);
+            self.prompt();
+        }
+
         pub fn send(&mut self, text: &str) {
             self.master.write_all(text.as_bytes()).expect("write to the pty");
             self.master.flush().expect("flush the pty");
@@ -317,16 +330,10 @@ fn pty_multi_line_entries_continue_until_complete() {
     let mut s = pty::Session::start(&dir, &dir.join("history"));
     s.prompt();
     s.send("fn twice(v) =\r");
-    s.send("    v * 2.0\r");
-    s.prompt();
-    s.send("twice([1.5, 2.5])\r");
-    s.expect("f32[2] [3, 5]");
-    s.prompt();
-    s.send("let m = max([\r    4.0,\r    9.0])\r");
-    s.prompt();
-    s.send("m\r");
-    s.expect("f32 9");
-    s.prompt();
+    s.enter("    v * 2.0");
+    s.check("twice([1.5, 2.5])", "f32[2] [3, 5]");
+    s.enter("let m = max([\r    4.0,\r    9.0])");
+    s.check("m", "f32 9");
     assert_eq!(s.finish(), Some(0));
 }
 
@@ -337,18 +344,14 @@ fn pty_history_is_kept_across_sessions() {
     let history = dir.join("history");
     let mut s = pty::Session::start(&dir, &history);
     s.prompt();
-    s.send("print(40 + 2)\r");
-    s.expect("42");
-    s.prompt();
+    s.check("print(40 + 2)", "42");
     assert_eq!(s.finish(), Some(0));
     let saved = std::fs::read_to_string(&history).expect("the history file");
     assert!(saved.contains("print(40 + 2)"), "{saved}");
     // A new session: the up arrow brings the entry back.
     let mut s = pty::Session::start(&dir, &history);
     s.prompt();
-    s.send("\x1b[A\r");
-    s.expect("42");
-    s.prompt();
+    s.check("\x1b[A", "42");
     assert_eq!(s.finish(), Some(0));
 }
 
@@ -358,37 +361,25 @@ fn pty_tab_completes_names_members_and_commands() {
     let dir = scratch_dir("pty-complete");
     let mut s = pty::Session::start(&dir, &dir.join("history"));
     s.prompt();
-    s.send("let learning_rate = 0.25\r");
-    s.prompt();
+    s.enter("let learning_rate = 0.25");
     // Each Tab is its own keystroke: wait for the completion to show.
     s.send("learn\t");
     s.expect("learning_rate");
-    s.send("\r");
-    s.expect("f32 0.25");
-    s.prompt();
-    s.send("model Lin {\r  param weight: f32[1] = ones()\r  fn forward(x) = x * weight\r}\r");
-    s.prompt();
-    s.send("let net = Lin()\r");
-    s.prompt();
+    s.check("", "f32 0.25");
+    s.enter("model Lin {\r  param weight: f32[1] = ones()\r  fn forward(x) = x * weight\r}");
+    s.enter("let net = Lin()");
     s.send("net.wei\t");
     s.expect("net.weight");
-    s.send(" * 3.0\r");
-    s.expect("f32[1] [3]");
-    s.prompt();
+    s.check(" * 3.0", "f32[1] [3]");
     s.send(":ty\t");
     s.expect(":type");
-    s.send(" learning_rate\r");
-    s.expect("float (f32[] in a tensor context)");
-    s.prompt();
+    s.check(" learning_rate", "float (f32[] in a tensor context)");
     s.send("use std.lo\t");
     s.expect("std.loss");
-    s.send("\r");
-    s.prompt();
+    s.enter("");
     s.send("loss.ms\t");
     s.expect("loss.mse");
-    s.send("([1.0], [3.0])\r");
-    s.expect("f32 4");
-    s.prompt();
+    s.check("([1.0], [3.0])", "f32 4");
     assert_eq!(s.finish(), Some(0));
 }
 
@@ -402,9 +393,7 @@ fn pty_an_unwritable_history_file_only_turns_saving_off() {
     s.expect("history is not saved");
     s.expect("25");
     s.prompt();
-    s.send("print(6 * 6)\r");
-    s.expect("36");
-    s.prompt();
+    s.check("print(6 * 6)", "36");
     assert_eq!(s.finish(), Some(0));
 }
 
@@ -414,12 +403,9 @@ fn pty_ctrl_c_cancels_training_and_keeps_the_model_as_it_was() {
     let dir = scratch_dir("pty-ctrl-c");
     let mut s = pty::Session::start(&dir, &dir.join("history"));
     s.prompt();
-    s.send("use std.optim.sgd\r");
-    s.prompt();
-    s.send("model Scale {\r  param w: f32[1] = zeros()\r  fn forward(x) = x * w\r}\r");
-    s.prompt();
-    s.send("let net = Scale()\r");
-    s.prompt();
+    s.enter("use std.optim.sgd");
+    s.enter("model Scale {\r  param w: f32[1] = zeros()\r  fn forward(x) = x * w\r}");
+    s.enter("let net = Scale()");
     // Far more epochs than the test waits for: only Ctrl-C ends it.
     s.send(
         "train net on from_tensors([1.0, 2.0]) |> batch(1) { loss(x) = mean((net(x) - 1.0) ^ 2.0); \
@@ -429,8 +415,6 @@ fn pty_ctrl_c_cancels_training_and_keeps_the_model_as_it_was() {
     s.send("\x03");
     s.expect("E0403");
     s.prompt();
-    s.send("net.w + 7.0\r");
-    s.expect("f32[1] [7]");
-    s.prompt();
+    s.check("net.w + 7.0", "f32[1] [7]");
     assert_eq!(s.finish(), Some(0));
 }
