@@ -4,7 +4,8 @@
 //! parsed (`syntax`), names are resolved (`sema`), the program is traced into
 //! the graph IR with every shape and dtype checked (`trace`, `ir`), and the
 //! reference interpreter executes it (`backend::interp`). `driver` owns the
-//! session (source files, std modules) and `cli` the command line.
+//! session (source files, std modules), `repl` the interactive session and
+//! `cli` the command line.
 
 pub mod autodiff;
 pub mod backend;
@@ -14,6 +15,7 @@ pub mod driver;
 pub mod half;
 pub mod ir;
 pub mod passes;
+pub mod repl;
 pub mod rng;
 pub mod runtime;
 pub mod sema;

@@ -1,4 +1,4 @@
-//! The command line: `tfc check|run|build`. Exit codes: 0 success, 1 a
+//! The command line: `tfc check|run|build|repl`. Exit codes: 0 success, 1 a
 //! program error (diagnostics on stderr), 2 a usage error. Standard output
 //! carries only what the program prints (or what `--emit` asks for).
 
@@ -38,6 +38,11 @@ enum Command {
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
+    /// An interactive session: run statements one at a time (reads stdin when it is not a terminal).
+    Repl {
+        /// A .tfl file to load first; its bindings stay available.
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -83,6 +88,9 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    if let Command::Repl { file } = &cli.command {
+        return crate::repl::main(file.as_deref());
+    }
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
@@ -95,6 +103,7 @@ pub fn main() -> ExitCode {
             args.report_json = args.report.is_some();
             build::build(&mut session, &args)
         }
+        Command::Repl { .. } => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

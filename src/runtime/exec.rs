@@ -40,6 +40,16 @@ pub struct Executor<'p> {
     pub data_cache: HashMap<usize, std::rc::Rc<Vec<super::dataset::Element>>>,
 }
 
+/// The state an executor carries from one run of a growing program to the
+/// next (see `Executor::resume`). The dataset cache is not carried: it is
+/// keyed by the address of a plan, which a later run may reuse.
+#[derive(Default)]
+pub struct Memory {
+    values: Values,
+    slots: HashMap<usize, Tensor>,
+    rank: HashMap<NodeId, usize>,
+}
+
 /// Run-time options (from the command line).
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -79,6 +89,35 @@ impl<'p> Executor<'p> {
             options,
             data_cache: HashMap::new(),
         })
+    }
+
+    /// An executor that continues a run from `memory` on a program whose
+    /// graph has only grown since (the REPL appends each entry's nodes):
+    /// values and filled slots are kept, and the new nodes rank after the
+    /// old ones in id order, which is topological because `Graph::add`
+    /// only links nodes that already exist.
+    pub fn resume(
+        program: &'p Program,
+        out: &'p mut dyn std::io::Write,
+        options: RunOptions,
+        memory: Memory,
+    ) -> Executor<'p> {
+        let Memory { values, slots, mut rank } = memory;
+        let mut new: Vec<NodeId> = program.graph.node_ids().into_iter().filter(|n| !rank.contains_key(n)).collect();
+        new.sort_unstable();
+        let base = rank.len();
+        rank.extend(new.into_iter().enumerate().map(|(i, n)| (n, base + i)));
+        Executor { program, rank, values, slots, out, options, data_cache: HashMap::new() }
+    }
+
+    /// What `resume` needs to continue after this run.
+    pub fn into_memory(self) -> Memory {
+        Memory { values: self.values, slots: self.slots, rank: self.rank }
+    }
+
+    /// Runs one effect of the program.
+    pub fn run(&mut self, effect: &Effect) -> Result<(), Diagnostic> {
+        self.run_effect(effect)
     }
 
     pub fn graph(&self) -> &'p Graph {

@@ -66,8 +66,16 @@ fn pattern_names<'a>(p: &'a Pattern, out: &mut Vec<&'a str>) {
 
 /// Checks that every name in `program` is bound.
 pub fn resolve(program: &Program) -> crate::diag::Result<()> {
+    resolve_in(program, &[])
+}
+
+/// Like `resolve`, with `known` names bound before the program starts (the
+/// bindings of earlier REPL entries).
+pub fn resolve_in<'a>(program: &'a Program, known: &'a [String]) -> crate::diag::Result<()> {
     let mut r = Resolver { globals: global_names(), scopes: Vec::new(), diags: Vec::new() };
-    r.scopes.push(top_level_names(program).into_iter().collect());
+    let mut top: HashSet<&'a str> = top_level_names(program).into_iter().collect();
+    top.extend(known.iter().map(String::as_str));
+    r.scopes.push(top);
     for s in &program.stmts {
         r.stmt(s);
     }

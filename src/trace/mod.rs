@@ -17,6 +17,7 @@ mod builtins;
 mod call;
 mod eval;
 mod index;
+pub mod live;
 mod model;
 mod modules;
 mod tensor;
@@ -24,6 +25,7 @@ mod train;
 mod value;
 
 pub use builtins::elements_text as data_elements_text;
+pub use live::{Live, Traced};
 pub use tensor::round_to;
 pub use value::Value;
 
@@ -101,28 +103,35 @@ pub fn trace_program_in(
     sources: &mut SourceMap,
     base_dir: &std::path::Path,
 ) -> crate::diag::Result<Program> {
-    let mut tracer = Tracer {
-        graph: Graph::new(),
-        effects: Vec::new(),
-        sources,
-        diags: Vec::new(),
-        depth: 0,
-        modules: Default::default(),
-        param_context: None,
-        model_path: None,
-        next_slot: 0,
-        base_dir: base_dir.to_path_buf(),
-        csv_cache: Default::default(),
-        training: false,
-        step_counter: None,
-        pending_reduce: None,
-    };
+    let mut tracer = Tracer::new(sources, base_dir);
     let env = tracer.prelude_scope();
     tracer.run_stmts(&program.stmts, &env);
     if tracer.diags.is_empty() {
         Ok(Program { graph: tracer.graph, effects: tracer.effects, compiled: None })
     } else {
         Err(tracer.diags)
+    }
+}
+
+impl<'s> Tracer<'s> {
+    /// A tracer with an empty graph, no modules loaded and no diagnostics.
+    pub(crate) fn new(sources: &'s mut SourceMap, base_dir: &std::path::Path) -> Tracer<'s> {
+        Tracer {
+            graph: Graph::new(),
+            effects: Vec::new(),
+            sources,
+            diags: Vec::new(),
+            depth: 0,
+            modules: Default::default(),
+            param_context: None,
+            model_path: None,
+            next_slot: 0,
+            base_dir: base_dir.to_path_buf(),
+            csv_cache: Default::default(),
+            training: false,
+            step_counter: None,
+            pending_reduce: None,
+        }
     }
 }
 

@@ -40,7 +40,7 @@ impl Tracer<'_> {
         Ok(Value::Tuple(vec![]))
     }
 
-    fn print_item(&mut self, v: &Value, span: crate::diag::Span) -> TResult<PrintItem> {
+    pub(crate) fn print_item(&mut self, v: &Value, span: crate::diag::Span) -> TResult<PrintItem> {
         Ok(match v {
             Value::Tensor(id, _) => PrintItem::Tensor(*id),
             // A float is an f32 scalar by default (§3), so it prints as one.
