@@ -35,6 +35,29 @@ pub enum Source {
     Nodes(Vec<NodeId>),
     /// `range(n)`: the i32 scalars `0..n`.
     Range(usize),
+    /// A binary data file whose header was read while checking; the
+    /// runtime reads the data (`runtime::loaders`).
+    File(Arc<FileSource>),
+}
+
+/// The binary formats `load_idx`, `load_npy` and `load_safetensors` read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    Idx,
+    Npy,
+    Safetensors,
+}
+
+/// A data file (or, for IDX, an images file and a labels file) and the
+/// columns found in it while checking; each column's first axis enumerates
+/// the elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileSource {
+    pub format: FileFormat,
+    pub paths: Vec<std::path::PathBuf>,
+    /// For safetensors: the tensors to read, in order (empty: all, by name).
+    pub keys: Vec<String>,
+    pub columns: Vec<TensorType>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

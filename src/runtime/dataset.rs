@@ -52,6 +52,7 @@ fn source(ex: &mut Executor, s: &Source) -> Result<Vec<Element>, Diagnostic> {
             ex.demand(ids)?;
             ids.iter().map(|id| ex.value(*id).cloned()).collect::<Result<_, _>>()?
         }
+        Source::File(f) => super::loaders::load(f)?,
         Source::Range(n) => {
             let lit = Literal::Int((0..*n as i64).collect());
             vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]

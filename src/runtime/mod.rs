@@ -8,4 +8,5 @@ pub mod dataset;
 pub mod exec;
 pub mod format;
 pub mod interrupt;
+pub mod loaders;
 pub mod train;

@@ -1,12 +1,14 @@
-//! Dataset built-ins (§8): sources (`load_csv`, `from_tensors`, `range`),
+//! Dataset built-ins (§8): sources (`load_csv`, `load_idx`, `load_npy`,
+//! `load_safetensors`, `from_tensors`, `range`),
 //! transforms (`map filter shuffle batch repeat take skip cache prefetch
 //! split`) and looking inside (`first count collect`). A dataset is a plan;
 //! `map`/`filter` functions are traced once into regions over the element
 //! types, like any other function. `load_csv` reads its file while checking,
-//! because the element shapes and count come from it.
+//! and the binary loaders read (and size-check) theirs, because the element
+//! shapes and count come from them.
 
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, Region, Source, Transform};
+use crate::ir::plan::{Dataset, FileFormat, FileSource, Region, Source, Transform};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
@@ -46,12 +48,7 @@ impl Tracer<'_> {
                 }
             }
             "split" => self.split(a),
-            "load_npy" | "load_idx" | "load_safetensors" => Err(Diagnostic::new(
-                Code::Unsupported,
-                format!("`{}` is not supported yet; use `load_csv` or `from_tensors`", a.name),
-            )
-            .label(a.span, "this data source")
-            .into()),
+            "load_npy" | "load_idx" | "load_safetensors" => self.load_file(a),
             _ => self.transform(a),
         }
     }
@@ -88,6 +85,47 @@ impl Tracer<'_> {
         let element = host.columns.iter().map(|(t, _)| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
         Ok(dataset(Dataset {
             source: Source::Host(host),
+            transforms: vec![],
+            element,
+            len: Some(n),
+            batch_sizes: vec![],
+        }))
+    }
+
+    /// `load_idx(images, labels)`, `load_npy(path)`, `load_safetensors(path, keys…)`:
+    /// the header is read now (element types and count), the data when running.
+    fn load_file(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let path_arg = |i: usize| match a.get(i) {
+            Some((Value::Str(s), _)) => Ok(Some(s.clone())),
+            None => Ok(None),
+            _ => Err(a.bad(i, "a file path string")),
+        };
+        let (format, paths, keys) = match a.name {
+            "load_idx" => (FileFormat::Idx, [path_arg(0)?, path_arg(1)?].into_iter().flatten().collect(), vec![]),
+            "load_npy" => (FileFormat::Npy, path_arg(0)?.into_iter().collect::<Vec<_>>(), vec![]),
+            _ => {
+                let keys = match a.get(1) {
+                    None => vec![],
+                    Some((Value::Tuple(items), _)) => items
+                        .iter()
+                        .map(|v| match v {
+                            Value::Str(s) => Ok(s.clone()),
+                            _ => Err(a.bad(1, "tensor names (strings)")),
+                        })
+                        .collect::<TResult<Vec<_>>>()?,
+                    Some(_) => return Err(a.bad(1, "tensor names (strings)")),
+                };
+                (FileFormat::Safetensors, path_arg(0)?.into_iter().collect(), keys)
+            }
+        };
+        let paths: Vec<std::path::PathBuf> = paths.iter().map(|p| self.base_dir.join(p)).collect();
+        let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let columns =
+            crate::runtime::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
+        let n = columns.first().map(|t| t.shape[0]).unwrap_or(0);
+        let element = columns.iter().map(|t| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
+        Ok(dataset(Dataset {
+            source: Source::File(std::sync::Arc::new(FileSource { format, paths, keys, columns })),
             transforms: vec![],
             element,
             len: Some(n),
