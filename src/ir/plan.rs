@@ -64,6 +64,10 @@ pub struct FileSource {
 pub enum Transform {
     /// Applies a region to each element (inputs: the element's parts).
     Map(Region),
+    /// `map(f, parallel = n)`: the `Map` just before this runs on `n` worker
+    /// threads (`None`: `auto`, as many as keep the consumer fed), with the
+    /// element order preserved.
+    Parallel(Option<usize>),
     /// Keeps elements whose region output (a bool scalar) is true.
     Filter(Region),
     /// tf.data's shuffle: a buffer of `buffer` elements, reshuffled each epoch
@@ -88,8 +92,9 @@ pub enum Transform {
         count: usize,
         first: bool,
     },
-    /// Keep computed elements in memory after the first pass.
-    Cache,
+    /// Keep computed elements after the first pass: in memory, or in the
+    /// given file (reused by later runs while the element types match).
+    Cache(Option<std::path::PathBuf>),
     /// Overlap input preparation with training (`None` = auto).
     Prefetch(Option<usize>),
 }

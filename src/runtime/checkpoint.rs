@@ -148,6 +148,11 @@ impl SafeFile {
         Ok(SafeFile { path: path.to_path_buf(), header, metadata, bytes, data_start: 8 + n })
     }
 
+    /// The string metadata (`__metadata__`).
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
     /// The tensor names, sorted.
     pub fn names(&self) -> Vec<String> {
         self.header.keys().filter(|k| *k != "__metadata__").cloned().collect()

@@ -36,8 +36,8 @@ pub struct Executor<'p> {
     pub out: &'p mut dyn std::io::Write,
     /// Options from the command line.
     pub options: RunOptions,
-    /// Epoch-independent dataset prefixes, by dataset address.
-    pub data_cache: HashMap<usize, std::rc::Rc<Vec<super::dataset::Element>>>,
+    /// Loaded data sources and `cache()`d passes, shared with pipeline threads.
+    pub data_cache: super::pipeline::Caches,
 }
 
 /// Run-time options (from the command line).
@@ -47,6 +47,8 @@ pub struct RunOptions {
     pub check_numerics: bool,
     /// Directory that relative paths in the program resolve against.
     pub base_dir: std::path::PathBuf,
+    /// Report run-time choices (the input pipeline's tuning) on stderr.
+    pub verbose: bool,
 }
 
 /// Runs `program`, writing printed output to `out`.
@@ -77,7 +79,7 @@ impl<'p> Executor<'p> {
             slots: HashMap::new(),
             out,
             options,
-            data_cache: HashMap::new(),
+            data_cache: Default::default(),
         })
     }
 

@@ -9,4 +9,5 @@ pub mod exec;
 pub mod format;
 pub mod interrupt;
 pub mod loaders;
+pub mod pipeline;
 pub mod train;

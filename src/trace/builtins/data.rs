@@ -220,7 +220,23 @@ impl Tracer<'_> {
                     Transform::Filter(region)
                 } else {
                     out.element = outputs;
-                    Transform::Map(region)
+                    let parallel = match a.get(2) {
+                        None => None,
+                        Some((Value::Str(s), _)) if s == "auto" => Some(None),
+                        Some(_) => {
+                            let n = a.int(2)?;
+                            if n <= 0 {
+                                return Err(a.bad_value(2, format!("`parallel` must be positive or `auto`, not {n}")));
+                            }
+                            Some(Some(n as usize))
+                        }
+                    };
+                    if let Some(p) = parallel {
+                        out.transforms.push(Transform::Map(region));
+                        Transform::Parallel(p)
+                    } else {
+                        Transform::Map(region)
+                    }
                 }
             }
             "shuffle" => {
@@ -277,11 +293,21 @@ impl Tracer<'_> {
                     Transform::Skip(n)
                 }
             }
-            "cache" => Transform::Cache,
+            "cache" => match a.get(1) {
+                None => Transform::Cache(None),
+                Some((Value::Str(s), _)) => Transform::Cache(Some(self.base_dir.join(s))),
+                Some(_) => return Err(a.bad(1, "a file path string")),
+            },
             _ => match a.get(1) {
                 Some((Value::Str(s), _)) if s == "auto" => Transform::Prefetch(None),
                 None => Transform::Prefetch(None),
-                Some(_) => Transform::Prefetch(Some(a.int(1)?.max(1) as usize)),
+                Some(_) => {
+                    let k = a.int(1)?;
+                    if k <= 0 {
+                        return Err(a.bad_value(1, format!("the prefetch buffer must be positive or `auto`, not {k}")));
+                    }
+                    Transform::Prefetch(Some(k as usize))
+                }
             },
         };
         out.transforms.push(t);
@@ -355,12 +381,12 @@ impl Tracer<'_> {
                 .label(a.span_of(0), "filtered dataset")
                 .into());
             };
-            if !d.batch_sizes.is_empty() {
+            if d.batch_sizes.len() > 1 {
                 return Err(Diagnostic::new(
                     Code::Unsupported,
-                    "`collect` of a batched dataset is not supported; collect before batching",
+                    "`collect` of batches of different sizes is not supported; collect before batching or use `drop_remainder = true`",
                 )
-                .label(a.span_of(0), "batched")
+                .label(a.span_of(0), "the last batch is smaller")
                 .into());
             }
             d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect()
