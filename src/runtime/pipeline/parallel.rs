@@ -122,7 +122,7 @@ impl Spawner<'_, '_> {
                     }
                 }
                 let Some((ex, r)) = compiled.as_ref() else { return };
-                let result = apply(ex, r, &e, i, "map");
+                let result = apply(ex, r, &e, i, c.epoch, "map");
                 let failed = result.is_err();
                 if out.send(Msg::Result(i, result)).is_err() || failed {
                     return;

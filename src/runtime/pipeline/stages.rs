@@ -112,6 +112,7 @@ fn source<'s>(ctx: &Ctx<'_>, src: &Source) -> Result<Iter<'s>, Diagnostic> {
 /// A `map` (or `filter`) on the calling thread, with its own executor.
 struct RegionStage<'p, 'a> {
     up: Iter<'a>,
+    epoch: u64,
     ex: super::super::exec::Executor<'p>,
     region: CompiledRegion,
     filter: bool,
@@ -123,19 +124,30 @@ impl<'p, 'a> RegionStage<'p, 'a> {
     fn new(ctx: &Ctx<'p>, r: &Region, up: Iter<'a>, filter: bool) -> Result<Self, Diagnostic> {
         let mut ex = executor(ctx)?;
         let region = ex.compile_region(r)?;
-        Ok(RegionStage { up, ex, region, filter, index: 0, failed: false })
+        Ok(RegionStage { up, epoch: ctx.epoch, ex, region, filter, index: 0, failed: false })
     }
 }
 
-/// Runs a `map`/`filter` region on one element; errors name the element.
+/// Runs a `map`/`filter` region on element `index` of epoch `epoch`;
+/// errors name the element. The region's last input is the element's key.
 pub(super) fn apply(
     ex: &super::super::exec::Executor,
     r: &CompiledRegion,
     e: &[Tensor],
     index: usize,
+    epoch: u64,
     what: &str,
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    ex.run_region(r, e).map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")))
+    let mut inputs = e.to_vec();
+    inputs.push(element_key(index, epoch)?);
+    ex.run_region(r, &inputs).map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")))
+}
+
+/// The key random ops in a `map` draw from: a distinct f32 integer per
+/// element and epoch (exact below 2^24, where it wraps around).
+fn element_key(index: usize, epoch: u64) -> Result<Tensor, Diagnostic> {
+    let key = (epoch.wrapping_mul(1_000_003).wrapping_add(index as u64) % (1 << 24)) + 1;
+    Tensor::from_literal(&Literal::Float(vec![key as f64]), &TensorType::scalar(DType::F32))
 }
 
 impl Iterator for RegionStage<'_, '_> {
@@ -155,7 +167,7 @@ impl Iterator for RegionStage<'_, '_> {
             let i = self.index;
             self.index += 1;
             let what = if self.filter { "filter" } else { "map" };
-            let out = match apply(&self.ex, &self.region, &e, i, what) {
+            let out = match apply(&self.ex, &self.region, &e, i, self.epoch, what) {
                 Ok(out) => out,
                 Err(d) => {
                     self.failed = true;

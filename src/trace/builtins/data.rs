@@ -329,8 +329,19 @@ impl Tracer<'_> {
                 .label(span, "here")
                 .into());
         }
-        let (inputs, args) = self.slots_for(element, span);
-        let out = self.call_value(f, f_span, args, vec![], span)?;
+        let (mut inputs, args) = self.slots_for(element, span);
+        // Random ops in `f` (`dropout`, std.augment) draw from the element's
+        // key — its index and the epoch, bound by the runtime after the
+        // parts — so each element gets its own values, the same at any
+        // `parallel` setting. The key slot exists only if something draws.
+        let saved = (self.step_counter.take(), self.element_key.replace(None));
+        let out = self.call_value(f, f_span, args, vec![], span);
+        let key = self.element_key.take().flatten();
+        (self.step_counter, self.element_key) = saved;
+        let out = out?;
+        if let Some((slot, _)) = key {
+            inputs.push((slot, TensorType::scalar(DType::F32)));
+        }
         let parts = match out {
             Value::Tuple(items) => items,
             v => vec![v],
@@ -362,6 +373,26 @@ impl Tracer<'_> {
             args.push((Value::Tensor(id, t.clone()), span));
         }
         (inputs, args)
+    }
+
+    /// The counter random ops mix into their seed: the step inside a train
+    /// step, the element key inside a `map`/`filter` function (its slot is
+    /// created on first use), none elsewhere.
+    pub(crate) fn random_counter(&mut self, span: Span) -> Option<crate::ir::NodeId> {
+        if self.step_counter.is_some() {
+            return self.step_counter;
+        }
+        match self.element_key {
+            Some(Some((_, id))) => Some(id),
+            Some(None) => {
+                let ty = TensorType::scalar(DType::F32);
+                let slot = self.new_slot();
+                let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty, span);
+                self.element_key = Some(Some((slot, id)));
+                Some(id)
+            }
+            None => None,
+        }
     }
 
     pub(crate) fn new_slot(&mut self) -> usize {
