@@ -10,8 +10,8 @@
 //! accuracy that subset reliably reaches. Every change is checked to apply,
 //! so the test cannot silently run something else.
 
-mod pipeline_support;
-use pipeline_support::*;
+mod support;
+use support::*;
 
 fn replace_once(text: &str, from: &str, to: &str) -> String {
     assert_eq!(text.matches(from).count(), 1, "`{from}` must occur once in examples/mnist_mlp.tfl");

@@ -5,8 +5,8 @@
 //! each stage reaching the user as one diagnostic naming the element —
 //! with no hang (each run has a deadline) and a non-zero exit.
 
-mod pipeline_support;
-use pipeline_support::*;
+mod support;
+use support::*;
 
 #[test]
 fn transforms_on_edge_cases() {

@@ -3,8 +3,8 @@
 //! element's index, the epoch and the seed — the same at every `parallel`
 //! setting — and every output is a valid augmentation of its input.
 
-mod pipeline_support;
-use pipeline_support::*;
+mod support;
+use support::*;
 
 /// The numbers of a printed tensor (`f32[2, 2] [[1, 2], [3, 4]]` → 1 2 3 4).
 fn numbers(printed: &str) -> Vec<f64> {

@@ -4,10 +4,10 @@
 //! checkpoint on disk is complete and no temporary file is left behind, and
 //! resuming from it ends with exactly the weights of an uninterrupted run.
 
-mod pipeline_support;
-use pipeline_support::*;
+mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::*;
 
 const PROGRAM: &str = r#"
 use std.nn.{Dense}

@@ -5,8 +5,8 @@
 //! ones check that the diagnostic names the file and the byte position and
 //! that nothing panics.
 
-mod pipeline_support;
-use pipeline_support::*;
+mod support;
+use support::*;
 
 fn labels_u8(v: &[u8]) -> Vec<u8> {
     idx(0x08, &[v.len() as u32], v)

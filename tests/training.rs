@@ -20,25 +20,11 @@ use tfc::ir::{DType, Literal, TensorType};
 
 const DIGITS: &[u8] = include_bytes!("../examples/data/digits.csv.gz");
 
+mod support;
+use support::Scratch;
+
 /// A scratch directory for one test, holding `data/digits.csv.gz`. It is
 /// removed when the test passes and kept for inspection when it fails.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tfc-training-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -1,7 +1,7 @@
-//! Shared helpers for the pipeline tests: a scratch directory per test,
-//! running the `tfc` binary in it, and writers for small data files in the
-//! binary formats of §8 (IDX, npy, npz, gzip) so that every test builds
-//! exactly the (possibly corrupted) file it needs.
+//! Shared test helpers: a scratch directory per test (also used by
+//! tests/training.rs), running the `tfc` binary in it, and writers for small
+//! data files in the binary formats of §8 (IDX, npy, npz, gzip) so that
+//! every pipeline test builds exactly the (possibly corrupted) file it needs.
 #![allow(dead_code)]
 
 use std::io::Write;
@@ -27,7 +27,7 @@ impl Drop for Scratch {
 }
 
 pub fn scratch(test: &str) -> Scratch {
-    let dir = std::env::temp_dir().join(format!("tfc-pipeline-{}-{test}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tfc-test-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create the scratch directory");
     Scratch(dir)
