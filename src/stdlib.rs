@@ -9,6 +9,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("std.loss", include_str!("../std/loss.tfl")),
     ("std.optim", include_str!("../std/optim.tfl")),
     ("std.metrics", include_str!("../std/metrics.tfl")),
+    ("std.augment", include_str!("../std/augment.tfl")),
 ];
 
 /// The source of a std module such as `std.math`.

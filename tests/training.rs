@@ -20,25 +20,11 @@ use tfc::ir::{DType, Literal, TensorType};
 
 const DIGITS: &[u8] = include_bytes!("../examples/data/digits.csv.gz");
 
+mod support;
+use support::Scratch;
+
 /// A scratch directory for one test, holding `data/digits.csv.gz`. It is
 /// removed when the test passes and kept for inspection when it fails.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
 fn scratch(test: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("tfc-training-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -204,7 +190,7 @@ fn training_twice_gives_bit_identical_weights() {
     let id = session.load_file(&file).expect("load the program");
     let compiled = session.check(id).expect("the program checks");
     let mut out = Vec::new();
-    let options = tfc::runtime::exec::RunOptions { check_numerics: false, base_dir: session.base_dir(id) };
+    let options = tfc::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..Default::default() };
     tfc::runtime::exec::execute(&compiled, &mut out, options).expect("the program runs");
     assert_eq!(String::from_utf8_lossy(&out), stdout(&runs[0]));
     assert_eq!(read(&c.join("final.safetensors")), weights, "the library run differs from the binary's");

@@ -32,6 +32,9 @@ enum Command {
         /// Stop at the first op that produces a NaN or infinity, naming its source line.
         #[arg(long)]
         check_numerics: bool,
+        /// Report run-time choices on stderr (the input pipeline's buffer sizes and workers).
+        #[arg(long)]
+        verbose: bool,
         /// Run without the graph optimizer.
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
@@ -94,8 +97,13 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, opt_level } => {
-            run(&mut session, file, *check_numerics, opt_level.is_none())
+        Command::Run { file, check_numerics, verbose, opt_level } => {
+            let options = crate::runtime::exec::RunOptions {
+                check_numerics: *check_numerics,
+                verbose: *verbose,
+                ..Default::default()
+            };
+            run(&mut session, file, options, opt_level.is_none())
         }
         Command::Build(args) => {
             let mut args = args.clone();
@@ -135,13 +143,13 @@ fn check(session: &mut Session, file: &std::path::Path) -> Result<(), Vec<Diagno
 fn run(
     session: &mut Session,
     file: &std::path::Path,
-    check_numerics: bool,
+    options: crate::runtime::exec::RunOptions,
     optimize: bool,
 ) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
     let program =
         if optimize { session.compile(id, &crate::passes::Options::default())? } else { session.check(id)? };
-    let options = crate::runtime::exec::RunOptions { check_numerics, base_dir: session.base_dir(id) };
+    let options = crate::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..options };
     crate::runtime::interrupt::install();
     let stdout = std::io::stdout();
     let mut out = std::io::LineWriter::new(stdout.lock());

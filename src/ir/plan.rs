@@ -35,12 +35,39 @@ pub enum Source {
     Nodes(Vec<NodeId>),
     /// `range(n)`: the i32 scalars `0..n`.
     Range(usize),
+    /// A binary data file whose header was read while checking; the
+    /// runtime reads the data (`runtime::loaders`).
+    File(Arc<FileSource>),
+}
+
+/// The binary formats `load_idx`, `load_npy` and `load_safetensors` read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    Idx,
+    Npy,
+    Safetensors,
+}
+
+/// A data file (or, for IDX, an images file and a labels file) and the
+/// columns found in it while checking; each column's first axis enumerates
+/// the elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FileSource {
+    pub format: FileFormat,
+    pub paths: Vec<std::path::PathBuf>,
+    /// For safetensors: the tensors to read, in order (empty: all, by name).
+    pub keys: Vec<String>,
+    pub columns: Vec<TensorType>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Transform {
     /// Applies a region to each element (inputs: the element's parts).
     Map(Region),
+    /// `map(f, parallel = n)`: the `Map` just before this runs on `n` worker
+    /// threads (`None`: `auto`, as many as keep the consumer fed), with the
+    /// element order preserved.
+    Parallel(Option<usize>),
     /// Keeps elements whose region output (a bool scalar) is true.
     Filter(Region),
     /// tf.data's shuffle: a buffer of `buffer` elements, reshuffled each epoch
@@ -65,8 +92,9 @@ pub enum Transform {
         count: usize,
         first: bool,
     },
-    /// Keep computed elements in memory after the first pass.
-    Cache,
+    /// Keep computed elements after the first pass: in memory, or in the
+    /// given file (reused by later runs while the element types match).
+    Cache(Option<std::path::PathBuf>),
     /// Overlap input preparation with training (`None` = auto).
     Prefetch(Option<usize>),
 }

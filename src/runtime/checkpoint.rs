@@ -8,9 +8,10 @@
 //! file or the new one. `load` checks every requested name, dtype and shape
 //! and reports all differences at once; it never accepts a truncated file.
 
+use super::loaders::{decode, Scalar};
 use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{DType, Literal, TensorType};
+use crate::ir::{DType, TensorType};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
@@ -97,72 +98,169 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
     })
 }
 
+/// A safetensors file in memory: its parsed header and its bytes.
+pub struct SafeFile {
+    path: std::path::PathBuf,
+    header: serde_json::Map<String, serde_json::Value>,
+    metadata: BTreeMap<String, String>,
+    bytes: Vec<u8>,
+    /// Where the data section starts in `bytes`.
+    data_start: usize,
+}
+
+/// One tensor entry of a safetensors header.
+struct Entry {
+    dtype: String,
+    shape: Vec<usize>,
+    offsets: Vec<usize>,
+}
+
+impl SafeFile {
+    /// Reads `path` and parses its header; a short file or bad JSON is an error.
+    pub fn read(path: &Path) -> Result<SafeFile, Diagnostic> {
+        let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
+        let bad = |msg: String| {
+            Diagnostic::new(Code::Io, format!("`{}` is not a valid safetensors file: {msg}", path.display()))
+        };
+        if bytes.len() < 8 {
+            return Err(bad("it is shorter than its 8-byte header length".into()));
+        }
+        let mut len8 = [0u8; 8];
+        len8.copy_from_slice(&bytes[..8]);
+        let n = u64::from_le_bytes(len8);
+        if n > (bytes.len() - 8) as u64 {
+            return Err(bad(format!("the header claims {n} bytes but the file has {}", bytes.len())));
+        }
+        let n = n as usize;
+        let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n])
+            .map_err(|e| bad(format!("bad JSON header at byte {} ({e})", 8 + e.column().saturating_sub(1))))?;
+        let serde_json::Value::Object(header) = header else {
+            return Err(bad("the header is not a JSON object".into()));
+        };
+        let mut metadata = BTreeMap::new();
+        if let Some(serde_json::Value::Object(m)) = header.get("__metadata__") {
+            for (k, v) in m {
+                if let Some(s) = v.as_str() {
+                    metadata.insert(k.clone(), s.to_string());
+                }
+            }
+        }
+        Ok(SafeFile { path: path.to_path_buf(), header, metadata, bytes, data_start: 8 + n })
+    }
+
+    /// The string metadata (`__metadata__`).
+    pub fn metadata(&self) -> &BTreeMap<String, String> {
+        &self.metadata
+    }
+
+    /// The tensor names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.header.keys().filter(|k| *k != "__metadata__").cloned().collect()
+    }
+
+    fn entry(&self, name: &str) -> Result<Option<Entry>, String> {
+        let Some(entry) = self.header.get(name) else { return Ok(None) };
+        let ints = |key: &str| -> Option<Vec<usize>> {
+            entry.get(key)?.as_array()?.iter().map(|d| d.as_u64().map(|d| d as usize)).collect()
+        };
+        let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?").to_string();
+        match (ints("shape"), ints("data_offsets")) {
+            (Some(shape), Some(offsets)) => Ok(Some(Entry { dtype, shape, offsets })),
+            _ => Err(format!("`{name}` has a malformed entry")),
+        }
+    }
+
+    /// The bytes of `e` if its offsets fit the file and hold `size` bytes.
+    fn data_of(&self, name: &str, e: &Entry, size: usize) -> Result<&[u8], String> {
+        let data = &self.bytes[self.data_start..];
+        match e.offsets.as_slice() {
+            [s, end] if s <= end && *end <= data.len() && end - s == size => Ok(&data[*s..*end]),
+            _ => Err(format!(
+                "`{name}` has data offsets {:?} that do not fit the file ({} data bytes; truncated?)",
+                e.offsets,
+                data.len()
+            )),
+        }
+    }
+
+    /// Tensor `name` with its natural tfc type (and its values when `data`),
+    /// for `load_safetensors`.
+    pub fn tensor(&self, name: &str, data: bool) -> Result<(TensorType, Option<Tensor>), Diagnostic> {
+        let bad = |msg: String| Diagnostic::new(Code::Io, format!("{}: {msg}", self.path.display()));
+        let e = self.entry(name).map_err(bad)?.ok_or_else(|| {
+            let names = self.names();
+            let mut d = bad(format!("there is no tensor `{name}` in the file"));
+            d = d.note(format!("it holds: {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")));
+            if let Some(m) = crate::diag::did_you_mean(name, names.iter().map(String::as_str)) {
+                d = d.help(format!("did you mean `{m}`?"));
+            }
+            d
+        })?;
+        let scalar =
+            scalar_of(&e.dtype).ok_or_else(|| bad(format!("`{name}` has the unsupported dtype `{}`", e.dtype)))?;
+        let ty = TensorType::new(scalar.natural(), e.shape.clone());
+        let size = ty.numel() * scalar.size();
+        let raw = self.data_of(name, &e, size).map_err(bad)?;
+        let tensor = if data { Some(decode(raw, scalar, false, ty.dtype, &ty.shape)?) } else { None };
+        Ok((ty, tensor))
+    }
+}
+
+/// The stored type of a safetensors dtype name.
+fn scalar_of(name: &str) -> Option<Scalar> {
+    Some(match name {
+        "F32" => Scalar::F32,
+        "F64" => Scalar::F64,
+        "F16" => Scalar::F16,
+        "BF16" => Scalar::BF16,
+        "I8" => Scalar::I8,
+        "U8" => Scalar::U8,
+        "I16" => Scalar::I16,
+        "U16" => Scalar::U16,
+        "I32" => Scalar::I32,
+        "U32" => Scalar::U32,
+        "I64" => Scalar::I64,
+        "U64" => Scalar::U64,
+        "BOOL" => Scalar::Bool,
+        _ => return None,
+    })
+}
+
 /// Reads the requested tensors (by name, with their expected types) and
 /// the metadata. Every mismatch is listed in one diagnostic.
 pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, BTreeMap<String, String>), Diagnostic> {
-    let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
-    let bad =
-        |msg: String| Diagnostic::new(Code::Io, format!("`{}` is not a valid safetensors file: {msg}", path.display()));
-    if bytes.len() < 8 {
-        return Err(bad("it is shorter than its 8-byte header length".into()));
-    }
-    let mut len8 = [0u8; 8];
-    len8.copy_from_slice(&bytes[..8]);
-    let n = u64::from_le_bytes(len8);
-    if n > (bytes.len() - 8) as u64 {
-        return Err(bad(format!("the header claims {n} bytes but the file has {}", bytes.len())));
-    }
-    let n = n as usize;
-    let header: serde_json::Value =
-        serde_json::from_slice(&bytes[8..8 + n]).map_err(|e| bad(format!("bad JSON header ({e})")))?;
-    let serde_json::Value::Object(header) = header else { return Err(bad("the header is not a JSON object".into())) };
-    let data = &bytes[8 + n..];
-    let mut metadata = BTreeMap::new();
-    if let Some(serde_json::Value::Object(m)) = header.get("__metadata__") {
-        for (k, v) in m {
-            if let Some(s) = v.as_str() {
-                metadata.insert(k.clone(), s.to_string());
-            }
-        }
-    }
+    let file = SafeFile::read(path)?;
     let mut problems = Vec::new();
     let mut out = Vec::new();
     for (name, ty) in want {
-        let Some(entry) = header.get(name) else {
-            problems.push(format!("`{name}` is missing (expected {ty})"));
-            continue;
-        };
-        let dtype = entry.get("dtype").and_then(|d| d.as_str()).unwrap_or("?");
-        let shape: Option<Vec<usize>> = entry
-            .get("shape")
-            .and_then(|s| s.as_array())
-            .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
-        let offsets: Option<Vec<usize>> = entry
-            .get("data_offsets")
-            .and_then(|s| s.as_array())
-            .map(|a| a.iter().filter_map(|d| d.as_u64().map(|d| d as usize)).collect());
-        let (Some(shape), Some(offsets)) = (shape, offsets) else {
-            problems.push(format!("`{name}` has a malformed entry"));
-            continue;
-        };
-        if dtype != dtype_name(ty.dtype) || shape != ty.shape {
-            // Lower-case the file's dtype so both sides read like tfc types (`f32[4, 8]`).
-            problems
-                .push(format!("`{name}` is {}{shape:?} in the file but the model expects {ty}", dtype.to_lowercase()));
-            continue;
-        }
-        let (start, end) = match offsets.as_slice() {
-            [s, e] if s <= e && *e <= data.len() && e - s == ty.size_bytes() => (*s, *e),
-            _ => {
-                problems.push(format!("`{name}` has data offsets {offsets:?} that do not fit the file (truncated?)"));
+        let e = match file.entry(name) {
+            Ok(Some(e)) => e,
+            Ok(None) => {
+                problems.push(format!("`{name}` is missing (expected {ty})"));
+                continue;
+            }
+            Err(p) => {
+                problems.push(p);
                 continue;
             }
         };
-        out.push(decode(&data[start..end], ty)?);
+        if e.dtype != dtype_name(ty.dtype) || e.shape != ty.shape {
+            // Lower-case the file's dtype so both sides read like tfc types (`f32[4, 8]`).
+            problems.push(format!(
+                "`{name}` is {}{:?} in the file but the model expects {ty}",
+                e.dtype.to_lowercase(),
+                e.shape
+            ));
+            continue;
+        }
+        match (file.data_of(name, &e, ty.size_bytes()), scalar_of(&e.dtype)) {
+            (Ok(raw), Some(scalar)) => out.push(decode(raw, scalar, false, ty.dtype, &ty.shape)?),
+            (Err(p), _) => problems.push(p),
+            (_, None) => problems.push(format!("`{name}` has the unsupported dtype `{}`", e.dtype)),
+        }
     }
     let expected: std::collections::HashSet<&str> = want.iter().map(|(n, _)| n.as_str()).collect();
-    let extra: Vec<&String> =
-        header.keys().filter(|k| *k != "__metadata__" && !expected.contains(k.as_str())).collect();
+    let extra: Vec<String> = file.names().into_iter().filter(|k| !expected.contains(k.as_str())).collect();
     if !problems.is_empty() {
         let mut d = Diagnostic::new(Code::Io, format!("`{}` does not match the model:", path.display()));
         for p in &problems {
@@ -177,34 +275,5 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
         }
         return Err(d);
     }
-    Ok((out, metadata))
-}
-
-fn decode(raw: &[u8], ty: &TensorType) -> Result<Tensor, Diagnostic> {
-    let lit = match ty.dtype {
-        DType::F32 => {
-            Literal::Float(raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect())
-        }
-        DType::F64 => {
-            Literal::Float(raw.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
-        }
-        DType::F16 => Literal::Float(
-            raw.chunks_exact(2)
-                .map(|c| crate::half::f16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
-                .collect(),
-        ),
-        DType::BF16 => Literal::Float(
-            raw.chunks_exact(2)
-                .map(|c| crate::half::bf16_bits_to_f32(u16::from_le_bytes([c[0], c[1]])) as f64)
-                .collect(),
-        ),
-        DType::I32 => {
-            Literal::Int(raw.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect())
-        }
-        DType::I64 => {
-            Literal::Int(raw.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
-        }
-        DType::Bool => Literal::Bool(raw.iter().map(|&b| b != 0).collect()),
-    };
-    Tensor::from_literal(&lit, ty)
+    Ok((out, file.metadata))
 }

@@ -10,7 +10,6 @@
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::HostColumns;
 use crate::ir::{DType, Literal, TensorType};
-use std::io::Read;
 use std::path::Path;
 
 fn fail(path: &Path, line: Option<usize>, msg: impl Into<String>) -> Diagnostic {
@@ -21,21 +20,9 @@ fn fail(path: &Path, line: Option<usize>, msg: impl Into<String>) -> Diagnostic 
     Diagnostic::new(Code::Io, format!("{place}: {}", msg.into()))
 }
 
-/// Reads a whole file, decompressing `.gz` transparently.
+/// Reads a whole file as text, decompressing `.gz` transparently.
 pub fn read_text(path: &Path) -> Result<String, Diagnostic> {
-    let raw = std::fs::read(path).map_err(|e| {
-        let why = if e.kind() == std::io::ErrorKind::NotFound { "no such file".to_string() } else { e.to_string() };
-        fail(path, None, format!("cannot read the file: {why}"))
-    })?;
-    let bytes = if path.extension().is_some_and(|e| e == "gz") {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| fail(path, None, format!("not a valid gzip file: {e}")))?;
-        out
-    } else {
-        raw
-    };
+    let bytes = super::loaders::read_bytes(path)?;
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
         let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;

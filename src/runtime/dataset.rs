@@ -1,6 +1,6 @@
-//! Running dataset pipelines (§8): sources, then transforms in order. An
-//! epoch's elements are computed eagerly; everything before the first
-//! `shuffle` does not depend on the epoch and is computed once per run.
+//! Looking at datasets from effects (§8): every element of an epoch,
+//! `first`/`collect`, and the example-weighted mean a metric computes. The
+//! elements come from the streaming pipeline runtime (`runtime::pipeline`).
 //!
 //! Contract: with seeds given, the element order and every value are a pure
 //! function of the program, the data and the epoch number — the same at any
@@ -9,129 +9,17 @@
 //! without a count is one pass (the training loop repeats epochs itself).
 
 use super::exec::Executor;
-use crate::backend::interp::host::{index_first, stack};
+use crate::backend::interp::host::stack;
 use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, ReducePlan, Source, Transform};
+use crate::ir::plan::{Dataset, ReducePlan};
 use crate::ir::{DType, Literal, TensorType};
-use std::rc::Rc;
 
-/// One element: a tensor per part.
-pub type Element = Vec<Tensor>;
+pub use super::pipeline::Element;
 
 /// The elements of `d` in epoch `epoch` (0-based).
-pub fn elements(ex: &mut Executor, d: &Dataset, epoch: u64) -> Result<Rc<Vec<Element>>, Diagnostic> {
-    let split = d.transforms.iter().position(|t| matches!(t, Transform::Shuffle { .. })).unwrap_or(d.transforms.len());
-    let key = d as *const Dataset as usize;
-    let prefix = match ex.data_cache.get(&key) {
-        Some(p) => p.clone(),
-        None => {
-            let mut elems = source(ex, &d.source)?;
-            for t in &d.transforms[..split] {
-                elems = apply(ex, t, elems, epoch)?;
-            }
-            let p = Rc::new(elems);
-            ex.data_cache.insert(key, p.clone());
-            p
-        }
-    };
-    if split == d.transforms.len() {
-        return Ok(prefix);
-    }
-    let mut elems: Vec<Element> = prefix.as_ref().clone();
-    for t in &d.transforms[split..] {
-        elems = apply(ex, t, elems, epoch)?;
-    }
-    Ok(Rc::new(elems))
-}
-
-fn source(ex: &mut Executor, s: &Source) -> Result<Vec<Element>, Diagnostic> {
-    let columns: Vec<Tensor> = match s {
-        Source::Host(h) => h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?,
-        Source::Nodes(ids) => {
-            ex.demand(ids)?;
-            ids.iter().map(|id| ex.value(*id).cloned()).collect::<Result<_, _>>()?
-        }
-        Source::Range(n) => {
-            let lit = Literal::Int((0..*n as i64).collect());
-            vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
-        }
-    };
-    let n = columns.first().and_then(|c| c.shape().first().copied()).unwrap_or(0);
-    (0..n).map(|i| columns.iter().map(|c| index_first(c, i)).collect()).collect()
-}
-
-fn apply(ex: &mut Executor, t: &Transform, elems: Vec<Element>, epoch: u64) -> Result<Vec<Element>, Diagnostic> {
-    Ok(match t {
-        Transform::Map(region) => {
-            let r = ex.compile_region(region)?;
-            elems.iter().map(|e| ex.run_region(&r, e)).collect::<Result<_, _>>()?
-        }
-        Transform::Filter(region) => {
-            let r = ex.compile_region(region)?;
-            let mut kept = Vec::new();
-            for e in elems {
-                let keep = ex.run_region(&r, &e)?;
-                if keep.first().map(|k| k.to_f64_vec().first().copied().unwrap_or(0.0) != 0.0).unwrap_or(false) {
-                    kept.push(e);
-                }
-            }
-            kept
-        }
-        Transform::Shuffle { buffer, seed } => {
-            shuffle(elems, *buffer, crate::rng::derive_seed(*seed, &format!("epoch {epoch}")))
-        }
-        Transform::Batch { n, drop_remainder } => {
-            let mut out = Vec::new();
-            for chunk in elems.chunks(*n) {
-                if chunk.len() < *n && *drop_remainder {
-                    break;
-                }
-                let parts = (0..chunk[0].len())
-                    .map(|p| stack(&chunk.iter().map(|e| &e[p]).collect::<Vec<_>>()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                out.push(parts);
-            }
-            out
-        }
-        Transform::Repeat(Some(k)) => {
-            let mut out = Vec::with_capacity(elems.len() * k);
-            for _ in 0..*k {
-                out.extend(elems.iter().cloned());
-            }
-            out
-        }
-        Transform::Repeat(None) | Transform::Cache | Transform::Prefetch(_) => elems,
-        Transform::Take(n) => elems.into_iter().take(*n).collect(),
-        Transform::Skip(n) => elems.into_iter().skip(*n).collect(),
-        Transform::Split { seed, count, first } => {
-            let order = permutation(elems.len(), *seed);
-            let picked: Vec<usize> = if *first {
-                order[..(*count).min(order.len())].to_vec()
-            } else {
-                order[(*count).min(order.len())..].to_vec()
-            };
-            picked.into_iter().map(|i| elems[i].clone()).collect()
-        }
-    })
-}
-
-/// tf.data's buffered shuffle with a counter-based random stream.
-fn shuffle(elems: Vec<Element>, buffer: usize, seed: u64) -> Vec<Element> {
-    let mut input = elems.into_iter();
-    let mut buf: Vec<Element> = input.by_ref().take(buffer.max(1)).collect();
-    let mut out = Vec::new();
-    let mut draw = 0u64;
-    while !buf.is_empty() {
-        let i = (crate::rng::uniform_at(seed, draw) * buf.len() as f64) as usize;
-        draw += 1;
-        let i = i.min(buf.len() - 1);
-        match input.next() {
-            Some(next) => out.push(std::mem::replace(&mut buf[i], next)),
-            None => out.push(buf.swap_remove(i)),
-        }
-    }
-    out
+pub fn elements(ex: &mut Executor, d: &Dataset, epoch: u64) -> Result<Vec<Element>, Diagnostic> {
+    super::pipeline::elements(ex, d, epoch)
 }
 
 /// A seeded Fisher–Yates permutation of `0..n`.
@@ -146,11 +34,10 @@ pub fn permutation(n: usize, seed: u64) -> Vec<usize> {
 
 /// The example-weighted mean of the region's scalar output over all batches.
 pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span: Span) -> Result<Tensor, Diagnostic> {
-    let batches = elements(ex, &plan.data, 0)?;
     let regions: Vec<(usize, super::exec::CompiledRegion)> =
         plan.regions.iter().map(|(b, r)| Ok((*b, ex.compile_region(r)?))).collect::<Result<_, Diagnostic>>()?;
     let (mut total, mut count) = (0.0f64, 0usize);
-    for b in batches.iter() {
+    super::pipeline::for_each(ex, &plan.data, 0, |ex, _, b| {
         let mut inputs = b.clone();
         inputs.extend(extra.iter().cloned());
         let size = b.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
@@ -171,7 +58,8 @@ pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span:
         let n = b.first().and_then(|t| t.shape().first().copied()).unwrap_or(1);
         total += v * n as f64;
         count += n;
-    }
+        Ok(true)
+    })?;
     if count == 0 {
         return Err(Diagnostic::new(Code::Runtime, "the dataset is empty, so the metric has no value")
             .label(span, "evaluated here"));
@@ -181,7 +69,11 @@ pub fn reduce_mean(ex: &mut Executor, plan: &ReducePlan, extra: &[Tensor], span:
 
 /// The first element, or every element stacked.
 pub fn collect(ex: &mut Executor, d: &Dataset, all: bool, span: Span) -> Result<Vec<Tensor>, Diagnostic> {
-    let elems = elements(ex, d, 0)?;
+    let mut elems = Vec::new();
+    super::pipeline::for_each(ex, d, 0, |_, _, e| {
+        elems.push(e);
+        Ok(all)
+    })?;
     let Some(first) = elems.first() else {
         return Err(Diagnostic::new(Code::Runtime, "the dataset is empty").label(span, "no element to take"));
     };

@@ -36,8 +36,8 @@ pub struct Executor<'p> {
     pub out: &'p mut dyn std::io::Write,
     /// Options from the command line.
     pub options: RunOptions,
-    /// Epoch-independent dataset prefixes, by dataset address.
-    pub data_cache: HashMap<usize, std::rc::Rc<Vec<super::dataset::Element>>>,
+    /// Loaded data sources and `cache()`d passes, shared with pipeline threads.
+    pub data_cache: super::pipeline::Caches,
 }
 
 /// The state an executor carries from one run of a growing program to the
@@ -57,6 +57,8 @@ pub struct RunOptions {
     pub check_numerics: bool,
     /// Directory that relative paths in the program resolve against.
     pub base_dir: std::path::PathBuf,
+    /// Report run-time choices (the input pipeline's tuning) on stderr.
+    pub verbose: bool,
 }
 
 /// Runs `program`, writing printed output to `out`.
@@ -87,7 +89,7 @@ impl<'p> Executor<'p> {
             slots: HashMap::new(),
             out,
             options,
-            data_cache: HashMap::new(),
+            data_cache: Default::default(),
         })
     }
 
@@ -107,7 +109,7 @@ impl<'p> Executor<'p> {
         new.sort_unstable();
         let base = rank.len();
         rank.extend(new.into_iter().enumerate().map(|(i, n)| (n, base + i)));
-        Executor { program, rank, values, slots, out, options, data_cache: HashMap::new() }
+        Executor { program, rank, values, slots, out, options, data_cache: Default::default() }
     }
 
     /// What `resume` needs to continue after this run.

@@ -8,4 +8,6 @@ pub mod dataset;
 pub mod exec;
 pub mod format;
 pub mod interrupt;
+pub mod loaders;
+pub mod pipeline;
 pub mod train;

@@ -9,7 +9,7 @@
 //! weights to an uninterrupted run. A NaN or infinite loss stops training
 //! with a diagnostic naming the step (and, with `--check-numerics`, the op).
 
-use super::dataset::{elements, reduce_mean};
+use super::dataset::reduce_mean;
 use super::exec::{CompiledRegion, Executor};
 use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
@@ -67,16 +67,15 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     let started = Instant::now();
     let mut examples = 0usize;
     'epochs: while plan.epochs.is_none_or(|e| epoch < e as u64) {
-        let batches = elements(ex, &plan.data, epoch)?;
-        if batches.is_empty() {
-            return Err(Diagnostic::new(Code::Runtime, "the training data has no batches")
-                .label(plan.span, "in this train block"));
-        }
         let mut loss_sum = 0.0;
         let mut loss_n = 0usize;
-        for (i, batch) in batches.iter().enumerate() {
+        let mut stop = false;
+        // Batches stream from the input pipeline's threads while steps run.
+        let total = plan.data.len.unwrap_or(0);
+        super::pipeline::for_each(ex, &plan.data, epoch, |ex, i, batch| {
             if plan.max_steps.is_some_and(|m| step >= m as u64) {
-                break 'epochs;
+                stop = true;
+                return Ok(false);
             }
             // A step boundary is a safe point: parameters and the last
             // checkpoint are consistent here.
@@ -88,7 +87,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
                 )));
             };
             step += 1;
-            let mut inputs = batch.clone();
+            let mut inputs = batch;
             inputs.push(scalar(step as f64)?);
             inputs.extend(params.iter().cloned());
             inputs.extend(states.iter().cloned());
@@ -111,10 +110,18 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             progress.step(
                 epoch + 1,
                 i + 1,
-                batches.len(),
+                total.max(i + 1),
                 loss,
                 examples as f64 / started.elapsed().as_secs_f64().max(1e-9),
             );
+            Ok(true)
+        })?;
+        if stop {
+            break 'epochs;
+        }
+        if loss_n == 0 {
+            return Err(Diagnostic::new(Code::Runtime, "the training data has no batches")
+                .label(plan.span, "in this train block"));
         }
         epoch += 1;
         let mean_loss = loss_sum / loss_n.max(1) as f64;

@@ -87,6 +87,9 @@ pub struct Tracer<'s> {
     /// Inside a train step: the step number (an f32 scalar node), which
     /// `dropout` mixes into its seed so that every step draws a new mask.
     pub(crate) step_counter: Option<crate::ir::NodeId>,
+    /// While tracing a `map`/`filter` function: its element-key slot
+    /// (slot number and node), created by the first random op that needs it.
+    pub(crate) element_key: Option<Option<(usize, crate::ir::NodeId)>>,
     /// While tracing `eval` metrics of a train block: reductions are
     /// collected here instead of becoming effects.
     pub(crate) pending_reduce: Option<Vec<crate::ir::plan::ReducePlan>>,
@@ -130,6 +133,7 @@ impl<'s> Tracer<'s> {
             csv_cache: Default::default(),
             training: false,
             step_counter: None,
+            element_key: None,
             pending_reduce: None,
         }
     }

@@ -1,12 +1,14 @@
-//! Dataset built-ins (§8): sources (`load_csv`, `from_tensors`, `range`),
+//! Dataset built-ins (§8): sources (`load_csv`, `load_idx`, `load_npy`,
+//! `load_safetensors`, `from_tensors`, `range`),
 //! transforms (`map filter shuffle batch repeat take skip cache prefetch
 //! split`) and looking inside (`first count collect`). A dataset is a plan;
 //! `map`/`filter` functions are traced once into regions over the element
 //! types, like any other function. `load_csv` reads its file while checking,
-//! because the element shapes and count come from it.
+//! and the binary loaders read (and size-check) theirs, because the element
+//! shapes and count come from them.
 
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, Region, Source, Transform};
+use crate::ir::plan::{Dataset, FileFormat, FileSource, Region, Source, Transform};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
@@ -46,12 +48,7 @@ impl Tracer<'_> {
                 }
             }
             "split" => self.split(a),
-            "load_npy" | "load_idx" | "load_safetensors" => Err(Diagnostic::new(
-                Code::Unsupported,
-                format!("`{}` is not supported yet; use `load_csv` or `from_tensors`", a.name),
-            )
-            .label(a.span, "this data source")
-            .into()),
+            "load_npy" | "load_idx" | "load_safetensors" => self.load_file(a),
             _ => self.transform(a),
         }
     }
@@ -88,6 +85,47 @@ impl Tracer<'_> {
         let element = host.columns.iter().map(|(t, _)| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
         Ok(dataset(Dataset {
             source: Source::Host(host),
+            transforms: vec![],
+            element,
+            len: Some(n),
+            batch_sizes: vec![],
+        }))
+    }
+
+    /// `load_idx(images, labels)`, `load_npy(path)`, `load_safetensors(path, keys…)`:
+    /// the header is read now (element types and count), the data when running.
+    fn load_file(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let path_arg = |i: usize| match a.get(i) {
+            Some((Value::Str(s), _)) => Ok(Some(s.clone())),
+            None => Ok(None),
+            _ => Err(a.bad(i, "a file path string")),
+        };
+        let (format, paths, keys) = match a.name {
+            "load_idx" => (FileFormat::Idx, [path_arg(0)?, path_arg(1)?].into_iter().flatten().collect(), vec![]),
+            "load_npy" => (FileFormat::Npy, path_arg(0)?.into_iter().collect::<Vec<_>>(), vec![]),
+            _ => {
+                let keys = match a.get(1) {
+                    None => vec![],
+                    Some((Value::Tuple(items), _)) => items
+                        .iter()
+                        .map(|v| match v {
+                            Value::Str(s) => Ok(s.clone()),
+                            _ => Err(a.bad(1, "tensor names (strings)")),
+                        })
+                        .collect::<TResult<Vec<_>>>()?,
+                    Some(_) => return Err(a.bad(1, "tensor names (strings)")),
+                };
+                (FileFormat::Safetensors, path_arg(0)?.into_iter().collect(), keys)
+            }
+        };
+        let paths: Vec<std::path::PathBuf> = paths.iter().map(|p| self.base_dir.join(p)).collect();
+        let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
+        let columns =
+            crate::runtime::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
+        let n = columns.first().map(|t| t.shape[0]).unwrap_or(0);
+        let element = columns.iter().map(|t| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
+        Ok(dataset(Dataset {
+            source: Source::File(std::sync::Arc::new(FileSource { format, paths, keys, columns })),
             transforms: vec![],
             element,
             len: Some(n),
@@ -182,7 +220,23 @@ impl Tracer<'_> {
                     Transform::Filter(region)
                 } else {
                     out.element = outputs;
-                    Transform::Map(region)
+                    let parallel = match a.get(2) {
+                        None => None,
+                        Some((Value::Str(s), _)) if s == "auto" => Some(None),
+                        Some(_) => {
+                            let n = a.int(2)?;
+                            if n <= 0 {
+                                return Err(a.bad_value(2, format!("`parallel` must be positive or `auto`, not {n}")));
+                            }
+                            Some(Some(n as usize))
+                        }
+                    };
+                    if let Some(p) = parallel {
+                        out.transforms.push(Transform::Map(region));
+                        Transform::Parallel(p)
+                    } else {
+                        Transform::Map(region)
+                    }
                 }
             }
             "shuffle" => {
@@ -239,11 +293,21 @@ impl Tracer<'_> {
                     Transform::Skip(n)
                 }
             }
-            "cache" => Transform::Cache,
+            "cache" => match a.get(1) {
+                None => Transform::Cache(None),
+                Some((Value::Str(s), _)) => Transform::Cache(Some(self.base_dir.join(s))),
+                Some(_) => return Err(a.bad(1, "a file path string")),
+            },
             _ => match a.get(1) {
                 Some((Value::Str(s), _)) if s == "auto" => Transform::Prefetch(None),
                 None => Transform::Prefetch(None),
-                Some(_) => Transform::Prefetch(Some(a.int(1)?.max(1) as usize)),
+                Some(_) => {
+                    let k = a.int(1)?;
+                    if k <= 0 {
+                        return Err(a.bad_value(1, format!("the prefetch buffer must be positive or `auto`, not {k}")));
+                    }
+                    Transform::Prefetch(Some(k as usize))
+                }
             },
         };
         out.transforms.push(t);
@@ -265,8 +329,19 @@ impl Tracer<'_> {
                 .label(span, "here")
                 .into());
         }
-        let (inputs, args) = self.slots_for(element, span);
-        let out = self.call_value(f, f_span, args, vec![], span)?;
+        let (mut inputs, args) = self.slots_for(element, span);
+        // Random ops in `f` (`dropout`, std.augment) draw from the element's
+        // key — its index and the epoch, bound by the runtime after the
+        // parts — so each element gets its own values, the same at any
+        // `parallel` setting. The key slot exists only if something draws.
+        let saved = (self.step_counter.take(), self.element_key.replace(None));
+        let out = self.call_value(f, f_span, args, vec![], span);
+        let key = self.element_key.take().flatten();
+        (self.step_counter, self.element_key) = saved;
+        let out = out?;
+        if let Some((slot, _)) = key {
+            inputs.push((slot, TensorType::scalar(DType::F32)));
+        }
         let parts = match out {
             Value::Tuple(items) => items,
             v => vec![v],
@@ -300,6 +375,26 @@ impl Tracer<'_> {
         (inputs, args)
     }
 
+    /// The counter random ops mix into their seed: the step inside a train
+    /// step, the element key inside a `map`/`filter` function (its slot is
+    /// created on first use), none elsewhere.
+    pub(crate) fn random_counter(&mut self, span: Span) -> Option<crate::ir::NodeId> {
+        if self.step_counter.is_some() {
+            return self.step_counter;
+        }
+        match self.element_key {
+            Some(Some((_, id))) => Some(id),
+            Some(None) => {
+                let ty = TensorType::scalar(DType::F32);
+                let slot = self.new_slot();
+                let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty, span);
+                self.element_key = Some(Some((slot, id)));
+                Some(id)
+            }
+            None => None,
+        }
+    }
+
     pub(crate) fn new_slot(&mut self) -> usize {
         self.next_slot += 1;
         self.next_slot
@@ -317,12 +412,12 @@ impl Tracer<'_> {
                 .label(a.span_of(0), "filtered dataset")
                 .into());
             };
-            if !d.batch_sizes.is_empty() {
+            if d.batch_sizes.len() > 1 {
                 return Err(Diagnostic::new(
                     Code::Unsupported,
-                    "`collect` of a batched dataset is not supported; collect before batching",
+                    "`collect` of batches of different sizes is not supported; collect before batching or use `drop_remainder = true`",
                 )
-                .label(a.span_of(0), "batched")
+                .label(a.span_of(0), "the last batch is smaller")
                 .into());
             }
             d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect()

@@ -82,7 +82,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load", &["model", "path"]),
     ("load_csv", &["path", "label="]),
     ("load_npy", &["path"]),
-    ("load_idx", &["images", "labels"]),
+    ("load_idx", &["images", "labels="]),
     ("load_safetensors", &["path", "keys.."]),
     ("range", &["n"]),
     ("from_tensors", &["xs.."]),

@@ -114,7 +114,7 @@ impl Tracer<'_> {
         // every step would drop the same units (a fixed sub-network, not
         // dropout).
         let random = Op::Random { ty: x.ty.clone(), dist: Distribution::Uniform, seed };
-        let u = match self.step_counter {
+        let u = match self.random_counter(a.span) {
             Some(step) => {
                 let ty = self.graph.node(step).ty.clone();
                 let step = crate::trace::tensor::Operand { id: step, ty, span: a.span };

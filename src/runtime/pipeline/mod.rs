@@ -1,0 +1,162 @@
+//! The streaming input-pipeline runtime (§8): a dataset plan becomes a chain
+//! of iterators, and `prefetch` and `map(…, parallel = n)` put the stages
+//! before them on background threads connected by bounded queues, so input
+//! preparation overlaps the training step that consumes it.
+//!
+//! Contract:
+//! - Determinism: the elements and their order are a pure function of the
+//!   program, the data and the epoch — the same with or without `prefetch`,
+//!   at any `parallel` setting (a parallel map delivers in input order
+//!   through a reorder buffer) and at any thread count.
+//! - Coordination: every thread lives in one `std::thread::scope` per pass
+//!   over the data, so all are joined before the pass returns. The first
+//!   error of any stage (a bad file, a failing `map`, Ctrl-C) travels
+//!   downstream in element order, is returned as one diagnostic naming the
+//!   element index where it applies, and stops every other stage: the
+//!   consumer abandons its queues and a shared cancel flag ends the
+//!   sources, so nothing hangs and nothing is lost.
+//! - Regions run in per-thread `Executor`s over the same program (the
+//!   values they read once, such as a weight a `map` closes over, are
+//!   computed per thread; slots filled by earlier effects are copied in).
+//! - Source data (files, tensors) is loaded once per run; `cache()` keeps a
+//!   complete pass in memory (or in a file) and replays it afterwards.
+//!
+//! Example: `ds |> map(f, parallel = 4) |> shuffle(1000, seed = 1) |>
+//! batch(32) |> prefetch(auto)` runs `f` on four workers, shuffles and
+//! batches on the prefetch thread, and the training loop pops batches.
+
+mod cache;
+mod parallel;
+mod queue;
+mod stages;
+
+use super::exec::{Executor, RunOptions};
+use crate::backend::interp::Tensor;
+use crate::diag::Diagnostic;
+use crate::ir::plan::{Dataset, Source};
+use crate::ir::Program;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One element: a tensor per part.
+pub type Element = Vec<Tensor>;
+type Item = Result<Element, Diagnostic>;
+type Iter<'a> = Box<dyn Iterator<Item = Item> + 'a>;
+
+/// What a run keeps between passes: loaded source columns and `cache()`d
+/// passes, shared by every thread.
+#[derive(Default)]
+pub struct Store {
+    sources: Mutex<HashMap<String, Arc<Vec<Tensor>>>>,
+    caches: Mutex<HashMap<String, Arc<Vec<Element>>>>,
+}
+
+/// The run's store (held by the executor).
+pub type Caches = Arc<Store>;
+
+/// Everything a stage needs, cheap to clone into a thread.
+#[derive(Clone)]
+struct Ctx<'p> {
+    program: &'p Program,
+    options: RunOptions,
+    slots: Arc<HashMap<usize, Tensor>>,
+    store: Caches,
+    epoch: u64,
+    /// Set when the consumer stops: sources end early.
+    cancel: Arc<AtomicBool>,
+}
+
+impl Ctx<'_> {
+    /// A `--verbose` report on stderr.
+    fn report(&self, text: impl FnOnce() -> String) {
+        if self.options.verbose {
+            eprintln!("pipeline: {}", text());
+        }
+    }
+}
+
+/// Feeds the elements of `d` in epoch `epoch` (0-based) to `f` in order,
+/// until they end or `f` returns `false`. The pipeline's threads run while
+/// `f` does; all of them are joined before this returns.
+pub fn for_each(
+    ex: &mut Executor,
+    d: &Dataset,
+    epoch: u64,
+    mut f: impl FnMut(&mut Executor, usize, Element) -> Result<bool, Diagnostic>,
+) -> Result<(), Diagnostic> {
+    prepare_source(ex, &d.source)?;
+    let ctx = Ctx {
+        program: ex.program,
+        options: ex.options.clone(),
+        slots: Arc::new(ex.slots.clone()),
+        store: ex.data_cache.clone(),
+        epoch,
+        cancel: Arc::new(AtomicBool::new(false)),
+    };
+    let cancel = ctx.cancel.clone();
+    std::thread::scope(|s| {
+        let result = (|| {
+            let items = stages::stream(s, &ctx, d, d.transforms.len())?;
+            for (i, item) in items.enumerate() {
+                if !f(ex, i, item?)? {
+                    break;
+                }
+            }
+            Ok(())
+        })();
+        // Every exit — the end, an early stop, an error — stops the sources;
+        // dropping the iterator (above) abandoned the queues.
+        cancel.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// Every element of `d` in epoch `epoch`.
+pub fn elements(ex: &mut Executor, d: &Dataset, epoch: u64) -> Result<Vec<Element>, Diagnostic> {
+    let mut out = Vec::new();
+    for_each(ex, d, epoch, |_, _, e| {
+        out.push(e);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Sources computed by the graph are evaluated here, in the main context,
+/// before any thread starts.
+fn prepare_source(ex: &mut Executor, s: &Source) -> Result<(), Diagnostic> {
+    if let Source::Nodes(ids) = s {
+        let key = source_key(s);
+        if ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
+            return Ok(());
+        }
+        ex.demand(ids)?;
+        let cols = ids.iter().map(|id| ex.value(*id).cloned()).collect::<Result<Vec<_>, _>>()?;
+        ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::new(cols));
+    }
+    Ok(())
+}
+
+fn source_key(s: &Source) -> String {
+    match s {
+        Source::Host(h) => format!("host {:p}", Arc::as_ptr(h)),
+        Source::File(f) => format!("file {:p}", Arc::as_ptr(f)),
+        Source::Nodes(ids) => format!("nodes {ids:?}"),
+        Source::Range(n) => format!("range {n}"),
+    }
+}
+
+/// The 1-based position of transform `i` as the user wrote it (the
+/// `Parallel` markers are part of their `map`).
+fn position(d: &Dataset, i: usize) -> usize {
+    1 + d.transforms[..i].iter().filter(|t| !matches!(t, crate::ir::plan::Transform::Parallel(_))).count()
+}
+
+/// A fresh executor for running regions on this thread. Its output sink is
+/// never written (regions have no effects).
+fn executor<'p>(ctx: &Ctx<'p>) -> Result<Executor<'p>, Diagnostic> {
+    let sink: &'p mut std::io::Sink = Box::leak(Box::new(std::io::sink()));
+    let mut ex = Executor::new(ctx.program, sink, ctx.options.clone())?;
+    ex.slots = (*ctx.slots).clone();
+    Ok(ex)
+}

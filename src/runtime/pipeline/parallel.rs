@@ -1,0 +1,197 @@
+//! `map(f, parallel = n | auto)`: a feeder thread pulls the upstream and
+//! numbers the elements, `n` workers (each with its own executor) run the
+//! compiled `f`, and the consumer puts the results back in input order with
+//! a reorder buffer.
+//!
+//! Contract: the output is exactly the sequential map's, element for
+//! element, at any worker count. Memory stays bounded: at most `2n`
+//! elements wait for a worker and `2n` results for the consumer (plus the
+//! out-of-order ones held for reordering, fewer than the elements in
+//! flight). With `auto`, the map starts with one worker and adds one (up to
+//! the number of cores) each time the consumer has to wait for the next
+//! element; `--verbose` reports every change.
+
+use super::stages::{apply, stream};
+use super::{executor, position, Ctx, Item, Iter};
+use crate::diag::Diagnostic;
+use crate::ir::plan::{Dataset, Region};
+use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::Scope;
+
+type Job = (usize, crate::runtime::pipeline::Element);
+
+/// What the consumer receives: a result at its index, or the number of
+/// elements the feeder sent in all.
+enum Msg {
+    Result(usize, Item),
+    End(usize),
+}
+
+/// The map of transform `k` (a `Map` followed by its `Parallel` marker) on workers.
+pub(super) fn map<'s, 'p: 's>(
+    s: &'s Scope<'s, 'p>,
+    ctx: &Ctx<'p>,
+    d: &'p Dataset,
+    k: usize,
+    region: &'p Region,
+    workers: Option<usize>,
+) -> Result<Iter<'s>, Diagnostic> {
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let max = workers.unwrap_or(cores).max(1);
+    let start = workers.unwrap_or(1).max(1);
+    let (job_tx, job_rx) = sync_channel::<Job>(2 * max);
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    let (out_tx, out_rx) = sync_channel::<Msg>(2 * max);
+    // The feeder numbers the upstream elements; an upstream error goes
+    // straight to the consumer at its position.
+    let (c, feed_out) = (ctx.clone(), out_tx.clone());
+    s.spawn(move || {
+        let items = match stream(s, &c, d, k) {
+            Ok(items) => items,
+            Err(e) => {
+                let _ = feed_out.send(Msg::Result(0, Err(e)));
+                return;
+            }
+        };
+        let mut n = 0;
+        for item in items {
+            match item {
+                Ok(e) => {
+                    if job_tx.send((n, e)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = feed_out.send(Msg::Result(n, Err(e)));
+                    return;
+                }
+            }
+            n += 1;
+        }
+        let _ = feed_out.send(Msg::End(n));
+    });
+    let spawner = Spawner { s, ctx: ctx.clone(), region, jobs: job_rx, out: out_tx };
+    for _ in 0..start {
+        spawner.spawn();
+    }
+    let at = position(d, k);
+    ctx.report(|| match workers {
+        Some(n) => format!("map(parallel = {n}) at transform {at}: {n} workers"),
+        None => format!("map(parallel = auto) at transform {at}: starts with 1 worker, at most {max}"),
+    });
+    Ok(Box::new(Reorder {
+        results: out_rx,
+        pending: BTreeMap::new(),
+        next: 0,
+        end: None,
+        workers: start,
+        max: if workers.is_some() { start } else { max },
+        spawner,
+        at,
+        failed: false,
+    }))
+}
+
+/// Starts workers (more of them later, for `auto`).
+struct Spawner<'s, 'p> {
+    s: &'s Scope<'s, 'p>,
+    ctx: Ctx<'p>,
+    region: &'p Region,
+    jobs: Arc<Mutex<Receiver<Job>>>,
+    out: SyncSender<Msg>,
+}
+
+impl Spawner<'_, '_> {
+    fn spawn(&self) {
+        let (c, region, jobs, out) = (self.ctx.clone(), self.region, self.jobs.clone(), self.out.clone());
+        self.s.spawn(move || {
+            // Compiled on the first job, so that a failure has an element to name.
+            let mut compiled = None;
+            loop {
+                let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                let Ok((i, e)) = job else { return };
+                if compiled.is_none() {
+                    match executor(&c).and_then(|mut ex| ex.compile_region(region).map(|r| (ex, r))) {
+                        Ok(x) => compiled = Some(x),
+                        Err(d) => {
+                            let _ = out.send(Msg::Result(i, Err(d)));
+                            return;
+                        }
+                    }
+                }
+                let Some((ex, r)) = compiled.as_ref() else { return };
+                let result = apply(ex, r, &e, i, c.epoch, "map");
+                let failed = result.is_err();
+                if out.send(Msg::Result(i, result)).is_err() || failed {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Hands results out in input order.
+struct Reorder<'s, 'p> {
+    results: Receiver<Msg>,
+    pending: BTreeMap<usize, Item>,
+    next: usize,
+    /// The number of elements, once the feeder is done.
+    end: Option<usize>,
+    workers: usize,
+    max: usize,
+    spawner: Spawner<'s, 'p>,
+    at: usize,
+    failed: bool,
+}
+
+impl Iterator for Reorder<'_, '_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        if self.failed || self.end == Some(self.next) {
+            return None;
+        }
+        let mut waited = false;
+        loop {
+            if let Some(item) = self.pending.remove(&self.next) {
+                self.next += 1;
+                self.failed = item.is_err();
+                return Some(item);
+            }
+            if self.end == Some(self.next) {
+                return None;
+            }
+            let msg = match self.results.try_recv() {
+                Ok(m) => m,
+                Err(TryRecvError::Empty) => {
+                    // Every sender lives as long as the feeder or a worker
+                    // that can still deliver, and the feeder always ends with
+                    // `End` or an error, so this wait ends.
+                    if !waited && self.workers < self.max && self.next > 0 {
+                        self.spawner.spawn();
+                        self.workers += 1;
+                        let (at, w) = (self.at, self.workers);
+                        self.spawner.ctx.report(|| {
+                            format!("map(parallel = auto) at transform {at}: the consumer waited; {w} workers")
+                        });
+                    }
+                    waited = true;
+                    match self.results.recv() {
+                        Ok(m) => m,
+                        Err(_) => return Some(Err(Diagnostic::internal("pipeline: a map worker stopped early"))),
+                    }
+                }
+                Err(TryRecvError::Disconnected) => {
+                    return Some(Err(Diagnostic::internal("pipeline: a map worker stopped early")))
+                }
+            };
+            match msg {
+                Msg::Result(i, item) => {
+                    self.pending.insert(i, item);
+                }
+                Msg::End(n) => self.end = Some(n),
+            }
+        }
+    }
+}

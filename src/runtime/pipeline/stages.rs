@@ -1,0 +1,370 @@
+//! The stages of a pipeline as iterators: a source, then one adapter per
+//! transform. `stream(…, k)` builds the pipeline up to transform `k` on the
+//! calling thread; `prefetch` and a parallel `map` spawn threads that build
+//! (and run) their upstream part themselves, so nothing that holds an
+//! executor ever crosses a thread.
+//!
+//! Contract: each adapter passes an upstream error through at the position
+//! where it occurred and then ends; a `map` or `filter` failure names the
+//! index of the element (counted at the input of that transform).
+
+use super::queue::Queue;
+use super::{executor, position, source_key, Ctx, Element, Item, Iter};
+use crate::backend::interp::host::{index_first, stack};
+use crate::backend::interp::Tensor;
+use crate::diag::Diagnostic;
+use crate::ir::plan::{Dataset, Region, Source, Transform};
+use crate::ir::{DType, Literal, TensorType};
+use crate::runtime::exec::CompiledRegion;
+use std::sync::Arc;
+use std::thread::Scope;
+
+/// The elements of `d` after its first `k` transforms.
+pub(super) fn stream<'s, 'p: 's>(
+    s: &'s Scope<'s, 'p>,
+    ctx: &Ctx<'p>,
+    d: &'p Dataset,
+    k: usize,
+) -> Result<Iter<'s>, Diagnostic> {
+    if k == 0 {
+        return source(ctx, &d.source);
+    }
+    let t = &d.transforms[k - 1];
+    Ok(match t {
+        Transform::Map(region) => {
+            if let Some(Transform::Parallel(workers)) = d.transforms.get(k) {
+                // This map runs on workers (its `Parallel` marker follows it).
+                return super::parallel::map(s, ctx, d, k - 1, region, *workers);
+            }
+            Box::new(RegionStage::new(ctx, region, stream(s, ctx, d, k - 1)?, false)?)
+        }
+        // The map before it already ran on workers.
+        Transform::Parallel(_) => stream(s, ctx, d, k - 1)?,
+        Transform::Filter(region) => Box::new(RegionStage::new(ctx, region, stream(s, ctx, d, k - 1)?, true)?),
+        Transform::Shuffle { buffer, seed } => {
+            let seed = crate::rng::derive_seed(*seed, &format!("epoch {}", ctx.epoch));
+            Box::new(Shuffle { up: stream(s, ctx, d, k - 1)?, buf: Vec::new(), size: *buffer, seed, draw: 0, state: 0 })
+        }
+        Transform::Batch { n, drop_remainder } => {
+            Box::new(Batch { up: stream(s, ctx, d, k - 1)?, n: *n, drop: *drop_remainder, done: false })
+        }
+        Transform::Repeat(Some(times)) => {
+            let (ctx, times) = (ctx.clone(), *times);
+            // Each repetition rebuilds the upstream: the same epoch gives the same elements.
+            Box::new((0..times).flat_map(move |_| match stream(s, &ctx, d, k - 1) {
+                Ok(it) => it,
+                Err(e) => Box::new(std::iter::once(Err(e))),
+            }))
+        }
+        Transform::Repeat(None) => stream(s, ctx, d, k - 1)?,
+        Transform::Take(n) => Box::new(stream(s, ctx, d, k - 1)?.take(*n)),
+        Transform::Skip(n) => Box::new(Skip { up: stream(s, ctx, d, k - 1)?, left: *n }),
+        Transform::Split { seed, count, first } => {
+            // A permutation of the whole input: this stage needs all of it.
+            let all: Vec<Element> = stream(s, ctx, d, k - 1)?.collect::<Result<_, _>>()?;
+            let order = crate::runtime::dataset::permutation(all.len(), *seed);
+            let cut = (*count).min(order.len());
+            let picked = if *first { order[..cut].to_vec() } else { order[cut..].to_vec() };
+            let mut slots: Vec<Option<Element>> = all.into_iter().map(Some).collect();
+            Box::new(picked.into_iter().filter_map(move |i| slots[i].take()).map(Ok))
+        }
+        Transform::Cache(path) => super::cache::stage(s, ctx, d, k, path.as_deref())?,
+        Transform::Prefetch(size) => prefetch(s, ctx, d, k, *size),
+    })
+}
+
+/// The source's elements, loading its columns once per run.
+fn source<'s>(ctx: &Ctx<'_>, src: &Source) -> Result<Iter<'s>, Diagnostic> {
+    let key = source_key(src);
+    let cached = ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+    let columns = match cached {
+        Some(c) => c,
+        None => {
+            let cols: Vec<Tensor> = match src {
+                Source::Host(h) => {
+                    h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?
+                }
+                Source::File(f) => crate::runtime::loaders::load(f)?,
+                Source::Range(n) => {
+                    let lit = Literal::Int((0..*n as i64).collect());
+                    vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
+                }
+                Source::Nodes(_) => return Err(Diagnostic::internal("pipeline: a graph source was not prepared")),
+            };
+            let cols = Arc::new(cols);
+            ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, cols.clone());
+            cols
+        }
+    };
+    let n = columns.first().and_then(|c| c.shape().first().copied()).unwrap_or(0);
+    let cancel = ctx.cancel.clone();
+    Ok(Box::new((0..n).map_while(move |i| {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        if let Err(e) = crate::runtime::interrupt::check() {
+            return Some(Err(e));
+        }
+        Some(columns.iter().map(|c| index_first(c, i)).collect())
+    })))
+}
+
+/// A `map` (or `filter`) on the calling thread, with its own executor.
+struct RegionStage<'p, 'a> {
+    up: Iter<'a>,
+    epoch: u64,
+    ex: super::super::exec::Executor<'p>,
+    region: CompiledRegion,
+    filter: bool,
+    index: usize,
+    failed: bool,
+}
+
+impl<'p, 'a> RegionStage<'p, 'a> {
+    fn new(ctx: &Ctx<'p>, r: &Region, up: Iter<'a>, filter: bool) -> Result<Self, Diagnostic> {
+        let mut ex = executor(ctx)?;
+        let region = ex.compile_region(r)?;
+        Ok(RegionStage { up, epoch: ctx.epoch, ex, region, filter, index: 0, failed: false })
+    }
+}
+
+/// Runs a `map`/`filter` region on element `index` of epoch `epoch`;
+/// errors name the element. The region's last input is the element's key.
+pub(super) fn apply(
+    ex: &super::super::exec::Executor,
+    r: &CompiledRegion,
+    e: &[Tensor],
+    index: usize,
+    epoch: u64,
+    what: &str,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let mut inputs = e.to_vec();
+    inputs.push(element_key(index, epoch)?);
+    ex.run_region(r, &inputs).map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")))
+}
+
+/// The key random ops in a `map` draw from: a distinct f32 integer per
+/// element and epoch (exact below 2^24, where it wraps around).
+fn element_key(index: usize, epoch: u64) -> Result<Tensor, Diagnostic> {
+    let key = (epoch.wrapping_mul(1_000_003).wrapping_add(index as u64) % (1 << 24)) + 1;
+    Tensor::from_literal(&Literal::Float(vec![key as f64]), &TensorType::scalar(DType::F32))
+}
+
+impl Iterator for RegionStage<'_, '_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            let e = match self.up.next()? {
+                Ok(e) => e,
+                Err(d) => {
+                    self.failed = true;
+                    return Some(Err(d));
+                }
+            };
+            let i = self.index;
+            self.index += 1;
+            let what = if self.filter { "filter" } else { "map" };
+            let out = match apply(&self.ex, &self.region, &e, i, self.epoch, what) {
+                Ok(out) => out,
+                Err(d) => {
+                    self.failed = true;
+                    return Some(Err(d));
+                }
+            };
+            if !self.filter {
+                return Some(Ok(out));
+            }
+            if out.first().and_then(|k| k.to_f64_vec().first().copied()).is_some_and(|k| k != 0.0) {
+                return Some(Ok(e));
+            }
+        }
+    }
+}
+
+/// tf.data's buffered shuffle with a counter-based random stream.
+struct Shuffle<'a> {
+    up: Iter<'a>,
+    buf: Vec<Element>,
+    size: usize,
+    seed: u64,
+    draw: u64,
+    /// 0: not filled yet, 1: input left, 2: input exhausted.
+    state: u8,
+}
+
+impl Iterator for Shuffle<'_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        if self.state == 0 {
+            self.state = 1;
+            while self.buf.len() < self.size.max(1) {
+                match self.up.next() {
+                    Some(Ok(e)) => self.buf.push(e),
+                    Some(Err(d)) => return Some(Err(d)),
+                    None => {
+                        self.state = 2;
+                        break;
+                    }
+                }
+            }
+        }
+        if self.buf.is_empty() {
+            return None;
+        }
+        let i =
+            ((crate::rng::uniform_at(self.seed, self.draw) * self.buf.len() as f64) as usize).min(self.buf.len() - 1);
+        self.draw += 1;
+        if self.state == 1 {
+            match self.up.next() {
+                Some(Ok(next)) => return Some(Ok(std::mem::replace(&mut self.buf[i], next))),
+                Some(Err(d)) => {
+                    self.buf.clear();
+                    return Some(Err(d));
+                }
+                None => self.state = 2,
+            }
+        }
+        Some(Ok(self.buf.swap_remove(i)))
+    }
+}
+
+/// Stacks `n` consecutive elements.
+struct Batch<'a> {
+    up: Iter<'a>,
+    n: usize,
+    drop: bool,
+    done: bool,
+}
+
+impl Iterator for Batch<'_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        if self.done {
+            return None;
+        }
+        let mut chunk: Vec<Element> = Vec::with_capacity(self.n);
+        while chunk.len() < self.n {
+            match self.up.next() {
+                Some(Ok(e)) => chunk.push(e),
+                Some(Err(d)) => {
+                    self.done = true;
+                    return Some(Err(d));
+                }
+                None => {
+                    self.done = true;
+                    break;
+                }
+            }
+        }
+        if chunk.is_empty() || (chunk.len() < self.n && self.drop) {
+            return None;
+        }
+        let parts = chunk[0].len();
+        Some((0..parts).map(|p| stack(&chunk.iter().map(|e| &e[p]).collect::<Vec<_>>())).collect())
+    }
+}
+
+/// Drops the first `left` elements but passes errors through.
+struct Skip<'a> {
+    up: Iter<'a>,
+    left: usize,
+}
+
+impl Iterator for Skip<'_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        while self.left > 0 {
+            match self.up.next()? {
+                Ok(_) => self.left -= 1,
+                Err(d) => return Some(Err(d)),
+            }
+        }
+        self.up.next()
+    }
+}
+
+/// The most elements `prefetch(auto)` buffers.
+const AUTO_MAX: usize = 64;
+
+/// Runs the upstream on its own thread, `size` elements ahead (`None`:
+/// auto — start at 2 and double whenever the consumer had to wait).
+fn prefetch<'s, 'p: 's>(
+    s: &'s Scope<'s, 'p>,
+    ctx: &Ctx<'p>,
+    d: &'p Dataset,
+    k: usize,
+    size: Option<usize>,
+) -> Iter<'s> {
+    let queue = Arc::new(Queue::<Item>::new(size.unwrap_or(2)));
+    let (q, c) = (queue.clone(), ctx.clone());
+    s.spawn(move || {
+        match stream(s, &c, d, k - 1) {
+            Ok(items) => {
+                for item in items {
+                    let failed = item.is_err();
+                    if !q.push(item) || failed {
+                        break;
+                    }
+                }
+            }
+            Err(e) => {
+                q.push(Err(e));
+            }
+        }
+        q.finish();
+    });
+    let at = position(d, k - 1);
+    if size.is_none() {
+        ctx.report(|| format!("prefetch(auto) at transform {at}: starts with a buffer of 2 elements"));
+    }
+    Box::new(Prefetched { queue, auto: size.is_none(), seen: 0, ctx: ctx.clone(), at })
+}
+
+struct Prefetched<'p> {
+    queue: Arc<Queue<Item>>,
+    auto: bool,
+    seen: u64,
+    ctx: Ctx<'p>,
+    at: usize,
+}
+
+impl Iterator for Prefetched<'_> {
+    type Item = Item;
+    fn next(&mut self) -> Option<Item> {
+        let item = self.queue.pop();
+        if self.auto {
+            // The consumer waited: the producer is slower in bursts, so let
+            // it run further ahead (bounded, so memory stays bounded).
+            let (starved, _) = self.queue.starvation();
+            let cap = self.queue.capacity();
+            if starved > self.seen + 1 && cap < AUTO_MAX {
+                self.queue.set_capacity(cap * 2);
+                self.ctx.report(|| {
+                    format!("prefetch(auto) at transform {}: the consumer waited; buffer {cap} → {}", self.at, cap * 2)
+                });
+                self.seen = starved;
+            }
+        }
+        item
+    }
+}
+
+impl Drop for Prefetched<'_> {
+    fn drop(&mut self) {
+        if self.auto {
+            let (starved, waited) = self.queue.starvation();
+            self.ctx.report(|| {
+                format!(
+                    "prefetch(auto) at transform {}: buffer {} elements; the consumer waited {starved} times, {:.1} ms in all",
+                    self.at,
+                    self.queue.capacity(),
+                    waited.as_secs_f64() * 1e3
+                )
+            });
+        }
+        self.queue.abandon();
+    }
+}

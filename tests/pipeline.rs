@@ -1,0 +1,192 @@
+//! The streaming pipeline runtime end to end through `tfc run`: every
+//! transform on its edge cases (empty datasets, a last partial batch, a
+//! shuffle buffer larger than the data, repeat after cache, cache files),
+//! determinism across `parallel` and `prefetch` settings, and errors from
+//! each stage reaching the user as one diagnostic naming the element —
+//! with no hang (each run has a deadline) and a non-zero exit.
+
+mod support;
+use support::*;
+
+#[test]
+fn transforms_on_edge_cases() {
+    let d = scratch("edges");
+    let out = ok(
+        &d,
+        r#"print(count(range(0) |> batch(4)))
+print(count(range(5) |> skip(9)), count(range(5) |> take(0)))
+print(collect(range(6) |> batch(3) |> map(fn(x) = sum(x)) |> take(2)))
+let last = range(7) |> batch(3)
+print(count(last), count(range(7) |> batch(3, drop_remainder = true)))
+print(evaluate(last, fn(x) = cast(shape(x)[0], f32)))
+print(collect(range(5) |> shuffle(100, seed = 3)))
+print(collect(range(5) |> shuffle(1, seed = 3)))
+print(collect(range(30) |> shuffle(7, seed = 5) |> skip(3) |> take(20)))
+print(collect(range(3) |> map(fn(i) = i * 10) |> cache() |> repeat(3)))
+print(collect(range(4) |> cache() |> shuffle(4, seed = 2) |> repeat(2)))
+print(first(range(6) |> filter(fn(i) = i > 1) |> skip(1) |> take(2)))
+print(collect(range(4) |> prefetch(1) |> map(fn(i) = i + 1) |> prefetch(auto)))
+"#,
+    );
+    assert_eq!(
+        out,
+        "0\n0 0\ni32[2] [3, 12]\n3 2\nf32 2.7142856\ni32[5] [0, 2, 4, 3, 1]\ni32[5] [0, 1, 2, 3, 4]\ni32[20] [3, 4, 10, 1, 9, 7, 0, 12, 17, 18, 8, 14, 21, 16, 13, 15, 19, 23, 22, 20]\ni32[9] [0, 10, 20, 0, 10, 20, 0, 10, 20]\ni32[8] [1, 0, 2, 3, 1, 0, 2, 3]\ni32 3\ni32[4] [1, 2, 3, 4]\n"
+    );
+}
+
+#[test]
+fn empty_data_is_reported_not_hung() {
+    let d = scratch("empty");
+    fails(&d, "print(first(range(3) |> filter(fn(i) = i > 5) |> prefetch(2)))\n", &["E0402", "the dataset is empty"]);
+    fails(&d, "print(first(range(0) |> map(fn(i) = i, parallel = 2)))\n", &["the dataset is empty"]);
+}
+
+const DETERMINISM: &str = r#"
+let data = range(192) |> map(fn(i) = (cast(i, f32) * 0.37 + sin(cast(i, f32)), i - i / 7 * 7)PAR)
+let ds = data |> shuffle(64, seed = 9) |> batch(16) |> map(fn(x, y) = (sum(x), sum(y)))PRE
+print(collect(ds |> take(12) |> map(fn(a, b) = a)))
+print(collect(ds |> take(12) |> map(fn(a, b) = b)))
+"#;
+
+#[test]
+fn results_do_not_depend_on_parallel_or_prefetch() {
+    let d = scratch("determinism");
+    let run_with = |par: &str, pre: &str| ok(&d, &DETERMINISM.replace("PAR", par).replace("PRE", pre));
+    let reference = run_with("", "");
+    assert!(reference.contains("f32[12]"), "{reference}");
+    for (par, pre) in [
+        (", parallel = 1", ""),
+        (", parallel = 2", " |> prefetch(1)"),
+        (", parallel = 5", " |> prefetch(auto)"),
+        (", parallel = auto", " |> prefetch(3)"),
+    ] {
+        assert_eq!(run_with(par, pre), reference, "parallel{par} prefetch{pre}");
+    }
+}
+
+#[test]
+fn training_is_bit_identical_with_a_threaded_pipeline() {
+    let d = scratch("train_threads");
+    let program = r#"
+use std.nn.{Dense}
+use std.loss.mse
+use std.optim.adam
+model Net { l = Dense(3, 1); fn forward(x) = l(x) }
+let xs = range(64) |> map(fn(i) = (cast(i - i / 5 * 5, f32) * ones([3]) / 5.0, cast(i - i / 3 * 3, f32) * ones([1]))MAP)
+let net = Net(seed = 1)
+train net on xs |> shuffle(32, seed = 4) |> batch(8)PRE {
+    loss(x, y) = mse(net(x), y)
+    optimizer = adam(lr = 0.05)
+    epochs = 3
+}
+print(net.l.w)
+"#;
+    let plain = ok(&d, &program.replace("MAP", "").replace("PRE", ""));
+    let threaded = ok(&d, &program.replace("MAP", ", parallel = 3").replace("PRE", " |> prefetch(auto)"));
+    assert_eq!(plain, threaded);
+}
+
+#[test]
+fn a_failing_map_names_the_element_at_any_parallelism() {
+    let d = scratch("map_error");
+    for (par, pre) in [
+        ("", ""),
+        (", parallel = 1", ""),
+        (", parallel = 3", " |> prefetch(2)"),
+        (", parallel = auto", " |> prefetch(auto)"),
+    ] {
+        let program = format!(
+            "let ds = range(52) |> map(fn(i) = 100 / (i - 37){par}) |> batch(4){pre}\nprint(count(ds))\nprint(first(ds))\nprint(collect(ds |> map(fn(x) = sum(x))))\n"
+        );
+        let r = run(&d, &program, &[]);
+        assert_eq!(r.code, Some(1), "{par}{pre}: {}", r.stderr);
+        assert_eq!(r.stdout, "13\ni32[4] [-3, -3, -3, -3]\n", "{par}{pre}: the output before the error");
+        assert!(r.stderr.contains("division by zero"), "{par}{pre}: {}", r.stderr);
+        assert!(r.stderr.contains("while computing `map` on element 37 of the dataset"), "{par}{pre}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn errors_from_filter_and_from_a_stage_before_a_parallel_map() {
+    let d = scratch("stage_errors");
+    fails(
+        &d,
+        "print(first(range(20) |> filter(fn(i) = 10 / (i - 12) > -100) |> skip(14) |> prefetch(2)))\n",
+        &["division by zero", "`filter` on element 12"],
+    );
+    fails(
+        &d,
+        "print(collect(range(20) |> map(fn(i) = 10 / (i - 15)) |> map(fn(i) = i + 1, parallel = 4)))\n",
+        &["division by zero", "`map` on element 15"],
+    );
+    let r = run(
+        &d,
+        r#"
+use std.nn.{Dense}
+use std.loss.mse
+use std.optim.sgd
+model Net { l = Dense(1, 1); fn forward(x) = l(x) }
+let net = Net(seed = 1)
+let data = range(40) |> map(fn(i) = (ones([1]) * cast(10 / (i - 30), f32), ones([1])), parallel = 2)
+train net on data |> batch(4) |> prefetch(auto) {
+    loss(x, y) = mse(net(x), y)
+    optimizer = sgd(lr = 0.01)
+    epochs = 2
+}
+print(net.l.w)
+"#,
+        &[],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("`map` on element 30"), "{}", r.stderr);
+    assert!(r.stdout.is_empty());
+}
+
+#[test]
+fn cache_to_a_file_is_reused_and_rewritten_for_another_plan() {
+    let d = scratch("cache_file");
+    let program = |scale: &str| {
+        format!("let ds = range(6) |> map(fn(i) = cast(i, f32) * {scale}) |> cache(\"out/c.safetensors\") |> batch(2)\nprint(collect(ds |> map(fn(x) = sum(x))))\n")
+    };
+    let r = run(&d, &program("2.0"), &["--verbose"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "f32[3] [2, 10, 18]\n");
+    assert!(r.stderr.contains("cache: wrote 6 elements"), "{}", r.stderr);
+    assert!(d.join("out/c.safetensors").exists());
+    let again = run(&d, &program("2.0"), &["--verbose"]);
+    assert_eq!(again.stdout, r.stdout);
+    assert!(again.stderr.contains("read 6 elements from"), "{}", again.stderr);
+    let other = run(&d, &program("3.0"), &["--verbose"]);
+    assert_eq!(other.code, Some(0), "{}", other.stderr);
+    assert!(
+        other.stderr.contains("cache: wrote 6 elements"),
+        "a changed plan must not reuse the file: {}",
+        other.stderr
+    );
+    assert_eq!(other.stdout, "f32[3] [3, 15, 27]\n");
+}
+
+#[test]
+fn verbose_reports_the_pipeline_choices() {
+    let d = scratch("verbose");
+    let r = run(&d, "print(count(range(9)))\nprint(collect(range(300) |> map(fn(i) = i * 2, parallel = auto) |> prefetch(auto) |> batch(100) |> map(fn(x) = sum(x))))\n", &["--verbose"]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(r.stdout, "9\ni32[3] [9900, 29900, 49900]\n");
+    assert!(r.stderr.contains("map(parallel = auto) at transform 1: starts with 1 worker"), "{}", r.stderr);
+    assert!(r.stderr.contains("prefetch(auto) at transform 2"), "{}", r.stderr);
+    let quiet = run(&d, "print(collect(range(3) |> prefetch(auto)))\n", &[]);
+    assert!(!quiet.stderr.contains("pipeline:"), "{}", quiet.stderr);
+}
+
+#[test]
+fn bad_pipeline_arguments_are_check_errors() {
+    let d = scratch("bad_args");
+    fails(&d, "print(count(range(4) |> batch(0)))\n", &["the batch size must be positive, not 0"]);
+    fails(&d, "print(count(range(4) |> prefetch(0)))\n", &["must be positive or `auto`, not 0"]);
+    fails(
+        &d,
+        "print(count(range(4) |> map(fn(i) = i, parallel = 0)))\n",
+        &["`parallel` must be positive or `auto`, not 0"],
+    );
+    fails(&d, "print(count(range(4) |> shuffle(0)))\n", &["the buffer size must be positive"]);
+}

@@ -1,0 +1,178 @@
+//! Shared test helpers: a scratch directory per test (also used by
+//! tests/training.rs), running the `tfc` binary in it, and writers for small
+//! data files in the binary formats of §8 (IDX, npy, npz, gzip) so that
+//! every pipeline test builds exactly the (possibly corrupted) file it needs.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A scratch directory, removed when the test passes and kept when it fails.
+pub struct Scratch(pub PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn scratch(test: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("tfc-test-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    Scratch(dir)
+}
+
+pub fn put(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("write a scratch file");
+    path
+}
+
+/// The result of one `tfc run`.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Writes `program` to `main.tfl` in `dir` and runs it there with `extra` flags.
+pub fn run(dir: &Path, program: &str, extra: &[&str]) -> Run {
+    put(dir, "main.tfl", program.as_bytes());
+    let out = Command::new(env!("CARGO_BIN_EXE_tfc"))
+        .current_dir(dir)
+        .arg("run")
+        .args(extra)
+        .arg("main.tfl")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run tfc");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Runs `program` and expects success; returns its standard output.
+pub fn ok(dir: &Path, program: &str) -> String {
+    let r = run(dir, program, &[]);
+    assert_eq!(r.code, Some(0), "tfc failed:\n{}", r.stderr);
+    r.stdout
+}
+
+/// Runs `program` and expects a failure whose message holds every `needle`.
+pub fn fails(dir: &Path, program: &str, needles: &[&str]) -> String {
+    let r = run(dir, program, &[]);
+    assert_eq!(r.code, Some(1), "expected exit 1, got {:?}\nstdout:\n{}\nstderr:\n{}", r.code, r.stdout, r.stderr);
+    // The renderer wraps long messages; compare against the text unwrapped.
+    let flat: String = r
+        .stderr
+        .lines()
+        .map(|l| l.trim_start_matches(|c: char| c.is_whitespace() || c == '│'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for n in needles {
+        assert!(flat.contains(n), "the diagnostic lacks `{n}`:\n{}", r.stderr);
+    }
+    assert!(!r.stderr.contains("panicked"), "tfc panicked:\n{}", r.stderr);
+    r.stderr
+}
+
+/// An IDX file: magic with `dtype` byte, big-endian dims, then `data`.
+pub fn idx(dtype: u8, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut b = vec![0, 0, dtype, dims.len() as u8];
+    for d in dims {
+        b.extend(d.to_be_bytes());
+    }
+    b.extend(data);
+    b
+}
+
+/// A version-1 `.npy` file.
+pub fn npy(descr: &str, shape: &[usize], fortran: bool, data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let tuple = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
+    let order = if fortran { "True" } else { "False" };
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': {order}, 'shape': {tuple}, }}");
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((h.len() as u16).to_le_bytes());
+    b.extend(h.as_bytes());
+    b.extend(data);
+    b
+}
+
+/// A zip archive of `members`, deflated or stored.
+pub fn zip(members: &[(&str, Vec<u8>)], deflate: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut central = Vec::new();
+    for (name, data) in members {
+        let mut crc = flate2::Crc::new();
+        crc.update(data);
+        let body = if deflate {
+            let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(data).expect("deflate");
+            e.finish().expect("deflate")
+        } else {
+            data.clone()
+        };
+        let method: u16 = if deflate { 8 } else { 0 };
+        let offset = out.len() as u32;
+        let common = |b: &mut Vec<u8>| {
+            b.extend(20u16.to_le_bytes());
+            b.extend(0u16.to_le_bytes());
+            b.extend(method.to_le_bytes());
+            b.extend([0u8; 4]);
+            b.extend(crc.sum().to_le_bytes());
+            b.extend((body.len() as u32).to_le_bytes());
+            b.extend((data.len() as u32).to_le_bytes());
+            b.extend((name.len() as u16).to_le_bytes());
+            b.extend(0u16.to_le_bytes());
+        };
+        out.extend(0x0403_4b50u32.to_le_bytes());
+        common(&mut out);
+        out.extend(name.as_bytes());
+        out.extend(&body);
+        central.extend(0x0201_4b50u32.to_le_bytes());
+        central.extend(20u16.to_le_bytes());
+        common(&mut central);
+        central.extend([0u8; 6]);
+        central.extend(0u32.to_le_bytes());
+        central.extend(offset.to_le_bytes());
+        central.extend(name.as_bytes());
+    }
+    let cd_offset = out.len() as u32;
+    out.extend(&central);
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0u8; 4]);
+    out.extend((members.len() as u16).to_le_bytes());
+    out.extend((members.len() as u16).to_le_bytes());
+    out.extend((central.len() as u32).to_le_bytes());
+    out.extend(cd_offset.to_le_bytes());
+    out.extend(0u16.to_le_bytes());
+    out
+}
+
+pub fn gz(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).expect("gzip");
+    e.finish().expect("gzip")
+}
+
+pub fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
