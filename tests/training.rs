@@ -204,7 +204,8 @@ fn training_twice_gives_bit_identical_weights() {
     let id = session.load_file(&file).expect("load the program");
     let compiled = session.check(id).expect("the program checks");
     let mut out = Vec::new();
-    let options = tfc::runtime::exec::RunOptions { check_numerics: false, base_dir: session.base_dir(id) };
+    let options =
+        tfc::runtime::exec::RunOptions { check_numerics: false, base_dir: session.base_dir(id), ..Default::default() };
     tfc::runtime::exec::execute(&compiled, &mut out, options).expect("the program runs");
     assert_eq!(String::from_utf8_lossy(&out), stdout(&runs[0]));
     assert_eq!(read(&c.join("final.safetensors")), weights, "the library run differs from the binary's");
