@@ -205,6 +205,14 @@ fn a_training_step_runs_compiled_kernels_and_gemm() {
 }
 
 #[test]
+fn jit_runs_are_bit_identical_run_to_run() {
+    let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let first = run(&path, &source, Backend::Jit, true);
+    assert_eq!(first, run(&path, &source, Backend::Jit, true));
+}
+
+#[test]
 fn number_tokens_compare_with_a_tolerance() {
     assert!(same_values("[1.0001, -2e-3] ok", "[1.0002, -0.002] ok").is_ok());
     assert!(same_values("[1.1]", "[1.0]").is_err());

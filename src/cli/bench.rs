@@ -120,8 +120,10 @@ fn bench_train(
         inputs.extend(states.iter().cloned());
         let out = ex.run_region(&compiled, &inputs)?;
         let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
-        params = out[1..1 + params.len()].to_vec();
-        states = out[1 + params.len()..].to_vec();
+        let n = params.len();
+        let mut rest = out.into_iter().skip(1);
+        params = rest.by_ref().take(n).collect();
+        states = rest.collect();
         let elapsed = t.elapsed().as_secs_f64() * 1e3;
         if step > args.warmup {
             times.push(elapsed);

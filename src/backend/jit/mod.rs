@@ -12,7 +12,8 @@
 //! several units (or runs) is compiled once.
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
-//! templates, polynomial math), `codegen` (Cranelift functions), `unit`
+//! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
+//! reductions), `unit`
 //! (the executor of one unit), `clif` (the `--emit clif` listing).
 //!
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
@@ -21,6 +22,7 @@
 mod clif;
 mod codegen;
 mod poly;
+mod reduce;
 pub mod spec;
 mod unit;
 

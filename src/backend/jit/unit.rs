@@ -32,7 +32,7 @@ use super::spec::Spec;
 use crate::backend::interp::{eval_node, Data, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
-use crate::ir::{DType, Graph, NodeId, Op, Program, TensorType};
+use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
@@ -76,6 +76,10 @@ enum Step {
     Gemm { a: Ref, b: Ref, dst: usize, batch: usize, m: usize, k: usize, n: usize },
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
+    /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
+    Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
+    /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
+    Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
 }
 
 /// How each kernel of a prepared unit runs (for reports and tests).
@@ -84,6 +88,8 @@ pub struct StepCounts {
     pub jit: usize,
     pub gemm: usize,
     pub interp: usize,
+    /// Native transposes and reductions.
+    pub native: usize,
 }
 
 /// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
@@ -161,6 +167,22 @@ impl Builder<'_> {
             });
         }
         Ok(Step::Interp(out))
+    }
+
+    /// `nodes` (one iteration space) compiled when the code generator takes
+    /// them and every output is in the arena, else interpreted.
+    fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
+        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_))));
+        match Spec::analyze(self.g, nodes, outputs).filter(|s| s.numel() > 0 && in_arena) {
+            Some(spec) => {
+                counts.jit += 1;
+                self.jit(&spec)
+            }
+            None => {
+                counts.interp += 1;
+                self.interp(nodes, outputs)
+            }
+        }
     }
 
     fn jit(&self, spec: &Spec) -> Result<Step, Diagnostic> {
@@ -291,6 +313,63 @@ impl JitUnit {
                         }
                     }
                 }
+                KernelKind::Reduction => {
+                    // Prologue compiled (into scratch), the reduction native,
+                    // the epilogue (an optimizer update, a normalization)
+                    // compiled; each part falls back to the interpreter.
+                    let (head, tail) = split_anchor(g, &k.nodes);
+                    let Some((&anchor, prologue)) = head.split_last().filter(|_| native_reduce(g, &head)) else {
+                        steps.push(b.interp(&k.nodes, &k.outputs)?);
+                        counts.interp += 1;
+                        continue;
+                    };
+                    let mut bump = scratch_at;
+                    let mut scratch_for = |b: &mut Builder, n: NodeId| {
+                        if let std::collections::hash_map::Entry::Vacant(e) = b.loc.entry(n) {
+                            e.insert(Ref::Arena(bump));
+                            bump += g.node(n).ty.numel().div_ceil(16) * 16;
+                        }
+                    };
+                    let input = g.inputs(anchor)[0];
+                    if !prologue.is_empty() {
+                        scratch_for(&mut b, input);
+                        let mut outs: Vec<NodeId> =
+                            k.outputs.iter().copied().filter(|o| prologue.contains(o)).collect();
+                        if !outs.contains(&input) {
+                            outs.push(input);
+                        }
+                        let step = b.part(prologue, &outs, &mut counts)?;
+                        steps.push(step);
+                    }
+                    scratch_for(&mut b, anchor);
+                    let Ref::Arena(dst) = b.get(anchor)? else { return Err(internal("a reduction outside the arena")) };
+                    let Op::Reduce { op, axes, .. } = &g.node(anchor).op else { unreachable!("native_reduce checked") };
+                    let shape = g.node(input).ty.shape.clone();
+                    let reduced = (0..shape.len()).map(|d| axes.contains(&d)).collect();
+                    steps.push(Step::Reduce { op: *op, src: b.get(input)?, dst, shape, reduced });
+                    counts.native += 1;
+                    if !tail.is_empty() {
+                        let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+                        let step = b.part(&tail, &outs, &mut counts)?;
+                        steps.push(step);
+                    }
+                    scratch = scratch.max(bump - scratch_at);
+                }
+                KernelKind::Layout if is_f32_matrix_transpose(g, &k.nodes) => {
+                    let n = k.nodes[0];
+                    let src = g.inputs(n)[0];
+                    let shape = &g.node(src).ty.shape;
+                    match b.get(n)? {
+                        Ref::Arena(dst) => {
+                            steps.push(Step::Transpose { src: b.get(src)?, dst, rows: shape[0], cols: shape[1] });
+                            counts.native += 1;
+                        }
+                        _ => {
+                            steps.push(b.interp(&k.nodes, &k.outputs)?);
+                            counts.interp += 1;
+                        }
+                    }
+                }
                 _ => {
                     steps.push(b.interp(&k.nodes, &k.outputs)?);
                     counts.interp += 1;
@@ -369,6 +448,27 @@ impl JitUnit {
                             )
                         };
                     }
+                }
+                Step::Reduce { op, src, dst, shape, reduced } => {
+                    let n: usize = shape.iter().product();
+                    let from = self.ptr(*src, arena, inputs, table, n)? as *const f32;
+                    // SAFETY: `ptr` checked that `src` holds `n` elements.
+                    let from = unsafe { std::slice::from_raw_parts(from, n) };
+                    let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                    let to = arena
+                        .get_mut(*dst..*dst + m)
+                        .ok_or_else(|| internal("a reduction result does not fit in the arena"))?;
+                    super::reduce::reduce(*op, from, shape, reduced, to);
+                }
+                Step::Transpose { src, dst, rows, cols } => {
+                    let (rows, cols) = (*rows, *cols);
+                    let from = self.ptr(*src, arena, inputs, table, rows * cols)? as *const f32;
+                    // SAFETY: `ptr` checked that `src` holds rows × cols elements.
+                    let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
+                    let to = arena
+                        .get_mut(*dst..*dst + rows * cols)
+                        .ok_or_else(|| internal("a transpose result does not fit in the arena"))?;
+                    transpose(from, to, rows, cols);
                 }
                 Step::Interp(nodes) => {
                     let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
@@ -462,6 +562,55 @@ impl JitUnit {
                         Ok(s.as_ptr() as *mut f32)
                     }
                     _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
+                }
+            }
+        }
+    }
+}
+
+/// The kernel's single anchor (reduction) with its in-kernel ancestors,
+/// in kernel order with the anchor last, and the remaining nodes.
+fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+    let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
+        return (Vec::new(), nodes.to_vec());
+    };
+    let members: HashSet<NodeId> = nodes.iter().copied().collect();
+    let mut before: HashSet<NodeId> = HashSet::new();
+    let mut stack = g.inputs(anchor);
+    while let Some(n) = stack.pop() {
+        if members.contains(&n) && before.insert(n) {
+            stack.extend(g.inputs(n));
+        }
+    }
+    let mut head: Vec<NodeId> = nodes.iter().copied().filter(|n| before.contains(n)).collect();
+    head.push(anchor);
+    let tail = nodes.iter().copied().filter(|n| !before.contains(n) && *n != anchor).collect();
+    (head, tail)
+}
+
+/// A reduction (the last of `head`) over `f32` values that `reduce.rs` runs.
+fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
+    let Some(&a) = head.last() else { return false };
+    matches!(g.node(a).op, Op::Reduce { .. })
+        && g.node(a).ty.dtype == DType::F32
+        && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+}
+
+/// A layout kernel that is one `f32` 2-D transpose.
+fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
+    let [n] = nodes else { return false };
+    let node = g.node(*n);
+    matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32
+}
+
+/// `to = from^T` for a row-major `rows × cols` `from`, in cache-sized tiles.
+fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
+    const T: usize = 32;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                for c in c0..(c0 + T).min(cols) {
+                    to[c * rows + r] = from[r * cols + c];
                 }
             }
         }
