@@ -36,7 +36,7 @@ enum Command {
         /// Run without the graph optimizer.
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
-        /// Which backend runs training steps, metrics and `map` functions.
+        /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
         #[arg(long, value_enum, default_value_t = crate::backend::Backend::Interp)]
         backend: crate::backend::Backend,
     },

@@ -3,7 +3,8 @@
 //!
 //! Contract: a compiled function has the C signature `fn(ptrs: *const *mut
 //! f32)`; `ptrs` holds one pointer per load (in `Spec::loads` order), then one
-//! per output. It computes, for every flat index, exactly the expressions of
+//! per output; `f32` values take four bytes an element, `bool` values one
+//! byte (0 or 1). It computes, for every flat index, exactly the expressions of
 //! the spec, with the reference interpreter's semantics except that `exp`,
 //! `log`, `tanh` and `sigmoid` are inline polynomials (see [`super::poly`];
 //! relative error below 2e-7 on normal results) instead of libm calls.
@@ -23,7 +24,7 @@
 use super::poly::Emitter;
 use super::spec::{Expr, Inner, Kind, Spec};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, AbiParam, Block, InstBuilder, MemFlagsData, UserFuncName, Value};
+use cranelift_codegen::ir::{types, AbiParam, Block, Endianness, InstBuilder, MemFlagsData, UserFuncName, Value};
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -160,23 +161,31 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
         let mut off = b.ins().iconst(ptr, 0);
         for (c, &s) in coords.iter().zip(&load.outer) {
             if s != 0 {
-                let t = b.ins().imul_imm_u(*c, (s * 4) as i64);
+                let t = b.ins().imul_imm_u(*c, (s * width(load.kind)) as i64);
                 off = b.ins().iadd(off, t);
             }
         }
         row_ptr.push(b.ins().iadd(bases[l], off));
     }
-    let out_off = b.ins().imul_imm_u(r, inner * 4);
-    for o in 0..spec.outputs.len() {
+    for (o, &x) in spec.outputs.iter().enumerate() {
+        let out_off = b.ins().imul_imm_u(r, inner * width(spec.exprs[x].1) as i64);
         row_ptr.push(b.ins().iadd(bases[n_loads + o], out_off));
     }
     let mut splat_scalar: Vec<Option<Value>> = vec![None; n_loads];
     let mut splat_vector: Vec<Option<Value>> = vec![None; n_loads];
     for (l, load) in spec.loads.iter().enumerate() {
-        if load.inner == Inner::Splat {
+        if load.inner == Inner::Splat && load.kind == Kind::F32 {
             let s = b.ins().load(types::F32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(s);
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
+        } else if load.inner == Inner::Splat {
+            // A bool: an `i8` 0/1 mask, and all-ones/zeros lanes.
+            let byte = b.ins().uload8(types::I32, flags, row_ptr[l], 0);
+            let m = b.ins().icmp_imm_u(IntCC::NotEqual, byte, 0);
+            splat_scalar[l] = Some(m);
+            let w = b.ins().uextend(types::I32, m);
+            let lanes = b.ins().ineg(w);
+            splat_vector[l] = Some(b.ins().splat(types::I32X4, lanes));
         }
     }
     let vec = new_loop(b, ptr);
@@ -217,13 +226,36 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
 fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option<Value>], c: Value, vector: bool) {
     let flags = MemFlagsData::new().with_notrap();
     let ty = if vector { types::F32X4 } else { types::F32 };
+    let le = MemFlagsData::new().with_endianness(Endianness::Little);
     let byte = b.ins().imul_imm_u(c, 4);
     let mut loaded: Vec<Option<Value>> = splat.to_vec();
     for (l, load) in spec.loads.iter().enumerate() {
-        if load.inner == Inner::Contig {
-            let addr = b.ins().iadd(row_ptr[l], byte);
-            loaded[l] = Some(b.ins().load(ty, flags, addr, 0));
+        if load.inner != Inner::Contig {
+            continue;
         }
+        loaded[l] = Some(match (load.kind, vector) {
+            (Kind::F32, _) => {
+                let addr = b.ins().iadd(row_ptr[l], byte);
+                b.ins().load(ty, flags, addr, 0)
+            }
+            (Kind::Mask, false) => {
+                let addr = b.ins().iadd(row_ptr[l], c);
+                let v = b.ins().uload8(types::I32, flags, addr, 0);
+                b.ins().icmp_imm_u(IntCC::NotEqual, v, 0)
+            }
+            (Kind::Mask, true) => {
+                // Four bytes widened to four lanes, compared with zero.
+                let addr = b.ins().iadd(row_ptr[l], c);
+                let v = b.ins().load(types::I32, flags, addr, 0);
+                let v = b.ins().scalar_to_vector(types::I32X4, v);
+                let v = b.ins().bitcast(types::I8X16, le, v);
+                let v = b.ins().uwiden_low(v);
+                let v = b.ins().uwiden_low(v);
+                let zero = b.ins().iconst(types::I32, 0);
+                let zero = b.ins().splat(types::I32X4, zero);
+                b.ins().icmp(IntCC::NotEqual, v, zero)
+            }
+        });
     }
     let mut e = Emitter::new(b, vector);
     let mut values: Vec<Value> = Vec::with_capacity(spec.exprs.len());
@@ -252,7 +284,35 @@ fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option
     }
     let n_loads = spec.loads.len();
     for (o, &x) in spec.outputs.iter().enumerate() {
-        let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
-        b.ins().store(flags, values[x], addr, 0);
+        match (spec.exprs[x].1, vector) {
+            (Kind::F32, _) => {
+                let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
+                b.ins().store(flags, values[x], addr, 0);
+            }
+            (Kind::Mask, false) => {
+                let addr = b.ins().iadd(row_ptr[n_loads + o], c);
+                b.ins().store(flags, values[x], addr, 0);
+            }
+            (Kind::Mask, true) => {
+                // Lanes of -1/0 to bytes of 1/0, stored as one 32-bit word.
+                let one = b.ins().iconst(types::I32, 1);
+                let one = b.ins().splat(types::I32X4, one);
+                let v = b.ins().band(values[x], one);
+                let v = b.ins().snarrow(v, v);
+                let v = b.ins().snarrow(v, v);
+                let v = b.ins().bitcast(types::I32X4, le, v);
+                let word = b.ins().extractlane(v, 0);
+                let addr = b.ins().iadd(row_ptr[n_loads + o], c);
+                b.ins().store(flags, word, addr, 0);
+            }
+        }
+    }
+}
+
+/// Bytes per element of a value kind in memory.
+fn width(kind: Kind) -> usize {
+    match kind {
+        Kind::F32 => 4,
+        Kind::Mask => 1,
     }
 }

@@ -6,8 +6,8 @@
 //! flat iteration space of `N` elements (what `fuse` guarantees for an
 //! `Elementwise` kernel and a contraction's epilogue) and returns `None`
 //! when the group uses something the code generator does not handle yet (a
-//! dtype other than `f32` at its boundary, an op without a code template,
-//! broadcasts into two different shapes); the caller then runs the group on
+//! dtype other than `f32` or `bool` at its boundary, an op without a code
+//! template, broadcasts into two different shapes); the caller then runs the group on
 //! the reference interpreter. The loop nest is `outer` dims (any number,
 //! their index computed once per row) around one contiguous `inner` extent:
 //! every load is, over the inner extent, either contiguous (`Inner::Contig`)
@@ -39,6 +39,8 @@ pub struct Load {
     /// Element stride of each outer dim.
     pub outer: Vec<usize>,
     pub inner: Inner,
+    /// `F32` (four bytes an element) or `Mask` (a `bool`, one byte).
+    pub kind: Kind,
 }
 
 /// How an expression's value is represented: an `f32` or a lane mask (a
@@ -138,9 +140,11 @@ impl Spec {
         let mut exprs: Vec<(Expr, Kind)> = Vec::new();
         let mut value: HashMap<NodeId, usize> = HashMap::new();
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
-            if g.node(node).ty.dtype != DType::F32 {
-                return None;
-            }
+            let kind = match g.node(node).ty.dtype {
+                DType::F32 => Kind::F32,
+                DType::Bool => Kind::Mask,
+                _ => return None,
+            };
             let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
                 Some(i) => i,
                 None => {
@@ -148,7 +152,7 @@ impl Spec {
                     loads.len() - 1
                 }
             };
-            exprs.push((Expr::Load(li), Kind::F32));
+            exprs.push((Expr::Load(li), kind));
             Some(exprs.len() - 1)
         };
         for &m in members {
@@ -231,13 +235,12 @@ impl Spec {
         }
         let mut outs = Vec::new();
         for o in outputs {
-            let e = *value.get(o)?;
-            if exprs[e].1 != Kind::F32 {
-                return None;
-            }
-            outs.push(e);
+            outs.push(*value.get(o)?);
         }
-        let (outer, inner, loads) = split(&shape, loads);
+        let (outer, inner, mut loads) = split(&shape, loads);
+        for l in &mut loads {
+            l.kind = if g.node(l.node).ty.dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
+        }
         Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec() })
     }
 
@@ -249,7 +252,7 @@ impl Spec {
     /// A key equal for two specs exactly when they compile to the same code
     /// (node ids do not matter, strides and expressions do).
     pub fn signature(&self) -> String {
-        let loads: Vec<(&Vec<usize>, Inner)> = self.loads.iter().map(|l| (&l.outer, l.inner)).collect();
+        let loads: Vec<(&Vec<usize>, Inner, Kind)> = self.loads.iter().map(|l| (&l.outer, l.inner, l.kind)).collect();
         format!("{:?}|{}|{:?}|{:?}|{:?}", self.outer, self.inner, loads, self.exprs, self.outputs)
     }
 }
@@ -295,7 +298,12 @@ fn split(shape: &[usize], loads: Vec<(NodeId, Vec<usize>)>) -> (Vec<usize>, usiz
     let loads = loads
         .into_iter()
         .zip(modes)
-        .map(|((node, s), mode)| Load { node, outer: s[..p].to_vec(), inner: mode.unwrap_or(Inner::Splat) })
+        .map(|((node, s), mode)| Load {
+            node,
+            outer: s[..p].to_vec(),
+            inner: mode.unwrap_or(Inner::Splat),
+            kind: Kind::F32,
+        })
         .collect();
     (shape[..p].to_vec(), inner, loads)
 }

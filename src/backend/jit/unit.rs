@@ -13,8 +13,8 @@
 //!   interpreter's `eval_node`, so every program runs, with the
 //!   interpreter's results for those kernels.
 //!
-//! Storage: every `f32` kernel output lives in the arena at the memory
-//! plan's offset (`arena_bytes` plus a scratch area for matmul results the
+//! Storage: every `f32` and `bool` kernel output lives in the arena at the
+//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus a scratch area for matmul results the
 //! epilogue consumes in the same kernel); values of other dtypes are kept as
 //! interpreter tensors beside it; region inputs are read in place from the
 //! caller's tensors and values computed outside the unit are copied once, at
@@ -41,6 +41,8 @@ use std::collections::{HashMap, HashSet};
 enum Ref {
     /// `f32` elements at this element offset of the arena.
     Arena(usize),
+    /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.
+    Mask(usize),
     /// The caller's input at this position.
     Input(usize),
     /// A value fixed at `prepare` (computed outside the unit, or a constant).
@@ -172,7 +174,7 @@ impl Builder<'_> {
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
-        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_))));
+        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
         match Spec::analyze(self.g, nodes, outputs).filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
@@ -193,7 +195,7 @@ impl Builder<'_> {
         }
         for &o in &spec.output_nodes {
             match self.get(o)? {
-                r @ Ref::Arena(_) => args.push((r, spec.numel())),
+                r @ (Ref::Arena(_) | Ref::Mask(_)) => args.push((r, spec.numel())),
                 r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
             }
         }
@@ -238,6 +240,7 @@ impl JitUnit {
                     }
                     _ => match buffers.get(&n) {
                         Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
+                        Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
                         _ => {
                             b.tables += 1;
                             Ref::Table(b.tables - 1)
@@ -479,6 +482,7 @@ impl JitUnit {
                             .zip(&node.arg_tys)
                             .map(|(a, ty)| match a {
                                 Arg::Ref(Ref::Arena(off)) => Ok(Some(self.arena_tensor(arena, *off, ty)?)),
+                                Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(arena, *off, ty)?)),
                                 _ => Ok(None),
                             })
                             .collect::<Result<_, Diagnostic>>()?;
@@ -496,6 +500,7 @@ impl JitUnit {
                             .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
                         match node.out {
                             Some(Ref::Arena(off)) => store(arena, off, &v)?,
+                            Some(Ref::Mask(off)) => store_mask(arena, off, &v)?,
                             Some(Ref::Table(t)) => table[t] = Some(v.clone()),
                             Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
                             None => {}
@@ -509,6 +514,7 @@ impl JitUnit {
             .iter()
             .map(|(r, ty)| match r {
                 Ref::Arena(off) => self.arena_tensor(arena, *off, ty),
+                Ref::Mask(off) => mask_tensor(arena, *off, ty),
                 r => self.tensor(*r, inputs, table).cloned(),
             })
             .collect()
@@ -532,7 +538,7 @@ impl JitUnit {
             Ref::Table(t) => {
                 table.get(t).and_then(Option::as_ref).ok_or_else(|| internal("a value is read before it is computed"))
             }
-            Ref::Arena(_) => Err(internal("an arena value read as a tensor")),
+            Ref::Arena(_) | Ref::Mask(_) => Err(internal("an arena value read as a tensor")),
         }
     }
 
@@ -551,10 +557,24 @@ impl JitUnit {
                     arena.get_mut(off..off + len).ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
                 Ok(s.as_mut_ptr())
             }
+            Ref::Mask(off) => {
+                let s = bytes_mut(arena)
+                    .get_mut(off..off + len)
+                    .ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
+                Ok(s.as_mut_ptr().cast::<f32>())
+            }
             r => {
                 let t = self.tensor(r, inputs, table)?;
                 match t.data() {
                     Data::F32(a) if t.dtype() == DType::F32 => {
+                        let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
+                        if s.len() < len {
+                            return Err(internal("a kernel operand is smaller than its type"));
+                        }
+                        Ok(s.as_ptr() as *mut f32)
+                    }
+                    // `bool` is one byte, 0 or 1: what compiled code reads.
+                    Data::Bool(a) => {
                         let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
                         if s.len() < len {
                             return Err(internal("a kernel operand is smaller than its type"));
@@ -629,6 +649,33 @@ fn as_floats(lines: &mut [Line]) -> &mut [f32] {
     // SAFETY: `Line` is `repr(C)` over `[f32; 16]`, so the lines are `len`
     // contiguous, initialized `f32`s.
     unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<f32>(), len) }
+}
+
+/// The arena's bytes.
+fn bytes_mut(arena: &mut [f32]) -> &mut [u8] {
+    let len = arena.len() * 4;
+    // SAFETY: any initialized `f32`s are valid bytes, and the slice keeps
+    // the arena's exclusive borrow.
+    unsafe { std::slice::from_raw_parts_mut(arena.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// The `bool` tensor of type `ty` at byte `off` of the arena.
+fn mask_tensor(arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    // SAFETY: as in `bytes_mut`, read-only.
+    let bytes = unsafe { std::slice::from_raw_parts(arena.as_ptr().cast::<u8>(), arena.len() * 4) };
+    let v = bytes.get(off..off + ty.numel()).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
+}
+
+fn store_mask(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+    let Data::Bool(a) = v.data() else { return Err(internal("a non-bool value stored as a mask")) };
+    let dst = bytes_mut(arena)
+        .get_mut(off..off + a.len())
+        .ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    for (d, &s) in dst.iter_mut().zip(a.iter()) {
+        *d = u8::from(s);
+    }
+    Ok(())
 }
 
 fn store(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
