@@ -218,3 +218,39 @@ fn number_tokens_compare_with_a_tolerance() {
     assert!(same_values("[1.1]", "[1.0]").is_err());
     assert!(same_values("a 1", "b 1").is_err());
 }
+
+fn tfc(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tfc")).args(args).current_dir(root()).output().expect("tfc runs")
+}
+
+#[test]
+fn emit_clif_prints_vector_loops_for_the_bench_step() {
+    let o = tfc(&["build", "--emit", "clif", "examples/bench/mlp.tfl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("; unit `train 0 step (batch 64)`"), "{text}");
+    assert!(text.matches("function u0:").count() >= 10, "{text}");
+    assert!(text.contains("f32x4") && text.contains("brif"), "{text}");
+}
+
+#[test]
+fn bench_prints_one_json_object_per_train_block() {
+    let o = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "2", "--warmup", "1", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    for key in ["name", "compile_ms", "steps", "threads", "arena_bytes", "peak_rss_bytes", "loss_first", "loss_last"] {
+        assert!(v.get(key).is_some(), "missing {key}: {text}");
+    }
+    assert!(v["step_ms"]["median"].as_f64().unwrap() > 0.0);
+    assert!(v["step_ms"]["p90"].as_f64().unwrap() >= v["step_ms"]["median"].as_f64().unwrap());
+    assert_eq!(v["steps"], 2);
+    // The first loss is deterministic: the same program, seeds and batch.
+    let first = v["loss_first"].as_f64().unwrap();
+    assert!((first - 2.622_842_8).abs() < 1e-5, "{first}");
+    let bad = tfc(&["bench", "examples/bench/mlp.tfl", "--threads", "2"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("only `--threads 1`"));
+}

@@ -1,10 +1,11 @@
 //! `tfc build --emit clif`: the Cranelift IR of every kernel the JIT
 //! compiles, per unit, in schedule order.
 //!
-//! Contract: lists each `Elementwise` kernel and contraction epilogue the
-//! code generator accepts, with its nodes and its function; kernels that
-//! run on `gemm` or the interpreter are named with how they run, so the
-//! listing accounts for every kernel.
+//! Contract: lists each `Elementwise` kernel, contraction epilogue and
+//! reduction epilogue the code generator accepts, with its nodes and its
+//! function (reduction prologues are compiled too but not listed); kernels
+//! without one (gemm alone, native transposes and reductions, the
+//! interpreter) are named, so the listing accounts for every kernel.
 //!
 //! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
@@ -37,7 +38,12 @@ pub fn emit_clif(p: &Program) -> Result<String, String> {
                     (Spec::analyze(g, &kernel.nodes[1..], &outs), "gemm + epilogue")
                 }
                 KernelKind::Contraction => (None, "gemm"),
-                KernelKind::Reduction => (None, "reduction"),
+                KernelKind::Reduction => {
+                    let (_, tail) = super::unit::split_anchor(g, &kernel.nodes);
+                    let outs: Vec<_> = kernel.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+                    let spec = if tail.is_empty() { None } else { Spec::analyze(g, &tail, &outs) };
+                    (spec, "reduction epilogue")
+                }
                 KernelKind::Layout => (None, "layout"),
             };
             match spec {
@@ -46,7 +52,10 @@ pub fn emit_clif(p: &Program) -> Result<String, String> {
                     let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{text}");
                 }
                 None => {
-                    let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes}): runs on the interpreter or gemm\n");
+                    let _ = writeln!(
+                        out,
+                        "; kernel {k} ({how}, nodes {nodes}): no Cranelift function (gemm, native or interpreter)\n"
+                    );
                 }
             }
         }

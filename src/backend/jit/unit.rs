@@ -590,7 +590,7 @@ impl JitUnit {
 
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,
 /// in kernel order with the anchor last, and the remaining nodes.
-fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+pub(super) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
     let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
         return (Vec::new(), nodes.to_vec());
     };
