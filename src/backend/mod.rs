@@ -1,4 +1,18 @@
 //! Backends that execute IR programs. `interp` is the reference interpreter:
-//! the oracle every other backend and every optimization is compared with.
+//! the oracle every other backend and every optimization is compared with;
+//! `jit` runs the optimizer's kernels as native code.
 
 pub mod interp;
+pub mod jit;
+
+/// Which backend evaluates a program's regions (`tfc run --backend`; the
+/// interpreter is the default until the JIT is bit-compatible with it where
+/// tests require it, e.g. binary vs library runs in `tests/training.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// The reference interpreter, node by node.
+    #[default]
+    Interp,
+    /// Compiled kernels (Cranelift, gemm) over the memory plan's arena.
+    Jit,
+}

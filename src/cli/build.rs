@@ -21,6 +21,8 @@ pub enum Emit {
     Dot,
     /// The kernels, schedule and memory plan.
     Plan,
+    /// The Cranelift IR of every kernel the JIT backend compiles.
+    Clif,
 }
 
 pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<Diagnostic>> {
@@ -80,6 +82,10 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         (false, Some(Emit::Opt)) => crate::ir::print::print_program(&program),
         (false, Some(Emit::Dot)) => crate::ir::to_dot(&program),
         (false, Some(Emit::Plan)) => crate::ir::plan_print::print_compiled(&program),
+        (false, Some(Emit::Clif)) => crate::backend::jit::emit_clif(&program).map_err(|why| {
+            vec![Diagnostic::new(Code::BadValue, format!("cannot emit Cranelift IR: {why}"))
+                .help("`--emit clif` needs the optimizer's kernels; drop `-O0`")]
+        })?,
         (false, _) => summary(&program, &args.file, total),
     };
     write(args.output.as_deref(), &text)

@@ -2,6 +2,7 @@
 //! program error (diagnostics on stderr), 2 a usage error. Standard output
 //! carries only what the program prints (or what `--emit` asks for).
 
+mod bench;
 mod build;
 
 use crate::diag::{render, Diagnostic};
@@ -38,6 +39,9 @@ enum Command {
         /// Run without the graph optimizer.
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
+        /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
+        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Interp)]
+        backend: crate::backend::Backend,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -45,6 +49,26 @@ enum Command {
     Repl {
         /// A .tfl file to load first; its bindings stay available.
         file: Option<PathBuf>,
+    },
+    /// Time the training steps of a program (one fixed batch reused).
+    Bench {
+        /// The .tfl file.
+        file: PathBuf,
+        /// Timed steps per train block.
+        #[arg(long, default_value_t = 100)]
+        steps: usize,
+        /// Untimed steps before them.
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
+        /// Worker threads (only 1 until the threaded scheduler exists).
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        /// Which backend runs the steps.
+        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Jit)]
+        backend: crate::backend::Backend,
+        /// Print one JSON object per train block (else one line of text).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -97,13 +121,25 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, verbose, opt_level } => {
+        Command::Run { file, check_numerics, verbose, opt_level, backend } => {
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 verbose: *verbose,
+                backend: *backend,
                 ..Default::default()
             };
             run(&mut session, file, options, opt_level.is_none())
+        }
+        Command::Bench { file, steps, warmup, threads, backend, json } => {
+            let args = bench::BenchArgs {
+                file,
+                steps: *steps,
+                warmup: *warmup,
+                threads: *threads,
+                backend: *backend,
+                json: *json,
+            };
+            bench::bench(&mut session, &args)
         }
         Command::Build(args) => {
             let mut args = args.clone();
@@ -122,6 +158,19 @@ pub fn main() -> ExitCode {
             ExitCode::from(if interrupted { 130 } else { 1 })
         }
     }
+}
+
+/// The optimizer passes `tfc run` uses. `-O0` rewrites nothing; the JIT
+/// still needs kernels, a schedule and a memory plan, so with it `-O0` keeps
+/// the annotating passes except fusion (one kernel per node).
+fn run_passes(optimize: bool, backend: crate::backend::Backend) -> crate::passes::Options {
+    let mut opts = crate::passes::Options::default();
+    if !optimize {
+        let keep: &[&str] =
+            if backend == crate::backend::Backend::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
+        opts.disabled = crate::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
+    }
+    opts
 }
 
 /// Prints diagnostics on stderr, colored on a terminal.
@@ -147,8 +196,7 @@ fn run(
     optimize: bool,
 ) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
-    let program =
-        if optimize { session.compile(id, &crate::passes::Options::default())? } else { session.check(id)? };
+    let program = session.compile(id, &run_passes(optimize, options.backend))?;
     let options = crate::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..options };
     crate::runtime::interrupt::install();
     let stdout = std::io::stdout();

@@ -169,7 +169,7 @@ impl Repl {
         out: &mut dyn std::io::Write,
     ) -> Result<(), Vec<Diagnostic>> {
         let memory = self.memory.take().unwrap_or_default();
-        let options = RunOptions { check_numerics: false, base_dir: PathBuf::from(base_dir), verbose: false };
+        let options = RunOptions { base_dir: PathBuf::from(base_dir), ..RunOptions::default() };
         let effects = traced.effects.clone();
         let mut kept = None;
         let (result, _) = self.live.with_program(effects, |program| {

@@ -21,6 +21,16 @@ pub struct CompiledRegion {
     /// The nodes that depend on the inputs, in evaluation order.
     order: Vec<NodeId>,
     outputs: Vec<NodeId>,
+    /// The region prepared for the JIT backend (`--backend jit`); `None`
+    /// runs it on the interpreter.
+    jit: Option<crate::backend::jit::JitUnit>,
+}
+
+impl CompiledRegion {
+    /// How the JIT runs this region's kernels (`None`: on the interpreter).
+    pub fn jit(&self) -> Option<&crate::backend::jit::JitUnit> {
+        self.jit.as_ref()
+    }
 }
 
 /// The state of one program run.
@@ -59,6 +69,8 @@ pub struct RunOptions {
     pub base_dir: std::path::PathBuf,
     /// Report run-time choices (the input pipeline's tuning) on stderr.
     pub verbose: bool,
+    /// Which backend evaluates regions (training steps, metrics, `map`s).
+    pub backend: crate::backend::Backend,
 }
 
 /// Runs `program`, writing printed output to `out`.
@@ -126,7 +138,7 @@ impl<'p> Executor<'p> {
         &self.program.graph
     }
 
-    fn run_effect(&mut self, effect: &Effect) -> Result<(), Diagnostic> {
+    pub fn run_effect(&mut self, effect: &Effect) -> Result<(), Diagnostic> {
         match effect {
             Effect::Print { item, full, span } => {
                 self.demand(&crate::ir::numbering::effect_operands(effect))?;
@@ -242,11 +254,41 @@ impl<'p> Executor<'p> {
             order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
         invariant.extend(region.outputs.iter().copied().filter(|o| !varying.contains(o)));
         self.demand(&invariant)?;
-        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone() })
+        let jit = self.prepare_jit(region, &slot_pos, &varying)?;
+        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone(), jit })
+    }
+
+    /// The JIT executor of `region`'s compilation unit, when the JIT backend
+    /// is selected (`--check-numerics` keeps the interpreter, which checks
+    /// every op).
+    fn prepare_jit(
+        &self,
+        region: &Region,
+        slot_pos: &HashMap<usize, usize>,
+        varying: &HashSet<NodeId>,
+    ) -> Result<Option<crate::backend::jit::JitUnit>, Diagnostic> {
+        if self.options.backend != crate::backend::Backend::Jit || self.options.check_numerics {
+            return Ok(None);
+        }
+        let p = self.program;
+        let name =
+            crate::passes::units::regions(p).into_iter().find(|r| std::ptr::eq(r.region, region)).map(|r| r.name);
+        let Some(unit) = name.and_then(|n| crate::backend::jit::find_unit(p, &n)) else { return Ok(None) };
+        // A region shared by two plans (one `map` behind two datasets) is
+        // one unit under the first plan's name; the other's unit is empty.
+        let nodes: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        if &nodes != varying {
+            return Ok(None);
+        }
+        crate::backend::jit::JitUnit::prepare(p, unit, slot_pos, &self.values, &region.outputs).map(Some)
     }
 
     /// Evaluates a compiled region with its inputs bound.
     pub fn run_region(&self, r: &CompiledRegion, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        if let Some(jit) = &r.jit {
+            super::interrupt::check()?;
+            return jit.run(inputs);
+        }
         let g = self.graph();
         let mut local: Values = Values::with_capacity(r.order.len());
         for &n in &r.order {

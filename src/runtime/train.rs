@@ -102,8 +102,11 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
                     .label(plan.span, "while training here")
                     .help("run with `--check-numerics` to find the first op that produced a NaN or infinity; a lower learning rate or `clip_grad_norm` often helps"));
             }
-            params = out[1..1 + params.len()].to_vec();
-            states = out[1 + params.len()..].to_vec();
+            // Moved, not cloned: a step's outputs are the next step's inputs.
+            let n = params.len();
+            let mut rest = out.into_iter().skip(1);
+            params = rest.by_ref().take(n).collect();
+            states = rest.collect();
             loss_sum += loss;
             loss_n += 1;
             examples += size;

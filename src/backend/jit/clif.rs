@@ -1,0 +1,64 @@
+//! `tfc build --emit clif`: the Cranelift IR of every kernel the JIT
+//! compiles, per unit, in schedule order.
+//!
+//! Contract: lists each `Elementwise` kernel, contraction epilogue and
+//! reduction epilogue the code generator accepts, with its nodes and its
+//! function (reduction prologues are compiled too but not listed); kernels
+//! without one (gemm alone, native transposes and reductions, the
+//! interpreter) are named, so the listing accounts for every kernel.
+//!
+//! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
+//! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
+//! `function u0:0(i64) system_v { … }` with an `f32x4` loop.
+
+use super::spec::Spec;
+use crate::ir::compiled::KernelKind;
+use crate::ir::numbering::Numbering;
+use crate::ir::Program;
+use std::fmt::Write;
+
+/// The listing of every kernel of `p` (which must be optimized or at least
+/// have kernels).
+pub fn emit_clif(p: &Program) -> Result<String, String> {
+    let Some(compiled) = &p.compiled else { return Err("the program has no kernels".into()) };
+    let names = Numbering::of_program(p);
+    let g = &p.graph;
+    let mut out = String::new();
+    for u in &compiled.units {
+        let _ = writeln!(out, "; unit `{}`", u.name);
+        for &k in &u.order {
+            let kernel = &u.kernels[k];
+            let nodes: Vec<String> = kernel.nodes.iter().map(|&n| names.name(n)).collect();
+            let nodes = nodes.join(" ");
+            let (spec, how) = match kernel.kind {
+                KernelKind::Source => continue,
+                KernelKind::Elementwise => (Spec::analyze(g, &kernel.nodes, &kernel.outputs), "elementwise"),
+                KernelKind::Contraction if kernel.nodes.len() > 1 => {
+                    let outs: Vec<_> = kernel.outputs.iter().copied().filter(|&o| o != kernel.nodes[0]).collect();
+                    (Spec::analyze(g, &kernel.nodes[1..], &outs), "gemm + epilogue")
+                }
+                KernelKind::Contraction => (None, "gemm"),
+                KernelKind::Reduction => {
+                    let (_, tail) = super::unit::split_anchor(g, &kernel.nodes);
+                    let outs: Vec<_> = kernel.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+                    let spec = if tail.is_empty() { None } else { Spec::analyze(g, &tail, &outs) };
+                    (spec, "reduction epilogue")
+                }
+                KernelKind::Layout => (None, "layout"),
+            };
+            match spec {
+                Some(spec) => {
+                    let text = super::with_compiler(|c| Ok(c.clif(&spec)))?;
+                    let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{text}");
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "; kernel {k} ({how}, nodes {nodes}): no Cranelift function (gemm, native or interpreter)\n"
+                    );
+                }
+            }
+        }
+    }
+    Ok(out)
+}

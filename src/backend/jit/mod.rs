@@ -1,0 +1,51 @@
+//! The JIT backend: runs the optimizer's compiled units (fused kernels over
+//! one arena, in schedule order) with Cranelift-generated code for
+//! elementwise kernels and contraction epilogues, `gemm` for matrix
+//! products, and the reference interpreter for every kernel the code
+//! generator does not cover yet (so every program runs on it).
+//!
+//! Contract: results equal the reference interpreter's up to floating-point
+//! rounding (matmul summation order, polynomial `exp`/`log`/`tanh`; see
+//! `poly`). Execution is single-threaded and deterministic: the same program
+//! and inputs give bit-identical results on every run. Compiled functions
+//! are cached per thread by kernel signature, so a kernel that occurs in
+//! several units (or runs) is compiled once.
+//!
+//! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
+//! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
+//! reductions), `unit`
+//! (the executor of one unit), `clif` (the `--emit clif` listing).
+//!
+//! Example: `tfc run --backend jit prog.tfl` runs every training step,
+//! metric and `map` region of `prog.tfl` through [`JitUnit`].
+
+mod clif;
+mod codegen;
+mod poly;
+mod reduce;
+pub mod spec;
+mod unit;
+
+pub use clif::emit_clif;
+pub use codegen::{Compiler, KernelFn};
+pub use unit::{find_unit, JitUnit, StepCounts};
+
+use std::cell::RefCell;
+
+thread_local! {
+    static COMPILER: RefCell<Option<Compiler>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's compiler, creating it on first use.
+pub fn with_compiler<T>(f: impl FnOnce(&mut Compiler) -> Result<T, String>) -> Result<T, String> {
+    COMPILER.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(Compiler::new()?);
+        }
+        match c.as_mut() {
+            Some(compiler) => f(compiler),
+            None => Err("the code generator is unavailable".into()),
+        }
+    })
+}

@@ -1,0 +1,309 @@
+//! What the code generator compiles: an elementwise kernel (or the epilogue
+//! of a contraction) reduced to a loop nest over its iteration space, the
+//! loads it performs and one expression per member node.
+//!
+//! Contract: [`Spec::analyze`] accepts a group of member nodes that share one
+//! flat iteration space of `N` elements (what `fuse` guarantees for an
+//! `Elementwise` kernel and a contraction's epilogue) and returns `None`
+//! when the group uses something the code generator does not handle yet (a
+//! dtype other than `f32` or `bool` at its boundary, an op without a code
+//! template, broadcasts into two different shapes); the caller then runs the group on
+//! the reference interpreter. The loop nest is `outer` dims (any number,
+//! their index computed once per row) around one contiguous `inner` extent:
+//! every load is, over the inner extent, either contiguous (`Inner::Contig`)
+//! or one value (`Inner::Splat`, a broadcast along those dims), so the inner
+//! loop runs four lanes at a time with a scalar tail.
+//!
+//! Example: `relu(h + broadcast_to(b, [64, 256]))` with `h: f32[64, 256]`,
+//! `b: f32[256]` is `outer = [64]`, `inner = 256`, loads `h` (contiguous,
+//! outer stride 256) and `b` (contiguous, outer stride 0), expressions
+//! `load 0`, `load 1`, `add`, `relu`.
+
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, UnaryOp};
+use std::collections::HashMap;
+
+/// How a load advances along the inner extent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Inner {
+    /// One element per inner index.
+    Contig,
+    /// The same element for the whole inner extent.
+    Splat,
+}
+
+/// One buffer read of the kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Load {
+    /// The value read (a node outside the group).
+    pub node: NodeId,
+    /// Element stride of each outer dim.
+    pub outer: Vec<usize>,
+    pub inner: Inner,
+    /// `F32` (four bytes an element) or `Mask` (a `bool`, one byte).
+    pub kind: Kind,
+}
+
+/// How an expression's value is represented: an `f32` or a lane mask (a
+/// `bool` that never leaves the kernel).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    F32,
+    Mask,
+}
+
+/// One member's computation; operands are indices of earlier expressions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    Load(usize),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Select(usize, usize, usize),
+    /// `bool → f32` (1.0 where true).
+    MaskToF32(usize),
+    /// `f32 → bool` (`x != 0`, NaN is true).
+    F32ToMask(usize),
+}
+
+/// A compilable elementwise loop nest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spec {
+    pub outer: Vec<usize>,
+    pub inner: usize,
+    pub loads: Vec<Load>,
+    pub exprs: Vec<(Expr, Kind)>,
+    /// Expression index of each output, in the order of `output_nodes`.
+    pub outputs: Vec<usize>,
+    pub output_nodes: Vec<NodeId>,
+}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// The element strides of `input` broadcast (NumPy rules, right-aligned)
+/// to `out`.
+fn broadcast_strides(input: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    let shift = out.len().checked_sub(input.len())?;
+    let rm = row_major(input);
+    Some((0..out.len()).map(|d| if d < shift || input[d - shift] == 1 { 0 } else { rm[d - shift] }).collect())
+}
+
+/// The `f32` unary ops with a code template.
+pub const FLOAT_UNARY: &[UnaryOp] = &[
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Relu,
+    UnaryOp::Floor,
+    UnaryOp::Sign,
+];
+
+/// The `f32` arithmetic binary ops with a code template.
+pub const FLOAT_BINARY: &[BinaryOp] =
+    &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
+
+impl Spec {
+    /// The spec of `members` (in topological order) writing `outputs`, or
+    /// `None` when the group needs the interpreter (see the module docs).
+    pub fn analyze(g: &Graph, members: &[NodeId], outputs: &[NodeId]) -> Option<Spec> {
+        let n = g.node(*members.first()?).ty.numel();
+        let inside: HashMap<NodeId, usize> = members.iter().enumerate().map(|(i, &m)| (m, i)).collect();
+        // The iteration shape: the shape every broadcast load is relative to.
+        let mut shape: Option<&[usize]> = None;
+        for &m in members {
+            let node = g.node(m);
+            if node.ty.numel() != n {
+                return None;
+            }
+            if let Op::BroadcastTo { .. } = node.op {
+                let src = g.inputs(m)[0];
+                if !inside.contains_key(&src) && g.node(src).ty.numel() != n {
+                    match shape {
+                        Some(s) if s != node.ty.shape.as_slice() => return None,
+                        _ => shape = Some(&node.ty.shape),
+                    }
+                }
+            }
+        }
+        let shape: Vec<usize> = shape.map(<[usize]>::to_vec).unwrap_or_else(|| vec![n]);
+        let contiguous = row_major(&shape);
+        let mut loads: Vec<(NodeId, Vec<usize>)> = Vec::new();
+        let mut exprs: Vec<(Expr, Kind)> = Vec::new();
+        let mut value: HashMap<NodeId, usize> = HashMap::new();
+        let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
+            let kind = match g.node(node).ty.dtype {
+                DType::F32 => Kind::F32,
+                DType::Bool => Kind::Mask,
+                _ => return None,
+            };
+            let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
+                Some(i) => i,
+                None => {
+                    loads.push((node, strides));
+                    loads.len() - 1
+                }
+            };
+            exprs.push((Expr::Load(li), kind));
+            Some(exprs.len() - 1)
+        };
+        for &m in members {
+            let node = g.node(m);
+            let ins = g.inputs(m);
+            let mut operand = |exprs: &mut Vec<(Expr, Kind)>, i: NodeId| -> Option<usize> {
+                match value.get(&i) {
+                    Some(&e) => Some(e),
+                    None => load(exprs, i, contiguous.clone()),
+                }
+            };
+            let kind_of = |exprs: &Vec<(Expr, Kind)>, e: usize| exprs[e].1;
+            let dtype = node.ty.dtype;
+            let e = match &node.op {
+                Op::BroadcastTo { .. } | Op::Reshape { .. } => {
+                    let src = ins[0];
+                    match value.get(&src) {
+                        Some(&e) => e,
+                        None if g.node(src).ty.numel() == n || matches!(node.op, Op::Reshape { .. }) => {
+                            load(&mut exprs, src, contiguous.clone())?
+                        }
+                        None => load(&mut exprs, src, broadcast_strides(&g.node(src).ty.shape, &shape)?)?,
+                    }
+                }
+                Op::Unary(u) => {
+                    let x = operand(&mut exprs, ins[0])?;
+                    let kind = match (kind_of(&exprs, x), u) {
+                        (Kind::F32, u) if FLOAT_UNARY.contains(u) && dtype == DType::F32 => Kind::F32,
+                        (Kind::Mask, UnaryOp::Not) => Kind::Mask,
+                        _ => return None,
+                    };
+                    exprs.push((Expr::Unary(*u, x), kind));
+                    exprs.len() - 1
+                }
+                Op::Binary(b) => {
+                    let x = operand(&mut exprs, ins[0])?;
+                    let y = operand(&mut exprs, ins[1])?;
+                    let kind = match (kind_of(&exprs, x), kind_of(&exprs, y)) {
+                        (Kind::F32, Kind::F32) if FLOAT_BINARY.contains(b) && dtype == DType::F32 => Kind::F32,
+                        (Kind::F32, Kind::F32) if b.is_comparison() => Kind::Mask,
+                        (Kind::Mask, Kind::Mask) if b.is_logical() => Kind::Mask,
+                        _ => return None,
+                    };
+                    exprs.push((Expr::Binary(*b, x, y), kind));
+                    exprs.len() - 1
+                }
+                Op::Select => {
+                    let c = operand(&mut exprs, ins[0])?;
+                    let x = operand(&mut exprs, ins[1])?;
+                    let y = operand(&mut exprs, ins[2])?;
+                    let kinds = (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y));
+                    if kinds != (Kind::Mask, Kind::F32, Kind::F32) || dtype != DType::F32 {
+                        return None;
+                    }
+                    exprs.push((Expr::Select(c, x, y), Kind::F32));
+                    exprs.len() - 1
+                }
+                Op::Cast(to) => {
+                    let x = operand(&mut exprs, ins[0])?;
+                    match (kind_of(&exprs, x), to) {
+                        (Kind::F32, DType::F32) | (Kind::Mask, DType::Bool) => x,
+                        (Kind::Mask, DType::F32) => {
+                            exprs.push((Expr::MaskToF32(x), Kind::F32));
+                            exprs.len() - 1
+                        }
+                        (Kind::F32, DType::Bool) => {
+                            exprs.push((Expr::F32ToMask(x), Kind::Mask));
+                            exprs.len() - 1
+                        }
+                        _ => return None,
+                    }
+                }
+                _ => return None,
+            };
+            let expect = if dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
+            if kind_of(&exprs, e) != expect || !matches!(dtype, DType::F32 | DType::Bool) {
+                return None;
+            }
+            value.insert(m, e);
+        }
+        let mut outs = Vec::new();
+        for o in outputs {
+            outs.push(*value.get(o)?);
+        }
+        let (outer, inner, mut loads) = split(&shape, loads);
+        for l in &mut loads {
+            l.kind = if g.node(l.node).ty.dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
+        }
+        Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec() })
+    }
+
+    /// The elements of the iteration space.
+    pub fn numel(&self) -> usize {
+        self.outer.iter().product::<usize>() * self.inner
+    }
+
+    /// A key equal for two specs exactly when they compile to the same code
+    /// (node ids do not matter, strides and expressions do).
+    pub fn signature(&self) -> String {
+        let loads: Vec<(&Vec<usize>, Inner, Kind)> = self.loads.iter().map(|l| (&l.outer, l.inner, l.kind)).collect();
+        format!("{:?}|{}|{:?}|{:?}|{:?}", self.outer, self.inner, loads, self.exprs, self.outputs)
+    }
+}
+
+/// Splits `shape` into outer dims and the longest inner suffix over which
+/// every load is contiguous or constant.
+fn split(shape: &[usize], loads: Vec<(NodeId, Vec<usize>)>) -> (Vec<usize>, usize, Vec<Load>) {
+    let k = shape.len();
+    let contiguous = row_major(shape);
+    let mut p = k;
+    // The inner mode each load has over dims p..k (None: not decided yet).
+    let mut modes: Vec<Option<Inner>> = vec![None; loads.len()];
+    while p > 0 {
+        let d = p - 1;
+        let mut next = modes.clone();
+        let ok = loads.iter().zip(next.iter_mut()).all(|((_, s), mode)| {
+            if shape[d] == 1 {
+                return true;
+            }
+            let here = if s[d] == 0 {
+                Inner::Splat
+            } else if s[d] == contiguous[d] {
+                Inner::Contig
+            } else {
+                return false;
+            };
+            match mode {
+                Some(m) if *m != here => false,
+                _ => {
+                    *mode = Some(here);
+                    true
+                }
+            }
+        });
+        // A contiguous load must be contiguous from the innermost dim on.
+        if !ok {
+            break;
+        }
+        modes = next;
+        p = d;
+    }
+    let inner = shape[p..].iter().product();
+    let loads = loads
+        .into_iter()
+        .zip(modes)
+        .map(|((node, s), mode)| Load {
+            node,
+            outer: s[..p].to_vec(),
+            inner: mode.unwrap_or(Inner::Splat),
+            kind: Kind::F32,
+        })
+        .collect();
+    (shape[..p].to_vec(), inner, loads)
+}

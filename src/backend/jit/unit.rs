@@ -1,0 +1,703 @@
+//! The executor of one compilation unit (a training step, a metric over a
+//! batch, a `map` function) over one arena, following the optimizer's plan.
+//!
+//! Contract: [`JitUnit::prepare`] turns a `CompiledUnit` into a list of
+//! steps in the unit's schedule order, compiling what it can once:
+//! - an `Elementwise` kernel whose [`Spec`] the code generator accepts runs
+//!   as Cranelift code;
+//! - a `Contraction` kernel over a `f32` matmul runs the product through
+//!   `gemm` (single-threaded, no spin-waiting pool) and its epilogue as
+//!   Cranelift code (or on the interpreter if the epilogue needs it);
+//! - every other kernel (reductions, layout ops, convolutions, other dtypes,
+//!   ops without a code template) runs node by node on the reference
+//!   interpreter's `eval_node`, so every program runs, with the
+//!   interpreter's results for those kernels.
+//!
+//! Storage: every `f32` and `bool` kernel output lives in the arena at the
+//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus a scratch area for matmul results the
+//! epilogue consumes in the same kernel); values of other dtypes are kept as
+//! interpreter tensors beside it; region inputs are read in place from the
+//! caller's tensors and values computed outside the unit are copied once, at
+//! `prepare`. [`JitUnit::run`] binds the inputs, runs the steps and reads
+//! the region outputs back as tensors.
+//!
+//! Results equal the interpreter's up to rounding: a different summation
+//! order in matmul and the polynomial `exp`/`log`/`tanh` (module `poly`).
+//!
+//! Example: `train.rs` prepares one `JitUnit` per batch size of a training
+//! step and calls `run` with `[batch…, step, params…, states…]` per batch.
+
+use super::codegen::KernelFn;
+use super::spec::Spec;
+use crate::backend::interp::{eval_node, Data, Tensor, Values};
+use crate::diag::{Diagnostic, Span};
+use crate::ir::compiled::{CompiledUnit, KernelKind};
+use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+/// Where a value is during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ref {
+    /// `f32` elements at this element offset of the arena.
+    Arena(usize),
+    /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.
+    Mask(usize),
+    /// The caller's input at this position.
+    Input(usize),
+    /// A value fixed at `prepare` (computed outside the unit, or a constant).
+    Fixed(usize),
+    /// A tensor computed by an interpreted kernel in this run.
+    Table(usize),
+}
+
+/// An operand of an interpreted node.
+#[derive(Clone, Copy, Debug)]
+enum Arg {
+    /// An earlier node of the same kernel.
+    Local(usize),
+    Ref(Ref),
+}
+
+#[derive(Clone, Debug)]
+struct InterpNode {
+    op: Op,
+    ty: TensorType,
+    span: Span,
+    args: Vec<Arg>,
+    /// The type of each operand (arena values are read back with it).
+    arg_tys: Vec<TensorType>,
+    /// Where the value goes if it leaves the kernel.
+    out: Option<Ref>,
+}
+
+enum Step {
+    /// A compiled loop nest; `args` are its loads then its outputs.
+    Jit { f: KernelFn, args: Vec<(Ref, usize)> },
+    /// `dst = a @ b` (batched over leading dims) through `gemm`.
+    Gemm { a: Ref, b: Ref, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// Nodes evaluated by the reference interpreter.
+    Interp(Vec<InterpNode>),
+    /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
+    Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
+    /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
+    Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
+}
+
+/// How each kernel of a prepared unit runs (for reports and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub jit: usize,
+    pub gemm: usize,
+    pub interp: usize,
+    /// Native transposes and reductions.
+    pub native: usize,
+}
+
+/// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+struct State {
+    arena: Vec<Line>,
+    table: Vec<Option<Tensor>>,
+}
+
+/// A unit ready to run many times.
+pub struct JitUnit {
+    pub name: String,
+    steps: Vec<Step>,
+    fixed: Vec<Tensor>,
+    outputs: Vec<(Ref, TensorType)>,
+    /// The element types of arena values read back as tensors.
+    state: RefCell<State>,
+    pub arena_bytes: usize,
+    pub counts: StepCounts,
+}
+
+fn internal(msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::internal(format!("jit: {}", msg.into()))
+}
+
+/// The unit named like `region_name` in the program's compiled annotations.
+pub fn find_unit<'a>(p: &'a Program, name: &str) -> Option<&'a CompiledUnit> {
+    p.compiled.as_ref()?.units.iter().find(|u| u.name == name)
+}
+
+/// Compiles `spec` on this thread's compiler.
+fn compile(spec: &Spec) -> Result<KernelFn, Diagnostic> {
+    super::with_compiler(|c| c.compile(spec)).map_err(internal)
+}
+
+struct Builder<'a> {
+    g: &'a Graph,
+    loc: HashMap<NodeId, Ref>,
+    fixed: Vec<Tensor>,
+    tables: usize,
+}
+
+impl Builder<'_> {
+    fn get(&self, n: NodeId) -> Result<Ref, Diagnostic> {
+        self.loc.get(&n).copied().ok_or_else(|| internal(format!("node {} has no storage", n.index())))
+    }
+
+    /// The interpreted steps of `nodes` with `outputs` leaving them.
+    fn interp(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Step, Diagnostic> {
+        let local: HashMap<NodeId, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut out = Vec::with_capacity(nodes.len());
+        for &n in nodes {
+            let node = self.g.node(n);
+            let args = self
+                .g
+                .inputs(n)
+                .into_iter()
+                .map(|i| match local.get(&i) {
+                    Some(&l) => Ok(Arg::Local(l)),
+                    None => self.get(i).map(Arg::Ref),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let arg_tys = self.g.inputs(n).into_iter().map(|i| self.g.node(i).ty.clone()).collect();
+            let out_ref = if outputs.contains(&n) { Some(self.get(n)?) } else { None };
+            out.push(InterpNode {
+                op: node.op.clone(),
+                ty: node.ty.clone(),
+                span: node.span,
+                args,
+                arg_tys,
+                out: out_ref,
+            });
+        }
+        Ok(Step::Interp(out))
+    }
+
+    /// `nodes` (one iteration space) compiled when the code generator takes
+    /// them and every output is in the arena, else interpreted.
+    fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
+        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
+        match Spec::analyze(self.g, nodes, outputs).filter(|s| s.numel() > 0 && in_arena) {
+            Some(spec) => {
+                counts.jit += 1;
+                self.jit(&spec)
+            }
+            None => {
+                counts.interp += 1;
+                self.interp(nodes, outputs)
+            }
+        }
+    }
+
+    fn jit(&self, spec: &Spec) -> Result<Step, Diagnostic> {
+        let f = compile(spec)?;
+        let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
+        for l in &spec.loads {
+            args.push((self.get(l.node)?, self.g.node(l.node).ty.numel()));
+        }
+        for &o in &spec.output_nodes {
+            match self.get(o)? {
+                r @ (Ref::Arena(_) | Ref::Mask(_)) => args.push((r, spec.numel())),
+                r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
+            }
+        }
+        Ok(Step::Jit { f, args })
+    }
+}
+
+impl JitUnit {
+    /// Prepares `unit` of `program`: `slot_pos` maps each region input slot
+    /// to its position in `run`'s inputs; `values` holds every value the
+    /// unit reads from outside (the executor computed them already).
+    pub fn prepare(
+        program: &Program,
+        unit: &CompiledUnit,
+        slot_pos: &HashMap<usize, usize>,
+        values: &Values,
+        outputs: &[NodeId],
+    ) -> Result<JitUnit, Diagnostic> {
+        let g = &program.graph;
+        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0 };
+        // Region inputs stay in the caller's tensors, so a new parameter the
+        // plan writes over its input (`over_input`) gets its own place after
+        // the planned arena; the runtime hands it back as an output.
+        let mut arena_end = unit.arena_bytes;
+        let buffers: HashMap<NodeId, usize> = unit
+            .buffers
+            .iter()
+            .map(|buf| match buf.over_input {
+                Some(_) => {
+                    let at = arena_end.div_ceil(64) * 64;
+                    arena_end = at + buf.bytes;
+                    (buf.node, at)
+                }
+                None => (buf.node, buf.offset),
+            })
+            .collect();
+        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        // Storage of every value that leaves a kernel.
+        let mut scratch = 0usize;
+        for k in &unit.kernels {
+            for &n in &k.nodes {
+                let node = g.node(n);
+                let r = match &node.op {
+                    Op::Slot { slot, .. } if k.kind == KernelKind::Source => match slot_pos.get(slot) {
+                        Some(&p) => Ref::Input(p),
+                        None => return Err(internal(format!("slot {slot} of unit `{}` is not an input", unit.name))),
+                    },
+                    Op::Constant { .. } if k.kind == KernelKind::Source => {
+                        b.fixed.push(eval_node(&node.op, &[], &node.ty)?);
+                        Ref::Fixed(b.fixed.len() - 1)
+                    }
+                    _ if !k.outputs.contains(&n) => {
+                        if matches!(node.op, Op::MatMul) {
+                            scratch = scratch.max(node.ty.numel());
+                        }
+                        continue;
+                    }
+                    _ => match buffers.get(&n) {
+                        Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
+                        Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
+                        _ => {
+                            b.tables += 1;
+                            Ref::Table(b.tables - 1)
+                        }
+                    },
+                };
+                b.loc.insert(n, r);
+            }
+        }
+        // Values computed outside the unit, read by its nodes or its outputs.
+        for &n in unit.kernels.iter().flat_map(|k| k.nodes.iter()).chain(outputs) {
+            let reads = if in_unit.contains(&n) { g.inputs(n) } else { vec![n] };
+            for i in reads {
+                if !in_unit.contains(&i) && !b.loc.contains_key(&i) {
+                    let v = values.get(&i).ok_or_else(|| internal(format!("outside value {} missing", i.index())))?;
+                    b.fixed.push(v.clone());
+                    b.loc.insert(i, Ref::Fixed(b.fixed.len() - 1));
+                }
+            }
+        }
+        let arena_floats = arena_end.div_ceil(4);
+        let scratch_at = arena_floats.div_ceil(16) * 16;
+        let mut steps = Vec::new();
+        let mut counts = StepCounts::default();
+        for &ki in &unit.order {
+            let k = &unit.kernels[ki];
+            match k.kind {
+                KernelKind::Source => {}
+                KernelKind::Elementwise => match Spec::analyze(g, &k.nodes, &k.outputs) {
+                    Some(spec) if spec.numel() > 0 => {
+                        steps.push(b.jit(&spec)?);
+                        counts.jit += 1;
+                    }
+                    _ => {
+                        steps.push(b.interp(&k.nodes, &k.outputs)?);
+                        counts.interp += 1;
+                    }
+                },
+                KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) => {
+                    let mm = k.nodes[0];
+                    let dst = match b.loc.get(&mm) {
+                        Some(Ref::Arena(off)) => *off,
+                        _ => {
+                            b.loc.insert(mm, Ref::Arena(scratch_at));
+                            scratch_at
+                        }
+                    };
+                    let ins = g.inputs(mm);
+                    let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+                    let r = sa.len();
+                    steps.push(Step::Gemm {
+                        a: b.get(ins[0])?,
+                        b: b.get(ins[1])?,
+                        dst,
+                        batch: sa[..r - 2].iter().product(),
+                        m: sa[r - 2],
+                        k: sa[r - 1],
+                        n: sb[r - 1],
+                    });
+                    counts.gemm += 1;
+                    let epilogue = &k.nodes[1..];
+                    let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
+                    if !epilogue.is_empty() {
+                        match Spec::analyze(g, epilogue, &outs) {
+                            Some(spec) if spec.numel() > 0 => {
+                                steps.push(b.jit(&spec)?);
+                                counts.jit += 1;
+                            }
+                            _ => {
+                                steps.push(b.interp(epilogue, &outs)?);
+                                counts.interp += 1;
+                            }
+                        }
+                    }
+                }
+                KernelKind::Reduction => {
+                    // Prologue compiled (into scratch), the reduction native,
+                    // the epilogue (an optimizer update, a normalization)
+                    // compiled; each part falls back to the interpreter.
+                    let (head, tail) = split_anchor(g, &k.nodes);
+                    let Some((&anchor, prologue)) = head.split_last().filter(|_| native_reduce(g, &head)) else {
+                        steps.push(b.interp(&k.nodes, &k.outputs)?);
+                        counts.interp += 1;
+                        continue;
+                    };
+                    let mut bump = scratch_at;
+                    let mut scratch_for = |b: &mut Builder, n: NodeId| {
+                        if let std::collections::hash_map::Entry::Vacant(e) = b.loc.entry(n) {
+                            e.insert(Ref::Arena(bump));
+                            bump += g.node(n).ty.numel().div_ceil(16) * 16;
+                        }
+                    };
+                    let input = g.inputs(anchor)[0];
+                    if !prologue.is_empty() {
+                        scratch_for(&mut b, input);
+                        let mut outs: Vec<NodeId> =
+                            k.outputs.iter().copied().filter(|o| prologue.contains(o)).collect();
+                        if !outs.contains(&input) {
+                            outs.push(input);
+                        }
+                        let step = b.part(prologue, &outs, &mut counts)?;
+                        steps.push(step);
+                    }
+                    scratch_for(&mut b, anchor);
+                    let Ref::Arena(dst) = b.get(anchor)? else { return Err(internal("a reduction outside the arena")) };
+                    let Op::Reduce { op, axes, .. } = &g.node(anchor).op else { unreachable!("native_reduce checked") };
+                    let shape = g.node(input).ty.shape.clone();
+                    let reduced = (0..shape.len()).map(|d| axes.contains(&d)).collect();
+                    steps.push(Step::Reduce { op: *op, src: b.get(input)?, dst, shape, reduced });
+                    counts.native += 1;
+                    if !tail.is_empty() {
+                        let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+                        let step = b.part(&tail, &outs, &mut counts)?;
+                        steps.push(step);
+                    }
+                    scratch = scratch.max(bump - scratch_at);
+                }
+                KernelKind::Layout if is_f32_matrix_transpose(g, &k.nodes) => {
+                    let n = k.nodes[0];
+                    let src = g.inputs(n)[0];
+                    let shape = &g.node(src).ty.shape;
+                    match b.get(n)? {
+                        Ref::Arena(dst) => {
+                            steps.push(Step::Transpose { src: b.get(src)?, dst, rows: shape[0], cols: shape[1] });
+                            counts.native += 1;
+                        }
+                        _ => {
+                            steps.push(b.interp(&k.nodes, &k.outputs)?);
+                            counts.interp += 1;
+                        }
+                    }
+                }
+                _ => {
+                    steps.push(b.interp(&k.nodes, &k.outputs)?);
+                    counts.interp += 1;
+                }
+            }
+        }
+        let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
+        let lines = (scratch_at + scratch).div_ceil(16);
+        let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables] };
+        Ok(JitUnit {
+            name: unit.name.clone(),
+            steps,
+            fixed: b.fixed,
+            outputs,
+            state: RefCell::new(state),
+            arena_bytes: unit.arena_bytes,
+            counts,
+        })
+    }
+
+    /// Runs the unit on `inputs` (in region input order); returns the
+    /// region's outputs.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut st = self.state.borrow_mut();
+        let State { arena, table } = &mut *st;
+        let arena: &mut [f32] = as_floats(arena);
+        let mut ptrs: Vec<*mut f32> = Vec::new();
+        for step in &self.steps {
+            match step {
+                Step::Jit { f, args } => {
+                    ptrs.clear();
+                    for &(r, len) in args {
+                        ptrs.push(self.ptr(r, arena, inputs, table, len)?);
+                    }
+                    // SAFETY: every pointer addresses at least the elements
+                    // the spec reads or writes (checked by `ptr`), and the
+                    // compiled function touches nothing else.
+                    unsafe { f(ptrs.as_ptr()) };
+                }
+                Step::Gemm { a, b, dst, batch, m, k, n } => {
+                    let (m, k, n) = (*m, *k, *n);
+                    let pa = self.ptr(*a, arena, inputs, table, batch * m * k)?;
+                    let pb = self.ptr(*b, arena, inputs, table, batch * k * n)?;
+                    let out = arena
+                        .get_mut(*dst..*dst + batch * m * n)
+                        .ok_or_else(|| internal("a matmul result does not fit in the arena"))?;
+                    for bt in 0..*batch {
+                        let d = &mut out[bt * m * n..(bt + 1) * m * n];
+                        if k == 0 {
+                            d.fill(0.0);
+                            continue;
+                        }
+                        // SAFETY: `pa`/`pb` hold `batch` row-major m×k and
+                        // k×n matrices (checked by `ptr`), `d` is m×n.
+                        unsafe {
+                            gemm::gemm(
+                                m,
+                                n,
+                                k,
+                                d.as_mut_ptr(),
+                                1,
+                                n as isize,
+                                false,
+                                pa.add(bt * m * k),
+                                1,
+                                k as isize,
+                                pb.add(bt * k * n),
+                                1,
+                                n as isize,
+                                0.0f32,
+                                1.0f32,
+                                false,
+                                false,
+                                false,
+                                gemm::Parallelism::None,
+                            )
+                        };
+                    }
+                }
+                Step::Reduce { op, src, dst, shape, reduced } => {
+                    let n: usize = shape.iter().product();
+                    let from = self.ptr(*src, arena, inputs, table, n)? as *const f32;
+                    // SAFETY: `ptr` checked that `src` holds `n` elements.
+                    let from = unsafe { std::slice::from_raw_parts(from, n) };
+                    let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                    let to = arena
+                        .get_mut(*dst..*dst + m)
+                        .ok_or_else(|| internal("a reduction result does not fit in the arena"))?;
+                    super::reduce::reduce(*op, from, shape, reduced, to);
+                }
+                Step::Transpose { src, dst, rows, cols } => {
+                    let (rows, cols) = (*rows, *cols);
+                    let from = self.ptr(*src, arena, inputs, table, rows * cols)? as *const f32;
+                    // SAFETY: `ptr` checked that `src` holds rows × cols elements.
+                    let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
+                    let to = arena
+                        .get_mut(*dst..*dst + rows * cols)
+                        .ok_or_else(|| internal("a transpose result does not fit in the arena"))?;
+                    transpose(from, to, rows, cols);
+                }
+                Step::Interp(nodes) => {
+                    let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
+                    for node in nodes {
+                        let owned: Vec<Option<Tensor>> = node
+                            .args
+                            .iter()
+                            .zip(&node.arg_tys)
+                            .map(|(a, ty)| match a {
+                                Arg::Ref(Ref::Arena(off)) => Ok(Some(self.arena_tensor(arena, *off, ty)?)),
+                                Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(arena, *off, ty)?)),
+                                _ => Ok(None),
+                            })
+                            .collect::<Result<_, Diagnostic>>()?;
+                        let args: Vec<&Tensor> = node
+                            .args
+                            .iter()
+                            .zip(&owned)
+                            .map(|(a, o)| match (a, o) {
+                                (_, Some(t)) => Ok(t),
+                                (Arg::Local(l), None) => local.get(*l).ok_or_else(|| internal("local operand")),
+                                (Arg::Ref(r), None) => self.tensor(*r, inputs, table),
+                            })
+                            .collect::<Result<_, _>>()?;
+                        let v = eval_node(&node.op, &args, &node.ty)
+                            .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
+                        match node.out {
+                            Some(Ref::Arena(off)) => store(arena, off, &v)?,
+                            Some(Ref::Mask(off)) => store_mask(arena, off, &v)?,
+                            Some(Ref::Table(t)) => table[t] = Some(v.clone()),
+                            Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
+                            None => {}
+                        }
+                        local.push(v);
+                    }
+                }
+            }
+        }
+        self.outputs
+            .iter()
+            .map(|(r, ty)| match r {
+                Ref::Arena(off) => self.arena_tensor(arena, *off, ty),
+                Ref::Mask(off) => mask_tensor(arena, *off, ty),
+                r => self.tensor(*r, inputs, table).cloned(),
+            })
+            .collect()
+    }
+
+    fn arena_tensor(&self, arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+        let n = ty.numel();
+        let v = arena.get(off..off + n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+        Tensor::from_vec(DType::F32, &ty.shape, v.to_vec())
+    }
+
+    fn tensor<'t>(
+        &'t self,
+        r: Ref,
+        inputs: &'t [Tensor],
+        table: &'t [Option<Tensor>],
+    ) -> Result<&'t Tensor, Diagnostic> {
+        match r {
+            Ref::Input(p) => inputs.get(p).ok_or_else(|| internal(format!("input {p} is unbound"))),
+            Ref::Fixed(i) => self.fixed.get(i).ok_or_else(|| internal("fixed value")),
+            Ref::Table(t) => {
+                table.get(t).and_then(Option::as_ref).ok_or_else(|| internal("a value is read before it is computed"))
+            }
+            Ref::Arena(_) | Ref::Mask(_) => Err(internal("an arena value read as a tensor")),
+        }
+    }
+
+    /// A pointer to `len` `f32` elements of `r`.
+    fn ptr(
+        &self,
+        r: Ref,
+        arena: &mut [f32],
+        inputs: &[Tensor],
+        table: &[Option<Tensor>],
+        len: usize,
+    ) -> Result<*mut f32, Diagnostic> {
+        match r {
+            Ref::Arena(off) => {
+                let s =
+                    arena.get_mut(off..off + len).ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
+                Ok(s.as_mut_ptr())
+            }
+            Ref::Mask(off) => {
+                let s = bytes_mut(arena)
+                    .get_mut(off..off + len)
+                    .ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
+                Ok(s.as_mut_ptr().cast::<f32>())
+            }
+            r => {
+                let t = self.tensor(r, inputs, table)?;
+                match t.data() {
+                    Data::F32(a) if t.dtype() == DType::F32 => {
+                        let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
+                        if s.len() < len {
+                            return Err(internal("a kernel operand is smaller than its type"));
+                        }
+                        Ok(s.as_ptr() as *mut f32)
+                    }
+                    // `bool` is one byte, 0 or 1: what compiled code reads.
+                    Data::Bool(a) => {
+                        let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
+                        if s.len() < len {
+                            return Err(internal("a kernel operand is smaller than its type"));
+                        }
+                        Ok(s.as_ptr() as *mut f32)
+                    }
+                    _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
+                }
+            }
+        }
+    }
+}
+
+/// The kernel's single anchor (reduction) with its in-kernel ancestors,
+/// in kernel order with the anchor last, and the remaining nodes.
+pub(super) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+    let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
+        return (Vec::new(), nodes.to_vec());
+    };
+    let members: HashSet<NodeId> = nodes.iter().copied().collect();
+    let mut before: HashSet<NodeId> = HashSet::new();
+    let mut stack = g.inputs(anchor);
+    while let Some(n) = stack.pop() {
+        if members.contains(&n) && before.insert(n) {
+            stack.extend(g.inputs(n));
+        }
+    }
+    let mut head: Vec<NodeId> = nodes.iter().copied().filter(|n| before.contains(n)).collect();
+    head.push(anchor);
+    let tail = nodes.iter().copied().filter(|n| !before.contains(n) && *n != anchor).collect();
+    (head, tail)
+}
+
+/// A reduction (the last of `head`) over `f32` values that `reduce.rs` runs.
+fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
+    let Some(&a) = head.last() else { return false };
+    matches!(g.node(a).op, Op::Reduce { .. })
+        && g.node(a).ty.dtype == DType::F32
+        && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+}
+
+/// A layout kernel that is one `f32` 2-D transpose.
+fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
+    let [n] = nodes else { return false };
+    let node = g.node(*n);
+    matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32
+}
+
+/// `to = from^T` for a row-major `rows × cols` `from`, in cache-sized tiles.
+fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
+    const T: usize = 32;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                for c in c0..(c0 + T).min(cols) {
+                    to[c * rows + r] = from[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
+fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    matches!(node.op, Op::MatMul)
+        && node.ty.dtype == DType::F32
+        && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F32 && g.node(i).ty.shape.len() >= 2)
+}
+
+fn as_floats(lines: &mut [Line]) -> &mut [f32] {
+    let len = lines.len() * 16;
+    // SAFETY: `Line` is `repr(C)` over `[f32; 16]`, so the lines are `len`
+    // contiguous, initialized `f32`s.
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<f32>(), len) }
+}
+
+/// The arena's bytes.
+fn bytes_mut(arena: &mut [f32]) -> &mut [u8] {
+    let len = arena.len() * 4;
+    // SAFETY: any initialized `f32`s are valid bytes, and the slice keeps
+    // the arena's exclusive borrow.
+    unsafe { std::slice::from_raw_parts_mut(arena.as_mut_ptr().cast::<u8>(), len) }
+}
+
+/// The `bool` tensor of type `ty` at byte `off` of the arena.
+fn mask_tensor(arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    // SAFETY: as in `bytes_mut`, read-only.
+    let bytes = unsafe { std::slice::from_raw_parts(arena.as_ptr().cast::<u8>(), arena.len() * 4) };
+    let v = bytes.get(off..off + ty.numel()).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
+}
+
+fn store_mask(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+    let Data::Bool(a) = v.data() else { return Err(internal("a non-bool value stored as a mask")) };
+    let dst = bytes_mut(arena)
+        .get_mut(off..off + a.len())
+        .ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    for (d, &s) in dst.iter_mut().zip(a.iter()) {
+        *d = u8::from(s);
+    }
+    Ok(())
+}
+
+fn store(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+    let Data::F32(a) = v.data() else { return Err(internal("a non-f32 value stored in the arena")) };
+    let dst = arena.get_mut(off..off + a.len()).ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    for (d, s) in dst.iter_mut().zip(a.iter()) {
+        *d = *s;
+    }
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! `tfc bench FILE`: times the training steps of a program. Every `train`
+//! block runs `--warmup` untimed and `--steps` timed steps on its first
+//! batch (one fixed batch reused, as the peer benchmarks do); the other
+//! statements run as usual with their output discarded. Prints one JSON
+//! object per train block:
+//!
+//! `{"name": "train 2 step (batch 64)", "backend": "jit", "compile_ms": …,
+//!   "step_ms": {"median": …, "p90": …}, "steps": 100, "threads": 1,
+//!   "arena_bytes": …, "peak_rss_bytes": …, "loss_first": …, "loss_last": …}`
+//!
+//! `compile_ms` is the front end and optimizer (once per file) plus the
+//! preparation of that step (JIT code generation); `loss_first` is the loss
+//! of the first (warm-up or timed) step, `loss_last` of the last one.
+//!
+//! Contract: deterministic losses (the same numbers every run); the
+//! threaded scheduler does not exist yet, so `--threads` accepts only 1.
+
+use crate::backend::interp::Tensor;
+use crate::backend::Backend;
+use crate::diag::{Code, Diagnostic};
+use crate::driver::Session;
+use crate::ir::plan::TrainPlan;
+use crate::ir::{DType, Effect, Literal, TensorType};
+use crate::runtime::exec::{Executor, RunOptions};
+use std::path::Path;
+use std::time::Instant;
+
+/// What `tfc bench` was asked.
+pub struct BenchArgs<'a> {
+    pub file: &'a Path,
+    pub steps: usize,
+    pub warmup: usize,
+    pub threads: usize,
+    pub backend: Backend,
+    pub json: bool,
+}
+
+pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnostic>> {
+    if args.threads != 1 {
+        return Err(vec![Diagnostic::new(
+            Code::BadValue,
+            format!("`--threads {}`: the threaded scheduler is not built yet; only `--threads 1` runs", args.threads),
+        )]);
+    }
+    if args.steps == 0 {
+        return Err(vec![Diagnostic::new(Code::BadValue, "`--steps` must be at least 1")]);
+    }
+    let started = Instant::now();
+    let id = session.load_file(args.file)?;
+    let program = session.compile(id, &crate::passes::Options::default())?;
+    let front_ms = started.elapsed().as_secs_f64() * 1e3;
+    let options = RunOptions { base_dir: session.base_dir(id), backend: args.backend, ..RunOptions::default() };
+    crate::runtime::interrupt::install();
+    let mut sink = std::io::sink();
+    let mut ex = Executor::new(&program, &mut sink, options).map_err(|d| vec![d])?;
+    for effect in &program.effects {
+        crate::runtime::interrupt::check().map_err(|d| vec![d])?;
+        match effect {
+            Effect::Train(plan) => {
+                let r = bench_train(&mut ex, plan, args, front_ms).map_err(|d| vec![d])?;
+                if args.json {
+                    println!("{r}");
+                } else {
+                    println!(
+                        "{}: step median {:.3} ms, p90 {:.3} ms over {} steps; compile {:.1} ms; loss {} -> {}",
+                        r["name"].as_str().unwrap_or_default(),
+                        r["step_ms"]["median"].as_f64().unwrap_or(f64::NAN),
+                        r["step_ms"]["p90"].as_f64().unwrap_or(f64::NAN),
+                        args.steps,
+                        r["compile_ms"].as_f64().unwrap_or(f64::NAN),
+                        r["loss_first"],
+                        r["loss_last"],
+                    );
+                }
+            }
+            other => ex.run_effect(other).map_err(|d| vec![d])?,
+        }
+    }
+    Ok(())
+}
+
+fn bench_train(
+    ex: &mut Executor,
+    plan: &TrainPlan,
+    args: &BenchArgs,
+    front_ms: f64,
+) -> Result<serde_json::Value, Diagnostic> {
+    let init: Vec<_> = plan.params.iter().chain(&plan.states).map(|(_, id)| *id).collect();
+    ex.demand(&init)?;
+    let mut params: Vec<Tensor> = plan.params.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let mut states: Vec<Tensor> = plan.states.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let batches = crate::runtime::dataset::elements(ex, &plan.data, 0)?;
+    let batch = batches
+        .first()
+        .cloned()
+        .ok_or_else(|| Diagnostic::new(Code::Runtime, "the training data has no batches").label(plan.span, "here"))?;
+    let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+    let (_, region) = plan
+        .steps
+        .iter()
+        .find(|(b, _)| *b == size)
+        .ok_or_else(|| Diagnostic::internal(format!("no training step was compiled for batches of {size}")))?;
+    let name = crate::passes::units::regions(ex.program)
+        .into_iter()
+        .find(|r| std::ptr::eq(r.region, region))
+        .map(|r| r.name)
+        .unwrap_or_else(|| format!("train step (batch {size})"));
+    let t = Instant::now();
+    let compiled = ex.compile_region(region)?;
+    let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
+    let arena_bytes = crate::backend::jit::find_unit(ex.program, &name).map_or(0, |u| u.arena_bytes);
+    let mut times = Vec::with_capacity(args.steps);
+    let (mut loss_first, mut loss_last) = (None, f64::NAN);
+    for step in 1..=args.warmup + args.steps {
+        crate::runtime::interrupt::check()?;
+        let t = Instant::now();
+        let mut inputs = batch.clone();
+        inputs.push(Tensor::from_literal(&Literal::Float(vec![step as f64]), &TensorType::scalar(DType::F32))?);
+        inputs.extend(params.iter().cloned());
+        inputs.extend(states.iter().cloned());
+        let out = ex.run_region(&compiled, &inputs)?;
+        let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
+        let n = params.len();
+        let mut rest = out.into_iter().skip(1);
+        params = rest.by_ref().take(n).collect();
+        states = rest.collect();
+        let elapsed = t.elapsed().as_secs_f64() * 1e3;
+        if step > args.warmup {
+            times.push(elapsed);
+        }
+        loss_first.get_or_insert(loss);
+        loss_last = loss;
+    }
+    for (slot, t) in plan.result_slots.iter().zip(params.into_iter().chain(states)) {
+        ex.slots.insert(*slot, t);
+    }
+    times.sort_by(f64::total_cmp);
+    let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+    let backend = match args.backend {
+        Backend::Interp => "interp",
+        Backend::Jit => "jit",
+    };
+    let json = serde_json::json!({
+        "name": name,
+        "backend": backend,
+        "compile_ms": compile_ms,
+        "step_ms": {"median": pick(0.5), "p90": pick(0.9)},
+        "steps": args.steps,
+        "threads": args.threads,
+        "arena_bytes": arena_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "loss_first": loss_first.unwrap_or(f64::NAN),
+        "loss_last": loss_last,
+    });
+    Ok(json)
+}
+
+/// The process's peak resident set (`VmHWM`), 0 where /proc is unavailable.
+fn peak_rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}

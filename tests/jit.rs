@@ -1,0 +1,256 @@
+//! The JIT backend against the reference interpreter on whole programs:
+//! every run case (`tests/cases/run`) and every example gives the same
+//! printed values on `--backend jit` as on the interpreter, optimized and
+//! at `-O0`, and training steps really run compiled code.
+//!
+//! Tolerance: printed text must match token by token, except numbers, which
+//! agree when `|jit - interp| <= 1e-3 * max(|jit|, |interp|) + 1e-4`
+//! (printed values carry 4–6 significant digits; matmul through `gemm` sums
+//! in a different order and `exp`/`log`/`tanh` are polynomials a few ulps
+//! from libm, so a training run drifts in the last printed digit at most).
+//! Examples train for at most 2 epochs here (they train for 20–40 as
+//! shipped, which the interpreter would take minutes for), in a temporary
+//! directory so their checkpoints do not touch `examples/out`.
+
+use std::path::{Path, PathBuf};
+use tfc::backend::Backend;
+use tfc::driver::Session;
+use tfc::runtime::exec::{execute, RunOptions};
+
+/// Prints of `source` (named `name`, so relative paths resolve beside it).
+fn run(name: &Path, source: &str, backend: Backend, optimize: bool) -> Result<String, String> {
+    let mut session = Session::new();
+    let file = session.add_source(&name.to_string_lossy(), source);
+    let mut opts = tfc::passes::Options::default();
+    if !optimize {
+        let keep: &[&str] = if backend == Backend::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
+        opts.disabled = tfc::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
+    }
+    let program = session.compile(file, &opts).map_err(|d| format!("{:?}", d[0].code))?;
+    let mut out = Vec::new();
+    let options = RunOptions { base_dir: session.base_dir(file), backend, ..RunOptions::default() };
+    let result = execute(&program, &mut out, options);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    match result {
+        Ok(()) => Ok(text),
+        Err(d) => Err(format!("{text}\nerror {:?}: {}", d.code, d.message)),
+    }
+}
+
+/// Splits text into number and non-number tokens.
+fn tokens(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let starts_number = c.is_ascii_digit() || (c == '-' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()));
+        if starts_number {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            let mut j = i + 1;
+            while j < chars.len() {
+                let d = chars[j];
+                let exp_sign = (d == '-' || d == '+') && matches!(chars[j - 1], 'e' | 'E');
+                if d.is_ascii_digit() || d == '.' || d == 'e' || d == 'E' || exp_sign {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            out.push(chars[i..j].iter().collect());
+            i = j;
+        } else {
+            cur.push(c);
+            i += 1;
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn same_values(jit: &str, interp: &str) -> Result<(), String> {
+    let (a, b) = (tokens(jit), tokens(interp));
+    if a.len() != b.len() {
+        return Err(format!("different output shapes:\n--- jit\n{jit}\n--- interp\n{interp}"));
+    }
+    for (x, y) in a.iter().zip(&b) {
+        match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) => {
+                if !((p - q).abs() <= 1e-3 * p.abs().max(q.abs()) + 1e-4 || (p.is_nan() && q.is_nan())) {
+                    return Err(format!("{x} (jit) vs {y} (interp)\n--- jit\n{jit}\n--- interp\n{interp}"));
+                }
+            }
+            _ if x == y => {}
+            _ => return Err(format!("`{x}` (jit) vs `{y}` (interp)\n--- jit\n{jit}\n--- interp\n{interp}")),
+        }
+    }
+    Ok(())
+}
+
+fn compare_all(files: &[(PathBuf, String)]) {
+    let mut failures = Vec::new();
+    for (path, source) in files {
+        let interp = run(path, source, Backend::Interp, true);
+        for optimize in [true, false] {
+            let jit = run(path, source, Backend::Jit, optimize);
+            let verdict = match (&jit, &interp) {
+                (Ok(a), Ok(b)) => same_values(a, b),
+                (Err(a), Err(b)) => same_values(a, b),
+                (a, b) => Err(format!("jit: {a:?}\ninterp: {b:?}")),
+            };
+            if let Err(why) = verdict {
+                failures.push(format!("=== {} (optimized: {optimize}): {why}", path.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tfl_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "tfl"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_run_case_prints_the_same_values_on_jit_and_interp() {
+    let files: Vec<(PathBuf, String)> = tfl_files(&root().join("tests/cases/run"))
+        .into_iter()
+        .map(|p| {
+            let s = std::fs::read_to_string(&p).unwrap();
+            (p, s)
+        })
+        .collect();
+    assert!(files.len() > 20, "run cases not found");
+    compare_all(&files);
+}
+
+/// Caps `epochs = N` at 2.
+fn shorten(source: &str) -> String {
+    source
+        .lines()
+        .map(|l| match l.trim().strip_prefix("epochs = ").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n > 2 => l.replace(&format!("epochs = {n}"), "epochs = 2"),
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn every_example_prints_the_same_values_on_jit_and_interp() {
+    let tmp = std::env::temp_dir().join(format!("tfc-jit-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let data = tmp.join("data");
+    if !data.exists() {
+        std::os::unix::fs::symlink(root().join("examples/data"), &data).unwrap();
+    }
+    let mut dirs = vec![root().join("examples")];
+    if root().join("examples/bench").is_dir() {
+        dirs.push(root().join("examples/bench"));
+    }
+    let mut files = Vec::new();
+    for dir in dirs {
+        for p in tfl_files(&dir) {
+            let source = shorten(&std::fs::read_to_string(&p).unwrap());
+            files.push((tmp.join(p.file_name().unwrap()), source));
+        }
+    }
+    compare_all(&files);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_training_step_runs_compiled_kernels_and_gemm() {
+    let source = "use std.nn.{Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+        model M { l1 = Dense(8, 16, act = relu)\n l2 = Dense(16, 3)\n fn forward(x) = x |> l1 |> l2 }\n\
+        let net = M(seed = 1)\n\
+        let xs = normal([12, 8], seed = 2)\n\
+        let ys = [0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2]\n\
+        train net on from_tensors(xs, ys) |> batch(4) {\n\
+            loss(x, y) = softmax_cross_entropy(net(x), y)\n optimizer = adam(lr = 1e-2)\n epochs = 3\n}\n\
+        print(net.l2.b)\n";
+    let mut session = Session::new();
+    let file = session.add_source("step.tfl", source);
+    let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
+    let tfc::ir::Effect::Train(plan) =
+        program.effects.iter().find(|e| matches!(e, tfc::ir::Effect::Train(_))).expect("a train effect")
+    else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    let options = RunOptions { backend: Backend::Jit, ..RunOptions::default() };
+    let mut ex = tfc::runtime::exec::Executor::new(&program, &mut out, options).unwrap();
+    let region = ex.compile_region(&plan.steps[0].1).expect("the step prepares");
+    let counts = region.jit().expect("the step runs on the JIT").counts;
+    assert!(counts.gemm >= 2, "{counts:?}");
+    assert!(counts.jit >= 2, "{counts:?}");
+    // And the values agree with the interpreter.
+    let interp = run(Path::new("step.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("step.tfl"), source, Backend::Jit, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
+#[test]
+fn jit_runs_are_bit_identical_run_to_run() {
+    let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let first = run(&path, &source, Backend::Jit, true);
+    assert_eq!(first, run(&path, &source, Backend::Jit, true));
+}
+
+#[test]
+fn number_tokens_compare_with_a_tolerance() {
+    assert!(same_values("[1.0001, -2e-3] ok", "[1.0002, -0.002] ok").is_ok());
+    assert!(same_values("[1.1]", "[1.0]").is_err());
+    assert!(same_values("a 1", "b 1").is_err());
+}
+
+fn tfc(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tfc")).args(args).current_dir(root()).output().expect("tfc runs")
+}
+
+#[test]
+fn emit_clif_prints_vector_loops_for_the_bench_step() {
+    let o = tfc(&["build", "--emit", "clif", "examples/bench/mlp.tfl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("; unit `train 0 step (batch 64)`"), "{text}");
+    assert!(text.matches("function u0:").count() >= 10, "{text}");
+    assert!(text.contains("f32x4") && text.contains("brif"), "{text}");
+}
+
+#[test]
+fn bench_prints_one_json_object_per_train_block() {
+    let o = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "2", "--warmup", "1", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    for key in ["name", "compile_ms", "steps", "threads", "arena_bytes", "peak_rss_bytes", "loss_first", "loss_last"] {
+        assert!(v.get(key).is_some(), "missing {key}: {text}");
+    }
+    assert!(v["step_ms"]["median"].as_f64().unwrap() > 0.0);
+    assert!(v["step_ms"]["p90"].as_f64().unwrap() >= v["step_ms"]["median"].as_f64().unwrap());
+    assert_eq!(v["steps"], 2);
+    // The first loss is deterministic: the same program, seeds and batch.
+    let first = v["loss_first"].as_f64().unwrap();
+    assert!((first - 2.622_842_8).abs() < 1e-5, "{first}");
+    let bad = tfc(&["bench", "examples/bench/mlp.tfl", "--threads", "2"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("only `--threads 1`"));
+}

@@ -1,0 +1,249 @@
+//! The JIT's generated elementwise code against the reference interpreter:
+//! random fused kernels (shapes, broadcasts, every op with a template) and
+//! the accuracy of the inline polynomial `exp`, `log`, `tanh`, `sigmoid`.
+//!
+//! Tolerance: values agree when both are NaN, or when `|jit - interp| <=
+//! 1e-5 * (1 + the largest magnitude any node of the kernel reaches)`: the
+//! polynomials differ from libm by a few ulps, and a chain of ops can carry
+//! that absolute error into a small result (`exp(a) - exp(b)`).
+
+use proptest::prelude::*;
+use tfc::backend::interp::{eval_node, Tensor};
+use tfc::backend::jit::spec::Spec;
+use tfc::backend::jit::with_compiler;
+use tfc::diag::Span;
+use tfc::ir::infer::infer;
+use tfc::ir::{BinaryOp, DType, Graph, NodeId, Op, TensorType, UnaryOp};
+
+fn add(g: &mut Graph, op: Op, inputs: &[NodeId]) -> NodeId {
+    let types: Vec<TensorType> = inputs.iter().map(|&i| g.node(i).ty.clone()).collect();
+    let refs: Vec<&TensorType> = types.iter().collect();
+    let ty = infer(&op, &refs).unwrap_or_else(|e| panic!("ill-typed test kernel: {}", e.message));
+    g.add(op, inputs, ty, Span::default())
+}
+
+fn slot(g: &mut Graph, i: usize, shape: &[usize]) -> NodeId {
+    let ty = TensorType::new(DType::F32, shape.to_vec());
+    g.add(Op::Slot { slot: i, ty: ty.clone() }, &[], ty, Span::default())
+}
+
+/// Runs the kernel `members -> out` of `g` compiled and on the interpreter;
+/// `inputs` bind the slots `0..`.
+fn both(
+    g: &Graph,
+    slots: &[NodeId],
+    inputs: &[Vec<f32>],
+    members: &[NodeId],
+    out: NodeId,
+) -> (Vec<f32>, Vec<f32>, f32) {
+    let tensors: Vec<Tensor> = slots
+        .iter()
+        .zip(inputs)
+        .map(|(&s, v)| Tensor::from_vec(DType::F32, &g.node(s).ty.shape, v.clone()).unwrap())
+        .collect();
+    // The interpreter, node by node.
+    let mut values: std::collections::HashMap<NodeId, Tensor> = slots.iter().copied().zip(tensors.clone()).collect();
+    let mut largest = 0f32;
+    for &m in members {
+        let args: Vec<&Tensor> = g.inputs(m).iter().map(|i| &values[i]).collect();
+        let v = eval_node(&g.node(m).op, &args, &g.node(m).ty).unwrap();
+        if v.dtype() == DType::F32 {
+            largest =
+                v.to_f64_vec().iter().fold(largest, |a, &x| if x.is_finite() { a.max(x.abs() as f32) } else { a });
+        }
+        values.insert(m, v);
+    }
+    let expected: Vec<f32> = values[&out].to_f64_vec().iter().map(|&x| x as f32).collect();
+    // The JIT.
+    let spec = Spec::analyze(g, members, &[out]).expect("the kernel compiles");
+    let f = with_compiler(|c| c.compile(&spec)).unwrap();
+    let mut result = vec![f32::from_bits(0x7fc0_1234); expected.len()];
+    let mut ptrs: Vec<*mut f32> = spec
+        .loads
+        .iter()
+        .map(|l| {
+            let k = slots.iter().position(|&s| s == l.node).expect("loads read slots");
+            inputs[k].as_ptr() as *mut f32
+        })
+        .collect();
+    ptrs.push(result.as_mut_ptr());
+    // SAFETY: every load pointer holds its slot's elements, the output the
+    // iteration space's.
+    unsafe { f(ptrs.as_ptr()) };
+    (result, expected, largest)
+}
+
+fn agree(jit: &[f32], interp: &[f32], largest: f32) -> Result<(), String> {
+    let tol = 1e-5 * (1.0 + largest);
+    for (i, (&a, &b)) in jit.iter().zip(interp).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol;
+        if !ok {
+            return Err(format!("element {i}: jit {a} vs interpreter {b} (tolerance {tol})"));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    SelectCmp(BinaryOp, usize, usize, usize, usize),
+    CastRoundTrip(usize),
+}
+
+use tfc::backend::jit::spec::{FLOAT_BINARY as BINARY, FLOAT_UNARY as UNARY};
+const CMP: &[BinaryOp] = &[BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge];
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..UNARY.len(), any::<usize>()).prop_map(|(u, a)| Step::Unary(UNARY[u], a)),
+        (0..BINARY.len(), any::<usize>(), any::<usize>()).prop_map(|(b, x, y)| Step::Binary(BINARY[b], x, y)),
+        (0..CMP.len(), any::<usize>(), any::<usize>(), any::<usize>(), any::<usize>())
+            .prop_map(|(c, a, b, x, y)| Step::SelectCmp(CMP[c], a, b, x, y)),
+        any::<usize>().prop_map(Step::CastRoundTrip),
+    ]
+}
+
+/// A shape, and for the broadcast operand which dims it keeps (else 1) and
+/// how many leading dims it drops.
+fn shapes() -> impl Strategy<Value = (Vec<usize>, Vec<bool>, usize)> {
+    prop::collection::vec(1usize..10, 1..4).prop_flat_map(|s| {
+        let r = s.len();
+        (Just(s), prop::collection::vec(any::<bool>(), r), 0..r)
+    })
+}
+
+fn value() -> impl Strategy<Value = f32> {
+    prop_oneof![8 => -4.0f32..4.0, 1 => Just(0.0f32), 1 => Just(-0.0f32), 1 => Just(f32::NAN), 1 => Just(f32::INFINITY)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_elementwise_kernels_match_the_interpreter(
+        (shape, keep, drop) in shapes(),
+        steps in prop::collection::vec(step(), 1..7),
+        seed_values in prop::collection::vec(value(), 3 * 729),
+    ) {
+        let mut g = Graph::new();
+        let n: usize = shape.iter().product();
+        let bshape: Vec<usize> =
+            shape.iter().zip(&keep).skip(drop).map(|(&d, &k)| if k { d } else { 1 }).collect();
+        let x = slot(&mut g, 0, &shape);
+        let y = slot(&mut g, 1, &shape);
+        let b = slot(&mut g, 2, &bshape);
+        let bn: usize = bshape.iter().product();
+        let mut members = Vec::new();
+        let bb = add(&mut g, Op::BroadcastTo { shape: shape.clone() }, &[b]);
+        members.push(bb);
+        let mut pool = vec![x, y, bb];
+        for s in &steps {
+            let pick = |i: usize| pool[i % pool.len()];
+            let node = match *s {
+                Step::Unary(u, a) => add(&mut g, Op::Unary(u), &[pick(a)]),
+                Step::Binary(op, a, c) => add(&mut g, Op::Binary(op), &[pick(a), pick(c)]),
+                Step::SelectCmp(op, a, c, t, f) => {
+                    let m = add(&mut g, Op::Binary(op), &[pick(a), pick(c)]);
+                    members.push(m);
+                    add(&mut g, Op::Select, &[m, pick(t), pick(f)])
+                }
+                Step::CastRoundTrip(a) => {
+                    let m = add(&mut g, Op::Cast(DType::Bool), &[pick(a)]);
+                    members.push(m);
+                    add(&mut g, Op::Cast(DType::F32), &[m])
+                }
+            };
+            members.push(node);
+            pool.push(node);
+        }
+        let out = *members.last().unwrap();
+        let inputs = vec![seed_values[..n].to_vec(), seed_values[729..729 + n].to_vec(), seed_values[1458..1458 + bn].to_vec()];
+        let (jit, interp, largest) = both(&g, &[x, y, b], &inputs, &members, out);
+        prop_assert!(agree(&jit, &interp, largest).is_ok(), "{}", agree(&jit, &interp, largest).unwrap_err());
+    }
+}
+
+/// The largest relative error of the compiled `op` against the
+/// interpreter over `xs` (results below `floor` in magnitude are compared
+/// absolutely against `floor`).
+fn max_rel_error(op: UnaryOp, xs: &[f32], floor: f32) -> f32 {
+    let mut g = Graph::new();
+    let x = slot(&mut g, 0, &[xs.len()]);
+    let y = add(&mut g, Op::Unary(op), &[x]);
+    let (jit, interp, _) = both(&g, &[x], &[xs.to_vec()], &[y], y);
+    let mut worst = 0f32;
+    for ((&a, &b), &x) in jit.iter().zip(&interp).zip(xs) {
+        if a.is_nan() || b.is_nan() || a.is_infinite() || b.is_infinite() {
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{op:?}({x}): jit {a}, libm {b}");
+            continue;
+        }
+        let err = (a - b).abs() / b.abs().max(floor);
+        worst = worst.max(err);
+    }
+    worst
+}
+
+fn sweep(lo: f32, hi: f32, n: usize) -> Vec<f32> {
+    (0..=n).map(|i| lo + (hi - lo) * i as f32 / n as f32).collect()
+}
+
+#[test]
+fn polynomial_exp_is_accurate_to_2e_7() {
+    let mut xs = sweep(-87.0, 88.7, 200_003);
+    xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 88.8, 89.0, 1e30]);
+    let e = max_rel_error(UnaryOp::Exp, &xs, f32::MIN_POSITIVE);
+    assert!(e < 2e-7, "exp relative error {e}");
+    // Subnormal results: absolutely within a few multiples of the smallest subnormal.
+    let tiny = sweep(-104.0, -87.5, 10_001);
+    let e = max_rel_error(UnaryOp::Exp, &tiny, 1.0);
+    assert!(e <= 4.0 * 1.4e-45, "subnormal exp absolute error {e}");
+}
+
+#[test]
+fn polynomial_log_is_accurate_to_2e_7() {
+    // Every 4099th positive float bit pattern, subnormals and special values.
+    let mut xs: Vec<f32> = (1u32..0x7f80_0000).step_by(4099).map(f32::from_bits).collect();
+    xs.extend([0.0, -0.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1.0, f32::MIN_POSITIVE, 1e-45]);
+    // log is near 0 around 1; relative error there is measured against 1e-7.
+    let e = max_rel_error(UnaryOp::Log, &xs, 1e-7);
+    assert!(e < 2e-7, "log relative error {e}");
+}
+
+#[test]
+fn polynomial_tanh_and_sigmoid_are_accurate_to_4e_7() {
+    let mut xs = sweep(-12.0, 12.0, 200_001);
+    xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, 50.0, -50.0]);
+    let e = max_rel_error(UnaryOp::Tanh, &xs, f32::MIN_POSITIVE);
+    assert!(e < 4e-7, "tanh relative error {e}");
+    let mut xs = sweep(-30.0, 30.0, 200_001);
+    xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -90.0, 90.0]);
+    let e = max_rel_error(UnaryOp::Sigmoid, &xs, f32::MIN_POSITIVE);
+    assert!(e < 4e-7, "sigmoid relative error {e}");
+}
+
+#[test]
+fn relu_max_min_and_sign_are_exact_on_special_values() {
+    let specials = [0.0f32, -0.0, 1.5, -2.5, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3.0, -0.0, 7.0];
+    for op in [UnaryOp::Relu, UnaryOp::Sign, UnaryOp::Abs, UnaryOp::Neg, UnaryOp::Floor] {
+        let mut g = Graph::new();
+        let x = slot(&mut g, 0, &[specials.len()]);
+        let y = add(&mut g, Op::Unary(op), &[x]);
+        let (jit, interp, _) = both(&g, &[x], &[specials.to_vec()], &[y], y);
+        for (a, b) in jit.iter().zip(&interp) {
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{op:?}: jit {a} vs {b}");
+        }
+    }
+    let other: Vec<f32> = specials.iter().rev().copied().collect();
+    for op in [BinaryOp::Maximum, BinaryOp::Minimum] {
+        let mut g = Graph::new();
+        let x = slot(&mut g, 0, &[specials.len()]);
+        let y = slot(&mut g, 1, &[specials.len()]);
+        let z = add(&mut g, Op::Binary(op), &[x, y]);
+        let (jit, interp, _) = both(&g, &[x, y], &[specials.to_vec(), other.clone()], &[z], z);
+        for (a, b) in jit.iter().zip(&interp) {
+            assert!(a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()), "{op:?}: jit {a} vs {b}");
+        }
+    }
+}
