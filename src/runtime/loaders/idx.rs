@@ -14,7 +14,15 @@ use crate::diag::Diagnostic;
 use crate::ir::{DType, TensorType};
 
 /// The type of the file's data as `dtype` (and the data when `data`).
-pub fn read(path: &Path, b: &[u8], dtype: DType, data: bool) -> Result<(TensorType, Option<Tensor>), Diagnostic> {
+/// `b` is the file, or (when only the type is wanted) a prefix of it that
+/// holds the whole header; `total` is the file's length.
+pub fn read(
+    path: &Path,
+    b: &[u8],
+    total: usize,
+    dtype: DType,
+    data: bool,
+) -> Result<(TensorType, Option<Tensor>), Diagnostic> {
     if b.len() < 4 {
         return Err(fail(
             path,
@@ -65,12 +73,12 @@ pub fn read(path: &Path, b: &[u8], dtype: DType, data: bool) -> Result<(TensorTy
         .iter()
         .try_fold(scalar.size(), |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| fail(path, Some(4), format!("the dimensions {shape:?} are too large")))?;
-    let have = b.len() - start;
+    let have = total - start;
     if have != want {
         let what = if have < want { "truncated" } else { "longer than its header says" };
         return Err(fail(
             path,
-            Some(b.len().min(start + want)),
+            Some(total.min(start + want)),
             format!(
                 "the file is {what}: dimensions {shape:?} of {}-byte values need {want} data bytes after the {start}-byte header, found {have}",
                 scalar.size()

@@ -39,24 +39,67 @@ pub fn fail(path: &Path, at: Option<usize>, msg: impl Into<String>) -> Diagnosti
 
 /// Reads a whole file, decompressing `.gz` transparently.
 pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Diagnostic> {
-    let raw = std::fs::read(path).map_err(|e| {
-        let why = if e.kind() == std::io::ErrorKind::NotFound { "no such file".to_string() } else { e.to_string() };
-        fail(path, None, format!("cannot read the file: {why}"))
-    })?;
-    if path.extension().is_none_or(|e| e != "gz") {
+    let raw = read_raw(path)?;
+    if !is_gz(path) {
         return Ok(raw);
     }
     let mut out = Vec::new();
     let mut dec = flate2::read::GzDecoder::new(&raw[..]);
-    dec.read_to_end(&mut out).map_err(|e| {
-        let why = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "the gzip stream is truncated".to_string()
-        } else {
-            format!("not a valid gzip file: {e}")
-        };
-        fail(path, None, format!("{why} (after {} decompressed bytes)", out.len()))
-    })?;
+    dec.read_to_end(&mut out).map_err(|e| gzip_error(path, &e, out.len()))?;
     Ok(out)
+}
+
+fn is_gz(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "gz")
+}
+
+/// The file's bytes as stored.
+fn read_raw(path: &Path) -> Result<Vec<u8>, Diagnostic> {
+    std::fs::read(path).map_err(|e| {
+        let why = if e.kind() == std::io::ErrorKind::NotFound { "no such file".to_string() } else { e.to_string() };
+        fail(path, None, format!("cannot read the file: {why}"))
+    })
+}
+
+/// A failed gzip decompression, after `done` decompressed bytes.
+fn gzip_error(path: &Path, e: &std::io::Error, done: usize) -> Diagnostic {
+    let why = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        "the gzip stream is truncated".to_string()
+    } else {
+        format!("not a valid gzip file: {e}")
+    };
+    fail(path, None, format!("{why} (after {done} decompressed bytes)"))
+}
+
+/// The longest IDX header: the magic, then 255 dimensions of 4 bytes.
+const IDX_HEADER_MAX: usize = 4 + 4 * 255;
+
+/// A whole (decompressed) file and its length.
+fn whole(path: &Path) -> Result<(Vec<u8>, usize), Diagnostic> {
+    let bytes = read_bytes(path)?;
+    let n = bytes.len();
+    Ok((bytes, n))
+}
+
+/// For a `.gz` file: its first `n` decompressed bytes and its decompressed
+/// length, from the gzip trailer (modulo 4 GiB) unless the stream is shorter
+/// than `n`. `None` for other files.
+fn gz_head(path: &Path, n: usize) -> Result<Option<(Vec<u8>, usize)>, Diagnostic> {
+    if !is_gz(path) {
+        return Ok(None);
+    }
+    let raw = read_raw(path)?;
+    let mut head = Vec::with_capacity(n);
+    let mut dec = flate2::read::GzDecoder::new(&raw[..]).take(n as u64 + 1);
+    dec.read_to_end(&mut head).map_err(|e| gzip_error(path, &e, head.len()))?;
+    if head.len() <= n {
+        let total = head.len();
+        return Ok(Some((head, total)));
+    }
+    let trailer = raw.len().checked_sub(4).and_then(|at| raw.get(at..)).unwrap_or(&[0, 0, 0, 0]);
+    let total = u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]]) as usize;
+    head.truncate(n);
+    Ok(Some((head, total.max(n))))
 }
 
 /// The types of the columns (first axis: the elements) of a data file
@@ -97,7 +140,20 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
             // The first file holds the features (f32), a second the class labels (i32).
             for (i, p) in paths.iter().enumerate() {
                 let dtype = if i == 0 { DType::F32 } else { DType::I32 };
-                let (ty, tensor) = idx::read(p, &read_bytes(p)?, dtype, data)?;
+                // Checking needs only the header and the length; MNIST's
+                // gzipped files would take most of a second to inflate.
+                let (bytes, total) =
+                    if data { whole(p)? } else { gz_head(p, IDX_HEADER_MAX)?.map_or_else(|| whole(p), Ok)? };
+                let probed = idx::read(p, &bytes, total, dtype, data);
+                // A gzip trailer gives the length modulo 4 GiB: confirm a
+                // mismatch on the whole file before reporting it.
+                let (ty, tensor) = match probed {
+                    Err(_) if !data && bytes.len() < total.max(1) => {
+                        let (bytes, total) = whole(p)?;
+                        idx::read(p, &bytes, total, dtype, data)?
+                    }
+                    other => other?,
+                };
                 cols.push(Column { path: p.to_path_buf(), ty, tensor });
             }
         }
