@@ -97,6 +97,20 @@ fn truncated_and_corrupted_gzip_is_an_error() {
 }
 
 #[test]
+fn large_gzipped_idx_files_are_checked_from_their_header_and_trailer() {
+    // Over the 1 KiB the checker inflates: it compares the header with the
+    // length in the gzip trailer, and reads everything only when they differ.
+    let d = scratch("gz_large");
+    put(&d, "ok.idx.gz", &gz(&idx(0x08, &[40, 50], &[7; 2000])));
+    assert_eq!(ok(&d, "print(count(load_idx(\"ok.idx.gz\")))\n").trim(), "40");
+    put(&d, "short.idx.gz", &gz(&idx(0x08, &[40, 50], &[7; 1990])));
+    fails(&d, "print(count(load_idx(\"short.idx.gz\")))\n", &["short.idx.gz", "truncated", "found 1990"]);
+    let full = gz(&idx(0x08, &[40, 50], &[7; 2000]));
+    put(&d, "cut.idx.gz", &full[..full.len() - 6]);
+    fails(&d, "print(count(load_idx(\"cut.idx.gz\")))\n", &["cut.idx.gz", "truncated"]);
+}
+
+#[test]
 fn npy_dtypes_byte_orders_and_fortran_order() {
     let d = scratch("npy_ok");
     put(&d, "f4.npy", &npy("<f4", &[3, 2], false, &f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])));
