@@ -75,6 +75,9 @@ pub struct CompiledUnit {
     /// For each kernel, how many kernels it waits for (`schedule`; counts
     /// the memory edges too).
     pub deps: Vec<usize>,
+    /// `(slot node, output)`: the output is the next value of that unit
+    /// input, which may be written over it (`passes::units::Unit::updates`).
+    pub updates: Vec<(NodeId, NodeId)>,
     /// `(a, b)`: kernel `b` may start only after kernel `a` finished, because
     /// `b` writes bytes of the arena that `a` reads or writes
     /// (`memory_plan`). Data dependencies are implied by the kernels' nodes.

@@ -353,6 +353,7 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
             name: unit.name.clone(),
             ops_after: unit.nodes.len(),
             kernels,
+            updates: unit.updates.clone(),
             ..CompiledUnit::default()
         });
     }

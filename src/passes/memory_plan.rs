@@ -46,7 +46,7 @@
 //! or a unit output. An input takes at most one in-place output.
 //!
 //! Updates in place: a training step's new parameters and optimizer states
-//! (`Unit::updates`) are written straight over the storage of the input they
+//! (`CompiledUnit::updates`, from `Unit::updates`) are written straight over the storage of the input they
 //! replace (`Buffer::over_input`) when the kernel computing one reads the old
 //! value only elementwise, at the output's index (in an elementwise kernel
 //! or in the epilogue of a contraction or reduction, where optimizer updates
@@ -96,22 +96,11 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
     let mut compiled = p.compiled.take().unwrap_or_default();
-    let updates = unit_updates(p, &compiled);
-    for (u, updates) in compiled.units.iter_mut().zip(&updates) {
-        plan_unit(p, u, &roots, updates);
+    for u in &mut compiled.units {
+        plan_unit(p, u, &roots);
     }
     p.compiled = Some(compiled);
     Ok(())
-}
-
-/// The `Unit::updates` of each compiled unit (matched by name).
-fn unit_updates(p: &Program, compiled: &crate::ir::compiled::Compiled) -> Vec<Vec<(NodeId, NodeId)>> {
-    let units = super::units::units(p);
-    compiled
-        .units
-        .iter()
-        .map(|c| units.iter().find(|u| u.name == c.name).map(|u| u.updates.clone()).unwrap_or_default())
-        .collect()
 }
 
 /// A value that needs a buffer.
@@ -273,9 +262,9 @@ fn over_input_ok(p: &Program, u: &CompiledUnit, a: &Analysis, slot: NodeId, out:
 
 /// Which values are written over a unit input: `result[i]` is the input
 /// slot node value `i` replaces in place, if allowed.
-fn over_inputs(p: &Program, u: &CompiledUnit, a: &Analysis, updates: &[(NodeId, NodeId)]) -> Vec<Option<NodeId>> {
+fn over_inputs(p: &Program, u: &CompiledUnit, a: &Analysis) -> Vec<Option<NodeId>> {
     let mut result = vec![None; a.values.len()];
-    for &(slot, out) in updates {
+    for &(slot, out) in &u.updates {
         let Some(i) = a.values.iter().position(|v| v.node == out) else { continue };
         if result[i].is_none() && over_input_ok(p, u, a, slot, &a.values[i]) {
             result[i] = Some(slot);
@@ -293,11 +282,11 @@ fn align_up(x: usize) -> usize {
     x.div_ceil(ALIGN) * ALIGN
 }
 
-fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>, updates: &[(NodeId, NodeId)]) {
+fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
     // Planning starts from the data dependencies alone.
     u.memory_edges.clear();
     let analysis = analyze(p, u, roots);
-    let over = over_inputs(p, u, &analysis, updates);
+    let over = over_inputs(p, u, &analysis);
     let Analysis { reach, values, .. } = &analysis;
     let index: HashMap<NodeId, usize> = values.iter().enumerate().map(|(i, v)| (v.node, i)).collect();
 
@@ -447,8 +436,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
     let Some(c) = &p.compiled else { return Err("the program has no kernels".into()) };
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
-    let updates = unit_updates(p, c);
-    for (u, updates) in c.units.iter().zip(&updates) {
+    for u in &c.units {
         let analysis = analyze(p, u, &roots);
         let Analysis { reach, values, .. } = &analysis;
         let name = |n: NodeId| format!("node {} (`{}`)", n.index(), p.graph.node(n).op.name());
@@ -466,7 +454,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
                 return Err(format!("{} has no buffer in unit `{}`", name(v.node), u.name));
             };
             if let Some(slot) = b.over_input {
-                if !updates.contains(&(slot, v.node)) || !over_input_ok(p, u, &analysis, slot, v) {
+                if !u.updates.contains(&(slot, v.node)) || !over_input_ok(p, u, &analysis, slot, v) {
                     return Err(format!(
                         "in unit `{}`, {} is written over input {} without being its update or while it is read",
                         u.name,

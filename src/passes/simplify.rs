@@ -163,15 +163,25 @@ fn operand(p: &Program, id: NodeId) -> Option<NodeId> {
     }
 }
 
-fn mul_by_one(p: &Program, id: NodeId) -> Option<Rewrite> {
-    let (a, b) = binary(p, id, BinaryOp::Mul)?;
-    if is_one(splat(p, b)) {
+/// `x op e` or `e op x` → `x`, for a commutative `op` whose identity `e` is.
+fn identity_on_either_side(
+    p: &Program,
+    id: NodeId,
+    op: BinaryOp,
+    is_identity: fn(Option<Splat>) -> bool,
+) -> Option<Rewrite> {
+    let (a, b) = binary(p, id, op)?;
+    if is_identity(splat(p, b)) {
         Some(Rewrite::Forward(a))
-    } else if is_one(splat(p, a)) {
+    } else if is_identity(splat(p, a)) {
         Some(Rewrite::Forward(b))
     } else {
         None
     }
+}
+
+fn mul_by_one(p: &Program, id: NodeId) -> Option<Rewrite> {
+    identity_on_either_side(p, id, BinaryOp::Mul, is_one)
 }
 
 fn div_by_one(p: &Program, id: NodeId) -> Option<Rewrite> {
@@ -180,14 +190,7 @@ fn div_by_one(p: &Program, id: NodeId) -> Option<Rewrite> {
 }
 
 fn add_zero(p: &Program, id: NodeId) -> Option<Rewrite> {
-    let (a, b) = binary(p, id, BinaryOp::Add)?;
-    if is_additive_identity(splat(p, b)) {
-        Some(Rewrite::Forward(a))
-    } else if is_additive_identity(splat(p, a)) {
-        Some(Rewrite::Forward(b))
-    } else {
-        None
-    }
+    identity_on_either_side(p, id, BinaryOp::Add, is_additive_identity)
 }
 
 fn sub_zero(p: &Program, id: NodeId) -> Option<Rewrite> {

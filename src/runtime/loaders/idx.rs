@@ -73,7 +73,7 @@ pub fn read(
         .iter()
         .try_fold(scalar.size(), |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| fail(path, Some(4), format!("the dimensions {shape:?} are too large")))?;
-    let have = total - start;
+    let have = total.saturating_sub(start);
     if have != want {
         let what = if have < want { "truncated" } else { "longer than its header says" };
         return Err(fail(

@@ -43,7 +43,14 @@ pub(super) fn stream<'s, 'p: 's>(
         Transform::Filter(region) => Box::new(RegionStage::new(ctx, region, stream(s, ctx, d, k - 1)?, true)?),
         Transform::Shuffle { buffer, seed } => {
             let seed = crate::rng::derive_seed(*seed, &format!("epoch {}", ctx.epoch));
-            Box::new(Shuffle { up: stream(s, ctx, d, k - 1)?, buf: Vec::new(), size: *buffer, seed, draw: 0, state: 0 })
+            Box::new(Shuffle {
+                up: stream(s, ctx, d, k - 1)?,
+                buf: Vec::new(),
+                size: *buffer,
+                seed,
+                draw: 0,
+                input: Input::NotRead,
+            })
         }
         Transform::Batch { n, drop_remainder } => {
             Box::new(Batch { up: stream(s, ctx, d, k - 1)?, n: *n, drop: *drop_remainder, done: false })
@@ -191,21 +198,31 @@ struct Shuffle<'a> {
     size: usize,
     seed: u64,
     draw: u64,
-    /// 0: not filled yet, 1: input left, 2: input exhausted.
-    state: u8,
+    input: Input,
+}
+
+/// How far a shuffle has read its input.
+#[derive(PartialEq)]
+enum Input {
+    /// The buffer is not filled yet.
+    NotRead,
+    /// Elements are left upstream.
+    Left,
+    /// Upstream is exhausted: the buffer drains.
+    Exhausted,
 }
 
 impl Iterator for Shuffle<'_> {
     type Item = Item;
     fn next(&mut self) -> Option<Item> {
-        if self.state == 0 {
-            self.state = 1;
+        if self.input == Input::NotRead {
+            self.input = Input::Left;
             while self.buf.len() < self.size.max(1) {
                 match self.up.next() {
                     Some(Ok(e)) => self.buf.push(e),
                     Some(Err(d)) => return Some(Err(d)),
                     None => {
-                        self.state = 2;
+                        self.input = Input::Exhausted;
                         break;
                     }
                 }
@@ -217,14 +234,14 @@ impl Iterator for Shuffle<'_> {
         let i =
             ((crate::rng::uniform_at(self.seed, self.draw) * self.buf.len() as f64) as usize).min(self.buf.len() - 1);
         self.draw += 1;
-        if self.state == 1 {
+        if self.input == Input::Left {
             match self.up.next() {
                 Some(Ok(next)) => return Some(Ok(std::mem::replace(&mut self.buf[i], next))),
                 Some(Err(d)) => {
                     self.buf.clear();
                     return Some(Err(d));
                 }
-                None => self.state = 2,
+                None => self.input = Input::Exhausted,
             }
         }
         Some(Ok(self.buf.swap_remove(i)))
