@@ -69,7 +69,7 @@ fn both(
     ptrs.push(result.as_mut_ptr());
     // SAFETY: every load pointer holds its slot's elements, the output the
     // iteration space's.
-    unsafe { f(ptrs.as_ptr()) };
+    unsafe { f(ptrs.as_ptr(), 0, spec.rows(), spec.inner) };
     (result, expected, largest)
 }
 

@@ -184,13 +184,18 @@ fn training_twice_gives_bit_identical_weights() {
     let weights = read(&a.join("final.safetensors"));
     assert_eq!(weights, read(&b.join("final.safetensors")), "saved weights differ between runs");
 
-    // The library API in this process gives the same bytes as the binary.
+    // The library API in this process gives the same bytes as the binary
+    // (which optimizes and runs on the JIT by default).
     let file = write(&c, "train.tfl", &program);
     let mut session = tfc::driver::Session::new();
     let id = session.load_file(&file).expect("load the program");
-    let compiled = session.check(id).expect("the program checks");
+    let compiled = session.compile(id, &tfc::passes::Options::default()).expect("the program compiles");
     let mut out = Vec::new();
-    let options = tfc::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..Default::default() };
+    let options = tfc::runtime::exec::RunOptions {
+        base_dir: session.base_dir(id),
+        backend: tfc::backend::Backend::Jit,
+        ..Default::default()
+    };
     tfc::runtime::exec::execute(&compiled, &mut out, options).expect("the program runs");
     assert_eq!(String::from_utf8_lossy(&out), stdout(&runs[0]));
     assert_eq!(read(&c.join("final.safetensors")), weights, "the library run differs from the binary's");

@@ -5,9 +5,9 @@
 pub mod interp;
 pub mod jit;
 
-/// Which backend evaluates a program's regions (`tfc run --backend`; the
-/// interpreter is the default until the JIT is bit-compatible with it where
-/// tests require it, e.g. binary vs library runs in `tests/training.rs`).
+/// Which backend evaluates a program's regions (`tfc run --backend`, whose
+/// default is `jit`; a library caller gets the interpreter, the oracle,
+/// unless it asks for the JIT).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
     /// The reference interpreter, node by node.

@@ -12,8 +12,8 @@
 //! preparation of that step (JIT code generation); `loss_first` is the loss
 //! of the first (warm-up or timed) step, `loss_last` of the last one.
 //!
-//! Contract: deterministic losses (the same numbers every run); the
-//! threaded scheduler does not exist yet, so `--threads` accepts only 1.
+//! Contract: deterministic losses (the same numbers every run, and at any
+//! `--threads`).
 
 use crate::backend::interp::Tensor;
 use crate::backend::Backend;
@@ -21,7 +21,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::driver::Session;
 use crate::ir::plan::TrainPlan;
 use crate::ir::{DType, Effect, Literal, TensorType};
-use crate::runtime::exec::{Executor, RunOptions};
+use crate::runtime::exec::{Carry, Executor, RunOptions};
 use std::path::Path;
 use std::time::Instant;
 
@@ -36,12 +36,6 @@ pub struct BenchArgs<'a> {
 }
 
 pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnostic>> {
-    if args.threads != 1 {
-        return Err(vec![Diagnostic::new(
-            Code::BadValue,
-            format!("`--threads {}`: the threaded scheduler is not built yet; only `--threads 1` runs", args.threads),
-        )]);
-    }
     if args.steps == 0 {
         return Err(vec![Diagnostic::new(Code::BadValue, "`--steps` must be at least 1")]);
     }
@@ -49,7 +43,12 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
     let id = session.load_file(args.file)?;
     let program = session.compile(id, &crate::passes::Options::default())?;
     let front_ms = started.elapsed().as_secs_f64() * 1e3;
-    let options = RunOptions { base_dir: session.base_dir(id), backend: args.backend, ..RunOptions::default() };
+    let options = RunOptions {
+        base_dir: session.base_dir(id),
+        backend: args.backend,
+        threads: args.threads,
+        ..RunOptions::default()
+    };
     crate::runtime::interrupt::install();
     let mut sink = std::io::sink();
     let mut ex = Executor::new(&program, &mut sink, options).map_err(|d| vec![d])?;
@@ -87,8 +86,8 @@ fn bench_train(
 ) -> Result<serde_json::Value, Diagnostic> {
     let init: Vec<_> = plan.params.iter().chain(&plan.states).map(|(_, id)| *id).collect();
     ex.demand(&init)?;
-    let mut params: Vec<Tensor> = plan.params.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
-    let mut states: Vec<Tensor> = plan.states.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let mut carried: Vec<Tensor> =
+        plan.params.iter().chain(&plan.states).map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
     let batches = crate::runtime::dataset::elements(ex, &plan.data, 0)?;
     let batch = batches
         .first()
@@ -106,24 +105,23 @@ fn bench_train(
         .map(|r| r.name)
         .unwrap_or_else(|| format!("train step (batch {size})"));
     let t = Instant::now();
-    let compiled = ex.compile_region(region)?;
+    let compiled = ex.compile_region_carrying(region, carried.len())?;
+    let mut carry = Carry::new(std::mem::take(&mut carried));
     let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
     let arena_bytes = crate::backend::jit::find_unit(ex.program, &name).map_or(0, |u| u.arena_bytes);
     let mut times = Vec::with_capacity(args.steps);
+    let step_at = batch.len();
+    let mut head = batch;
+    head.push(Tensor::from_literal(&Literal::Float(vec![0.0]), &TensorType::scalar(DType::F32))?);
     let (mut loss_first, mut loss_last) = (None, f64::NAN);
     for step in 1..=args.warmup + args.steps {
         crate::runtime::interrupt::check()?;
         let t = Instant::now();
-        let mut inputs = batch.clone();
-        inputs.push(Tensor::from_literal(&Literal::Float(vec![step as f64]), &TensorType::scalar(DType::F32))?);
-        inputs.extend(params.iter().cloned());
-        inputs.extend(states.iter().cloned());
-        let out = ex.run_region(&compiled, &inputs)?;
-        let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
-        let n = params.len();
-        let mut rest = out.into_iter().skip(1);
-        params = rest.by_ref().take(n).collect();
-        states = rest.collect();
+        // The batch is one fixed input reused every step (as in the peer
+        // benchmarks); only the step number is new.
+        head[step_at] = Tensor::from_literal(&Literal::Float(vec![step as f64]), &TensorType::scalar(DType::F32))?;
+        let out = ex.run_carrying(&compiled, &head, &mut carry)?;
+        let loss = out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN);
         let elapsed = t.elapsed().as_secs_f64() * 1e3;
         if step > args.warmup {
             times.push(elapsed);
@@ -131,7 +129,7 @@ fn bench_train(
         loss_first.get_or_insert(loss);
         loss_last = loss;
     }
-    for (slot, t) in plan.result_slots.iter().zip(params.into_iter().chain(states)) {
+    for (slot, t) in plan.result_slots.iter().zip(carry.into_values()?) {
         ex.slots.insert(*slot, t);
     }
     times.sort_by(f64::total_cmp);

@@ -40,8 +40,11 @@ enum Command {
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
         /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
-        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Interp)]
+        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Jit)]
         backend: crate::backend::Backend,
+        /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -60,9 +63,9 @@ enum Command {
         /// Untimed steps before them.
         #[arg(long, default_value_t = 10)]
         warmup: usize,
-        /// Worker threads (only 1 until the threaded scheduler exists).
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+        /// Worker threads [default: the machine's cores]; results are the same for any count.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
         /// Which backend runs the steps.
         #[arg(long, value_enum, default_value_t = crate::backend::Backend::Jit)]
         backend: crate::backend::Backend,
@@ -121,11 +124,12 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, verbose, opt_level, backend } => {
+        Command::Run { file, check_numerics, verbose, opt_level, backend, threads } => {
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 verbose: *verbose,
                 backend: *backend,
+                threads: threads_or_cores(*threads),
                 ..Default::default()
             };
             run(&mut session, file, options, opt_level.is_none())
@@ -135,7 +139,7 @@ pub fn main() -> ExitCode {
                 file,
                 steps: *steps,
                 warmup: *warmup,
-                threads: *threads,
+                threads: threads_or_cores(*threads),
                 backend: *backend,
                 json: *json,
             };
@@ -204,4 +208,9 @@ fn run(
     let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);
     let _ = out.flush();
     result
+}
+
+/// `--threads`, or the machine's cores when it is not given.
+fn threads_or_cores(threads: Option<u16>) -> usize {
+    threads.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), usize::from)
 }

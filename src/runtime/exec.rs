@@ -24,6 +24,38 @@ pub struct CompiledRegion {
     /// The region prepared for the JIT backend (`--backend jit`); `None`
     /// runs it on the interpreter.
     jit: Option<crate::backend::jit::JitUnit>,
+    /// How many trailing inputs the trailing outputs replace (see [`Carry`]).
+    carried: usize,
+}
+
+/// The values a region carries from run to run — a training step's
+/// parameters and optimizer states, its last inputs, which its last outputs
+/// replace. On the JIT they stay inside the unit between steps (no copy in
+/// or out); `values` is brought up to date only when asked ([`Executor::carried`]).
+pub struct Carry<'r> {
+    values: Vec<Tensor>,
+    /// The unit whose copy is newer than `values`.
+    holder: Option<&'r crate::backend::jit::JitUnit>,
+}
+
+impl<'r> Carry<'r> {
+    pub fn new(values: Vec<Tensor>) -> Carry<'r> {
+        Carry { values, holder: None }
+    }
+
+    /// The current values (read back from the unit holding them).
+    pub fn values(&mut self) -> Result<&[Tensor], Diagnostic> {
+        if let Some(unit) = self.holder.take() {
+            self.values = unit.read_carried()?;
+        }
+        Ok(&self.values)
+    }
+
+    /// The current values, given up.
+    pub fn into_values(mut self) -> Result<Vec<Tensor>, Diagnostic> {
+        self.values()?;
+        Ok(self.values)
+    }
 }
 
 impl CompiledRegion {
@@ -71,6 +103,8 @@ pub struct RunOptions {
     pub verbose: bool,
     /// Which backend evaluates regions (training steps, metrics, `map`s).
     pub backend: crate::backend::Backend,
+    /// Worker threads of the JIT backend (0 or 1: the calling thread only).
+    pub threads: usize,
 }
 
 /// Runs `program`, writing printed output to `out`.
@@ -243,6 +277,15 @@ impl<'p> Executor<'p> {
     /// Splits a region into the part that depends on its inputs (evaluated
     /// per binding) and the rest (evaluated now, once).
     pub fn compile_region(&mut self, region: &Region) -> Result<CompiledRegion, Diagnostic> {
+        self.compile_region_carrying(region, 0)
+    }
+
+    /// `compile_region` for a region whose last `carried` outputs replace
+    /// its last `carried` inputs after each run (run it with `run_carrying`).
+    pub fn compile_region_carrying(&mut self, region: &Region, carried: usize) -> Result<CompiledRegion, Diagnostic> {
+        if carried > region.inputs.len() || carried > region.outputs.len() {
+            return Err(Diagnostic::internal("runtime: a region carries more values than it takes or gives"));
+        }
         let g = self.graph();
         let slot_pos: HashMap<usize, usize> = region.inputs.iter().enumerate().map(|(i, (s, _))| (*s, i)).collect();
         // The nodes that depend on the inputs (the same split the optimizer's
@@ -254,8 +297,32 @@ impl<'p> Executor<'p> {
             order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
         invariant.extend(region.outputs.iter().copied().filter(|o| !varying.contains(o)));
         self.demand(&invariant)?;
-        let jit = self.prepare_jit(region, &slot_pos, &varying)?;
-        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone(), jit })
+        let jit = self.prepare_jit(region, &slot_pos, &varying, carried)?;
+        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone(), jit, carried })
+    }
+
+    /// Runs `r` with `head` as its first inputs and `carry` as the rest;
+    /// `carry` then holds the carried outputs and the others are returned.
+    pub fn run_carrying<'r>(
+        &self,
+        r: &'r CompiledRegion,
+        head: &[Tensor],
+        carry: &mut Carry<'r>,
+    ) -> Result<Vec<Tensor>, Diagnostic> {
+        if let Some(jit) = &r.jit {
+            super::interrupt::check()?;
+            if !carry.holder.is_some_and(|h| std::ptr::eq(h, jit)) {
+                jit.load_carried(carry.values()?)?;
+                carry.holder = Some(jit);
+            }
+            return jit.run_head(head);
+        }
+        let mut inputs = head.to_vec();
+        carry.values()?;
+        inputs.append(&mut carry.values);
+        let mut out = self.run_region(r, &inputs)?;
+        carry.values = out.split_off(out.len().saturating_sub(r.carried));
+        Ok(out)
     }
 
     /// The JIT executor of `region`'s compilation unit, when the JIT backend
@@ -266,6 +333,7 @@ impl<'p> Executor<'p> {
         region: &Region,
         slot_pos: &HashMap<usize, usize>,
         varying: &HashSet<NodeId>,
+        carried: usize,
     ) -> Result<Option<crate::backend::jit::JitUnit>, Diagnostic> {
         if self.options.backend != crate::backend::Backend::Jit || self.options.check_numerics {
             return Ok(None);
@@ -280,7 +348,16 @@ impl<'p> Executor<'p> {
         if &nodes != varying {
             return Ok(None);
         }
-        crate::backend::jit::JitUnit::prepare(p, unit, slot_pos, &self.values, &region.outputs).map(Some)
+        crate::backend::jit::JitUnit::prepare(
+            p,
+            unit,
+            slot_pos,
+            &self.values,
+            &region.outputs,
+            carried,
+            self.options.threads,
+        )
+        .map(Some)
     }
 
     /// Evaluates a compiled region with its inputs bound.

@@ -10,7 +10,7 @@
 //! with a diagnostic naming the step (and, with `--check-numerics`, the op).
 
 use super::dataset::reduce_mean;
-use super::exec::{CompiledRegion, Executor};
+use super::exec::{Carry, CompiledRegion, Executor};
 use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::TrainPlan;
@@ -36,8 +36,17 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             eprintln!("no checkpoint at {} yet; training from the start", path.display());
         }
     }
-    let regions: Vec<(usize, CompiledRegion)> =
-        plan.steps.iter().map(|(b, r)| Ok((*b, ex.compile_region(r)?))).collect::<Result<_, Diagnostic>>()?;
+    // The step's parameters and optimizer states are carried from step to
+    // step (on the JIT they stay in the step's arena).
+    let n_params = params.len();
+    let carried = n_params + states.len();
+    let regions: Vec<(usize, CompiledRegion)> = plan
+        .steps
+        .iter()
+        .map(|(b, r)| Ok((*b, ex.compile_region_carrying(r, carried)?)))
+        .collect::<Result<_, Diagnostic>>()?;
+    params.append(&mut states);
+    let mut carry = Carry::new(params);
     let evals: Vec<_> = plan.evals.iter().collect();
     let mut log = match &plan.log {
         Some(p) => {
@@ -89,12 +98,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             step += 1;
             let mut inputs = batch;
             inputs.push(scalar(step as f64)?);
-            inputs.extend(params.iter().cloned());
-            inputs.extend(states.iter().cloned());
             // A failure inside the step (e.g. `--check-numerics` finding a
             // NaN) points at an op; say which step it happened in, too.
             let out = ex
-                .run_region(region, &inputs)
+                .run_carrying(region, &inputs, &mut carry)
                 .map_err(|d| d.note(format!("in training step {step} (epoch {})", epoch + 1)))?;
             let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
             if !loss.is_finite() {
@@ -102,11 +109,6 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
                     .label(plan.span, "while training here")
                     .help("run with `--check-numerics` to find the first op that produced a NaN or infinity; a lower learning rate or `clip_grad_norm` often helps"));
             }
-            // Moved, not cloned: a step's outputs are the next step's inputs.
-            let n = params.len();
-            let mut rest = out.into_iter().skip(1);
-            params = rest.by_ref().take(n).collect();
-            states = rest.collect();
             loss_sum += loss;
             loss_n += 1;
             examples += size;
@@ -131,7 +133,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         let mut metrics = Vec::new();
         for e in &evals {
             if epoch % e.every as u64 == 0 || plan.epochs == Some(epoch as usize) {
-                let v = reduce_mean(ex, &e.reduce, &params, plan.span)?;
+                let v = reduce_mean(ex, &e.reduce, &carry.values()?[..n_params], plan.span)?;
                 metrics.push((e.name.clone(), v.to_f64_vec()[0]));
             }
         }
@@ -148,11 +150,12 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         if let Some((path, every)) = &plan.checkpoint {
             if epoch % *every as u64 == 0 {
                 let path = ex.resolve_path(path);
-                save_checkpoint(&path, plan, &params, &states, step, epoch)?;
+                let (params, states) = carry.values()?.split_at(n_params);
+                save_checkpoint(&path, plan, params, states, step, epoch)?;
             }
         }
     }
-    for (slot, t) in plan.result_slots.iter().zip(params.into_iter().chain(states)) {
+    for (slot, t) in plan.result_slots.iter().zip(carry.into_values()?) {
         ex.slots.insert(*slot, t);
     }
     Ok(())

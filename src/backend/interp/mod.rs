@@ -47,6 +47,7 @@ mod shape_ops;
 mod testutil;
 
 pub use effects::{assert_close, execute, print_item};
+pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use tensor::{Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;

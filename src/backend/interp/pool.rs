@@ -86,21 +86,59 @@ fn window_max<T: Elem>(values: impl Iterator<Item = T>) -> T {
 pub fn pool2d(x: &Tensor, p: PoolParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
     with_elem!(x.data(), T => {
         let xv = flat(array::<T>(x)?);
-        let mut out = Vec::with_capacity(out_shape.iter().product());
-        for_each_window(x.shape(), out_shape, p, |_, window| {
-            let v = match p.kind {
-                PoolKind::Max => window_max(window.iter().map(|&i| xv[i])),
-                PoolKind::Avg => window
-                    .iter()
-                    .fold(T::zero(), |acc, &i| acc.add(xv[i]))
-                    .div_count(window.len())
-                    .ok_or_else(|| runtime(format!("avg_pool2d cannot average {} values", x.dtype())))?,
-            };
-            out.push(v);
-            Ok(())
-        })?;
+        let mut out = vec![T::zero(); out_shape.iter().product()];
+        pool_slices(&xv, x.shape(), out_shape, p, &mut out).map_err(|e| e.diagnostic("avg_pool2d", x.dtype()))?;
         Ok(T::wrap(array_from(out_shape, out)?))
     })
+}
+
+/// `pool2d` over row-major slices (`out` has `ys`'s element count); shared
+/// with the JIT.
+pub fn pool_slices<T: Elem>(
+    xv: &[T],
+    xs: &[usize],
+    ys: &[usize],
+    p: PoolParams,
+    out: &mut [T],
+) -> Result<(), PoolError> {
+    let mut failed = false;
+    for_each_window(xs, ys, p, |o, window| {
+        out[o] = match p.kind {
+            PoolKind::Max => window_max(window.iter().map(|&i| xv[i])),
+            PoolKind::Avg => match window.iter().fold(T::zero(), |acc, &i| acc.add(xv[i])).div_count(window.len()) {
+                Some(v) => v,
+                None => {
+                    failed = true;
+                    T::zero()
+                }
+            },
+        };
+        Ok(())
+    })
+    .map_err(PoolError::Shapes)?;
+    if failed {
+        return Err(PoolError::CannotAverage);
+    }
+    Ok(())
+}
+
+/// Why pooling over slices failed.
+#[derive(Debug)]
+pub enum PoolError {
+    /// The shapes do not fit the window (an internal error).
+    Shapes(Diagnostic),
+    /// Averaging a type without division (`bool`).
+    CannotAverage,
+}
+
+impl PoolError {
+    /// The diagnostic of `op` failing on `dtype` values.
+    pub fn diagnostic(self, op: &str, dtype: crate::ir::DType) -> Diagnostic {
+        match self {
+            PoolError::Shapes(d) => d,
+            PoolError::CannotAverage => runtime(format!("{op} cannot average {dtype} values")),
+        }
+    }
 }
 
 /// The gradient of `pool2d` with respect to `x`, given the gradient `gy` of
@@ -113,28 +151,49 @@ pub fn pool2d_grad(x: &Tensor, gy: &Tensor, p: PoolParams) -> Result<Data, Diagn
     with_elem!(x.data(), T => {
         let (xv, gv) = (flat(array::<T>(x)?), flat(array::<T>(gy)?));
         let mut gx = vec![T::zero(); xv.len()];
-        for_each_window(x.shape(), gy.shape(), p, |o, window| {
-            match p.kind {
-                PoolKind::Max => {
-                    let m = window_max(window.iter().map(|&i| xv[i]));
-                    let hit = |v: T| if m.is_nan() { v.is_nan() } else { v == m };
-                    if let Some(&i) = window.iter().find(|&&i| hit(xv[i])) {
-                        gx[i] = gx[i].add(gv[o]);
-                    }
+        pool_grad_slices(&xv, &gv, x.shape(), gy.shape(), p, &mut gx)
+            .map_err(|e| e.diagnostic("avg_pool2d_grad", x.dtype()))?;
+        Ok(T::wrap(array_from(x.shape(), gx)?))
+    })
+}
+
+/// `pool2d_grad` over row-major slices into `gx` (zeroed first, `xs`'s
+/// element count); shared with the JIT.
+pub fn pool_grad_slices<T: Elem>(
+    xv: &[T],
+    gv: &[T],
+    xs: &[usize],
+    ys: &[usize],
+    p: PoolParams,
+    gx: &mut [T],
+) -> Result<(), PoolError> {
+    gx.fill(T::zero());
+    let mut failed = false;
+    for_each_window(xs, ys, p, |o, window| {
+        match p.kind {
+            PoolKind::Max => {
+                let m = window_max(window.iter().map(|&i| xv[i]));
+                let hit = |v: T| if m.is_nan() { v.is_nan() } else { v == m };
+                if let Some(&i) = window.iter().find(|&&i| hit(xv[i])) {
+                    gx[i] = gx[i].add(gv[o]);
                 }
-                PoolKind::Avg => {
-                    let share = gv[o]
-                        .div_count(window.len())
-                        .ok_or_else(|| runtime(format!("avg_pool2d_grad cannot average {} values", x.dtype())))?;
+            }
+            PoolKind::Avg => match gv[o].div_count(window.len()) {
+                Some(share) => {
                     for &i in window {
                         gx[i] = gx[i].add(share);
                     }
                 }
-            }
-            Ok(())
-        })?;
-        Ok(T::wrap(array_from(x.shape(), gx)?))
+                None => failed = true,
+            },
+        }
+        Ok(())
     })
+    .map_err(PoolError::Shapes)?;
+    if failed {
+        return Err(PoolError::CannotAverage);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -2,9 +2,13 @@
 //! elementwise loop nest, cached by the spec's signature.
 //!
 //! Contract: a compiled function has the C signature `fn(ptrs: *const *mut
-//! f32)`; `ptrs` holds one pointer per load (in `Spec::loads` order), then one
-//! per output; `f32` values take four bytes an element, `bool` values one
-//! byte (0 or 1). It computes, for every flat index, exactly the expressions of
+//! f32, first_row: usize, end_row: usize, inner: usize)`; `ptrs` holds one pointer per load
+//! (in `Spec::loads` order), then one per output; `f32` values take four
+//! bytes an element, `bool` values one byte (0 or 1). It computes rows
+//! `first_row..end_row` of the outer dims (all of them: `0..spec.rows()`;
+//! disjoint row ranges may run on different threads, and give the same
+//! values as one call) of `inner` elements each (`spec.inner`), for every
+//! flat index exactly the expressions of
 //! the spec, with the reference interpreter's semantics except that `exp`,
 //! `log`, `tanh` and `sigmoid` are inline polynomials (see [`super::poly`];
 //! relative error below 2e-7 on normal results) instead of libm calls.
@@ -32,8 +36,8 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 use std::collections::HashMap;
 
-/// A compiled kernel.
-pub type KernelFn = unsafe extern "C" fn(*const *mut f32);
+/// A compiled kernel: `(pointers, first row, end row, inner extent)`.
+pub type KernelFn = unsafe extern "C" fn(*const *mut f32, usize, usize, usize);
 
 /// The JIT: one Cranelift module and the functions compiled so far.
 pub struct Compiler {
@@ -104,7 +108,9 @@ impl Compiler {
     fn build(&mut self, spec: &Spec) {
         let target = self.module.target_config();
         let ptr = target.pointer_type();
-        self.ctx.func.signature.params.push(AbiParam::new(ptr));
+        for _ in 0..4 {
+            self.ctx.func.signature.params.push(AbiParam::new(ptr));
+        }
         let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
         emit(&mut b, spec, ptr);
         b.seal_all_blocks();
@@ -129,31 +135,37 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
     b.switch_to_block(entry);
-    let args = b.block_params(entry)[0];
+    let (args, first_row, end_row, inner) = {
+        let p = b.block_params(entry);
+        (p[0], p[1], p[2], p[3])
+    };
     let n_loads = spec.loads.len();
     let bases: Vec<Value> = (0..n_loads + spec.outputs.len())
         .map(|i| b.ins().load(ptr, MemFlagsData::trusted(), args, (i * 8) as i32))
         .collect();
-    let rows: usize = spec.outer.iter().product();
-    let inner = spec.inner as i64;
     let exit = b.create_block();
     let row = new_loop(b, ptr);
     let zero = b.ins().iconst(ptr, 0);
-    b.ins().jump(row.header, &[zero.into()]);
+    b.ins().jump(row.header, &[first_row.into()]);
 
-    // Row header: `brif r >= rows, exit, body`.
+    // Row header: `brif r >= end_row, exit, body`.
     b.switch_to_block(row.header);
     let r = b.block_params(row.header)[0];
-    let done = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, r, rows as i64);
+    let done = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, r, end_row);
     b.ins().brif(done, exit, &[], row.body, &[]);
 
     // Row body: base addresses and splat values of this row.
     b.switch_to_block(row.body);
     let mut coords = Vec::with_capacity(spec.outer.len());
     let mut rest = r;
-    for &d in spec.outer.iter().rev() {
+    // The first outer dim needs no remainder (a row index is below the
+    // row count), so a kernel's code does not depend on it.
+    for &d in spec.outer.iter().skip(1).rev() {
         coords.push(b.ins().urem_imm_u(rest, d as i64));
         rest = b.ins().udiv_imm_u(rest, d as i64);
+    }
+    if !spec.outer.is_empty() {
+        coords.push(rest);
     }
     coords.reverse();
     let mut row_ptr = Vec::with_capacity(n_loads + spec.outputs.len());
@@ -168,7 +180,8 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
         row_ptr.push(b.ins().iadd(bases[l], off));
     }
     for (o, &x) in spec.outputs.iter().enumerate() {
-        let out_off = b.ins().imul_imm_u(r, inner * width(spec.exprs[x].1) as i64);
+        let row_len = b.ins().imul_imm_u(inner, width(spec.exprs[x].1) as i64);
+        let out_off = b.ins().imul(r, row_len);
         row_ptr.push(b.ins().iadd(bases[n_loads + o], out_off));
     }
     let mut splat_scalar: Vec<Option<Value>> = vec![None; n_loads];
@@ -197,7 +210,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
     b.switch_to_block(vec.header);
     let c = b.block_params(vec.header)[0];
     let c4 = b.ins().iadd_imm_u(c, 4);
-    let past = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThan, c4, inner);
+    let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
     b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
     b.switch_to_block(vec.body);
     body(b, spec, &row_ptr, &splat_vector, c, true);
@@ -206,7 +219,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
     // Scalar tail: `brif c >= inner, next_row, body`.
     b.switch_to_block(tail.header);
     let c = b.block_params(tail.header)[0];
-    let end = b.ins().icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, c, inner);
+    let end = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, c, inner);
     b.ins().brif(end, next_row, &[], tail.body, &[]);
     b.switch_to_block(tail.body);
     body(b, spec, &row_ptr, &splat_scalar, c, false);

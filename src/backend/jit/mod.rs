@@ -19,11 +19,16 @@
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
 //! metric and `map` region of `prog.tfl` through [`JitUnit`].
 
+mod carry;
 mod clif;
 mod codegen;
+mod conv;
+mod fold;
+mod gemm;
 mod poly;
 mod reduce;
 pub mod spec;
+mod threads;
 mod unit;
 
 pub use clif::emit_clif;

@@ -246,14 +246,36 @@ impl Spec {
 
     /// The elements of the iteration space.
     pub fn numel(&self) -> usize {
-        self.outer.iter().product::<usize>() * self.inner
+        self.rows() * self.inner
+    }
+
+    /// The rows of the outer dims (one when there are none).
+    pub fn rows(&self) -> usize {
+        self.outer.iter().product()
+    }
+
+    /// The same kernel over rows of `block` elements when it has no outer
+    /// dims and `block` divides its extent: rows are what a threaded run
+    /// splits, and a flat kernel has only one. Unchanged otherwise.
+    pub fn in_rows_of(mut self, block: usize) -> Spec {
+        if !self.outer.is_empty() || block == 0 || self.inner <= block || !self.inner.is_multiple_of(block) {
+            return self;
+        }
+        self.outer = vec![self.inner / block];
+        self.inner = block;
+        for l in &mut self.loads {
+            l.outer = vec![if l.inner == Inner::Contig { block } else { 0 }];
+        }
+        self
     }
 
     /// A key equal for two specs exactly when they compile to the same code
     /// (node ids do not matter, strides and expressions do).
     pub fn signature(&self) -> String {
         let loads: Vec<(&Vec<usize>, Inner, Kind)> = self.loads.iter().map(|l| (&l.outer, l.inner, l.kind)).collect();
-        format!("{:?}|{}|{:?}|{:?}|{:?}", self.outer, self.inner, loads, self.exprs, self.outputs)
+        // The row count and the inner extent are arguments of the compiled
+        // function, so kernels that differ only in size share code.
+        format!("{:?}|{:?}|{:?}|{:?}", self.outer.get(1..), loads, self.exprs, self.outputs)
     }
 }
 

@@ -27,18 +27,22 @@
 //! Example: `train.rs` prepares one `JitUnit` per batch size of a training
 //! step and calls `run` with `[batch…, step, params…, states…]` per batch.
 
+use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
+use super::conv::Conv;
+use super::gemm::sgemm;
 use super::spec::Spec;
-use crate::backend::interp::{eval_node, Data, Tensor, Values};
+use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
+use crate::backend::interp::{eval_node, pool_grad_slices, pool_slices, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a value is during a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ref {
+pub(super) enum Ref {
     /// `f32` elements at this element offset of the arena.
     Arena(usize),
     /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.
@@ -73,13 +77,20 @@ struct InterpNode {
 
 enum Step {
     /// A compiled loop nest; `args` are its loads then its outputs.
-    Jit { f: KernelFn, args: Vec<(Ref, usize)> },
+    Jit { f: KernelFn, args: Vec<(Ref, usize)>, rows: usize, inner: usize },
     /// `dst = a @ b` (batched over leading dims) through `gemm`.
-    Gemm { a: Ref, b: Ref, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
+    /// source; only without batch dims).
+    Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// A convolution (or one of its gradients) through im2col and `gemm`.
+    Conv { conv: Conv, a: Ref, b: Ref, dst: usize },
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
     Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
+    /// `f32` pooling (`grad: Some(gy)`: its gradient) with the
+    /// interpreter's code, over arena slices.
+    Pool { params: PoolParams, x: Ref, grad: Option<Ref>, dst: usize, xs: Vec<usize>, ys: Vec<usize> },
     /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
 }
@@ -92,6 +103,8 @@ pub struct StepCounts {
     pub interp: usize,
     /// Native transposes and reductions.
     pub native: usize,
+    /// Transposes read through a matmul's strides instead of run.
+    pub folded: usize,
 }
 
 /// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
@@ -102,6 +115,8 @@ struct Line([f32; 16]);
 struct State {
     arena: Vec<Line>,
     table: Vec<Option<Tensor>>,
+    /// The im2col buffer of the convolutions.
+    cols: Vec<f32>,
 }
 
 /// A unit ready to run many times.
@@ -111,7 +126,11 @@ pub struct JitUnit {
     fixed: Vec<Tensor>,
     outputs: Vec<(Ref, TensorType)>,
     /// The element types of arena values read back as tensors.
-    state: RefCell<State>,
+    state: Mutex<State>,
+    /// The worker threads (`None`: one thread).
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// Homes of the carried values (see `carry`), in carried order.
+    residents: Vec<Resident>,
     pub arena_bytes: usize,
     pub counts: StepCounts,
 }
@@ -135,11 +154,58 @@ struct Builder<'a> {
     loc: HashMap<NodeId, Ref>,
     fixed: Vec<Tensor>,
     tables: usize,
+    /// The nodes of the unit.
+    in_unit: HashSet<NodeId>,
+    /// The executor's values of nodes outside the unit.
+    values: &'a Values,
 }
 
 impl Builder<'_> {
-    fn get(&self, n: NodeId) -> Result<Ref, Diagnostic> {
-        self.loc.get(&n).copied().ok_or_else(|| internal(format!("node {} has no storage", n.index())))
+    /// `n`'s storage; a value computed outside the unit (by the executor)
+    /// is fixed on first use.
+    fn get(&mut self, n: NodeId) -> Result<Ref, Diagnostic> {
+        if let Some(&r) = self.loc.get(&n) {
+            return Ok(r);
+        }
+        if self.in_unit.contains(&n) {
+            return Err(internal(format!("node {} has no storage", n.index())));
+        }
+        let v = self.values.get(&n).ok_or_else(|| internal(format!("outside value {} missing", n.index())))?;
+        self.fixed.push(v.clone());
+        let r = Ref::Fixed(self.fixed.len() - 1);
+        self.loc.insert(n, r);
+        Ok(r)
+    }
+
+    /// The spec of `nodes`, reading any `broadcast_to` computed outside the
+    /// unit as a broadcast of its (smaller) source rather than as the
+    /// materialized tensor: the optimizer hoists a broadcast of an invariant
+    /// value out of a training step, but streaming its full size every step
+    /// would cost more than the few lanes of a splat.
+    fn analyze(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Option<Spec>, Diagnostic> {
+        let g = self.g;
+        let mut absorbed: Vec<NodeId> = Vec::new();
+        for &n in nodes {
+            for i in g.inputs(n) {
+                let widens = matches!(g.node(i).op, Op::BroadcastTo { .. })
+                    && !self.in_unit.contains(&i)
+                    && !absorbed.contains(&i)
+                    && g.inputs(i).first().is_some_and(|s| self.values.contains_key(s));
+                if widens {
+                    absorbed.push(i);
+                }
+            }
+        }
+        if !absorbed.is_empty() {
+            let members: Vec<NodeId> = absorbed.iter().chain(nodes).copied().collect();
+            if let Some(spec) = Spec::analyze(g, &members, outputs) {
+                for &a in &absorbed {
+                    self.get(g.inputs(a)[0])?;
+                }
+                return Ok(Some(spec));
+            }
+        }
+        Ok(Spec::analyze(g, nodes, outputs))
     }
 
     /// The interpreted steps of `nodes` with `outputs` leaving them.
@@ -175,7 +241,7 @@ impl Builder<'_> {
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
         let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
-        match Spec::analyze(self.g, nodes, outputs).filter(|s| s.numel() > 0 && in_arena) {
+        match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
                 self.jit(&spec)
@@ -187,7 +253,8 @@ impl Builder<'_> {
         }
     }
 
-    fn jit(&self, spec: &Spec) -> Result<Step, Diagnostic> {
+    fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
+        let spec = &spec.clone().in_rows_of(ROW_BLOCK);
         let f = compile(spec)?;
         let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
         for l in &spec.loads {
@@ -199,23 +266,28 @@ impl Builder<'_> {
                 r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
             }
         }
-        Ok(Step::Jit { f, args })
+        Ok(Step::Jit { f, args, rows: spec.rows(), inner: spec.inner })
     }
 }
 
 impl JitUnit {
     /// Prepares `unit` of `program`: `slot_pos` maps each region input slot
     /// to its position in `run`'s inputs; `values` holds every value the
-    /// unit reads from outside (the executor computed them already).
+    /// unit reads from outside (the executor computed them already); the
+    /// last `carried` inputs are replaced by the last `carried` outputs
+    /// after each run and stay in the unit (module `carry`).
     pub fn prepare(
         program: &Program,
         unit: &CompiledUnit,
         slot_pos: &HashMap<usize, usize>,
         values: &Values,
         outputs: &[NodeId],
+        carried: usize,
+        threads: usize,
     ) -> Result<JitUnit, Diagnostic> {
         let g = &program.graph;
-        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0 };
+        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values };
         // Region inputs stay in the caller's tensors, so a new parameter the
         // plan writes over its input (`over_input`) gets its own place after
         // the planned arena; the runtime hands it back as an output.
@@ -232,7 +304,7 @@ impl JitUnit {
                 None => (buf.node, buf.offset),
             })
             .collect();
-        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let mut slot_at: HashMap<usize, NodeId> = HashMap::new();
         // Storage of every value that leaves a kernel.
         let mut scratch = 0usize;
         for k in &unit.kernels {
@@ -240,7 +312,10 @@ impl JitUnit {
                 let node = g.node(n);
                 let r = match &node.op {
                     Op::Slot { slot, .. } if k.kind == KernelKind::Source => match slot_pos.get(slot) {
-                        Some(&p) => Ref::Input(p),
+                        Some(&p) => {
+                            slot_at.insert(p, n);
+                            Ref::Input(p)
+                        }
                         None => return Err(internal(format!("slot {slot} of unit `{}` is not an input", unit.name))),
                     },
                     Op::Constant { .. } if k.kind == KernelKind::Source => {
@@ -248,7 +323,9 @@ impl JitUnit {
                         Ref::Fixed(b.fixed.len() - 1)
                     }
                     _ if !k.outputs.contains(&n) => {
-                        if matches!(node.op, Op::MatMul) {
+                        // A contraction's product that only its epilogue
+                        // reads goes to scratch.
+                        if k.kind == KernelKind::Contraction && n == k.nodes[0] {
                             scratch = scratch.max(node.ty.numel());
                         }
                         continue;
@@ -265,26 +342,38 @@ impl JitUnit {
                 b.loc.insert(n, r);
             }
         }
-        // Values computed outside the unit, read by its nodes or its outputs.
-        for &n in unit.kernels.iter().flat_map(|k| k.nodes.iter()).chain(outputs) {
-            let reads = if in_unit.contains(&n) { g.inputs(n) } else { vec![n] };
-            for i in reads {
-                if !in_unit.contains(&i) && !b.loc.contains_key(&i) {
-                    let v = values.get(&i).ok_or_else(|| internal(format!("outside value {} missing", i.index())))?;
-                    b.fixed.push(v.clone());
-                    b.loc.insert(i, Ref::Fixed(b.fixed.len() - 1));
-                }
-            }
+        // Values computed outside the unit are fixed when first read (`get`).
+        let typed_outputs: Vec<(NodeId, TensorType)> = outputs.iter().map(|&o| (o, g.node(o).ty.clone())).collect();
+        for &(o, _) in typed_outputs.iter().rev().take(carried) {
+            b.get(o)?;
         }
+        let over_input: HashMap<NodeId, NodeId> =
+            unit.buffers.iter().filter_map(|buf| Some((buf.node, buf.over_input?))).collect();
+        let carry =
+            CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
+        let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
         let arena_floats = arena_end.div_ceil(4);
         let scratch_at = arena_floats.div_ceil(16) * 16;
         let mut steps = Vec::new();
         let mut counts = StepCounts::default();
+        let mut cols = 0usize;
+        let folded = super::fold::foldable(g, unit, outputs, &b.loc, &buffers);
+        // A folded transpose's readers take its source, read transposed.
+        let operand = |b: &mut Builder, n: NodeId| -> Result<(Ref, bool), Diagnostic> {
+            match folded.contains(&n) {
+                true => Ok((b.get(g.inputs(n)[0])?, true)),
+                false => Ok((b.get(n)?, false)),
+            }
+        };
         for &ki in &unit.order {
             let k = &unit.kernels[ki];
+            if k.kind == KernelKind::Layout && k.nodes.iter().all(|n| folded.contains(n)) {
+                counts.folded += 1;
+                continue;
+            }
             match k.kind {
                 KernelKind::Source => {}
-                KernelKind::Elementwise => match Spec::analyze(g, &k.nodes, &k.outputs) {
+                KernelKind::Elementwise => match b.analyze(&k.nodes, &k.outputs)? {
                     Some(spec) if spec.numel() > 0 => {
                         steps.push(b.jit(&spec)?);
                         counts.jit += 1;
@@ -294,7 +383,7 @@ impl JitUnit {
                         counts.interp += 1;
                     }
                 },
-                KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) => {
+                KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
                     let mm = k.nodes[0];
                     let dst = match b.loc.get(&mm) {
                         Some(Ref::Arena(off)) => *off,
@@ -305,21 +394,32 @@ impl JitUnit {
                     };
                     let ins = g.inputs(mm);
                     let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-                    let r = sa.len();
-                    steps.push(Step::Gemm {
-                        a: b.get(ins[0])?,
-                        b: b.get(ins[1])?,
-                        dst,
-                        batch: sa[..r - 2].iter().product(),
-                        m: sa[r - 2],
-                        k: sa[r - 1],
-                        n: sb[r - 1],
-                    });
+                    let ((a, a_t), (bb, b_t)) = (operand(&mut b, ins[0])?, operand(&mut b, ins[1])?);
+                    match f32_conv(g, mm) {
+                        Some(conv) => {
+                            cols = cols.max(conv.cols_len());
+                            steps.push(Step::Conv { conv, a, b: bb, dst });
+                        }
+                        None => {
+                            let r = sa.len();
+                            steps.push(Step::Gemm {
+                                a,
+                                b: bb,
+                                a_t,
+                                b_t,
+                                dst,
+                                batch: sa[..r - 2].iter().product(),
+                                m: sa[r - 2],
+                                k: sa[r - 1],
+                                n: sb[r - 1],
+                            });
+                        }
+                    }
                     counts.gemm += 1;
                     let epilogue = &k.nodes[1..];
                     let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
                     if !epilogue.is_empty() {
-                        match Spec::analyze(g, epilogue, &outs) {
+                        match b.analyze(epilogue, &outs)? {
                             Some(spec) if spec.numel() > 0 => {
                                 steps.push(b.jit(&spec)?);
                                 counts.jit += 1;
@@ -373,6 +473,29 @@ impl JitUnit {
                     }
                     scratch = scratch.max(bump - scratch_at);
                 }
+                KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => {
+                    let n = k.nodes[0];
+                    let ins = g.inputs(n);
+                    match (b.get(n)?, f32_pool(g, &k.nodes)) {
+                        (Ref::Arena(dst), Some(params)) => {
+                            let grad = match ins.get(1) {
+                                Some(&gy) => Some(b.get(gy)?),
+                                None => None,
+                            };
+                            let xs = g.node(ins[0]).ty.shape.clone();
+                            let ys = match ins.get(1) {
+                                Some(&gy) => g.node(gy).ty.shape.clone(),
+                                None => g.node(n).ty.shape.clone(),
+                            };
+                            steps.push(Step::Pool { params, x: b.get(ins[0])?, grad, dst, xs, ys });
+                            counts.native += 1;
+                        }
+                        _ => {
+                            steps.push(b.interp(&k.nodes, &k.outputs)?);
+                            counts.interp += 1;
+                        }
+                    }
+                }
                 KernelKind::Layout if is_f32_matrix_transpose(g, &k.nodes) => {
                     let n = k.nodes[0];
                     let src = g.inputs(n)[0];
@@ -396,38 +519,155 @@ impl JitUnit {
         }
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = (scratch_at + scratch).div_ceil(16);
-        let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables] };
+        let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables], cols: vec![0.0; cols] };
         Ok(JitUnit {
             name: unit.name.clone(),
             steps,
             fixed: b.fixed,
             outputs,
-            state: RefCell::new(state),
+            state: Mutex::new(state),
+            pool: super::threads::pool(threads).map_err(internal)?,
+            residents,
             arena_bytes: unit.arena_bytes,
             counts,
         })
     }
 
     /// Runs the unit on `inputs` (in region input order); returns the
-    /// region's outputs.
+    /// region's outputs. A unit prepared with carried values takes them from
+    /// `inputs` too and returns them, through its residents.
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
-        let mut st = self.state.borrow_mut();
-        let State { arena, table } = &mut *st;
+        let head = inputs.len().saturating_sub(self.residents.len());
+        if !self.residents.is_empty() {
+            self.load_carried(&inputs[head..])?;
+        }
+        let mut out = self.run_head(&inputs[..head])?;
+        out.extend(self.read_carried()?);
+        Ok(out)
+    }
+
+    /// Runs the unit with its carried values where `load_carried` or the
+    /// previous run left them: `head` are the other inputs; returns the
+    /// outputs that are not carried.
+    pub fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut st = self.state()?;
+        let st: &mut State = &mut st;
+        match &self.pool {
+            // Entered once per run: a fork-join from outside the pool costs
+            // ~4.5 µs, inside it ~0.13 µs.
+            Some(pool) => pool.install(|| self.execute(st, head))?,
+            None => self.execute(st, head)?,
+        }
+        let State { arena, table, .. } = &mut *st;
+        let arena: &mut [f32] = as_floats(arena);
+        for r in &self.residents {
+            let Some(from) = r.refresh_from else { continue };
+            match r.home {
+                Ref::Arena(at) => {
+                    let n = r.ty.numel();
+                    let src = self.ptr(from, arena, head, table, n)? as *const f32;
+                    let dst =
+                        arena.get_mut(at..at + n).ok_or_else(|| internal("a carried value lies outside the arena"))?;
+                    // SAFETY: `ptr` checked `n` elements at `src`; a home
+                    // never overlaps the planned buffers or tensors it is
+                    // refreshed from.
+                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, n) });
+                }
+                Ref::Table(t) => {
+                    let v = self.read(from, arena, head, table, &r.ty)?;
+                    table[t] = Some(v);
+                }
+                other => return Err(internal(format!("a carried value lives in {other:?}"))),
+            }
+        }
+        let n = self.outputs.len() - self.residents.len();
+        self.outputs[..n].iter().map(|(r, ty)| self.read(*r, arena, head, table, ty)).collect()
+    }
+
+    /// Puts the carried values (in carried order) into their homes.
+    pub fn load_carried(&self, values: &[Tensor]) -> Result<(), Diagnostic> {
+        if values.len() != self.residents.len() {
+            return Err(internal(format!("{} carried values for {} homes", values.len(), self.residents.len())));
+        }
+        let mut st = self.state()?;
+        let State { arena, table, .. } = &mut *st;
+        let arena: &mut [f32] = as_floats(arena);
+        for (r, v) in self.residents.iter().zip(values) {
+            if v.ty() != r.ty {
+                return Err(internal(format!("a carried value of type {} for a home of {}", v.ty(), r.ty)));
+            }
+            match r.home {
+                Ref::Arena(at) => store(arena, at, v)?,
+                Ref::Table(t) => table[t] = Some(v.clone()),
+                other => return Err(internal(format!("a carried value lives in {other:?}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The carried values, as the last run left them.
+    pub fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut st = self.state()?;
+        let State { arena, table, .. } = &mut *st;
+        let arena: &mut [f32] = as_floats(arena);
+        self.residents.iter().map(|r| self.read(r.home, arena, &[], table, &r.ty)).collect()
+    }
+
+    /// The value at `r` as a tensor of type `ty`.
+    fn read(
+        &self,
+        r: Ref,
+        arena: &[f32],
+        inputs: &[Tensor],
+        table: &[Option<Tensor>],
+        ty: &TensorType,
+    ) -> Result<Tensor, Diagnostic> {
+        match r {
+            Ref::Arena(off) => self.arena_tensor(arena, off, ty),
+            Ref::Mask(off) => mask_tensor(arena, off, ty),
+            r => self.tensor(r, inputs, table).cloned(),
+        }
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {
+        self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
+    }
+
+    /// Runs every step on `inputs`.
+    fn execute(&self, st: &mut State, inputs: &[Tensor]) -> Result<(), Diagnostic> {
+        let State { arena, table, cols } = st;
         let arena: &mut [f32] = as_floats(arena);
         let mut ptrs: Vec<*mut f32> = Vec::new();
+        let threads = if self.pool.is_some() { rayon::current_num_threads() } else { 1 };
         for step in &self.steps {
             match step {
-                Step::Jit { f, args } => {
+                Step::Jit { f, args, rows, inner } => {
                     ptrs.clear();
                     for &(r, len) in args {
                         ptrs.push(self.ptr(r, arena, inputs, table, len)?);
                     }
-                    // SAFETY: every pointer addresses at least the elements
-                    // the spec reads or writes (checked by `ptr`), and the
-                    // compiled function touches nothing else.
-                    unsafe { f(ptrs.as_ptr()) };
+                    let (rows, inner) = (*rows, *inner);
+                    if threads > 1 && rows > 1 && rows * inner >= PARALLEL_MIN_ELEMENTS {
+                        let shared = Pointers(ptrs.as_ptr());
+                        let f = *f;
+                        rayon::scope(|s| {
+                            for (lo, hi) in split_rows(rows, threads) {
+                                let shared = &shared;
+                                // SAFETY: as below; disjoint row ranges write
+                                // disjoint output elements, and read-only
+                                // loads may be shared.
+                                s.spawn(move |_| unsafe { f(shared.0, lo, hi, inner) });
+                            }
+                        });
+                    } else {
+                        // SAFETY: every pointer addresses at least the
+                        // elements the spec reads or writes (checked by
+                        // `ptr`), and the compiled function touches nothing
+                        // else.
+                        unsafe { f(ptrs.as_ptr(), 0, rows, inner) };
+                    }
                 }
-                Step::Gemm { a, b, dst, batch, m, k, n } => {
+                Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
                     let (m, k, n) = (*m, *k, *n);
                     let pa = self.ptr(*a, arena, inputs, table, batch * m * k)?;
                     let pb = self.ptr(*b, arena, inputs, table, batch * k * n)?;
@@ -436,36 +676,27 @@ impl JitUnit {
                         .ok_or_else(|| internal("a matmul result does not fit in the arena"))?;
                     for bt in 0..*batch {
                         let d = &mut out[bt * m * n..(bt + 1) * m * n];
-                        if k == 0 {
-                            d.fill(0.0);
-                            continue;
-                        }
-                        // SAFETY: `pa`/`pb` hold `batch` row-major m×k and
-                        // k×n matrices (checked by `ptr`), `d` is m×n.
-                        unsafe {
-                            gemm::gemm(
-                                m,
-                                n,
-                                k,
-                                d.as_mut_ptr(),
-                                1,
-                                n as isize,
-                                false,
-                                pa.add(bt * m * k),
-                                1,
-                                k as isize,
-                                pb.add(bt * k * n),
-                                1,
-                                n as isize,
-                                0.0f32,
-                                1.0f32,
-                                false,
-                                false,
-                                false,
-                                gemm::Parallelism::None,
-                            )
-                        };
+                        let (ma, mb) =
+                            (pa.wrapping_add(bt * m * k) as *const f32, pb.wrapping_add(bt * k * n) as *const f32);
+                        let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
+                        let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
+                        // SAFETY: `pa`/`pb` hold `batch` m×k and k×n
+                        // matrices (checked by `ptr`), row-major or, when
+                        // folded, stored transposed; `d` is m×n.
+                        unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
                     }
+                }
+                Step::Conv { conv, a, b, dst } => {
+                    let (na, nb, ny) = conv.sizes();
+                    let pa = self.ptr(*a, arena, inputs, table, na)?;
+                    let pb = self.ptr(*b, arena, inputs, table, nb)?;
+                    let out = arena
+                        .get_mut(*dst..*dst + ny)
+                        .ok_or_else(|| internal("a convolution result does not fit in the arena"))?;
+                    let cols = cols.get_mut(..conv.cols_len()).ok_or_else(|| internal("im2col scratch too small"))?;
+                    // SAFETY: `ptr` checked the operand sizes; `out` and
+                    // `cols` have the sizes `run` needs.
+                    unsafe { conv.run(pa, pb, out, cols, threads) };
                 }
                 Step::Reduce { op, src, dst, shape, reduced } => {
                     let n: usize = shape.iter().product();
@@ -477,6 +708,28 @@ impl JitUnit {
                         .get_mut(*dst..*dst + m)
                         .ok_or_else(|| internal("a reduction result does not fit in the arena"))?;
                     super::reduce::reduce(*op, from, shape, reduced, to);
+                }
+                Step::Pool { params, x, grad, dst, xs, ys } => {
+                    let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                    let px = self.ptr(*x, arena, inputs, table, nx)? as *const f32;
+                    let pg = match grad {
+                        Some(gy) => Some(self.ptr(*gy, arena, inputs, table, ny)? as *const f32),
+                        None => None,
+                    };
+                    let out_len = if grad.is_some() { nx } else { ny };
+                    let out = arena
+                        .get_mut(*dst..*dst + out_len)
+                        .ok_or_else(|| internal("a pooling result does not fit in the arena"))?;
+                    // SAFETY: `ptr` checked the sizes; the memory plan never
+                    // places a kernel's output over its operands.
+                    let xv = unsafe { std::slice::from_raw_parts(px, nx) };
+                    let done = match pg {
+                        Some(pg) => {
+                            pool_grad_slices(xv, unsafe { std::slice::from_raw_parts(pg, ny) }, xs, ys, *params, out)
+                        }
+                        None => pool_slices(xv, xs, ys, *params, out),
+                    };
+                    done.map_err(|e| e.diagnostic("pooling", DType::F32))?;
                 }
                 Step::Transpose { src, dst, rows, cols } => {
                     let (rows, cols) = (*rows, *cols);
@@ -525,14 +778,7 @@ impl JitUnit {
                 }
             }
         }
-        self.outputs
-            .iter()
-            .map(|(r, ty)| match r {
-                Ref::Arena(off) => self.arena_tensor(arena, *off, ty),
-                Ref::Mask(off) => mask_tensor(arena, *off, ty),
-                r => self.tensor(*r, inputs, table).cloned(),
-            })
-            .collect()
+        Ok(())
     }
 
     fn arena_tensor(&self, arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
@@ -603,6 +849,14 @@ impl JitUnit {
     }
 }
 
+/// The argument pointers of a compiled kernel, shared by the threads that
+/// run its rows.
+struct Pointers(*const *mut f32);
+
+// SAFETY: the pointers are only dereferenced by compiled kernels on
+// disjoint row ranges while the owning `execute` call waits for them.
+unsafe impl Sync for Pointers {}
+
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,
 /// in kernel order with the anchor last, and the remaining nodes.
 pub(super) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
@@ -631,6 +885,20 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
         && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
 }
 
+/// The parameters of a layout kernel that is one `f32` pooling or pooling
+/// gradient.
+fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
+    let [n] = nodes else { return None };
+    let node = g.node(*n);
+    let f32s = node.ty.dtype == DType::F32 && g.inputs(*n).iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    match &node.op {
+        Op::Pool2d { kind, size, stride, padding } | Op::Pool2dGrad { kind, size, stride, padding } if f32s => {
+            Some(PoolParams { kind: *kind, size: *size, stride: *stride, padding: *padding })
+        }
+        _ => None,
+    }
+}
+
 /// A layout kernel that is one `f32` 2-D transpose.
 fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
     let [n] = nodes else { return false };
@@ -650,6 +918,15 @@ fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
             }
         }
     }
+}
+
+/// The lowered geometry of an `f32` convolution node.
+fn f32_conv(g: &Graph, n: NodeId) -> Option<Conv> {
+    let node = g.node(n);
+    let ins = g.inputs(n);
+    let all_f32 = node.ty.dtype == DType::F32 && ins.iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let [a, b] = ins.as_slice() else { return None };
+    Conv::of(&node.op, &g.node(*a).ty.shape, &g.node(*b).ty.shape, &node.ty.shape).filter(|_| all_f32)
 }
 
 fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
