@@ -35,11 +35,27 @@ impl Graph {
 
     /// Adds a node whose operands are `inputs`, in order.
     pub fn add(&mut self, op: Op, inputs: &[NodeId], ty: TensorType, span: Span) -> NodeId {
+        self.add_from(op, inputs.iter().copied(), ty, span)
+    }
+
+    /// Like `add`, taking the operands from an iterator (no slice to build).
+    pub fn add_from(&mut self, op: Op, inputs: impl IntoIterator<Item = NodeId>, ty: TensorType, span: Span) -> NodeId {
         let id = self.graph.add_node(Node { op, ty, span });
-        for (pos, &input) in inputs.iter().enumerate() {
+        for (pos, input) in inputs.into_iter().enumerate() {
             self.graph.add_edge(input, id, pos);
         }
         id
+    }
+
+    /// Makes room for `nodes` nodes and `edges` edges, so that a graph built
+    /// in one go grows without repeated reallocation and copying.
+    /// Only a graph that never held a node is given the room (petgraph 0.6's
+    /// stable graph takes a capacity only when made, and replacing one that
+    /// had nodes removed would renumber later nodes).
+    pub fn reserve(&mut self, nodes: usize, edges: usize) {
+        if self.graph.capacity() == (0, 0) {
+            self.graph = StableDiGraph::with_capacity(nodes, edges);
+        }
     }
 
     pub fn node(&self, id: NodeId) -> &Node {

@@ -42,7 +42,9 @@ pub enum StmtKind {
         ty: Option<TypeExpr>,
         value: Expr,
     },
-    Fn(FnDef),
+    /// Shared (`Arc`) so that the tracer's closures and methods refer to
+    /// the definition instead of copying its body at every definition and call.
+    Fn(std::sync::Arc<FnDef>),
     Model(ModelDef),
     Optimizer(OptimizerDef),
     /// `let (a, b): T = value`
@@ -93,8 +95,8 @@ pub enum ModelMember {
     State { name: Ident, ty: Option<TypeExpr>, init: Expr, span: Span },
     /// `l1 = Dense(64, 128, act = relu)` (a sub-model or any other value)
     Field { name: Ident, value: Expr, span: Span },
-    /// `fn forward(x) = ...`
-    Method(FnDef),
+    /// `fn forward(x) = ...` (shared like `StmtKind::Fn`)
+    Method(std::sync::Arc<FnDef>),
 }
 
 /// `optimizer adam(lr = 1e-3, ...) { state m = ...; update { ... } }`

@@ -77,7 +77,7 @@ pub(crate) fn bind(
                 let names: Vec<&str> = params.iter().map(|p| plain(p)).collect();
                 let mut d = Diagnostic::new(Code::UnknownArgument, format!("`{name}` has no parameter named `{n}`"))
                     .label(s, "unknown argument");
-                d = match did_you_mean(&n, names.iter().copied()) {
+                d = match did_you_mean(n, names.iter().copied()) {
                     Some(m) => d.help(format!("did you mean `{m}`?")),
                     None => d.help(format!("`{name}` takes: {}", names.join(", "))),
                 };

@@ -7,38 +7,29 @@ use super::{TResult, Tracer, MAX_CALL_DEPTH};
 use crate::diag::{did_you_mean, Code, Diagnostic, Span};
 use crate::syntax::ast::{self, Arg, DimExpr, Expr, ExprKind, TypeKind};
 use std::rc::Rc;
+use std::sync::Arc;
 
 pub use super::value::Closure;
 
 /// The closure value of a named function definition.
-pub fn closure_of(def: &ast::FnDef, env: &Rc<Scope>) -> Closure {
-    Closure {
-        name: def.name.name.clone(),
-        params: def.params.clone(),
-        ret: def.ret.clone(),
-        body: def.body.clone(),
-        env: env.clone(),
-        span: def.name.span,
-    }
+pub fn closure_of(def: &Arc<ast::FnDef>, env: &Rc<Scope>) -> Closure {
+    Closure { def: def.clone(), env: env.clone() }
 }
 
 impl Closure {
     pub fn lambda(params: &[ast::Param], body: &Expr, env: &Rc<Scope>, span: Span) -> Closure {
-        Closure {
-            name: "<lambda>".into(),
-            params: params.to_vec(),
-            ret: None,
-            body: body.clone(),
-            env: env.clone(),
-            span,
-        }
+        let name = ast::Ident { name: "<lambda>".into(), span };
+        let def = ast::FnDef { name, params: params.to_vec(), ret: None, body: body.clone(), span };
+        Closure { def: Arc::new(def), env: env.clone() }
     }
 }
 
 /// Evaluated call arguments.
-pub(crate) struct CallArgs {
+/// Named arguments borrow their names from the call's syntax (no copy per
+/// call); their lifetime is the call's.
+pub(crate) struct CallArgs<'a> {
     pub positional: Vec<(Value, Span)>,
-    pub named: Vec<(String, Value, Span)>,
+    pub named: Vec<(&'a str, Value, Span)>,
 }
 
 impl Tracer<'_> {
@@ -87,7 +78,7 @@ impl Tracer<'_> {
                             .label(a.span, "again here")
                             .into());
                     }
-                    call.named.push((n.name.clone(), v, a.span));
+                    call.named.push((&n.name, v, a.span));
                 }
                 None => {
                     if !call.named.is_empty() {
@@ -115,7 +106,7 @@ impl Tracer<'_> {
         f: Value,
         f_span: Span,
         positional: Vec<(Value, Span)>,
-        named: Vec<(String, Value, Span)>,
+        named: Vec<(&str, Value, Span)>,
         span: Span,
     ) -> TResult<Value> {
         let args = CallArgs { positional, named };
@@ -152,7 +143,7 @@ impl Tracer<'_> {
     pub(crate) fn call_method(
         &mut self,
         m: &Rc<ModelInstance>,
-        def: &ast::FnDef,
+        def: &Arc<ast::FnDef>,
         args: CallArgs,
         span: Span,
     ) -> TResult<Value> {
@@ -172,18 +163,21 @@ impl Tracer<'_> {
         if self.depth >= MAX_CALL_DEPTH {
             return Err(Diagnostic::new(
                 Code::TooDeep,
-                format!("calls nest deeper than {MAX_CALL_DEPTH} (is `{}` recursive?)", c.name),
+                format!("calls nest deeper than {MAX_CALL_DEPTH} (is `{}` recursive?)", c.name()),
             )
             .label(span, "this call")
             .into());
         }
         let scope = Scope::child(&c.env);
-        let fname = match owner {
-            Some(o) => format!("{o}.{}", c.name),
-            None => c.name.clone(),
+        // The name used in messages; a plain function's is borrowed, as
+        // nearly every call succeeds and never prints it.
+        let fname: std::borrow::Cow<str> = match owner {
+            Some(o) => format!("{o}.{}", c.name()).into(),
+            None => c.name().into(),
         };
-        let bound = bind_args(&fname, &c.params, args, span, c.span)?;
-        for (param, arg) in c.params.iter().zip(bound) {
+        let def = &*c.def;
+        let bound = bind_args(&fname, &def.params, args, span, c.span())?;
+        for (param, arg) in def.params.iter().zip(bound) {
             let (v, arg_span) = match arg {
                 Some(a) => a,
                 None => match &param.default {
@@ -198,11 +192,11 @@ impl Tracer<'_> {
             scope.set(&param.name.name, v);
         }
         self.depth += 1;
-        let result = self.eval(&c.body, &scope);
+        let result = self.eval(&def.body, &scope);
         self.depth -= 1;
         let v = result.map_err(|f| at_call_site(f, c, &fname, span))?;
-        match &c.ret {
-            Some(ty) => self.check_annotation(&v, ty, c.body.span, &scope),
+        match &def.ret {
+            Some(ty) => self.check_annotation(&v, ty, def.body.span, &scope),
             None => Ok(v),
         }
     }
@@ -311,7 +305,7 @@ pub(crate) fn bind_args(
                     Diagnostic::new(Code::UnknownArgument, format!("`{fname}` has no parameter named `{name}`"))
                         .label(s, "unknown argument")
                         .label(def_span, "defined here");
-                if let Some(s) = did_you_mean(&name, params.iter().map(|p| p.name.name.as_str())) {
+                if let Some(s) = did_you_mean(name, params.iter().map(|p| p.name.name.as_str())) {
                     d = d.help(format!("did you mean `{s}`?"));
                 }
                 return Err(d.into());
@@ -338,7 +332,7 @@ fn name_resolves(name: &str, env: &Rc<Scope>) -> bool {
 /// 2)` should point at their `softmax(…)`, not at a `max` inside std/math.tfl.
 fn at_call_site(fail: super::Fail, c: &Closure, fname: &str, call: Span) -> super::Fail {
     match fail {
-        super::Fail::Diag(mut d) if call.file != c.span.file && d.span().is_some_and(|s| s.file == c.span.file) => {
+        super::Fail::Diag(mut d) if call.file != c.span().file && d.span().is_some_and(|s| s.file == c.span().file) => {
             d.labels.insert(0, crate::diag::Label { span: call, message: format!("in this call to `{fname}`") });
             super::Fail::Diag(d)
         }

@@ -266,7 +266,7 @@ fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)
         }
         Value::Func(f) => {
             // A closure's span is its name; its body may lie after it.
-            body(f.span.to(f.body.span));
+            body(f.span().to(f.def.body.span));
             write!(key, "F{:p}", Rc::as_ptr(f))
         }
         Value::ModelDef(m) => {
@@ -332,9 +332,9 @@ pub fn type_text(v: &Value, sources: &SourceMap) -> String {
             format!("({})", items.iter().map(|i| type_text(i, sources)).collect::<Vec<_>>().join(", "))
         }
         Value::Func(f) => {
-            let params: Vec<String> = f.params.iter().map(|p| text(p.span)).collect();
-            let ret = f.ret.as_ref().map(|r| format!(" -> {}", text(r.span))).unwrap_or_default();
-            format!("fn {}({}){ret}", f.name, params.join(", "))
+            let params: Vec<String> = f.def.params.iter().map(|p| text(p.span)).collect();
+            let ret = f.def.ret.as_ref().map(|r| format!(" -> {}", text(r.span))).unwrap_or_default();
+            format!("fn {}({}){ret}", f.name(), params.join(", "))
         }
         Value::Method(_, f) => {
             let params: Vec<String> = f.params.iter().map(|p| text(p.span)).collect();

@@ -18,7 +18,7 @@ impl Tracer<'_> {
         let has_seed_param = def.def.params.iter().any(|p| p.name.name == "seed");
         let mut seed = seed;
         if !has_seed_param {
-            if let Some(i) = args.named.iter().position(|(n, _, _)| n == "seed") {
+            if let Some(i) = args.named.iter().position(|(n, _, _)| *n == "seed") {
                 let (_, v, s) = args.named.remove(i);
                 seed = match v {
                     Value::Int(n) => n as u64,
@@ -89,7 +89,7 @@ impl Tracer<'_> {
         for member in &def.def.members {
             if let ModelMember::Method(d) = member {
                 if !scope.has_local(&d.name.name) {
-                    scope.set(&d.name.name, Value::Method(instance.clone(), Rc::new(d.clone())));
+                    scope.set(&d.name.name, Value::Method(instance.clone(), d.clone()));
                 }
             }
         }
@@ -158,9 +158,7 @@ impl Tracer<'_> {
                     Some(f)
                 } else {
                     m.def.members.iter().find_map(|mm| match mm {
-                        ModelMember::Method(d) if d.name.name == name.name => {
-                            Some(Value::Method(m.clone(), Rc::new(d.clone())))
-                        }
+                        ModelMember::Method(d) if d.name.name == name.name => Some(Value::Method(m.clone(), d.clone())),
                         _ => None,
                     })
                 }

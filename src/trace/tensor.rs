@@ -25,12 +25,24 @@ impl Tracer<'_> {
     /// Adds a node whose type `infer` computes; a type error becomes a
     /// diagnostic labelled at every operand.
     pub(crate) fn node(&mut self, op: Op, inputs: &[&Operand], span: Span) -> TResult<Operand> {
-        let types: Vec<&TensorType> = inputs.iter().map(|o| &o.ty).collect();
-        match infer(&op, &types) {
+        // Nearly every op has at most four operands: their types go in an
+        // array on the stack rather than a fresh Vec per node.
+        static PAD: TensorType = TensorType { dtype: DType::Bool, shape: Vec::new() };
+        let mut small = [&PAD; 4];
+        let heap: Vec<&TensorType>;
+        let types: &[&TensorType] = if inputs.len() <= small.len() {
+            for (slot, o) in small.iter_mut().zip(inputs) {
+                *slot = &o.ty;
+            }
+            &small[..inputs.len()]
+        } else {
+            heap = inputs.iter().map(|o| &o.ty).collect();
+            &heap
+        };
+        match infer(&op, types) {
             Ok(ty) => {
                 check_size(&ty.shape, span)?;
-                let ids: Vec<NodeId> = inputs.iter().map(|o| o.id).collect();
-                let id = self.graph.add(op, &ids, ty.clone(), span);
+                let id = self.graph.add_from(op, inputs.iter().map(|o| o.id), ty.clone(), span);
                 Ok(Operand { id, ty, span })
             }
             Err(e) => {
@@ -178,10 +190,10 @@ impl Tracer<'_> {
     /// take the dtype of the first tensor among them.
     pub(crate) fn operands(&mut self, vals: &[(&Value, Span)]) -> TResult<Vec<Operand>> {
         let like = vals.iter().find_map(|(v, s)| match v {
-            Value::Tensor(_, t) => Some((t.clone(), *s)),
+            Value::Tensor(_, t) => Some((t, *s)),
             _ => None,
         });
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(vals.len());
         for (v, s) in vals {
             match self.operand(v, like.as_ref().map(|(t, _)| t.dtype), *s) {
                 Ok(o) => out.push(o),
@@ -206,8 +218,8 @@ impl Tracer<'_> {
             return v.map_err(|msg| Diagnostic::new(Code::BadValue, msg).label(span, "here").into());
         }
         let ops = self.operands(&[a, b])?;
-        let what = format!("`{}`", binary_symbol(op));
-        self.same_dtype(&ops, &what, span)?;
+        let what = binary_symbol(op);
+        self.same_dtype(&ops, what, span)?;
         let dtype = ops[0].ty.dtype;
         if op.is_logical() != (dtype == DType::Bool) {
             let need = if op.is_logical() { "bool" } else { "numeric" };
@@ -220,7 +232,7 @@ impl Tracer<'_> {
             };
             return Err(d.label(ops[0].span, ops[0].ty.to_string()).label(ops[1].span, ops[1].ty.to_string()).into());
         }
-        let ops = self.broadcast_all(&ops, &what, span)?;
+        let ops = self.broadcast_all(&ops, what, span)?;
         let out = self.node(Op::Binary(op), &[&ops[0], &ops[1]], span)?;
         Ok(Value::Tensor(out.id, out.ty))
     }
@@ -298,23 +310,25 @@ pub fn round_to(x: f64, dtype: DType) -> f64 {
     }
 }
 
+/// The operator as messages quote it, backquotes included (a constant, so
+/// that the hot path of every binary op formats nothing).
 fn binary_symbol(op: BinaryOp) -> &'static str {
     match op {
-        BinaryOp::Add => "+",
-        BinaryOp::Sub => "-",
-        BinaryOp::Mul => "*",
-        BinaryOp::Div => "/",
-        BinaryOp::Pow => "^",
-        BinaryOp::Maximum => "maximum",
-        BinaryOp::Minimum => "minimum",
-        BinaryOp::Eq => "==",
-        BinaryOp::Ne => "!=",
-        BinaryOp::Lt => "<",
-        BinaryOp::Le => "<=",
-        BinaryOp::Gt => ">",
-        BinaryOp::Ge => ">=",
-        BinaryOp::And => "and",
-        BinaryOp::Or => "or",
+        BinaryOp::Add => "`+`",
+        BinaryOp::Sub => "`-`",
+        BinaryOp::Mul => "`*`",
+        BinaryOp::Div => "`/`",
+        BinaryOp::Pow => "`^`",
+        BinaryOp::Maximum => "`maximum`",
+        BinaryOp::Minimum => "`minimum`",
+        BinaryOp::Eq => "`==`",
+        BinaryOp::Ne => "`!=`",
+        BinaryOp::Lt => "`<`",
+        BinaryOp::Le => "`<=`",
+        BinaryOp::Gt => "`>`",
+        BinaryOp::Ge => "`>=`",
+        BinaryOp::And => "`and`",
+        BinaryOp::Or => "`or`",
     }
 }
 
@@ -371,13 +385,13 @@ fn fold_numbers(op: BinaryOp, a: &Value, b: &Value) -> Option<Result<Value, Stri
             Or => Ok(Value::Bool(*x || *y)),
             Eq => Ok(Value::Bool(x == y)),
             Ne => Ok(Value::Bool(x != y)),
-            _ => Err(format!("`{}` does not take bools", binary_symbol(op))),
+            _ => Err(format!("{} does not take bools", binary_symbol(op))),
         },
         (Value::Str(x), Value::Str(y)) => match op {
             Add => Ok(Value::Str(format!("{x}{y}"))),
             Eq => Ok(Value::Bool(x == y)),
             Ne => Ok(Value::Bool(x != y)),
-            _ => Err(format!("`{}` does not take strings", binary_symbol(op))),
+            _ => Err(format!("{} does not take strings", binary_symbol(op))),
         },
         _ => return None,
     };

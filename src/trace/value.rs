@@ -7,6 +7,7 @@ use crate::syntax::ast;
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// A value during tracing.
 #[derive(Clone, Debug)]
@@ -33,7 +34,7 @@ pub enum Value {
     /// A model instance: its fields (params, sub-models, settings).
     Model(Rc<ModelInstance>),
     /// A method bound to its model instance: `net.forward`.
-    Method(Rc<ModelInstance>, Rc<ast::FnDef>),
+    Method(Rc<ModelInstance>, Arc<ast::FnDef>),
     /// An imported module used as a namespace (`use std.nn` then `nn.Dense`).
     Module(Rc<Scope>),
     /// A dataset pipeline (§8).
@@ -73,15 +74,25 @@ impl Value {
     }
 }
 
-/// A function value: the definition plus the scope it was defined in.
+/// A function value: the definition plus the scope it was defined in. The
+/// definition is shared with the AST (a lambda gets one of its own), so
+/// making a closure copies no syntax tree.
 #[derive(Debug)]
 pub struct Closure {
-    pub name: String,
-    pub params: Vec<ast::Param>,
-    pub ret: Option<ast::TypeExpr>,
-    pub body: ast::Expr,
+    pub def: Arc<ast::FnDef>,
     pub env: Rc<Scope>,
-    pub span: Span,
+}
+
+impl Closure {
+    /// The function's name (`<lambda>` for a lambda).
+    pub fn name(&self) -> &str {
+        &self.def.name.name
+    }
+
+    /// Where the function is named (a lambda: the whole lambda).
+    pub fn span(&self) -> Span {
+        self.def.name.span
+    }
 }
 
 #[derive(Debug)]

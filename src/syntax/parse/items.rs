@@ -40,7 +40,7 @@ fn stmt(cx: &Cx, node: &Node) -> Result<Stmt> {
             let (pattern, ty, value) = let_parts(cx, &item)?;
             StmtKind::Let { pattern, ty, value }
         }
-        Rule::fn_def => StmtKind::Fn(fn_def(cx, &item)?),
+        Rule::fn_def => StmtKind::Fn(std::sync::Arc::new(fn_def(cx, &item)?)),
         Rule::model_def => StmtKind::Model(model_def(cx, &item)?),
         Rule::optimizer_def => StmtKind::Optimizer(optimizer_def(cx, &item)?),
         Rule::train_stmt => StmtKind::Train(train(cx, &item)?),
@@ -126,7 +126,7 @@ fn model_def(cx: &Cx, node: &Node) -> Result<ModelDef> {
                 let (name, _, value) = named_value(cx, &m)?;
                 ModelMember::Field { name, value, span }
             }
-            Rule::fn_def => ModelMember::Method(fn_def(cx, &m)?),
+            Rule::fn_def => ModelMember::Method(std::sync::Arc::new(fn_def(cx, &m)?)),
             _ => return Err(internal(cx, &m, "expected a model member")),
         });
     }
