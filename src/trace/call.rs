@@ -177,6 +177,8 @@ impl Tracer<'_> {
             .label(span, "this call")
             .into());
         }
+        // A safe point for Ctrl-C: a long trace is long because of calls.
+        crate::runtime::interrupt::check()?;
         let scope = Scope::child(&c.env);
         let fname = match owner {
             Some(o) => format!("{o}.{}", c.name),
