@@ -115,7 +115,7 @@ impl Repl {
         let inputs: Vec<NodeId> = key.inputs.iter().map(|i| i.node).collect();
         if let Some(c) = self.cache.get_mut(&key.key) {
             let instance = if c.last.inputs == inputs {
-                Some(c.last.clone())
+                Some(c.last.clone().renamed(&key.inputs))
             } else if let Some(t) = &c.template {
                 let file = self.session.sources.add(name, text);
                 c.last = t.instantiate(self.live.graph_mut(), &key.inputs, &c.marks, &key.marks, file);
@@ -146,7 +146,12 @@ impl Repl {
         let texts = render(text, &defs, |p| p);
         let record = cacheable.then(|| Cached {
             template,
-            last: Instance { inputs, effects: traced.effects.clone(), bindings },
+            last: Instance {
+                inputs,
+                names: key.inputs.iter().map(|i| i.name.clone()).collect(),
+                effects: traced.effects.clone(),
+                bindings,
+            },
             defs,
             marks: key.marks,
             _deps: key.deps,

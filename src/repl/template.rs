@@ -43,6 +43,8 @@ pub struct Template {
 #[derive(Clone)]
 pub struct Instance {
     pub inputs: Vec<NodeId>,
+    /// The input names its bindings are named with.
+    pub names: Vec<String>,
     pub effects: Vec<Effect>,
     pub bindings: Vec<(String, Value)>,
 }
@@ -120,19 +122,29 @@ impl Template {
                 *s = span(*s);
             }
         }
-        let bindings = self
-            .bindings
-            .iter()
-            .map(|(name, v)| {
-                // `let (a, c) = …` binds the input name typed this time.
-                let name = match self.names.iter().position(|n| n == name) {
-                    Some(i) => inputs.get(i).map_or(name, |input| &input.name),
-                    None => name,
-                };
-                (name.clone(), remap(v, &map))
-            })
-            .collect();
-        Instance { inputs: inputs.iter().map(|i| i.node).collect(), effects: program.effects, bindings }
+        let bindings = self.bindings.iter().map(|(name, v)| (name.clone(), remap(v, &map))).collect();
+        let instance = Instance {
+            inputs: inputs.iter().map(|i| i.node).collect(),
+            names: self.names.clone(),
+            effects: program.effects,
+            bindings,
+        };
+        instance.renamed(inputs)
+    }
+}
+
+impl Instance {
+    /// The instance with its bindings named as the input names of another
+    /// text with the same key: `let (a, c) = …` binds the input name typed
+    /// this time.
+    pub fn renamed(mut self, inputs: &[Input]) -> Instance {
+        for (name, _) in &mut self.bindings {
+            if let Some(input) = self.names.iter().position(|n| n == name).and_then(|i| inputs.get(i)) {
+                *name = input.name.clone();
+            }
+        }
+        self.names = inputs.iter().map(|i| i.name.clone()).collect();
+        self
     }
 }
 
