@@ -103,6 +103,6 @@ fn main() {
             .collect();
         println!("`x * 2.0`, x: {what:<14} first time            {}", ms(median(first)));
         println!("`x * 2.0`, x: {what:<14} again (cached)        {}", ms(median(again)));
-        println!("`y * 2.0` / `x * 2.0` alternating (cached, new values) {}", ms(median(fed)));
+        println!("`x * 2.0` / `y * 2.0`, {what:<14} new values (cached) {}", ms(median(fed)));
     }
 }
