@@ -1,5 +1,7 @@
 //! REPL speed (issue 7): start-up, a small statement on a bound tensor
-//! compiled for the first time, and the same statement again (a cache hit).
+//! compiled for the first time, the same statement again (a cache hit), and
+//! the statement on another tensor of the same type (a cache hit whose graph
+//! is instantiated for the new value and computed).
 //! Prints the median of repeated runs of each.
 //!
 //! Run: `cargo bench -j2 --bench repl` (numbers go to BENCHMARKS.md, `## REPL`).
@@ -86,7 +88,21 @@ fn main() {
                 t.elapsed()
             })
             .collect();
+        // Another binding of the same type, alternating with `x`: the cached
+        // graph is instantiated for the other value and computed again.
+        entry(&mut repl, "let y = x * 0.5");
+        entry(&mut repl, "y * 2.0");
+        let fed: Vec<Duration> = (0..runs)
+            .map(|i| {
+                let text = if i % 2 == 0 { "x * 2.0" } else { "y * 2.0" };
+                let t = Instant::now();
+                let timing = entry(&mut repl, text);
+                assert!(timing.compile.is_none());
+                t.elapsed()
+            })
+            .collect();
         println!("`x * 2.0`, x: {what:<14} first time            {}", ms(median(first)));
         println!("`x * 2.0`, x: {what:<14} again (cached)        {}", ms(median(again)));
+        println!("`x * 2.0` / `y * 2.0`, {what:<14} new values (cached) {}", ms(median(fed)));
     }
 }

@@ -87,7 +87,7 @@ macro_rules! transcripts {
     };
 }
 
-transcripts!(basics, errors, training, inspect, load_quit);
+transcripts!(basics, errors, training, inspect, load_quit, cache);
 
 #[test]
 fn every_transcript_file_has_a_test() {
@@ -172,6 +172,46 @@ fn a_repeated_expression_is_not_compiled_again() {
     );
 }
 
+/// What the last `:time` line of a session says, and everything printed
+/// before it.
+fn timed(input: &str) -> (String, String) {
+    let o = repl_piped(&[], input.as_bytes(), &cases_dir());
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut lines: Vec<&str> = out.lines().collect();
+    let last = lines.pop().unwrap_or_default().to_string();
+    (lines.join("\n"), last)
+}
+
+#[test]
+fn a_cache_hit_on_new_values_prints_what_a_fresh_compile_prints() {
+    let setup = "fn f(v, k) = softmax(tanh(v @ v) * k, axis = 1) - mean(v) / sum(exp(v))\n\
+                 let k = 3.0\nlet a = normal([8, 8], seed = 1)\nlet b = uniform([8, 8], seed = 7, low = -2.0)\n";
+    // The graph traced for `a`, run on `b` …
+    let (cached, hit) = timed(&format!("{setup}print(f(a, k))\n:time print(f(b, k))\n"));
+    assert!(hit.starts_with("compile cached"), "{hit}");
+    // … prints exactly what tracing `f(b, k)` in a fresh session prints.
+    let (fresh, miss) = timed(&format!("{setup}:time print(f(b, k))\n"));
+    assert!(!miss.starts_with("compile cached"), "{miss}");
+    let cached_b = cached.lines().last().unwrap_or_default();
+    assert_eq!(cached_b, fresh.lines().last().unwrap_or_default());
+    assert!(cached_b.starts_with("f32[8, 8]"), "{cached_b}");
+}
+
+#[test]
+fn a_changed_compile_time_value_misses_the_cache() {
+    // `k` is read by value (a compile-time number), `v` by its type.
+    let (out, last) = timed("let v = [1.0, 2.0]\nlet k = 2.0\nv * k\nlet k = 3.0\n:time v * k\n");
+    assert!(!last.starts_with("compile cached"), "{last}");
+    assert!(out.ends_with("f32[2] [3, 6]"), "{out}");
+    let (out, last) = timed("let v = [1.0, 2.0]\nv * 2.0\nlet v = [3.0, 4.0]\n:time v * 2.0\n");
+    assert!(last.starts_with("compile cached"), "{last}");
+    assert!(out.ends_with("f32[2] [6, 8]"), "{out}");
+    // A name used as a named argument or a field is read by identity.
+    let (_, last) = timed("let seed = [1.0]\nnormal([2], seed = 1)\nlet seed = [2.0]\n:time normal([2], seed = 1)\n");
+    assert!(!last.starts_with("compile cached"), "{last}");
+}
+
 #[cfg(unix)]
 mod pty {
     use std::io::{Read, Write};
@@ -253,18 +293,11 @@ mod pty {
 
         /// Waits until `needle` appears in output not matched before.
         pub fn expect(&mut self, needle: &str) {
-            let (lock, cvar) = &*self.output;
-            let until = Instant::now() + DEADLINE;
-            let mut out = lock.lock().expect("output lock");
-            loop {
+            if !self.wait_for(needle, DEADLINE) {
+                let (lock, _) = &*self.output;
+                let out = lock.lock().expect("output lock");
                 let text = String::from_utf8_lossy(&out[self.seen..]).into_owned();
-                if let Some(i) = text.find(needle) {
-                    self.seen += text[..i + needle.len()].len();
-                    return;
-                }
-                let now = Instant::now();
-                assert!(now < until, "timed out waiting for {needle:?}; the terminal shows:\n{text}");
-                out = cvar.wait_timeout(out, until - now).expect("output lock").0;
+                panic!("timed out waiting for {needle:?}; the terminal shows:\n{text}");
             }
         }
 
@@ -288,6 +321,59 @@ mod pty {
             self.send(&format!("{text}\r"));
             self.expect(output);
             self.prompt();
+        }
+
+        /// Waits until the line editor has given the terminal back (signals
+        /// on again): the entry sent last is being compiled or run.
+        pub fn wait_until_busy(&mut self) {
+            use std::os::fd::AsRawFd;
+            let until = Instant::now() + DEADLINE;
+            loop {
+                // SAFETY: termios is plain data, filled in by tcgetattr.
+                let mut t: libc::termios = unsafe { std::mem::zeroed() };
+                // SAFETY: the descriptor is the open pty master.
+                let rc = unsafe { libc::tcgetattr(self.master.as_raw_fd(), &mut t) };
+                assert_eq!(rc, 0, "tcgetattr: {}", std::io::Error::last_os_error());
+                if t.c_lflag & libc::ISIG != 0 {
+                    return;
+                }
+                assert!(Instant::now() < until, "the line editor kept the terminal");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+
+        /// Presses Ctrl-C until `needle` shows: one that lands after the line
+        /// editor gave the terminal back but before the REPL re-armed its
+        /// flag for the entry is forgotten, so it is pressed again after a
+        /// while (a second Ctrl-C on a set flag would end the process).
+        pub fn interrupt(&mut self, needle: &str) {
+            let until = Instant::now() + DEADLINE;
+            while Instant::now() < until {
+                self.send("\x03");
+                if self.wait_for(needle, Duration::from_secs(10)) {
+                    return;
+                }
+            }
+            panic!("Ctrl-C never produced {needle:?}");
+        }
+
+        /// Like `expect`, giving up (false) after `limit`.
+        fn wait_for(&mut self, needle: &str, limit: Duration) -> bool {
+            let (lock, cvar) = &*self.output;
+            let until = Instant::now() + limit;
+            let mut out = lock.lock().expect("output lock");
+            loop {
+                let text = String::from_utf8_lossy(&out[self.seen..]).into_owned();
+                if let Some(i) = text.find(needle) {
+                    self.seen += text[..i + needle.len()].len();
+                    return true;
+                }
+                let now = Instant::now();
+                if now >= until {
+                    return false;
+                }
+                out = cvar.wait_timeout(out, until - now).expect("output lock").0;
+            }
         }
 
         pub fn send(&mut self, text: &str) {
@@ -416,5 +502,22 @@ fn pty_ctrl_c_cancels_training_and_keeps_the_model_as_it_was() {
     s.expect("E0403");
     s.prompt();
     s.check("net.w + 7.0", "f32[1] [7]");
+    assert_eq!(s.finish(), Some(0));
+}
+
+#[cfg(unix)]
+#[test]
+fn pty_ctrl_c_stops_a_long_compile() {
+    let dir = scratch_dir("pty-ctrl-c-compile");
+    let mut s = pty::Session::start(&dir, &dir.join("history"));
+    s.prompt();
+    s.enter("fn fib(n) = if n < 2 { 1.0 } else { fib(n - 1) + fib(n - 2) }");
+    // Tracing `fib(60)` evaluates some 10^12 calls at compile time (there
+    // is nothing to run): only Ctrl-C ends it.
+    s.send("fib(60)\r");
+    s.wait_until_busy();
+    s.interrupt("E0403");
+    s.prompt();
+    s.check("fib(5)", "f32 8");
     assert_eq!(s.finish(), Some(0));
 }

@@ -86,6 +86,12 @@ impl Graph {
         users
     }
 
+    /// One more than the highest node index in use (ids below it may be
+    /// vacant).
+    pub fn node_bound(&self) -> usize {
+        petgraph::visit::NodeIndexable::node_bound(&self.graph)
+    }
+
     pub fn node_count(&self) -> usize {
         self.graph.node_count()
     }

@@ -80,6 +80,8 @@ pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Pr
     // Ops per unit before any rewrite, for the report (`ops_before`).
     let before: Vec<(String, usize)> = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
     for pass in PIPELINE {
+        // Between passes is a safe point for Ctrl-C (E0403).
+        crate::runtime::interrupt::check()?;
         if opts.disabled.iter().any(|d| d == pass.name) {
             continue;
         }

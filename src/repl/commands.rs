@@ -126,7 +126,7 @@ fn expression(repl: &mut Repl, text: &str, name: &str, cmd: &str) -> Result<Valu
 /// `:ir`, `:opt`, `:plan`: the program of the entry alone (its effects and,
 /// for a tensor expression, its value as the output).
 fn graph_of(repl: &mut Repl, text: &str, name: &str, cmd: &str) -> Result<String, Vec<Diagnostic>> {
-    let (key, deps) = repl.cache_key(text);
+    let (key, deps) = repl.exact_key(text);
     let key = format!("{cmd}\u{0}{key}");
     if let Some((p, _)) = repl.compiled.get(&key) {
         return Ok(show(p, cmd));

@@ -30,7 +30,9 @@
 mod commands;
 mod editor;
 mod input;
+mod key;
 mod session;
+mod template;
 
 pub use input::is_complete;
 pub use session::{Repl, Timing};

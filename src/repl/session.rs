@@ -10,20 +10,29 @@
 //! error, Ctrl-C) and leaves the session as it was before it (models keep
 //! their parameters; output already printed stays printed).
 //!
-//! Compiled entries are cached by their text and the identity of every
-//! session binding they read (directly or through the bodies of user
-//! functions and models): nodes are immutable, so the same text over the
-//! same bindings traces to the same graph and the cached effects can run
-//! again without parsing or tracing. Only entries whose effects are `print`
-//! and `assert_close` and whose bindings are plain values are cached (a
-//! model is changed in place by `train`, so re-binding it is not a replay).
+//! Compiled entries are cached by their key (`key`): the entry's text with
+//! the session tensors it names as numbered inputs, their dtypes and
+//! shapes, and the identity of every other session binding it reads
+//! (directly or through the bodies of user functions and models). On a miss
+//! an entry that only binds and prints is traced with placeholders for its
+//! inputs (`template`), and every run instantiates that graph for the input
+//! values of the moment: `f(a)` then `f(b)` for another tensor of `a`'s type
+//! traces `f` once. Running an entry again on the same input nodes replays
+//! the instance it made last. Only entries whose effects are `print` and
+//! `assert_close` and whose bindings are plain values are cached (a model
+//! is changed in place by `train`, so re-binding it is not a replay); an
+//! entry whose trace needs its inputs' values (a shape given as a bound
+//! tensor) is cached for those input nodes alone.
 //!
 //! Example: `let x = [1.0, 2.0]` then `x * 2.0` prints `[2, 4]`; a second
-//! `x * 2.0` is a cache hit (`Timing::compile == None`).
+//! `x * 2.0` is a cache hit (`Timing::compile == None`), and so is `y * 2.0`
+//! after `let y = [5.0, 6.0]`.
 
-use crate::diag::{Diagnostic, FileId, SourceMap};
+use super::key::{self, Marks};
+use super::template::{Instance, Template};
+use crate::diag::{Code, Diagnostic, FileId, SourceMap};
 use crate::driver::Session;
-use crate::ir::{Effect, Program};
+use crate::ir::{Effect, NodeId, Program};
 use crate::runtime::exec::{Executor, Memory, RunOptions};
 use crate::runtime::interrupt;
 use crate::syntax::ast;
@@ -48,13 +57,23 @@ pub struct Repl {
     pub(super) defs: Vec<String>,
 }
 
-/// A compiled entry: its effects, the values it binds, its definitions'
-/// text (for `:save`), and the values its key refers to (kept alive).
+/// A compiled entry: the graph of its inputs (`None` when its trace needs
+/// their values), the instance that ran last, where its definitions lie in
+/// the text first traced (for `:save`), that text's marks, and the values
+/// its key refers to (kept alive).
 struct Cached {
-    effects: Vec<Effect>,
-    bindings: Vec<(String, Value)>,
-    defs: Vec<String>,
+    template: Option<Template>,
+    last: Instance,
+    defs: Vec<Definition>,
+    marks: Marks,
     _deps: Vec<Value>,
+}
+
+/// An item or binding of an entry: its doc comment and its byte range.
+struct Definition {
+    doc: Option<String>,
+    start: usize,
+    end: usize,
 }
 
 /// How long an entry took to compile (`None`: a cache hit) and to run.
@@ -92,25 +111,51 @@ impl Repl {
         out: &mut dyn std::io::Write,
     ) -> Result<Timing, Vec<Diagnostic>> {
         let started = Instant::now();
-        let (key, deps) = self.cache_key(text);
-        if let Some(c) = self.cache.get(&key) {
-            let traced = Traced::replay(&self.live, c.effects.clone(), &c.bindings);
-            let defs = c.defs.clone();
-            let ran = Instant::now();
-            self.execute(traced, Path::new(""), out)?;
-            self.defs.extend(defs);
-            return Ok(Timing { compile: None, run: ran.elapsed() });
+        let key = key::of(text, &self.live, &self.session.sources);
+        let inputs: Vec<NodeId> = key.inputs.iter().map(|i| i.node).collect();
+        if let Some(c) = self.cache.get_mut(&key.key) {
+            let instance = if c.last.inputs == inputs {
+                Some(c.last.clone().renamed(&key.inputs))
+            } else if let Some(t) = &c.template {
+                let file = self.session.sources.add(name, text);
+                c.last = t.instantiate(self.live.graph_mut(), &key.inputs, &c.marks, &key.marks, file);
+                Some(c.last.clone())
+            } else {
+                None
+            };
+            if let Some(instance) = instance {
+                let defs = render(text, &c.defs, |p| c.marks.map(&key.marks, p));
+                let traced = Traced::replay(&self.live, instance.effects, &instance.bindings);
+                let ran = Instant::now();
+                self.execute(traced, Path::new(""), out)?;
+                self.defs.extend(defs);
+                return Ok(Timing { compile: None, run: ran.elapsed() });
+            }
         }
         let file = self.session.add_source(name, text);
         let stmts = self.parse(file)?;
-        let traced = self.live.trace(&stmts, &mut self.session.sources, Path::new(""), true)?;
+        let (traced, template) = self.trace_entry(&stmts, &key, file)?;
         let compile = started.elapsed();
         let bindings = traced.bindings();
-        let cacheable = traced.effects.iter().all(|e| matches!(e, Effect::Print { .. } | Effect::AssertClose { .. }))
-            && bindings.iter().all(|(_, v)| is_plain(v));
-        let defs = self.definitions(file, &stmts);
-        let record =
-            cacheable.then(|| Cached { effects: traced.effects.clone(), bindings, defs: defs.clone(), _deps: deps });
+        let cacheable = is_cacheable(&traced.effects, &bindings);
+        let defs: Vec<Definition> = stmts
+            .iter()
+            .filter(|s| !matches!(s.kind, ast::StmtKind::Expr(_)))
+            .map(|s| Definition { doc: s.doc.clone(), start: s.span.start, end: s.span.end })
+            .collect();
+        let texts = render(text, &defs, |p| p);
+        let record = cacheable.then(|| Cached {
+            template,
+            last: Instance {
+                inputs,
+                names: key.inputs.iter().map(|i| i.name.clone()).collect(),
+                effects: traced.effects.clone(),
+                bindings,
+            },
+            defs,
+            marks: key.marks,
+            _deps: key.deps,
+        });
         let ran = Instant::now();
         self.execute(traced, Path::new(""), out)?;
         let run = ran.elapsed();
@@ -118,10 +163,49 @@ impl Repl {
             if self.cache.len() >= MAX_CACHED {
                 self.cache.clear();
             }
-            self.cache.insert(key, c);
+            self.cache.insert(key.key, c);
         }
-        self.defs.extend(defs);
+        self.defs.extend(texts);
         Ok(Timing { compile: Some(compile), run })
+    }
+
+    /// Traces a new entry. One that only binds and prints and names session
+    /// tensors is traced with placeholders for them, and the template is
+    /// returned with its instance for the current inputs; if that trace
+    /// fails or does something else, the entry is traced again on the
+    /// inputs' values, so its diagnostics and effects are the usual ones.
+    fn trace_entry(
+        &mut self,
+        stmts: &[ast::Stmt],
+        key: &key::EntryKey,
+        file: FileId,
+    ) -> Result<(Traced, Option<Template>), Vec<Diagnostic>> {
+        use ast::StmtKind::{Const, Expr, Let};
+        let eligible =
+            !key.inputs.is_empty() && stmts.iter().all(|s| matches!(s.kind, Let { .. } | Expr(_) | Const { .. }));
+        if eligible {
+            let types: Vec<(String, crate::ir::TensorType)> =
+                key.inputs.iter().map(|i| (i.name.clone(), i.ty.clone())).collect();
+            match self.live.trace_with_inputs(stmts, &mut self.session.sources, Path::new(""), true, &types) {
+                Ok((traced, placeholders)) => {
+                    let bindings = traced.bindings();
+                    if is_cacheable(&traced.effects, &bindings) {
+                        let effects = traced.effects.clone();
+                        self.live.abandon(traced);
+                        let g = self.live.graph_mut();
+                        let template = Template::new(g, placeholders, effects, bindings, &key.inputs, file);
+                        let instance = template.instantiate(g, &key.inputs, &key.marks, &key.marks, file);
+                        let traced = Traced::replay(&self.live, instance.effects, &instance.bindings);
+                        return Ok((traced, Some(template)));
+                    }
+                    self.live.abandon(traced);
+                }
+                Err(diags) if diags.iter().any(|d| d.code == Code::Interrupted) => return Err(diags),
+                Err(_) => {}
+            }
+        }
+        let traced = self.live.trace(stmts, &mut self.session.sources, Path::new(""), true)?;
+        Ok((traced, None))
     }
 
     /// `:load FILE` (and `tfc repl FILE`): runs a file as one entry, its
@@ -133,8 +217,14 @@ impl Repl {
         let base = self.session.base_dir(file);
         let traced = self.live.trace(&stmts, &mut self.session.sources, &base, false)?;
         self.execute(traced, &base, out)?;
-        let defs = self.definitions(file, &stmts);
-        self.defs.extend(defs);
+        let text = self.session.sources.text(file);
+        let defs = stmts.iter().filter(|s| !matches!(s.kind, ast::StmtKind::Expr(_))).map(|s| Definition {
+            doc: s.doc.clone(),
+            start: s.span.start,
+            end: s.span.end,
+        });
+        let texts = render(text, &defs.collect::<Vec<_>>(), |p| p);
+        self.defs.extend(texts);
         Ok(())
     }
 
@@ -195,31 +285,35 @@ impl Repl {
         }
     }
 
-    /// The text of the entry's items and bindings (not its bare
-    /// expressions), for `:save`.
-    fn definitions(&self, file: FileId, stmts: &[ast::Stmt]) -> Vec<String> {
-        let text = self.session.sources.text(file);
-        stmts
-            .iter()
-            .filter(|s| !matches!(s.kind, ast::StmtKind::Expr(_)))
-            .map(|s| {
-                let mut def = String::new();
-                if let Some(doc) = &s.doc {
-                    doc.lines().for_each(|l| def.push_str(&format!("/// {l}\n")));
-                }
-                def.push_str(text.get(s.span.start..s.span.end).unwrap_or_default());
-                def
-            })
-            .collect()
-    }
-
-    /// The cache key of an entry: its text and the identities of the
-    /// session bindings it can read.
-    /// The values the key refers to come with it (see `Live::binding_key`).
-    pub(super) fn cache_key(&self, text: &str) -> (String, Vec<Value>) {
+    /// The key of `:ir`, `:opt` and `:plan` output: the text and the
+    /// identities of the session bindings it can read (the graph shown
+    /// contains their nodes, so a new value is a new graph). The values the
+    /// key refers to come with it (see `Live::binding_key`).
+    pub(super) fn exact_key(&self, text: &str) -> (String, Vec<Value>) {
         let ids = identifiers(text);
         let names: Vec<&str> = ids.iter().map(String::as_str).collect();
         let (bindings, deps) = self.live.binding_key(&names, &self.session.sources);
         (format!("{}\u{0}{bindings}", text.trim()), deps)
     }
+}
+
+/// Whether a traced entry can run again from the cache (see the header).
+fn is_cacheable(effects: &[Effect], bindings: &[(String, Value)]) -> bool {
+    effects.iter().all(|e| matches!(e, Effect::Print { .. } | Effect::AssertClose { .. }))
+        && bindings.iter().all(|(_, v)| is_plain(v))
+}
+
+/// The text of definitions (for `:save`), from `text`, whose position of
+/// each byte of the text they were found in is `at`.
+fn render(text: &str, defs: &[Definition], at: impl Fn(usize) -> usize) -> Vec<String> {
+    defs.iter()
+        .map(|d| {
+            let mut def = String::new();
+            if let Some(doc) = &d.doc {
+                doc.lines().for_each(|l| def.push_str(&format!("/// {l}\n")));
+            }
+            def.push_str(text.get(at(d.start)..at(d.end)).unwrap_or_default());
+            def
+        })
+        .collect()
 }

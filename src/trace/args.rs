@@ -221,7 +221,8 @@ impl Tracer<'_> {
                     Op::Constant { value: Literal::Float(v), .. } if v.is_empty() => Some(Vec::new()),
                     _ => None,
                 };
-                if ints.is_some() && self.graph.users(*id).is_empty() && !self.is_referenced(*id) {
+                let fresh = id.index() >= self.kept_below;
+                if ints.is_some() && fresh && self.graph.users(*id).is_empty() && !self.is_referenced(*id) {
                     self.graph.remove(*id);
                 }
                 ints

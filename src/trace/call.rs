@@ -168,6 +168,8 @@ impl Tracer<'_> {
             .label(span, "this call")
             .into());
         }
+        // A safe point for Ctrl-C: a long trace is long because of calls.
+        crate::runtime::interrupt::check()?;
         let scope = Scope::child(&c.env);
         // The name used in messages; a plain function's is borrowed, as
         // nearly every call succeeds and never prints it.

@@ -25,8 +25,8 @@
 
 use super::value::{ModelInstance, Scope, Value};
 use super::Tracer;
-use crate::diag::{Diagnostic, SourceMap};
-use crate::ir::{Effect, Graph, Program, TensorType};
+use crate::diag::{Code, Diagnostic, SourceMap, Span};
+use crate::ir::{Effect, Graph, NodeId, Op, Program, TensorType};
 use crate::syntax::ast;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -83,19 +83,59 @@ impl Live {
         base_dir: &Path,
         show: bool,
     ) -> Result<Traced, Vec<Diagnostic>> {
+        self.trace_with_inputs(stmts, sources, base_dir, show, &[]).map(|(t, _)| t)
+    }
+
+    /// Like `trace`, with each of the session names in `inputs` read as a
+    /// fresh placeholder node of the given type (an `Op::Slot` that is never
+    /// filled, slot `usize::MAX`) instead of its value, so that the entry's graph is a function
+    /// of those inputs; the placeholders are returned in the order of
+    /// `inputs`. The REPL's entry cache instantiates the graph for the
+    /// actual values (see `repl::template`).
+    pub fn trace_with_inputs(
+        &mut self,
+        stmts: &[ast::Stmt],
+        sources: &mut SourceMap,
+        base_dir: &Path,
+        show: bool,
+        inputs: &[(String, TensorType)],
+    ) -> Result<(Traced, Vec<NodeId>), Vec<Diagnostic>> {
         let snapshot = self.snapshot();
-        let scope = Scope::child(&self.session);
+        let mut parent = self.session.clone();
+        let mut placeholders = Vec::with_capacity(inputs.len());
+        if !inputs.is_empty() {
+            parent = Scope::child(&self.session);
+            for (name, ty) in inputs {
+                // Never filled and never numbered: placeholders are replaced
+                // before anything runs, and the session's slot numbers (shown
+                // by `:opt` and `:plan`) stay as they would be without them.
+                let op = Op::Slot { slot: usize::MAX, ty: ty.clone() };
+                let id = self.graph.add(op, &[], ty.clone(), Span::default());
+                parent.set(name, Value::Tensor(id, ty.clone()));
+                placeholders.push(id);
+            }
+        }
+        let scope = Scope::child(&parent);
         let mut tracer = Tracer::new(sources, base_dir);
         tracer.graph = std::mem::take(&mut self.graph);
         tracer.modules = std::mem::take(&mut self.modules);
         tracer.csv_cache = std::mem::take(&mut self.csv_cache);
         tracer.next_slot = self.next_slot;
+        tracer.kept_below = tracer.graph.node_bound();
         let (last, init) = match stmts.split_last() {
             Some((last, init)) if matches!(last.kind, ast::StmtKind::Expr(_)) => (Some(last), init),
             _ => (None, stmts),
         };
-        tracer.run_stmts(init, &scope);
+        // Statement by statement, so that Ctrl-C stops a long entry between
+        // two statements (calls are safe points too, see `call_closure`).
+        for stmt in init {
+            if interrupted(&mut tracer.diags) {
+                break;
+            }
+            tracer.run_stmts(std::slice::from_ref(stmt), &scope);
+        }
         let mut value = None;
+        let last = last.filter(|_| !interrupted(&mut tracer.diags));
         if let Some(ast::Stmt { kind: ast::StmtKind::Expr(e), .. }) = last {
             match tracer.eval(e, &scope) {
                 Ok(v) => {
@@ -116,11 +156,17 @@ impl Live {
         self.csv_cache = tracer.csv_cache;
         self.next_slot = tracer.next_slot;
         let traced = Traced { effects: tracer.effects, value, scope, snapshot };
-        if tracer.diags.is_empty() {
-            Ok(traced)
+        let mut diags = tracer.diags;
+        if diags.is_empty() {
+            Ok((traced, placeholders))
         } else {
             self.abandon(traced);
-            Err(tracer.diags)
+            // An interrupted entry reports the interruption alone: the
+            // errors after it (if any) are its consequences.
+            if let Some(i) = diags.iter().position(|d| d.code == Code::Interrupted) {
+                diags = vec![diags.swap_remove(i)];
+            }
+            Err(diags)
         }
     }
 
@@ -171,6 +217,17 @@ impl Live {
 
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// The session graph, to add nodes that only read existing ones (an
+    /// instance of a cached entry); it must keep only growing.
+    pub fn graph_mut(&mut self) -> &mut Graph {
+        &mut self.graph
+    }
+
+    /// The value bound to `name` by the session itself (not the prelude).
+    pub fn binding(&self, name: &str) -> Option<Value> {
+        self.session.get_local(name)
     }
 
     /// The value bound to `name` in the session or the prelude.
@@ -240,6 +297,20 @@ impl Live {
             deps.push(v);
         }
         (key, deps)
+    }
+}
+
+/// Whether Ctrl-C was pressed; records E0403 unless an error already says so.
+fn interrupted(diags: &mut Vec<Diagnostic>) -> bool {
+    if diags.iter().any(|d| d.code == Code::Interrupted) {
+        return true;
+    }
+    match crate::runtime::interrupt::check() {
+        Ok(()) => false,
+        Err(d) => {
+            diags.push(d);
+            true
+        }
     }
 }
 

@@ -93,6 +93,9 @@ pub struct Tracer<'s> {
     /// While tracing `eval` metrics of a train block: reductions are
     /// collected here instead of becoming effects.
     pub(crate) pending_reduce: Option<Vec<crate::ir::plan::ReducePlan>>,
+    /// Nodes with a lower index were there before this trace (earlier REPL
+    /// entries, whose bindings may hold them): they are never removed.
+    pub(crate) kept_below: usize,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
@@ -141,6 +144,7 @@ impl<'s> Tracer<'s> {
             step_counter: None,
             element_key: None,
             pending_reduce: None,
+            kept_below: 0,
         }
     }
 }
