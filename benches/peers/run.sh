@@ -4,7 +4,7 @@
 # Times, one after the other on this machine, at one thread:
 #   MLP b64, MLP b256, CNN b64 training steps (examples/bench/{mlp,mlp256,cnn}.tfl for
 #   tfc; the peers' bench_*.py --bench mlp|cnn), 20 warm-up + 200 timed steps each, and
-#   SGEMM n = 1024 (examples/bench/sgemm.tfl for tfc; the peers' --bench sgemm),
+#   SGEMM n = 1024 (benches/peers/sgemm.tfl for tfc; the peers' --bench sgemm),
 # then prints markdown tables of the medians, tfc's ratio to each peer, and the losses
 # of step 1 and step 220 next to the oracle (../shared/bench/README.md).
 #
@@ -81,7 +81,7 @@ for w in "mlp 64 mlp.tfl" "mlp 256 mlp256.tfl" "cnn 64 cnn.tfl"; do
     fi
 done
 
-record sgemm tfc "$TFC" bench "$repo/examples/bench/sgemm.tfl" --backend jit --warmup 3 --steps 30 --json
+record sgemm tfc "$TFC" bench "$here/sgemm.tfl" --backend jit --warmup 3 --steps 30 --json
 skipped numpy || record sgemm numpy env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" "$PEERS/bench_numpy.py" --threads 1 --bench sgemm --out ''
 peer sgemm jax bench_jax.py --bench sgemm
 peer sgemm tf bench_tf.py --bench sgemm
