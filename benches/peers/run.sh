@@ -71,7 +71,7 @@ have_torch=1
 for w in "mlp 64 mlp.tfl" "mlp 256 mlp256.tfl" "cnn 64 cnn.tfl"; do
     set -- $w
     name="$1-b$2"
-    record "$name" tfc "$TFC" bench "$repo/examples/bench/$3" --backend jit --warmup "$WARMUP" --steps "$STEPS" --json
+    record "$name" tfc "$TFC" bench "$repo/examples/bench/$3" --backend jit --threads 1 --warmup "$WARMUP" --steps "$STEPS" --json
     peer "$name" jax bench_jax.py --bench "$1" --batch "$2"
     peer "$name" tf bench_tf.py --bench "$1" --batch "$2"
     peer "$name" tf-xla bench_tf.py --bench "$1" --batch "$2" --xla
@@ -81,7 +81,7 @@ for w in "mlp 64 mlp.tfl" "mlp 256 mlp256.tfl" "cnn 64 cnn.tfl"; do
     fi
 done
 
-record sgemm tfc "$TFC" bench "$here/sgemm.tfl" --backend jit --warmup 3 --steps 30 --json
+record sgemm tfc "$TFC" bench "$here/sgemm.tfl" --backend jit --threads 1 --warmup 3 --steps 30 --json
 skipped numpy || record sgemm numpy env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$PY" "$PEERS/bench_numpy.py" --threads 1 --bench sgemm --out ''
 peer sgemm jax bench_jax.py --bench sgemm
 peer sgemm tf bench_tf.py --bench sgemm
