@@ -120,8 +120,8 @@ pub fn for_each_ahead(
 ) -> Result<(), Diagnostic> {
     let data = d as *const Dataset as usize;
     let started = ahead.pending.take().filter(|p| p.data == data && p.epoch == epoch);
-    let place = place(ex.program, d);
-    let Some(place) = place.filter(|_| !d.transforms.iter().any(|t| matches!(t, Transform::Cache(_)))) else {
+    let cached = d.transforms.iter().any(|t| matches!(t, Transform::Cache(_)));
+    let Some(place) = place(ex.program, d).filter(|_| !cached) else {
         return super::for_each(ex, d, epoch, f);
     };
     let waiting = Instant::now();

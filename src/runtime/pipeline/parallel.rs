@@ -82,10 +82,10 @@ pub(super) fn map<'s, 'p: 's>(
             n += 1;
             // Chunks grow with the pass, so the first elements (and all of
             // a short dataset) still spread over the workers.
-            if chunk.len() >= (n / (4 * max)).clamp(1, CHUNK) {
-                if job_tx.send((n - chunk.len(), std::mem::take(&mut chunk))).is_err() {
-                    return;
-                }
+            if chunk.len() >= (n / (4 * max)).clamp(1, CHUNK)
+                && job_tx.send((n - chunk.len(), std::mem::take(&mut chunk))).is_err()
+            {
+                return;
             }
         }
         if !chunk.is_empty() && job_tx.send((n - chunk.len(), chunk)).is_err() {
