@@ -190,3 +190,83 @@ fn bad_pipeline_arguments_are_check_errors() {
     );
     fails(&d, "print(count(range(4) |> shuffle(0)))\n", &["the buffer size must be positive"]);
 }
+
+/// A training program whose data has a parallel map, a shuffle and a
+/// prefetch; `SIZE` and `BUF` set its size and shuffle buffer.
+const AHEAD: &str = r#"
+use std.nn.{Dense}
+use std.loss.mse
+use std.optim.sgd
+model Net { l = Dense(1, 1); fn forward(x) = l(x) }
+let net = Net(seed = 1)
+train net on range(SIZE) |> map(fn(i) = cast(i, f32) * ones([1]) + 0.5, parallel = 3) |> shuffle(BUF, seed = 2)
+    |> batch(4) |> prefetch(auto) {
+    loss(x) = mean(net(x))
+    optimizer = sgd(lr = 0.1)
+    epochs = 4
+}
+"#;
+
+fn train_plan(program: &tfc::ir::Program) -> &tfc::ir::plan::TrainPlan {
+    program
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            tfc::ir::Effect::Train(p) => Some(p),
+            _ => None,
+        })
+        .expect("the program trains")
+}
+
+fn compile(text: &str) -> tfc::ir::Program {
+    let mut session = tfc::driver::Session::new();
+    let file = session.add_source("ahead.tfl", text);
+    session.compile(file, &tfc::passes::Options::default()).expect("the program compiles")
+}
+
+#[test]
+fn epochs_started_ahead_are_the_epochs_run_alone() {
+    use tfc::runtime::exec::{Executor, RunOptions};
+    use tfc::runtime::pipeline::{elements, for_each_ahead, Ahead};
+    let program = compile(&AHEAD.replace("BUF", "16").replace("SIZE", "40"));
+    let plan = train_plan(&program);
+    let mut sink = std::io::sink();
+    let mut ex = Executor::new(&program, &mut sink, RunOptions::default()).expect("an executor");
+    let mut ahead = Ahead::default();
+    let mut epochs = Vec::new();
+    for epoch in 0..4u64 {
+        let mut got = Vec::new();
+        // Epochs 1..3 were started ahead, while the one before was consumed.
+        for_each_ahead(&mut ex, &plan.data, epoch, Some(epoch + 1), &mut ahead, |_, _, e| {
+            got.push(e);
+            Ok(true)
+        })
+        .expect("the epoch runs");
+        let alone = elements(&mut ex, &plan.data, epoch).expect("the epoch runs alone");
+        assert_eq!(got, alone, "epoch {epoch}");
+        assert_eq!(got.len(), 10);
+        epochs.push(got);
+    }
+    assert_ne!(epochs[0], epochs[1], "the shuffle differs between epochs");
+}
+
+#[test]
+fn a_pass_started_ahead_stops_promptly_when_dropped() {
+    use std::time::Instant;
+    use tfc::runtime::exec::{Executor, RunOptions};
+    use tfc::runtime::pipeline::{for_each_ahead, Ahead};
+    let program = compile(&AHEAD.replace("BUF", "200000").replace("SIZE", "200000"));
+    let plan = train_plan(&program);
+    let mut sink = std::io::sink();
+    let mut ex = Executor::new(&program, &mut sink, RunOptions::default()).expect("an executor");
+    let mut ahead = Ahead::default();
+    let start = Instant::now();
+    // Epoch 0's first batch waits for its 200000-element shuffle buffer;
+    // then epoch 1 starts filling its own, and the loop stops at the second.
+    for_each_ahead(&mut ex, &plan.data, 0, Some(1), &mut ahead, |_, i, _| Ok(i == 0)).expect("the epoch runs");
+    let fill = start.elapsed();
+    let start = Instant::now();
+    drop(ahead);
+    let stop = start.elapsed();
+    assert!(stop * 4 < fill, "dropping the pass of epoch 1 took {stop:?}; filling the buffer took {fill:?}");
+}

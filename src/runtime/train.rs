@@ -75,13 +75,16 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     let progress = Progress::new(plan);
     let started = Instant::now();
     let mut examples = 0usize;
+    // The next epoch's input pipeline, started while this one trains.
+    let mut ahead = super::pipeline::Ahead::default();
     'epochs: while plan.epochs.is_none_or(|e| epoch < e as u64) {
         let mut loss_sum = 0.0;
         let mut loss_n = 0usize;
         let mut stop = false;
         // Batches stream from the input pipeline's threads while steps run.
         let total = plan.data.len.unwrap_or(0);
-        super::pipeline::for_each(ex, &plan.data, epoch, |ex, i, batch| {
+        let next = Some(epoch + 1).filter(|n| plan.epochs.is_none_or(|e| *n < e as u64));
+        super::pipeline::for_each_ahead(ex, &plan.data, epoch, next, &mut ahead, |ex, i, batch| {
             if plan.max_steps.is_some_and(|m| step >= m as u64) {
                 stop = true;
                 return Ok(false);

@@ -38,7 +38,12 @@ pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
             let mut flat = Vec::with_capacity(shape.iter().product());
             for p in parts {
                 match p.data() {
-                    Data::$variant(a) if a.shape() == first.shape() => flat.extend(a.iter().cloned()),
+                    // A contiguous part (the usual case) is one copy, not an
+                    // element-by-element walk over dynamic dimensions.
+                    Data::$variant(a) if a.shape() == first.shape() => match a.as_slice() {
+                        Some(s) => flat.extend_from_slice(s),
+                        None => flat.extend(a.iter().cloned()),
+                    },
                     _ => return Err(Diagnostic::internal("runtime: stacking tensors of different types or shapes")),
                 }
             }

@@ -82,6 +82,11 @@ impl Iterator for Filling<'_, '_> {
             }
             None => {
                 self.broken = true;
+                // Sources also end when the pass is cancelled (its consumer
+                // stopped): then this pass may be incomplete.
+                if self.ctx.cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                    return None;
+                }
                 let elems = Arc::new(std::mem::take(&mut self.kept));
                 if let Some((path, fingerprint)) = &self.file {
                     if let Err(d) = write(path, fingerprint, &elems) {

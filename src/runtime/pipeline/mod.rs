@@ -20,15 +20,21 @@
 //!   computed per thread; slots filled by earlier effects are copied in).
 //! - Source data (files, tensors) is loaded once per run; `cache()` keeps a
 //!   complete pass in memory (or in a file) and replays it afterwards.
+//! - A training loop starts each next epoch's pass ahead of time
+//!   (`for_each_ahead`, in ahead.rs): that pass runs on a thread owned by an
+//!   [`Ahead`], which joins it when dropped.
 //!
 //! Example: `ds |> map(f, parallel = 4) |> shuffle(1000, seed = 1) |>
 //! batch(32) |> prefetch(auto)` runs `f` on four workers, shuffles and
 //! batches on the prefetch thread, and the training loop pops batches.
 
+mod ahead;
 mod cache;
 mod parallel;
 mod queue;
 mod stages;
+
+pub use ahead::{for_each_ahead, Ahead};
 
 use super::exec::{Executor, RunOptions};
 use crate::backend::interp::Tensor;

@@ -140,12 +140,11 @@ impl<'p, 'a> RegionStage<'p, 'a> {
 pub(super) fn apply(
     ex: &super::super::exec::Executor,
     r: &CompiledRegion,
-    e: &[Tensor],
+    mut inputs: Element,
     index: usize,
     epoch: u64,
     what: &str,
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    let mut inputs = e.to_vec();
     inputs.push(element_key(index, epoch)?);
     ex.run_region(r, &inputs).map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")))
 }
@@ -164,7 +163,7 @@ impl Iterator for RegionStage<'_, '_> {
             return None;
         }
         loop {
-            let e = match self.up.next()? {
+            let mut e = match self.up.next()? {
                 Ok(e) => e,
                 Err(d) => {
                     self.failed = true;
@@ -174,7 +173,9 @@ impl Iterator for RegionStage<'_, '_> {
             let i = self.index;
             self.index += 1;
             let what = if self.filter { "filter" } else { "map" };
-            let out = match apply(&self.ex, &self.region, &e, i, self.epoch, what) {
+            // A map consumes its element; a filter passes it on.
+            let input = if self.filter { e.clone() } else { std::mem::take(&mut e) };
+            let out = match apply(&self.ex, &self.region, input, i, self.epoch, what) {
                 Ok(out) => out,
                 Err(d) => {
                     self.failed = true;
