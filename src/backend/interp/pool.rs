@@ -29,15 +29,18 @@ pub struct PoolParams {
     pub padding: [usize; 4],
 }
 
-/// Calls `f(out_position, window)` for every output element of pooling `x`
-/// of shape `xs` into `ys`, in row-major output order, with the flat
-/// positions of the window's in-bounds input elements in row-major window
-/// order. Forward pooling and its gradient share this walk.
+/// Calls `f(out_position, window)` for every output position `(n, y, x)`
+/// of pooling `x` of shape `xs` into `ys`, in row-major order, with the
+/// flat positions of channel 0 of the window's in-bounds input elements in
+/// row-major window order; channel `ch` of the output at `out_position + ch`
+/// reads `window[k] + ch`. Forward pooling and its gradient share this walk;
+/// each output element folds its window in the same order as a walk over
+/// single elements would, so the results do not depend on the grouping.
 fn for_each_window(
     xs: &[usize],
     ys: &[usize],
     p: PoolParams,
-    mut f: impl FnMut(usize, &[usize]) -> Result<(), Diagnostic>,
+    mut f: impl FnMut(usize, &[usize]),
 ) -> Result<(), Diagnostic> {
     let fits = xs.len() == 4
         && ys.len() == 4
@@ -55,31 +58,24 @@ fn for_each_window(
     for b in 0..n {
         for y in 0..oh {
             for xo in 0..ow {
-                for ch in 0..c {
-                    window.clear();
-                    for i in 0..p.size[0] {
-                        let Some(iy) = (y * p.stride[0] + i).checked_sub(p.padding[0]).filter(|&r| r < h) else {
+                window.clear();
+                for i in 0..p.size[0] {
+                    let Some(iy) = (y * p.stride[0] + i).checked_sub(p.padding[0]).filter(|&r| r < h) else {
+                        continue;
+                    };
+                    for j in 0..p.size[1] {
+                        let Some(ix) = (xo * p.stride[1] + j).checked_sub(p.padding[2]).filter(|&q| q < w) else {
                             continue;
                         };
-                        for j in 0..p.size[1] {
-                            let Some(ix) = (xo * p.stride[1] + j).checked_sub(p.padding[2]).filter(|&q| q < w) else {
-                                continue;
-                            };
-                            window.push(((b * h + iy) * w + ix) * c + ch);
-                        }
+                        window.push(((b * h + iy) * w + ix) * c);
                     }
-                    f(at, &window)?;
-                    at += 1;
                 }
+                f(at, &window);
+                at += c;
             }
         }
     }
     Ok(())
-}
-
-/// The maximum of `values` under `max_nan` (NaN wins), `lowest` if empty.
-fn window_max<T: Elem>(values: impl Iterator<Item = T>) -> T {
-    values.fold(T::lowest(), T::max_nan)
 }
 
 /// Pools `x` (`[N, H, W, C]`) into `out_shape` (`[N, OH, OW, C]`).
@@ -101,19 +97,36 @@ pub fn pool_slices<T: Elem>(
     p: PoolParams,
     out: &mut [T],
 ) -> Result<(), PoolError> {
+    let c = xs.get(3).copied().unwrap_or(0);
     let mut failed = false;
     for_each_window(xs, ys, p, |o, window| {
-        out[o] = match p.kind {
-            PoolKind::Max => window_max(window.iter().map(|&i| xv[i])),
-            PoolKind::Avg => match window.iter().fold(T::zero(), |acc, &i| acc.add(xv[i])).div_count(window.len()) {
-                Some(v) => v,
-                None => {
-                    failed = true;
-                    T::zero()
+        let acc = &mut out[o..o + c];
+        // Taps outermost, channels innermost: each output element still
+        // folds its taps in window order.
+        match p.kind {
+            PoolKind::Max => {
+                acc.fill(T::lowest());
+                for &i in window {
+                    for (a, &x) in acc.iter_mut().zip(&xv[i..i + c]) {
+                        *a = a.max_nan(x);
+                    }
                 }
-            },
-        };
-        Ok(())
+            }
+            PoolKind::Avg => {
+                acc.fill(T::zero());
+                for &i in window {
+                    for (a, &x) in acc.iter_mut().zip(&xv[i..i + c]) {
+                        *a = a.add(x);
+                    }
+                }
+                for a in acc.iter_mut() {
+                    match a.div_count(window.len()) {
+                        Some(v) => *a = v,
+                        None => failed = true,
+                    }
+                }
+            }
+        }
     })
     .map_err(PoolError::Shapes)?;
     if failed {
@@ -168,26 +181,46 @@ pub fn pool_grad_slices<T: Elem>(
     gx: &mut [T],
 ) -> Result<(), PoolError> {
     gx.fill(T::zero());
+    let c = xs.get(3).copied().unwrap_or(0);
     let mut failed = false;
+    // Per channel of one output position: the window's maximum, and
+    // whether its first maximal element has taken the gradient yet.
+    let (mut max, mut routed) = (vec![T::lowest(); c], vec![false; c]);
     for_each_window(xs, ys, p, |o, window| {
+        let g = &gv[o..o + c];
         match p.kind {
             PoolKind::Max => {
-                let m = window_max(window.iter().map(|&i| xv[i]));
-                let hit = |v: T| if m.is_nan() { v.is_nan() } else { v == m };
-                if let Some(&i) = window.iter().find(|&&i| hit(xv[i])) {
-                    gx[i] = gx[i].add(gv[o]);
-                }
-            }
-            PoolKind::Avg => match gv[o].div_count(window.len()) {
-                Some(share) => {
-                    for &i in window {
-                        gx[i] = gx[i].add(share);
+                max.fill(T::lowest());
+                for &i in window {
+                    for (m, &x) in max.iter_mut().zip(&xv[i..i + c]) {
+                        *m = m.max_nan(x);
                     }
                 }
-                None => failed = true,
-            },
+                routed.fill(false);
+                for &i in window {
+                    for ch in 0..c {
+                        let (v, m) = (xv[i + ch], max[ch]);
+                        let hit = if m.is_nan() { v.is_nan() } else { v == m };
+                        if hit && !routed[ch] {
+                            gx[i + ch] = gx[i + ch].add(g[ch]);
+                            routed[ch] = true;
+                        }
+                    }
+                }
+            }
+            PoolKind::Avg => {
+                for ch in 0..c {
+                    match g[ch].div_count(window.len()) {
+                        Some(share) => {
+                            for &i in window {
+                                gx[i + ch] = gx[i + ch].add(share);
+                            }
+                        }
+                        None => failed = true,
+                    }
+                }
+            }
         }
-        Ok(())
     })
     .map_err(PoolError::Shapes)?;
     if failed {
