@@ -183,31 +183,34 @@ pub fn pool_grad_slices<T: Elem>(
     gx.fill(T::zero());
     let c = xs.get(3).copied().unwrap_or(0);
     let mut failed = false;
-    // Per channel of one output position: the window's maximum, and
-    // whether its first maximal element has taken the gradient yet.
-    let (mut max, mut routed) = (vec![T::lowest(); c], vec![false; c]);
+    // Per channel of one output position: the window's maximum, and the
+    // window position of its first maximal element.
+    let (mut max, mut first) = (vec![T::lowest(); c], vec![0usize; c]);
     for_each_window(xs, ys, p, |o, window| {
         let g = &gv[o..o + c];
         match p.kind {
-            PoolKind::Max => {
+            PoolKind::Max if !window.is_empty() => {
                 max.fill(T::lowest());
                 for &i in window {
                     for (m, &x) in max.iter_mut().zip(&xv[i..i + c]) {
                         *m = m.max_nan(x);
                     }
                 }
-                routed.fill(false);
-                for &i in window {
-                    for ch in 0..c {
-                        let (v, m) = (xv[i + ch], max[ch]);
+                // Walking the window backwards, the last hit is the first
+                // one in window order; every channel has one (its maximum
+                // is one of its elements), and the loop has no branch.
+                for (t, &i) in window.iter().enumerate().rev() {
+                    for ((f, &m), &v) in first.iter_mut().zip(&max).zip(&xv[i..i + c]) {
                         let hit = if m.is_nan() { v.is_nan() } else { v == m };
-                        if hit && !routed[ch] {
-                            gx[i + ch] = gx[i + ch].add(g[ch]);
-                            routed[ch] = true;
-                        }
+                        *f = if hit { t } else { *f };
                     }
                 }
+                for ch in 0..c {
+                    let i = window[first[ch]] + ch;
+                    gx[i] = gx[i].add(g[ch]);
+                }
             }
+            PoolKind::Max => {}
             PoolKind::Avg => {
                 for ch in 0..c {
                     match g[ch].div_count(window.len()) {
