@@ -203,6 +203,10 @@ fn a_training_step_runs_compiled_kernels_and_gemm() {
     assert!(counts.jit >= 2, "{counts:?}");
     // The backward pass's `transpose(w)` operands are read through gemm's strides.
     assert!(counts.folded >= 1, "{counts:?}");
+    // Kernels that differ only in size (the Adam updates of the two layers'
+    // weights, of their biases) share compiled code: sizes are arguments.
+    let distinct = tfc::backend::jit::with_compiler(|c| Ok(c.compiled())).unwrap();
+    assert!(distinct < counts.jit, "{distinct} distinct kernels for {counts:?}");
     // And the values agree with the interpreter.
     let interp = run(Path::new("step.tfl"), source, Backend::Interp, true).unwrap();
     let jit = run(Path::new("step.tfl"), source, Backend::Jit, true).unwrap();

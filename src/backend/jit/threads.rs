@@ -8,7 +8,7 @@
 //! bit-identical with `--threads 1` and `--threads N`.
 //!
 //! Example: with `--threads 2`, Adam's update of a `[784, 256]` weight (49
-//! rows of 4,096 elements) runs rows 0..25 and 25..49 on the two threads.
+//! rows of 4,096 elements) runs rows 0..24 and 24..49 on the two threads.
 
 use std::sync::{Arc, Mutex, OnceLock};
 

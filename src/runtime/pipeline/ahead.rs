@@ -177,19 +177,7 @@ fn start(ex: &mut Executor, place: Place, d: &Dataset, epoch: u64, ahead: &mut A
             };
             let ctx = Ctx { program: &program, options, slots, store, epoch, cancel: c.clone() };
             std::thread::scope(|s| {
-                match super::stages::stream(s, &ctx, d, d.transforms.len()) {
-                    Ok(items) => {
-                        for item in items {
-                            let failed = item.is_err();
-                            if !q.push(item) || failed {
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        q.push(Err(e));
-                    }
-                }
+                super::stages::feed(&q, super::stages::stream(s, &ctx, d, d.transforms.len()));
                 // As in `for_each`: every exit stops the sources.
                 c.store(true, Ordering::Relaxed);
             });

@@ -307,6 +307,24 @@ impl Iterator for Skip<'_> {
 /// The most elements `prefetch(auto)` buffers.
 const AUTO_MAX: usize = 64;
 
+/// Pushes `items` (or the error that kept them from starting) into `q`,
+/// up to the first error or until the consumer has gone.
+pub(super) fn feed(q: &Queue<Item>, items: Result<Iter<'_>, Diagnostic>) {
+    match items {
+        Ok(items) => {
+            for item in items {
+                let failed = item.is_err();
+                if !q.push(item) || failed {
+                    break;
+                }
+            }
+        }
+        Err(e) => {
+            q.push(Err(e));
+        }
+    }
+}
+
 /// Runs the upstream on its own thread, `size` elements ahead (`None`:
 /// auto — start at 2 and double whenever the consumer had to wait).
 fn prefetch<'s, 'p: 's>(
@@ -319,19 +337,7 @@ fn prefetch<'s, 'p: 's>(
     let queue = Arc::new(Queue::<Item>::new(size.unwrap_or(2)));
     let (q, c) = (queue.clone(), ctx.clone());
     s.spawn(move || {
-        match stream(s, &c, d, k - 1) {
-            Ok(items) => {
-                for item in items {
-                    let failed = item.is_err();
-                    if !q.push(item) || failed {
-                        break;
-                    }
-                }
-            }
-            Err(e) => {
-                q.push(Err(e));
-            }
-        }
+        feed(&q, stream(s, &c, d, k - 1));
         q.finish();
     });
     let at = position(d, k - 1);
