@@ -97,6 +97,36 @@ pub enum Transform {
     Cache(Option<std::path::PathBuf>),
     /// Overlap input preparation with training (`None` = auto).
     Prefetch(Option<usize>),
+    /// A `map` moved behind the `batch(n)` that followed it, by the
+    /// `vectorize_maps` pass (tf.data's map vectorization): `batched`
+    /// computes the function for a whole batch of `n` elements in one run;
+    /// a shorter last batch is split into its elements, which go through
+    /// `element` (the original function) and are stacked again.
+    BatchedMap {
+        batched: Region,
+        element: Region,
+        n: usize,
+    },
+}
+
+impl Transform {
+    /// The regions this transform runs.
+    pub fn regions(&self) -> Vec<&Region> {
+        match self {
+            Transform::Map(r) | Transform::Filter(r) => vec![r],
+            Transform::BatchedMap { batched, element, .. } => vec![batched, element],
+            _ => Vec::new(),
+        }
+    }
+
+    /// [`Transform::regions`], mutably.
+    pub fn regions_mut(&mut self) -> Vec<&mut Region> {
+        match self {
+            Transform::Map(r) | Transform::Filter(r) => vec![r],
+            Transform::BatchedMap { batched, element, .. } => vec![batched, element],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A lazy pipeline of elements.

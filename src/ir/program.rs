@@ -79,10 +79,8 @@ impl Effect {
             if let super::plan::Source::Nodes(ids) = &d.source {
                 out.extend(ids);
             }
-            for t in &d.transforms {
-                if let super::plan::Transform::Map(r) | super::plan::Transform::Filter(r) = t {
-                    out.extend(&r.outputs);
-                }
+            for r in d.transforms.iter().flat_map(|t| t.regions()) {
+                out.extend(&r.outputs);
             }
         }
         let mut out = Vec::new();
@@ -127,10 +125,8 @@ impl Program {
             if let super::plan::Source::Nodes(ids) = &mut d.source {
                 ids.iter_mut().for_each(&mut *f);
             }
-            for t in &mut d.transforms {
-                if let super::plan::Transform::Map(r) | super::plan::Transform::Filter(r) = t {
-                    r.outputs.iter_mut().for_each(&mut *f);
-                }
+            for r in d.transforms.iter_mut().flat_map(|t| t.regions_mut()) {
+                r.outputs.iter_mut().for_each(&mut *f);
             }
         }
         for out in &mut self.graph.outputs {

@@ -10,7 +10,7 @@
 //! optimized program computes the same values as the unoptimized one (the
 //! reference interpreter runs both in the differential tests).
 //!
-//! Order: `const_fold → simplify → cse → dce → fuse → partition → schedule →
+//! Order: `vectorize_maps → const_fold → simplify → cse → dce → fuse → partition → schedule →
 //! memory_plan`. The rewriting passes change the graph; the last four
 //! annotate it (`Program::compiled`) with kernels, devices, an order and a
 //! memory plan that backends follow.
@@ -24,6 +24,7 @@ pub mod partition;
 pub mod schedule;
 pub mod simplify;
 pub mod units;
+pub mod vectorize_maps;
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::Program;
@@ -47,6 +48,7 @@ pub struct Pass {
 
 /// Every pass, in pipeline order.
 pub const PIPELINE: &[Pass] = &[
+    Pass { name: "vectorize_maps", run: vectorize_maps::run, postcondition: vectorize_maps::postcondition },
     Pass { name: "const_fold", run: const_fold::run, postcondition: const_fold::postcondition },
     Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },

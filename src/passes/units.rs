@@ -69,8 +69,12 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
     fn data<'a>(d: &'a crate::ir::plan::Dataset, what: &str, out: &mut Vec<NamedRegion<'a>>) {
         let _ = &d.source as &Source;
         for (i, t) in d.transforms.iter().enumerate() {
-            if let Transform::Map(r) | Transform::Filter(r) = t {
-                out.push(plain(format!("{what} transform {i}"), r));
+            match t {
+                Transform::BatchedMap { batched, element, n } => {
+                    out.push(plain(format!("{what} transform {i} (batch {n})"), batched));
+                    out.push(plain(format!("{what} transform {i} (element)"), element));
+                }
+                _ => t.regions().into_iter().for_each(|r| out.push(plain(format!("{what} transform {i}"), r))),
             }
         }
     }

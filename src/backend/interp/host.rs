@@ -1,5 +1,6 @@
 //! Host-side tensor plumbing for the runtime: splitting a tensor into its
-//! elements along the first axis, and stacking elements into a batch.
+//! elements along the first axis, stacking elements into a batch, and
+//! gathering a batch of rows.
 
 use super::tensor::{Data, Tensor};
 use crate::diag::Diagnostic;
@@ -23,6 +24,17 @@ pub fn index_first(t: &Tensor, i: usize) -> Result<Tensor, Diagnostic> {
         return Err(Diagnostic::internal(format!("runtime: element {i} of a tensor of shape {:?}", t.shape())));
     }
     let data = each_data!(t.data(), a => a.index_axis(Axis(0), i).to_owned());
+    Tensor::new(t.dtype(), data)
+}
+
+/// The elements `rows` of `t` along the first axis, stacked: a batch
+/// gathered straight from a source's columns.
+pub fn take_rows(t: &Tensor, rows: &[usize]) -> Result<Tensor, Diagnostic> {
+    let n = t.shape().first().copied().unwrap_or(0);
+    if let Some(i) = rows.iter().find(|&&i| i >= n) {
+        return Err(Diagnostic::internal(format!("runtime: element {i} of a tensor of shape {:?}", t.shape())));
+    }
+    let data = each_data!(t.data(), a => a.select(Axis(0), rows));
     Tensor::new(t.dtype(), data)
 }
 

@@ -12,7 +12,7 @@ use super::stages::stream;
 use super::{Ctx, Element, Item, Iter};
 use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
-use crate::ir::plan::{Dataset, Transform};
+use crate::ir::plan::Dataset;
 use crate::ir::NodeId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -110,7 +110,7 @@ fn fingerprint(ctx: &Ctx, d: &Dataset, k: usize) -> String {
     let mut text = format!("{:?}", d.source);
     for t in &d.transforms[..k - 1] {
         text.push_str(&format!(" | {t:?}"));
-        if let Transform::Map(r) | Transform::Filter(r) = t {
+        for r in t.regions() {
             // Post-order from the outputs, each node named by its position.
             let mut local: HashMap<NodeId, usize> = HashMap::new();
             let mut stack: Vec<(NodeId, bool)> = r.outputs.iter().rev().map(|&o| (o, false)).collect();

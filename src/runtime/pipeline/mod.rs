@@ -30,6 +30,7 @@
 
 mod ahead;
 mod cache;
+mod mapfn;
 mod parallel;
 mod queue;
 mod stages;

@@ -17,10 +17,11 @@
 //! time the consumer has to wait for the next element; `--verbose` reports
 //! every change.
 
-use super::stages::{apply, stream};
+use super::mapfn::MapFn;
+use super::stages::stream;
 use super::{executor, position, Ctx, Item, Iter};
 use crate::diag::Diagnostic;
-use crate::ir::plan::{Dataset, Region};
+use crate::ir::plan::{Dataset, Transform};
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -40,15 +41,18 @@ enum Msg {
     End(usize),
 }
 
-/// The map of transform `k` (a `Map` followed by its `Parallel` marker) on workers.
+/// The map of transform `k` (a `Map` or `BatchedMap` followed by its
+/// `Parallel` marker) on workers.
 pub(super) fn map<'s, 'p: 's>(
     s: &'s Scope<'s, 'p>,
     ctx: &Ctx<'p>,
     d: &'p Dataset,
     k: usize,
-    region: &'p Region,
     workers: Option<usize>,
 ) -> Result<Iter<'s>, Diagnostic> {
+    let transform = &d.transforms[k];
+    // A batch is already a worker's portion.
+    let most = if matches!(transform, Transform::BatchedMap { .. }) { 1 } else { CHUNK };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let max = workers.unwrap_or(cores).max(1);
     let start = workers.unwrap_or(1).max(1);
@@ -82,7 +86,7 @@ pub(super) fn map<'s, 'p: 's>(
             n += 1;
             // Chunks grow with the pass, so the first elements (and all of
             // a short dataset) still spread over the workers.
-            if chunk.len() >= (n / (4 * max)).clamp(1, CHUNK)
+            if chunk.len() >= (n / (4 * max)).clamp(1, most)
                 && job_tx.send((n - chunk.len(), std::mem::take(&mut chunk))).is_err()
             {
                 return;
@@ -93,11 +97,15 @@ pub(super) fn map<'s, 'p: 's>(
         }
         let _ = feed_out.send(Msg::End(n));
     });
-    let spawner = Spawner { s, ctx: ctx.clone(), region, jobs: job_rx, out: out_tx };
+    let spawner = Spawner { s, ctx: ctx.clone(), transform, jobs: job_rx, out: out_tx };
     for _ in 0..start {
         spawner.spawn();
     }
-    let at = position(d, k);
+    // A map the optimizer moved behind `batch` reports where it now runs.
+    let at = match transform {
+        Transform::BatchedMap { n, .. } => format!("{} (on batches of {n})", position(d, k)),
+        _ => position(d, k).to_string(),
+    };
     ctx.report(|| match workers {
         Some(n) => format!("map(parallel = {n}) at transform {at}: {n} workers"),
         None => format!("map(parallel = auto) at transform {at}: starts with 1 worker, at most {max}"),
@@ -120,14 +128,14 @@ pub(super) fn map<'s, 'p: 's>(
 struct Spawner<'s, 'p> {
     s: &'s Scope<'s, 'p>,
     ctx: Ctx<'p>,
-    region: &'p Region,
+    transform: &'p Transform,
     jobs: Arc<Mutex<Receiver<Job>>>,
     out: SyncSender<Msg>,
 }
 
 impl Spawner<'_, '_> {
     fn spawn(&self) {
-        let (c, region, jobs, out) = (self.ctx.clone(), self.region, self.jobs.clone(), self.out.clone());
+        let (c, transform, jobs, out) = (self.ctx.clone(), self.transform, self.jobs.clone(), self.out.clone());
         self.s.spawn(move || {
             // Compiled on the first job, so that a failure has an element to name.
             let mut compiled = None;
@@ -135,7 +143,7 @@ impl Spawner<'_, '_> {
                 let job = jobs.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok((start, elems)) = job else { return };
                 if compiled.is_none() {
-                    match executor(&c).and_then(|mut ex| ex.compile_region(region).map(|r| (ex, r))) {
+                    match executor(&c).and_then(|mut ex| MapFn::compile(&mut ex, transform).map(|f| (ex, f))) {
                         Ok(x) => compiled = Some(x),
                         Err(d) => {
                             let _ = out.send(Msg::Results(start, vec![Err(d)]));
@@ -143,10 +151,10 @@ impl Spawner<'_, '_> {
                         }
                     }
                 }
-                let Some((ex, r)) = compiled.as_ref() else { return };
+                let Some((ex, fun)) = compiled.as_ref() else { return };
                 let mut results = Vec::with_capacity(elems.len());
                 for (j, e) in elems.into_iter().enumerate() {
-                    let result = apply(ex, r, e, start + j, c.epoch, "map");
+                    let result = fun.apply(ex, e, start + j, c.epoch, "map");
                     let failed = result.is_err();
                     results.push(result);
                     if failed {
@@ -176,7 +184,7 @@ struct Reorder<'s, 'p> {
     workers: usize,
     max: usize,
     spawner: Spawner<'s, 'p>,
-    at: usize,
+    at: String,
     failed: bool,
 }
 
@@ -209,7 +217,7 @@ impl Iterator for Reorder<'_, '_> {
                     if !waited && self.workers < self.max && self.next > 0 {
                         self.spawner.spawn();
                         self.workers += 1;
-                        let (at, w) = (self.at, self.workers);
+                        let (at, w) = (&self.at, self.workers);
                         self.spawner.ctx.report(|| {
                             format!("map(parallel = auto) at transform {at}: the consumer waited; {w} workers")
                         });

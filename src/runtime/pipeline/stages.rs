@@ -8,14 +8,14 @@
 //! where it occurred and then ends; a `map` or `filter` failure names the
 //! index of the element (counted at the input of that transform).
 
+use super::mapfn::MapFn;
 use super::queue::Queue;
 use super::{executor, position, source_key, Ctx, Element, Item, Iter};
-use crate::backend::interp::host::{index_first, stack};
+use crate::backend::interp::host::{index_first, stack, take_rows};
 use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
-use crate::ir::plan::{Dataset, Region, Source, Transform};
+use crate::ir::plan::{Dataset, Source, Transform};
 use crate::ir::{DType, Literal, TensorType};
-use crate::runtime::exec::CompiledRegion;
 use std::sync::Arc;
 use std::thread::Scope;
 
@@ -26,35 +26,47 @@ pub(super) fn stream<'s, 'p: 's>(
     d: &'p Dataset,
     k: usize,
 ) -> Result<Iter<'s>, Diagnostic> {
-    if k == 0 {
-        return source(ctx, &d.source);
+    // Up to here only rows of the source are picked: build each element
+    // when it leaves, not before (a shuffle buffer then holds row numbers).
+    if let Some((columns, rows)) = rows(ctx, d, k)? {
+        return Ok(Box::new(rows.map(move |r| {
+            let r = r?;
+            columns.iter().map(|c| index_first(c, r)).collect()
+        })));
     }
     let t = &d.transforms[k - 1];
     Ok(match t {
-        Transform::Map(region) => {
+        Transform::Map(_) | Transform::BatchedMap { .. } => {
             if let Some(Transform::Parallel(workers)) = d.transforms.get(k) {
                 // This map runs on workers (its `Parallel` marker follows it).
-                return super::parallel::map(s, ctx, d, k - 1, region, *workers);
+                return super::parallel::map(s, ctx, d, k - 1, *workers);
             }
-            Box::new(RegionStage::new(ctx, region, stream(s, ctx, d, k - 1)?, false)?)
+            Box::new(RegionStage::new(ctx, t, stream(s, ctx, d, k - 1)?, false)?)
         }
         // The map before it already ran on workers.
         Transform::Parallel(_) => stream(s, ctx, d, k - 1)?,
-        Transform::Filter(region) => Box::new(RegionStage::new(ctx, region, stream(s, ctx, d, k - 1)?, true)?),
+        Transform::Filter(_) => Box::new(RegionStage::new(ctx, t, stream(s, ctx, d, k - 1)?, true)?),
         Transform::Shuffle { buffer, seed } => {
-            let seed = crate::rng::derive_seed(*seed, &format!("epoch {}", ctx.epoch));
-            Box::new(Shuffle {
-                up: stream(s, ctx, d, k - 1)?,
-                buf: Vec::new(),
-                size: *buffer,
-                seed,
-                draw: 0,
-                input: Input::NotRead,
-            })
+            Box::new(Shuffle::new(stream(s, ctx, d, k - 1)?, *buffer, *seed, ctx.epoch))
         }
-        Transform::Batch { n, drop_remainder } => {
-            Box::new(Batch { up: stream(s, ctx, d, k - 1)?, n: *n, drop: *drop_remainder, done: false })
-        }
+        Transform::Batch { n, drop_remainder } => match rows(ctx, d, k - 1)? {
+            // A batch of source rows is gathered in one copy per column.
+            Some((columns, rows)) => Box::new(Batch::new(
+                rows,
+                *n,
+                *drop_remainder,
+                Box::new(move |picked: Vec<usize>| columns.iter().map(|c| take_rows(c, &picked)).collect()),
+            )),
+            None => Box::new(Batch::new(
+                stream(s, ctx, d, k - 1)?,
+                *n,
+                *drop_remainder,
+                Box::new(|chunk: Vec<Element>| {
+                    let parts = chunk[0].len();
+                    (0..parts).map(|p| stack(&chunk.iter().map(|e| &e[p]).collect::<Vec<_>>())).collect()
+                }),
+            )),
+        },
         Transform::Repeat(Some(times)) => {
             let (ctx, times) = (ctx.clone(), *times);
             // Each repetition rebuilds the upstream: the same epoch gives the same elements.
@@ -80,40 +92,61 @@ pub(super) fn stream<'s, 'p: 's>(
     })
 }
 
-/// The source's elements, loading its columns once per run.
-fn source<'s>(ctx: &Ctx<'_>, src: &Source) -> Result<Iter<'s>, Diagnostic> {
+/// The source's columns, loaded once per run.
+fn columns(ctx: &Ctx<'_>, src: &Source) -> Result<Arc<Vec<Tensor>>, Diagnostic> {
     let key = source_key(src);
     let cached = ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
-    let columns = match cached {
-        Some(c) => c,
-        None => {
-            let cols: Vec<Tensor> = match src {
-                Source::Host(h) => {
-                    h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?
-                }
-                Source::File(f) => crate::runtime::loaders::load(f)?,
-                Source::Range(n) => {
-                    let lit = Literal::Int((0..*n as i64).collect());
-                    vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
-                }
-                Source::Nodes(_) => return Err(Diagnostic::internal("pipeline: a graph source was not prepared")),
-            };
-            let cols = Arc::new(cols);
-            ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, cols.clone());
-            cols
+    if let Some(c) = cached {
+        return Ok(c);
+    }
+    let cols: Vec<Tensor> = match src {
+        Source::Host(h) => h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?,
+        Source::File(f) => crate::runtime::loaders::load(f)?,
+        Source::Range(n) => {
+            let lit = Literal::Int((0..*n as i64).collect());
+            vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
         }
+        Source::Nodes(_) => return Err(Diagnostic::internal("pipeline: a graph source was not prepared")),
     };
-    let n = columns.first().and_then(|c| c.shape().first().copied()).unwrap_or(0);
-    let cancel = ctx.cancel.clone();
-    Ok(Box::new((0..n).map_while(move |i| {
-        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-            return None;
+    let cols = Arc::new(cols);
+    ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, cols.clone());
+    Ok(cols)
+}
+
+/// Row numbers of the source, in the order the pipeline's elements have.
+type Rows<'a> = Box<dyn Iterator<Item = Result<usize, Diagnostic>> + 'a>;
+
+/// A source's columns and the rows picked from them.
+type Picked<'a> = (Arc<Vec<Tensor>>, Rows<'a>);
+
+/// When the first `k` transforms only pick and reorder elements (`shuffle`,
+/// `take`, `skip`), the source's columns and the rows those transforms
+/// pick, in order; `None` otherwise. The rows are exactly the elements the
+/// transforms would give, as each reads its input only by position.
+fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, Diagnostic> {
+    if k == 0 {
+        let columns = columns(ctx, &d.source)?;
+        let n = columns.first().and_then(|c| c.shape().first().copied()).unwrap_or(0);
+        let cancel = ctx.cancel.clone();
+        let rows = (0..n).map_while(move |i| {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                return None;
+            }
+            Some(crate::runtime::interrupt::check().map(|()| i))
+        });
+        return Ok(Some((columns, Box::new(rows))));
+    }
+    let picked =
+        |up: Option<(Arc<Vec<Tensor>>, Rows<'a>)>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
+    Ok(match &d.transforms[k - 1] {
+        Transform::Shuffle { buffer, seed } => {
+            let (buffer, seed, epoch) = (*buffer, *seed, ctx.epoch);
+            picked(rows(ctx, d, k - 1)?, &|r| Box::new(Shuffle::new(r, buffer, seed, epoch)))
         }
-        if let Err(e) = crate::runtime::interrupt::check() {
-            return Some(Err(e));
-        }
-        Some(columns.iter().map(|c| index_first(c, i)).collect())
-    })))
+        Transform::Take(n) => picked(rows(ctx, d, k - 1)?, &|r| Box::new(r.take(*n))),
+        Transform::Skip(n) => picked(rows(ctx, d, k - 1)?, &|r| Box::new(Skip { up: r, left: *n })),
+        _ => None,
+    })
 }
 
 /// A `map` (or `filter`) on the calling thread, with its own executor.
@@ -121,37 +154,23 @@ struct RegionStage<'p, 'a> {
     up: Iter<'a>,
     epoch: u64,
     ex: super::super::exec::Executor<'p>,
-    region: CompiledRegion,
+    fun: MapFn,
     filter: bool,
     index: usize,
     failed: bool,
 }
 
 impl<'p, 'a> RegionStage<'p, 'a> {
-    fn new(ctx: &Ctx<'p>, r: &Region, up: Iter<'a>, filter: bool) -> Result<Self, Diagnostic> {
+    fn new(ctx: &Ctx<'p>, t: &Transform, up: Iter<'a>, filter: bool) -> Result<Self, Diagnostic> {
         let mut ex = executor(ctx)?;
-        let region = ex.compile_region(r)?;
-        Ok(RegionStage { up, epoch: ctx.epoch, ex, region, filter, index: 0, failed: false })
+        let fun = MapFn::compile(&mut ex, t)?;
+        Ok(RegionStage { up, epoch: ctx.epoch, ex, fun, filter, index: 0, failed: false })
     }
-}
-
-/// Runs a `map`/`filter` region on element `index` of epoch `epoch`;
-/// errors name the element. The region's last input is the element's key.
-pub(super) fn apply(
-    ex: &super::super::exec::Executor,
-    r: &CompiledRegion,
-    mut inputs: Element,
-    index: usize,
-    epoch: u64,
-    what: &str,
-) -> Result<Vec<Tensor>, Diagnostic> {
-    inputs.push(element_key(index, epoch)?);
-    ex.run_region(r, &inputs).map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")))
 }
 
 /// The key random ops in a `map` draw from: a distinct f32 integer per
 /// element and epoch (exact below 2^24, where it wraps around).
-fn element_key(index: usize, epoch: u64) -> Result<Tensor, Diagnostic> {
+pub(super) fn element_key(index: usize, epoch: u64) -> Result<Tensor, Diagnostic> {
     let key = (epoch.wrapping_mul(1_000_003).wrapping_add(index as u64) % (1 << 24)) + 1;
     Tensor::from_literal(&Literal::Float(vec![key as f64]), &TensorType::scalar(DType::F32))
 }
@@ -175,7 +194,7 @@ impl Iterator for RegionStage<'_, '_> {
             let what = if self.filter { "filter" } else { "map" };
             // A map consumes its element; a filter passes it on.
             let input = if self.filter { e.clone() } else { std::mem::take(&mut e) };
-            let out = match apply(&self.ex, &self.region, input, i, self.epoch, what) {
+            let out = match self.fun.apply(&self.ex, input, i, self.epoch, what) {
                 Ok(out) => out,
                 Err(d) => {
                     self.failed = true;
@@ -193,9 +212,9 @@ impl Iterator for RegionStage<'_, '_> {
 }
 
 /// tf.data's buffered shuffle with a counter-based random stream.
-struct Shuffle<'a> {
-    up: Iter<'a>,
-    buf: Vec<Element>,
+struct Shuffle<'a, T> {
+    up: Box<dyn Iterator<Item = Result<T, Diagnostic>> + 'a>,
+    buf: Vec<T>,
     size: usize,
     seed: u64,
     draw: u64,
@@ -213,9 +232,17 @@ enum Input {
     Exhausted,
 }
 
-impl Iterator for Shuffle<'_> {
-    type Item = Item;
-    fn next(&mut self) -> Option<Item> {
+impl<'a, T> Shuffle<'a, T> {
+    /// Shuffles `up` in epoch `epoch` with a buffer of `size`.
+    fn new(up: Box<dyn Iterator<Item = Result<T, Diagnostic>> + 'a>, size: usize, seed: u64, epoch: u64) -> Self {
+        let seed = crate::rng::derive_seed(seed, &format!("epoch {epoch}"));
+        Shuffle { up, buf: Vec::new(), size, seed, draw: 0, input: Input::NotRead }
+    }
+}
+
+impl<T> Iterator for Shuffle<'_, T> {
+    type Item = Result<T, Diagnostic>;
+    fn next(&mut self) -> Option<Self::Item> {
         if self.input == Input::NotRead {
             self.input = Input::Left;
             while self.buf.len() < self.size.max(1) {
@@ -249,21 +276,34 @@ impl Iterator for Shuffle<'_> {
     }
 }
 
-/// Stacks `n` consecutive elements.
-struct Batch<'a> {
-    up: Iter<'a>,
+/// Groups `n` consecutive inputs (elements, or source rows) and makes
+/// each group one batch with `stack`.
+struct Batch<'a, T> {
+    up: Box<dyn Iterator<Item = Result<T, Diagnostic>> + 'a>,
     n: usize,
     drop: bool,
     done: bool,
+    stack: Box<dyn Fn(Vec<T>) -> Item + 'a>,
 }
 
-impl Iterator for Batch<'_> {
+impl<'a, T> Batch<'a, T> {
+    fn new(
+        up: Box<dyn Iterator<Item = Result<T, Diagnostic>> + 'a>,
+        n: usize,
+        drop: bool,
+        stack: Box<dyn Fn(Vec<T>) -> Item + 'a>,
+    ) -> Self {
+        Batch { up, n, drop, done: false, stack }
+    }
+}
+
+impl<T> Iterator for Batch<'_, T> {
     type Item = Item;
     fn next(&mut self) -> Option<Item> {
         if self.done {
             return None;
         }
-        let mut chunk: Vec<Element> = Vec::with_capacity(self.n);
+        let mut chunk: Vec<T> = Vec::with_capacity(self.n);
         while chunk.len() < self.n {
             match self.up.next() {
                 Some(Ok(e)) => chunk.push(e),
@@ -280,20 +320,19 @@ impl Iterator for Batch<'_> {
         if chunk.is_empty() || (chunk.len() < self.n && self.drop) {
             return None;
         }
-        let parts = chunk[0].len();
-        Some((0..parts).map(|p| stack(&chunk.iter().map(|e| &e[p]).collect::<Vec<_>>())).collect())
+        Some((self.stack)(chunk))
     }
 }
 
 /// Drops the first `left` elements but passes errors through.
-struct Skip<'a> {
-    up: Iter<'a>,
+struct Skip<'a, T> {
+    up: Box<dyn Iterator<Item = Result<T, Diagnostic>> + 'a>,
     left: usize,
 }
 
-impl Iterator for Skip<'_> {
-    type Item = Item;
-    fn next(&mut self) -> Option<Item> {
+impl<T> Iterator for Skip<'_, T> {
+    type Item = Result<T, Diagnostic>;
+    fn next(&mut self) -> Option<Self::Item> {
         while self.left > 0 {
             match self.up.next()? {
                 Ok(_) => self.left -= 1,
