@@ -270,3 +270,34 @@ fn a_pass_started_ahead_stops_promptly_when_dropped() {
     let stop = start.elapsed();
     assert!(stop * 4 < fill, "dropping the pass of epoch 1 took {stop:?}; filling the buffer took {fill:?}");
 }
+
+const MOVED_MAP: &str = r#"
+let images = reshape(arange(300, dtype = f32), [50, 2, 3])
+let data = from_tensors(images, arange(50)) |> map(fn(x, y) = (transpose(x) * 0.5 - 3.0, y * 2)PAR)
+let ds = data |> shuffle(20, seed = 4) |> skip(3) |> take(45) |> batch(8)PRE
+print(count(ds))
+print(first(ds))
+print(evaluate(ds, fn(x, y) = mean(x) + mean(cast(y, f32))))
+print(evaluate(ds |> skip(5), fn(x, y) = sum(x) + sum(cast(y, f32))))
+"#;
+
+#[test]
+fn a_map_moved_behind_batch_gives_what_it_gives_per_element() {
+    // The optimizer runs this map on whole batches of 8 (`vectorize_maps`),
+    // and the last batch of 5 element by element; unoptimized (`-O0`) it
+    // runs per element, before the shuffle. Both must print the same, at
+    // any `parallel` setting.
+    let d = scratch("moved_map");
+    let program = |par: &str, pre: &str| MOVED_MAP.replace("PAR", par).replace("PRE", pre);
+    let per_element = run(&d, &program("", ""), &["-O0"]);
+    assert_eq!(per_element.code, Some(0), "{}", per_element.stderr);
+    assert!(per_element.stdout.starts_with("6\n"), "{}", per_element.stdout);
+    for (par, pre) in [("", ""), (", parallel = 2", " |> prefetch(2)"), (", parallel = auto", " |> prefetch(auto)")] {
+        let r = run(&d, &program(par, pre), &["--verbose"]);
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        assert_eq!(r.stdout, per_element.stdout, "{par}{pre}");
+        if !par.is_empty() {
+            assert!(r.stderr.contains("(on batches of 8)"), "{par}: the map runs on batches: {}", r.stderr);
+        }
+    }
+}
