@@ -34,7 +34,18 @@ pub fn take_rows(t: &Tensor, rows: &[usize]) -> Result<Tensor, Diagnostic> {
     if let Some(i) = rows.iter().find(|&&i| i >= n) {
         return Err(Diagnostic::internal(format!("runtime: element {i} of a tensor of shape {:?}", t.shape())));
     }
-    let data = each_data!(t.data(), a => a.select(Axis(0), rows));
+    let mut shape = t.shape().to_vec();
+    let row: usize = shape[1..].iter().product();
+    shape[0] = rows.len();
+    // A contiguous column (the usual case) is one copy per row.
+    let data = each_data!(t.data(), a => match a.as_slice() {
+        Some(flat) => {
+            let mut out = Vec::with_capacity(rows.len() * row);
+            rows.iter().for_each(|&r| out.extend_from_slice(&flat[r * row..(r + 1) * row]));
+            ArrayD::from_shape_vec(shape.clone(), out).map_err(|e| Diagnostic::internal(e.to_string()))?
+        }
+        None => a.select(Axis(0), rows),
+    });
     Tensor::new(t.dtype(), data)
 }
 
