@@ -35,12 +35,49 @@ pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Data, Diagnostic> {
 pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Data, Diagnostic> {
     with_elem!(x.data(), T => {
         let a = array::<T>(x)?;
-        let b = a.broadcast(IxDyn(shape)).ok_or_else(|| {
-            Diagnostic::internal(format!("interpreter: cannot broadcast {:?} to {shape:?}", a.shape()))
-        })?;
-        // `broadcast` gives a view with zero strides; copying makes it row-major.
-        Ok(T::wrap(array_from(shape, b.iter().copied().collect())?))
+        let cannot = || Diagnostic::internal(format!("interpreter: cannot broadcast {:?} to {shape:?}", a.shape()));
+        let b = a.broadcast(IxDyn(shape)).ok_or_else(cannot)?;
+        // Row-major copies: a splat is one fill, and otherwise each run of
+        // the source's trailing (unbroadcast) dims is one slice copy.
+        let out = match a.as_slice() {
+            Some([v]) => vec![*v; shape.iter().product()],
+            Some(src) => broadcast_rows(src, a.shape(), shape),
+            None => b.iter().copied().collect(),
+        };
+        Ok(T::wrap(array_from(shape, out)?))
     })
+}
+
+/// The row-major elements of `src` (of shape `from`) broadcast to `to`,
+/// copying the longest contiguous run of trailing dims at a time.
+fn broadcast_rows<T: Copy>(src: &[T], from: &[usize], to: &[usize]) -> Vec<T> {
+    let rank = to.len();
+    let padded: Vec<usize> = std::iter::repeat_n(1, rank - from.len()).chain(from.iter().copied()).collect();
+    let mut outer = rank;
+    let mut run = 1;
+    while outer > 0 && padded[outer - 1] == to[outer - 1] {
+        run *= to[outer - 1];
+        outer -= 1;
+    }
+    // Source strides of the outer dims, 0 along broadcast ones.
+    let full = super::tensor::strides(&padded);
+    let step: Vec<usize> = (0..outer).map(|d| if padded[d] == 1 { 0 } else { full[d] }).collect();
+    let blocks: usize = to[..outer].iter().product();
+    let mut out = Vec::with_capacity(blocks * run);
+    let mut index = vec![0; outer];
+    for _ in 0..blocks {
+        let at: usize = index.iter().zip(&step).map(|(i, s)| i * s).sum();
+        out.extend_from_slice(&src[at..at + run]);
+        // The next outer multi-index, last dim fastest.
+        for d in (0..outer).rev() {
+            index[d] += 1;
+            if index[d] < to[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    out
 }
 
 /// The inputs joined along `axis`, in order.
@@ -92,6 +129,25 @@ mod tests {
         assert_eq!(y.to_f64_vec(), vec![1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
         let s = floats(DType::F64, &[], &[7.0]);
         assert_eq!(run(Op::BroadcastTo { shape: vec![2, 2] }, &[&s]).to_f64_vec(), vec![7.0; 4]);
+    }
+
+    #[test]
+    fn broadcast_copies_rows_in_numpy_order() {
+        // The row-copying path against ndarray's element walk, for sources
+        // broadcast along leading, middle and trailing dims.
+        for (from, to) in [
+            (vec![2, 1, 3], vec![4, 2, 5, 3]),
+            (vec![3, 1], vec![2, 3, 4]),
+            (vec![1, 4], vec![3, 4]),
+            (vec![2, 3], vec![2, 3]),
+            (vec![5, 1, 1], vec![5, 2, 2]),
+        ] {
+            let n: usize = from.iter().product();
+            let src: Vec<f64> = (0..n).map(|i| i as f64).collect();
+            let a = ndarray::ArrayD::from_shape_vec(from.clone(), src.clone()).unwrap();
+            let expected: Vec<f64> = a.broadcast(ndarray::IxDyn(&to)).unwrap().iter().copied().collect();
+            assert_eq!(super::broadcast_rows(&src, &from, &to), expected, "{from:?} -> {to:?}");
+        }
     }
 
     #[test]

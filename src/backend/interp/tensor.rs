@@ -467,7 +467,10 @@ pub fn array_from<T>(shape: &[usize], values: Vec<T>) -> Result<ArrayD<T>, Diagn
 
 /// The elements of `a` in row-major order.
 pub fn flat<T: Clone>(a: &ArrayD<T>) -> Vec<T> {
-    a.iter().cloned().collect()
+    match a.as_slice() {
+        Some(s) => s.to_vec(),
+        None => a.iter().cloned().collect(),
+    }
 }
 
 /// Row-major strides (in elements) of `shape`.
