@@ -258,6 +258,19 @@ impl Tracer<'_> {
                 }
                 let n = n as usize;
                 let drop = a.bool_or(2, false)?;
+                // Every batch size gets its own compiled step (or metric, or
+                // function), so each must be known before running.
+                if d.len.is_none() && !drop {
+                    return Err(Diagnostic::new(
+                        Code::NotStatic,
+                        "the size of the last batch of a filtered dataset is not known before running",
+                    )
+                    .label(a.span, "this batch")
+                    .help(format!(
+                        "after `filter` the number of elements is not known; use `batch({n}, drop_remainder = true)`"
+                    ))
+                    .into());
+                }
                 out.element =
                     d.element.iter().map(|t| TensorType::new(t.dtype, [vec![n], t.shape.clone()].concat())).collect();
                 out.batch_sizes = vec![n];
