@@ -199,7 +199,9 @@ use std.loss.mse
 use std.optim.sgd
 model Net { l = Dense(1, 1); fn forward(x) = l(x) }
 let net = Net(seed = 1)
-train net on range(SIZE) |> map(fn(i) = cast(i, f32) * ones([1]) + 0.5, parallel = 3) |> shuffle(BUF, seed = 2)
+// The integer division keeps the map per element (it may fail), so the
+// shuffle buffer fills with mapped elements, which takes a while.
+train net on range(SIZE) |> map(fn(i) = cast(i / 1, f32) * ones([1]) + 0.5, parallel = 3) |> shuffle(BUF, seed = 2)
     |> batch(4) |> prefetch(auto) {
     loss(x) = mean(net(x))
     optimizer = sgd(lr = 0.1)
@@ -300,4 +302,24 @@ fn a_map_moved_behind_batch_gives_what_it_gives_per_element() {
             assert!(r.stderr.contains("(on batches of 8)"), "{par}: the map runs on batches: {}", r.stderr);
         }
     }
+}
+
+#[test]
+fn map_and_filter_after_a_batch_with_a_shorter_last_batch() {
+    // Batches of 10 elements by 4: [0..3], [4..7], [8, 9]. Each function is
+    // traced for both sizes; one that keeps the batch axis gives batches
+    // again, one that drops it gives plain elements.
+    let d = scratch("map_after_batch");
+    let out = ok(
+        &d,
+        r#"let ds = range(10) |> batch(4)
+print(collect(ds |> map(fn(x) = sum(x))))
+let scaled = ds |> map(fn(x) = cast(x, f32) * 0.5, parallel = 2)
+print(count(scaled), first(scaled))
+print(evaluate(scaled, fn(x) = mean(x)))
+print(evaluate(ds |> filter(fn(x) = sum(x) > 10) |> map(fn(x) = cast(x, f32)), fn(x) = sum(x)))
+print(collect(ds |> map(fn(x) = x[0])))
+"#,
+    );
+    assert_eq!(out, "i32[3] [6, 22, 17]\n3 f32[4] [0, 0.5, 1, 1.5]\nf32 2.25\nf32 20.333334\ni32[3] [0, 4, 8]\n");
 }

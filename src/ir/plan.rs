@@ -107,6 +107,13 @@ pub enum Transform {
         element: Region,
         n: usize,
     },
+    /// A `map` (or, with `filter`, a `filter`) after a `batch` that leaves a
+    /// shorter last batch: the function traced once per batch size, full
+    /// batches first.
+    BySize {
+        filter: bool,
+        regions: Vec<(usize, Region)>,
+    },
 }
 
 impl Transform {
@@ -115,6 +122,7 @@ impl Transform {
         match self {
             Transform::Map(r) | Transform::Filter(r) => vec![r],
             Transform::BatchedMap { batched, element, .. } => vec![batched, element],
+            Transform::BySize { regions, .. } => regions.iter().map(|(_, r)| r).collect(),
             _ => Vec::new(),
         }
     }
@@ -124,6 +132,7 @@ impl Transform {
         match self {
             Transform::Map(r) | Transform::Filter(r) => vec![r],
             Transform::BatchedMap { batched, element, .. } => vec![batched, element],
+            Transform::BySize { regions, .. } => regions.iter_mut().map(|(_, r)| r).collect(),
             _ => Vec::new(),
         }
     }

@@ -74,6 +74,11 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                     out.push(plain(format!("{what} transform {i} (batch {n})"), batched));
                     out.push(plain(format!("{what} transform {i} (element)"), element));
                 }
+                Transform::BySize { regions, .. } => {
+                    for (size, r) in regions {
+                        out.push(plain(format!("{what} transform {i} (batch {size})"), r));
+                    }
+                }
                 _ => t.regions().into_iter().for_each(|r| out.push(plain(format!("{what} transform {i}"), r))),
             }
         }

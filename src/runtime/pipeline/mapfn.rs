@@ -1,7 +1,8 @@
 //! A compiled `map` (or `filter`) function, as a stage runs it: once per
-//! element, or — for a map the `vectorize_maps` pass moved behind `batch(n)`
-//! — once per batch of `n`, with a shorter last batch split into its
-//! elements, mapped one by one and stacked again.
+//! element; for a function over batches of two sizes, the one compiled for
+//! the batch's size; or — for a map the `vectorize_maps` pass moved behind
+//! `batch(n)` — once per batch of `n`, with a shorter last batch split into
+//! its elements, mapped one by one and stacked again.
 //!
 //! Contract: `apply` returns exactly what the original per-element function
 //! gives for the element (or, batched, the stack of what it gives for each
@@ -21,6 +22,9 @@ use crate::runtime::exec::{CompiledRegion, Executor};
 pub(super) struct MapFn {
     /// The function, on each element (or, batched, on whole batches).
     region: CompiledRegion,
+    /// For a function over batches of several sizes: the shorter sizes and
+    /// their functions (`region` is the one for full batches).
+    shorter: Vec<(usize, CompiledRegion)>,
     /// For a map moved behind `batch(n)`: `n`, and the function on one
     /// element for a shorter last batch.
     per_element: Option<(usize, Box<CompiledRegion>)>,
@@ -30,11 +34,19 @@ impl MapFn {
     /// Compiles the function of a `Map`, `Filter` or `BatchedMap` transform.
     pub(super) fn compile(ex: &mut Executor, t: &Transform) -> Result<MapFn, Diagnostic> {
         match t {
-            Transform::Map(r) | Transform::Filter(r) => Ok(MapFn { region: ex.compile_region(r)?, per_element: None }),
+            Transform::Map(r) | Transform::Filter(r) => {
+                Ok(MapFn { region: ex.compile_region(r)?, shorter: Vec::new(), per_element: None })
+            }
             Transform::BatchedMap { batched, element, n } => Ok(MapFn {
                 region: ex.compile_region(batched)?,
+                shorter: Vec::new(),
                 per_element: Some((*n, Box::new(ex.compile_region(element)?))),
             }),
+            Transform::BySize { regions, .. } => {
+                let mut compiled = regions.iter().map(|(n, r)| Ok((*n, ex.compile_region(r)?)));
+                let (_, region) = compiled.next().ok_or_else(|| Diagnostic::internal("pipeline: no function"))??;
+                Ok(MapFn { region, shorter: compiled.collect::<Result<_, Diagnostic>>()?, per_element: None })
+            }
             _ => Err(Diagnostic::internal("pipeline: a transform without a function")),
         }
     }
@@ -49,12 +61,13 @@ impl MapFn {
         epoch: u64,
         what: &str,
     ) -> Result<Vec<Tensor>, Diagnostic> {
+        let len = input.first().and_then(|p| p.shape().first().copied()).unwrap_or(0);
         let Some((n, element)) = &self.per_element else {
-            return run(ex, &self.region, input, index, epoch)
+            let region = self.shorter.iter().find(|(n, _)| *n == len).map_or(&self.region, |(_, r)| r);
+            return run(ex, region, input, index, epoch)
                 .map_err(|d| d.note(format!("while computing `{what}` on element {index} of the dataset")));
         };
         let batch_note = |d: Diagnostic| d.note(format!("while computing `{what}` on batch {index} of the dataset"));
-        let len = input.first().and_then(|p| p.shape().first().copied()).unwrap_or(0);
         if len == *n {
             return run(ex, &self.region, input, index, epoch).map_err(batch_note);
         }

@@ -36,7 +36,7 @@ pub(super) fn stream<'s, 'p: 's>(
     }
     let t = &d.transforms[k - 1];
     Ok(match t {
-        Transform::Map(_) | Transform::BatchedMap { .. } => {
+        Transform::Map(_) | Transform::BatchedMap { .. } | Transform::BySize { filter: false, .. } => {
             if let Some(Transform::Parallel(workers)) = d.transforms.get(k) {
                 // This map runs on workers (its `Parallel` marker follows it).
                 return super::parallel::map(s, ctx, d, k - 1, *workers);
@@ -45,7 +45,9 @@ pub(super) fn stream<'s, 'p: 's>(
         }
         // The map before it already ran on workers.
         Transform::Parallel(_) => stream(s, ctx, d, k - 1)?,
-        Transform::Filter(_) => Box::new(RegionStage::new(ctx, t, stream(s, ctx, d, k - 1)?, true)?),
+        Transform::Filter(_) | Transform::BySize { filter: true, .. } => {
+            Box::new(RegionStage::new(ctx, t, stream(s, ctx, d, k - 1)?, true)?)
+        }
         Transform::Shuffle { buffer, seed } => {
             Box::new(Shuffle::new(stream(s, ctx, d, k - 1)?, *buffer, *seed, ctx.epoch))
         }

@@ -200,7 +200,20 @@ impl Tracer<'_> {
         let t = match a.name {
             "map" | "filter" => {
                 let f = a.get(1).map(|(v, _)| v.clone()).ok_or_else(|| a.bad(1, "a function"))?;
-                let (region, outputs) = self.element_region(&d.element, &d.batch_sizes, f, a.span_of(1), a.span)?;
+                let (mut regions, outputs, sizes) = self.function_regions(&d, f, a.span_of(1), a.span)?;
+                let by_size = regions.len() > 1;
+                let region = regions.remove(0).1;
+                let one_or_by_size = |region: Region, filter: bool, rest: Vec<(usize, Region)>| {
+                    if by_size {
+                        let mut all = vec![(d.batch_sizes[0], region)];
+                        all.extend(rest);
+                        Transform::BySize { filter, regions: all }
+                    } else if filter {
+                        Transform::Filter(region)
+                    } else {
+                        Transform::Map(region)
+                    }
+                };
                 if a.name == "filter" {
                     match outputs.as_slice() {
                         [t] if t.dtype == DType::Bool && t.rank() == 0 => {}
@@ -217,9 +230,10 @@ impl Tracer<'_> {
                         }
                     }
                     out.len = None;
-                    Transform::Filter(region)
+                    one_or_by_size(region, true, regions)
                 } else {
                     out.element = outputs;
+                    out.batch_sizes = sizes;
                     let parallel = match a.get(2) {
                         None => None,
                         Some((Value::Str(s), _)) if s == "auto" => Some(None),
@@ -231,11 +245,12 @@ impl Tracer<'_> {
                             Some(Some(n as usize))
                         }
                     };
+                    let map = one_or_by_size(region, false, regions);
                     if let Some(p) = parallel {
-                        out.transforms.push(Transform::Map(region));
+                        out.transforms.push(map);
                         Transform::Parallel(p)
                     } else {
-                        Transform::Map(region)
+                        map
                     }
                 }
             }
@@ -327,21 +342,70 @@ impl Tracer<'_> {
         Ok(dataset(out))
     }
 
+    /// Traces `f` over the elements of `d`: once, or — after a `batch` that
+    /// leaves a shorter last batch — once per batch size, since each size is
+    /// compiled on its own. Returns the regions with their batch sizes (full
+    /// batches first), the output types for the first, and the batch sizes
+    /// of the result: the same when every output keeps the batch axis in
+    /// front, none when every output is the same for each size.
+    #[allow(clippy::type_complexity)]
+    fn function_regions(
+        &mut self,
+        d: &Dataset,
+        f: Value,
+        f_span: Span,
+        span: Span,
+    ) -> TResult<(Vec<(usize, Region)>, Vec<TensorType>, Vec<usize>)> {
+        let (region, types) = self.element_region(&d.element, f.clone(), f_span, span)?;
+        let Some((&full, shorter)) = d.batch_sizes.split_first() else {
+            return Ok((vec![(0, region)], types, vec![]));
+        };
+        let mut regions = vec![(full, region)];
+        let (mut batched, mut same) = (true, true);
+        for &size in shorter {
+            let element: Vec<TensorType> = d
+                .element
+                .iter()
+                .map(|t| TensorType::new(t.dtype, [vec![size], t.shape[1..].to_vec()].concat()))
+                .collect();
+            let (region, other) = self.element_region(&element, f.clone(), f_span, span)?;
+            same &= other == types;
+            batched &= other.len() == types.len()
+                && types.iter().zip(&other).all(|(a, b)| {
+                    a.dtype == b.dtype
+                        && a.shape.first() == Some(&full)
+                        && b.shape.first() == Some(&size)
+                        && a.shape[1..] == b.shape[1..]
+                });
+            if !batched && !same {
+                return Err(Diagnostic::new(
+                    Code::Unsupported,
+                    format!(
+                        "a function over batches must keep the batch axis in front in every output, or give \
+                         the same types for every batch size: batches of {full} give {}, the last batch of \
+                         {size} gives {}",
+                        types_text(&types),
+                        types_text(&other)
+                    ),
+                )
+                .label(f_span, "this function")
+                .into());
+            }
+            regions.push((size, region));
+        }
+        let sizes = if batched { d.batch_sizes.clone() } else { vec![] };
+        Ok((regions, types, sizes))
+    }
+
     /// Traces `f` once over slots of the element types; returns the region
     /// and its output types.
     fn element_region(
         &mut self,
         element: &[TensorType],
-        batch_sizes: &[usize],
         f: Value,
         f_span: Span,
         span: Span,
     ) -> TResult<(Region, Vec<TensorType>)> {
-        if !batch_sizes.is_empty() && batch_sizes.len() > 1 {
-            return Err(Diagnostic::new(Code::Unsupported, "`map` after `batch` with a partial last batch is not supported yet; map before batching or use `drop_remainder = true`")
-                .label(span, "here")
-                .into());
-        }
         let (mut inputs, args) = self.slots_for(element, span);
         // Random ops in `f` (`dropout`, std.augment) draw from the element's
         // key — its index and the epoch, bound by the runtime after the
