@@ -243,6 +243,17 @@ fn emit_clif_prints_vector_loops_for_the_bench_step() {
 }
 
 #[test]
+fn emit_asm_prints_the_machine_code_of_the_bench_step() {
+    let o = tfc(&["build", "--emit", "asm", "examples/bench/mlp.tfl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("; unit `train 3 step (batch 64)`"), "{text}");
+    // Packed single-precision arithmetic on 128-bit registers, and a return per kernel.
+    assert!(text.contains("vaddps") && text.contains("%xmm"), "{text}");
+    assert!(text.matches("\n  ret").count() >= 10, "{text}");
+}
+
+#[test]
 fn bench_prints_one_json_object_per_train_block() {
     let o = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "2", "--warmup", "1", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

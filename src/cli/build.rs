@@ -3,6 +3,7 @@
 //! json` prints one JSON object with per-graph numbers and stage times.
 
 use super::BuildArgs;
+use crate::backend::jit::Listing;
 use crate::diag::{Code, Diagnostic, Span};
 use crate::driver::Session;
 use crate::ir::Program;
@@ -23,6 +24,8 @@ pub enum Emit {
     Plan,
     /// The Cranelift IR of every kernel the JIT backend compiles.
     Clif,
+    /// The x64 machine code Cranelift emits for every such kernel.
+    Asm,
 }
 
 pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<Diagnostic>> {
@@ -82,10 +85,13 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         (false, Some(Emit::Opt)) => crate::ir::print::print_program(&program),
         (false, Some(Emit::Dot)) => crate::ir::to_dot(&program),
         (false, Some(Emit::Plan)) => crate::ir::plan_print::print_compiled(&program),
-        (false, Some(Emit::Clif)) => crate::backend::jit::emit_clif(&program).map_err(|why| {
-            vec![Diagnostic::new(Code::BadValue, format!("cannot emit Cranelift IR: {why}"))
-                .help("`--emit clif` needs the optimizer's kernels; drop `-O0`")]
-        })?,
+        (false, Some(form @ (Emit::Clif | Emit::Asm))) => {
+            let listing = if form == Emit::Clif { Listing::Clif } else { Listing::Asm };
+            crate::backend::jit::emit_kernels(&program, listing).map_err(|why| {
+                vec![Diagnostic::new(Code::BadValue, format!("cannot emit the kernels' code: {why}"))
+                    .help("`--emit clif` and `--emit asm` need the optimizer's kernels; drop `-O0`")]
+            })?
+        }
         (false, _) => summary(&program, &args.file, total),
     };
     write(args.output.as_deref(), &text)

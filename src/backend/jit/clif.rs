@@ -1,5 +1,5 @@
-//! `tfc build --emit clif`: the Cranelift IR of every kernel the JIT
-//! compiles, per unit, in schedule order.
+//! `tfc build --emit clif|asm`: the Cranelift IR, or the machine code, of
+//! every kernel the JIT compiles, per unit, in schedule order.
 //!
 //! Contract: lists each `Elementwise` kernel, contraction epilogue and
 //! reduction epilogue the code generator accepts, with its nodes and its
@@ -17,9 +17,18 @@ use crate::ir::numbering::Numbering;
 use crate::ir::Program;
 use std::fmt::Write;
 
+/// What a listing shows of each kernel's function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// The Cranelift IR the code generator builds.
+    Clif,
+    /// The x64 instructions Cranelift emits for it.
+    Asm,
+}
+
 /// The listing of every kernel of `p` (which must be optimized or at least
 /// have kernels).
-pub fn emit_clif(p: &Program) -> Result<String, String> {
+pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
     let Some(compiled) = &p.compiled else { return Err("the program has no kernels".into()) };
     let names = Numbering::of_program(p);
     let g = &p.graph;
@@ -48,7 +57,10 @@ pub fn emit_clif(p: &Program) -> Result<String, String> {
             };
             match spec {
                 Some(spec) => {
-                    let text = super::with_compiler(|c| Ok(c.clif(&spec)))?;
+                    let text = super::with_compiler(|c| match listing {
+                        Listing::Clif => Ok(c.clif(&spec)),
+                        Listing::Asm => c.asm(&spec),
+                    })?;
                     let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{text}");
                 }
                 None => {

@@ -104,6 +104,22 @@ impl Compiler {
         text
     }
 
+    /// The machine code of `spec`'s function as Cranelift prints it after
+    /// register allocation (its VCode listing: x64 instructions with their
+    /// registers), without linking it.
+    pub fn asm(&mut self, spec: &Spec) -> Result<String, String> {
+        self.module.clear_context(&mut self.ctx);
+        self.build(spec);
+        self.ctx.set_disasm(true);
+        let isa = self.module.isa();
+        let text = match self.ctx.compile(isa, &mut cranelift_codegen::control::ControlPlane::default()) {
+            Ok(code) => code.vcode.clone().unwrap_or_default(),
+            Err(e) => return Err(format!("cannot compile the kernel: {:?}", e.inner)),
+        };
+        self.module.clear_context(&mut self.ctx);
+        Ok(text)
+    }
+
     /// Builds the function of `spec` into `self.ctx.func`.
     fn build(&mut self, spec: &Spec) {
         let target = self.module.target_config();

@@ -31,7 +31,7 @@ pub mod spec;
 mod threads;
 mod unit;
 
-pub use clif::emit_clif;
+pub use clif::{emit_kernels, Listing};
 pub use codegen::{Compiler, KernelFn};
 pub use unit::{find_unit, JitUnit, StepCounts};
 
