@@ -270,7 +270,9 @@ fn a_pass_started_ahead_stops_promptly_when_dropped() {
     let start = Instant::now();
     drop(ahead);
     let stop = start.elapsed();
-    assert!(stop * 4 < fill, "dropping the pass of epoch 1 took {stop:?}; filling the buffer took {fill:?}");
+    // Waiting for epoch 1's fill would take about as long as epoch 0's; half
+    // leaves room for a loaded machine's slower thread wake-ups.
+    assert!(stop * 2 < fill, "dropping the pass of epoch 1 took {stop:?}; filling the buffer took {fill:?}");
 }
 
 const MOVED_MAP: &str = r#"
