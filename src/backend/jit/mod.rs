@@ -27,6 +27,7 @@ mod fold;
 mod gemm;
 mod poly;
 mod reduce;
+mod schedule;
 pub mod spec;
 mod threads;
 mod unit;
