@@ -6,7 +6,7 @@
 //! - an `Elementwise` kernel whose [`Spec`] the code generator accepts runs
 //!   as Cranelift code;
 //! - a `Contraction` kernel over a `f32` matmul runs the product through
-//!   `gemm` (single-threaded, no spin-waiting pool) and its epilogue as
+//!   `gemm` (split over the worker threads by output blocks) and its epilogue as
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
 //! - every other kernel (reductions, layout ops, convolutions, other dtypes,
 //!   ops without a code template) runs node by node on the reference
@@ -14,12 +14,20 @@
 //!   interpreter's results for those kernels.
 //!
 //! Storage: every `f32` and `bool` kernel output lives in the arena at the
-//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus a scratch area for matmul results the
-//! epilogue consumes in the same kernel); values of other dtypes are kept as
-//! interpreter tensors beside it; region inputs are read in place from the
-//! caller's tensors and values computed outside the unit are copied once, at
-//! `prepare`. [`JitUnit::run`] binds the inputs, runs the steps and reads
-//! the region outputs back as tensors.
+//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus
+//! scratch for the values a kernel keeps to itself, module `schedule`);
+//! values of other dtypes are kept as interpreter tensors beside it; region
+//! inputs are read in place from the caller's tensors and values computed
+//! outside the unit are copied once, at `prepare`. [`JitUnit::run`] binds
+//! the inputs, runs the steps and reads the region outputs back as tensors.
+//!
+//! Threads: with one thread the steps run in schedule order; with a pool,
+//! each step runs as soon as the steps it depends on (by the places each
+//! reads and writes, module `schedule`) are done — dependency counting
+//! inside one rayon scope, the most critical ready step continuing on the
+//! same worker — and large kernels are split further (module `threads`).
+//! Every step computes the same values whatever runs beside it, so results
+//! are bit-identical at any thread count.
 //!
 //! Results equal the interpreter's up to rounding: a different summation
 //! order in matmul and the polynomial `exp`/`log`/`tanh` (module `poly`).
@@ -31,7 +39,7 @@ use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
 use super::conv::Conv;
 use super::gemm::sgemm;
-use super::schedule::{Access, Place, Schedule};
+use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
 use crate::backend::interp::{eval_node, pool_grad_slices, pool_slices, Data, PoolParams, Tensor, Values};
@@ -426,9 +434,15 @@ impl JitUnit {
             CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
         let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
         let arena_floats = arena_end.div_ceil(4);
-        // Each value kept in scratch gets bytes of its own, so that steps
-        // the schedule lets run at once never share scratch.
-        let mut scratch_end = arena_floats.div_ceil(16) * 16;
+        // Values kept inside a kernel go to scratch after the arena, placed
+        // so that sharing scratch bytes adds no wait to the schedule.
+        let mut scratch = Scratch::new(arena_floats.div_ceil(16) * 16);
+        let mut order = Order::default();
+        let sync = |order: &mut Order, steps: &[Step]| {
+            while order.len() < steps.len() {
+                order.push(steps[order.len()].access());
+            }
+        };
         let mut steps = Vec::new();
         let mut counts = StepCounts::default();
         let mut cols = 0usize;
@@ -440,7 +454,18 @@ impl JitUnit {
                 false => Ok((b.get(n)?, false)),
             }
         };
+        // What `nodes` read from outside (a folded transpose: its source).
+        let outside = |b: &Builder, nodes: &[NodeId]| -> Vec<Place> {
+            let sources = nodes.iter().flat_map(|&n| g.inputs(n)).filter(|i| !nodes.contains(i));
+            sources
+                .map(|i| if folded.contains(&i) { g.inputs(i)[0] } else { i })
+                .filter_map(|i| b.loc.get(&i).and_then(|&r| place(r, g.node(i).ty.numel())))
+                .collect()
+        };
         for &ki in &unit.order {
+            if let Some(last) = steps.len().checked_sub(1) {
+                scratch.release(last);
+            }
             let k = &unit.kernels[ki];
             if k.kind == KernelKind::Layout && k.nodes.iter().all(|n| folded.contains(n)) {
                 counts.folded += 1;
@@ -463,8 +488,8 @@ impl JitUnit {
                     let dst = match b.loc.get(&mm) {
                         Some(Ref::Arena(off)) => *off,
                         _ => {
-                            let at = scratch_end;
-                            scratch_end += g.node(mm).ty.numel().div_ceil(16) * 16;
+                            sync(&mut order, &steps);
+                            let at = scratch.take(g.node(mm).ty.numel(), &order, &outside(&b, &k.nodes));
                             b.loc.insert(mm, Ref::Arena(at));
                             at
                         }
@@ -518,11 +543,11 @@ impl JitUnit {
                         counts.interp += 1;
                         continue;
                     };
-                    let mut bump = scratch_end;
+                    sync(&mut order, &steps);
+                    let reads = outside(&b, &k.nodes);
                     let mut scratch_for = |b: &mut Builder, n: NodeId| {
                         if let std::collections::hash_map::Entry::Vacant(e) = b.loc.entry(n) {
-                            e.insert(Ref::Arena(bump));
-                            bump += g.node(n).ty.numel().div_ceil(16) * 16;
+                            e.insert(Ref::Arena(scratch.take(g.node(n).ty.numel(), &order, &reads)));
                         }
                     };
                     let input = g.inputs(anchor)[0];
@@ -548,7 +573,6 @@ impl JitUnit {
                         let step = b.part(&tail, &outs, &mut counts)?;
                         steps.push(step);
                     }
-                    scratch_end = bump;
                 }
                 KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => {
                     let n = k.nodes[0];
@@ -595,9 +619,10 @@ impl JitUnit {
             }
         }
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
-        let lines = scratch_end.div_ceil(16);
+        let lines = scratch.end().div_ceil(16);
         let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables], cols: vec![0.0; cols] };
-        let schedule = Schedule::of(&steps.iter().map(Step::access).collect::<Vec<_>>());
+        sync(&mut order, &steps);
+        let schedule = order.finish();
         counts.forks = schedule.forks();
         Ok(JitUnit {
             name: unit.name.clone(),
