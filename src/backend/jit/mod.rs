@@ -6,15 +6,18 @@
 //!
 //! Contract: results equal the reference interpreter's up to floating-point
 //! rounding (matmul summation order, polynomial `exp`/`log`/`tanh`; see
-//! `poly`). Execution is single-threaded and deterministic: the same program
-//! and inputs give bit-identical results on every run. Compiled functions
+//! `poly`). Execution is deterministic: the same program and inputs give
+//! bit-identical results on every run and at any thread count (`schedule`
+//! runs independent steps at once, `threads` splits large kernels along
+//! independent outputs only). Compiled functions
 //! are cached per thread by kernel signature, so a kernel that occurs in
 //! several units (or runs) is compiled once.
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
 //! reductions), `unit`
-//! (the executor of one unit), `clif` (the `--emit clif` listing).
+//! (the executor of one unit), `schedule` (which steps may run at once),
+//! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif` listing).
 //!
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
 //! metric and `map` region of `prog.tfl` through [`JitUnit`].
@@ -27,6 +30,7 @@ mod fold;
 mod gemm;
 mod poly;
 mod reduce;
+mod schedule;
 pub mod spec;
 mod threads;
 mod unit;

@@ -1,5 +1,6 @@
 //! The JIT's worker threads: one rayon pool per thread count, entered once
-//! per unit run, and the rule for splitting a kernel over it.
+//! per unit run (independent steps run in it at once, module `schedule`),
+//! and the rule for splitting a kernel over it.
 //!
 //! Contract: work is split only along independent output elements — the
 //! rows of an elementwise kernel, the output blocks of a matrix product

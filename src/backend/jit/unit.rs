@@ -6,7 +6,7 @@
 //! - an `Elementwise` kernel whose [`Spec`] the code generator accepts runs
 //!   as Cranelift code;
 //! - a `Contraction` kernel over a `f32` matmul runs the product through
-//!   `gemm` (single-threaded, no spin-waiting pool) and its epilogue as
+//!   `gemm` (split over the worker threads by output blocks) and its epilogue as
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
 //! - every other kernel (reductions, layout ops, convolutions, other dtypes,
 //!   ops without a code template) runs node by node on the reference
@@ -14,12 +14,20 @@
 //!   interpreter's results for those kernels.
 //!
 //! Storage: every `f32` and `bool` kernel output lives in the arena at the
-//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus a scratch area for matmul results the
-//! epilogue consumes in the same kernel); values of other dtypes are kept as
-//! interpreter tensors beside it; region inputs are read in place from the
-//! caller's tensors and values computed outside the unit are copied once, at
-//! `prepare`. [`JitUnit::run`] binds the inputs, runs the steps and reads
-//! the region outputs back as tensors.
+//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus
+//! scratch for the values a kernel keeps to itself, module `schedule`);
+//! values of other dtypes are kept as interpreter tensors beside it; region
+//! inputs are read in place from the caller's tensors and values computed
+//! outside the unit are copied once, at `prepare`. [`JitUnit::run`] binds
+//! the inputs, runs the steps and reads the region outputs back as tensors.
+//!
+//! Threads: with one thread the steps run in schedule order; with a pool,
+//! each step runs as soon as the steps it depends on (by the places each
+//! reads and writes, module `schedule`) are done — dependency counting
+//! inside one rayon scope, the most critical ready step continuing on the
+//! same worker — and large kernels are split further (module `threads`).
+//! Every step computes the same values whatever runs beside it, so results
+//! are bit-identical at any thread count.
 //!
 //! Results equal the interpreter's up to rounding: a different summation
 //! order in matmul and the polynomial `exp`/`log`/`tanh` (module `poly`).
@@ -31,6 +39,7 @@ use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
 use super::conv::Conv;
 use super::gemm::sgemm;
+use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
 use crate::backend::interp::{eval_node, pool_grad_slices, pool_slices, Data, PoolParams, Tensor, Values};
@@ -38,6 +47,7 @@ use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a value is during a run.
@@ -76,8 +86,8 @@ struct InterpNode {
 }
 
 enum Step {
-    /// A compiled loop nest; `args` are its loads then its outputs.
-    Jit { f: KernelFn, args: Vec<(Ref, usize)>, rows: usize, inner: usize },
+    /// A compiled loop nest; `args` are its `loads` loads then its outputs.
+    Jit { f: KernelFn, args: Vec<(Ref, usize)>, loads: usize, rows: usize, inner: usize },
     /// `dst = a @ b` (batched over leading dims) through `gemm`.
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
@@ -95,6 +105,77 @@ enum Step {
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
 }
 
+/// The place `len` elements of `r` occupy (none for values no step writes).
+fn place(r: Ref, len: usize) -> Option<Place> {
+    match r {
+        Ref::Arena(off) => Some(Place::Bytes(4 * off, 4 * (off + len))),
+        Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
+        Ref::Table(t) => Some(Place::Table(t)),
+        Ref::Input(_) | Ref::Fixed(_) => None,
+    }
+}
+
+impl Step {
+    /// The places this step reads and writes, and its rough cost (about a
+    /// nanosecond per unit on one core).
+    fn access(&self) -> Access {
+        let mut acc = Access::default();
+        let (reads, writes, cost) = (&mut acc.reads, &mut acc.writes, &mut acc.cost);
+        let arena = |off: usize, len: usize| Place::Bytes(4 * off, 4 * (off + len));
+        match self {
+            Step::Jit { args, loads, rows, inner, .. } => {
+                for (i, &(r, len)) in args.iter().enumerate() {
+                    let to = if i < *loads { &mut *reads } else { &mut *writes };
+                    to.extend(place(r, len));
+                }
+                *cost = (rows * inner * args.len() / 8) as u64;
+            }
+            Step::Gemm { a, b, dst, batch, m, k, n, .. } => {
+                reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
+                writes.push(arena(*dst, batch * m * n));
+                *cost = (batch * m * k * n / 50) as u64;
+            }
+            Step::Conv { conv, a, b, dst } => {
+                let (na, nb, ny) = conv.sizes();
+                reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
+                writes.extend([arena(*dst, ny), Place::Cols]);
+                *cost = (4 * (ny + conv.cols_len())) as u64;
+            }
+            Step::Interp(nodes) => {
+                for node in nodes {
+                    for (arg, ty) in node.args.iter().zip(&node.arg_tys) {
+                        if let Arg::Ref(r) = arg {
+                            reads.extend(place(*r, ty.numel()));
+                        }
+                    }
+                    writes.extend(node.out.and_then(|r| place(r, node.ty.numel())));
+                    *cost += 8 * node.ty.numel() as u64;
+                }
+            }
+            Step::Reduce { src, dst, shape, reduced, .. } => {
+                let n: usize = shape.iter().product();
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                reads.extend(place(*src, n));
+                writes.push(arena(*dst, m));
+                *cost = (n / 4) as u64;
+            }
+            Step::Pool { x, grad, dst, xs, ys, .. } => {
+                let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                reads.extend(place(*x, nx));
+                reads.extend(grad.and_then(|g| place(g, ny)));
+                writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
+                *cost = nx as u64;
+            }
+            Step::Transpose { src, dst, rows, cols } => {
+                reads.extend(place(*src, rows * cols));
+                writes.push(arena(*dst, rows * cols));
+                *cost = (rows * cols / 2) as u64;
+            }
+        }
+        acc
+    }
+}
+
 /// How each kernel of a prepared unit runs (for reports and tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepCounts {
@@ -105,6 +186,10 @@ pub struct StepCounts {
     pub native: usize,
     /// Transposes read through a matmul's strides instead of run.
     pub folded: usize,
+    /// How often a threaded run can hand a step to another worker: the
+    /// steps beyond the first that start the run or that one step's end
+    /// makes ready (0: the steps form one chain).
+    pub forks: usize,
 }
 
 /// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
@@ -123,6 +208,8 @@ struct State {
 pub struct JitUnit {
     pub name: String,
     steps: Vec<Step>,
+    /// Which steps wait for which (threaded runs).
+    schedule: Schedule,
     fixed: Vec<Tensor>,
     outputs: Vec<(Ref, TensorType)>,
     /// The element types of arena values read back as tensors.
@@ -266,7 +353,7 @@ impl Builder<'_> {
                 r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
             }
         }
-        Ok(Step::Jit { f, args, rows: spec.rows(), inner: spec.inner })
+        Ok(Step::Jit { f, args, loads: spec.loads.len(), rows: spec.rows(), inner: spec.inner })
     }
 }
 
@@ -306,7 +393,6 @@ impl JitUnit {
             .collect();
         let mut slot_at: HashMap<usize, NodeId> = HashMap::new();
         // Storage of every value that leaves a kernel.
-        let mut scratch = 0usize;
         for k in &unit.kernels {
             for &n in &k.nodes {
                 let node = g.node(n);
@@ -322,14 +408,9 @@ impl JitUnit {
                         b.fixed.push(eval_node(&node.op, &[], &node.ty)?);
                         Ref::Fixed(b.fixed.len() - 1)
                     }
-                    _ if !k.outputs.contains(&n) => {
-                        // A contraction's product that only its epilogue
-                        // reads goes to scratch.
-                        if k.kind == KernelKind::Contraction && n == k.nodes[0] {
-                            scratch = scratch.max(node.ty.numel());
-                        }
-                        continue;
-                    }
+                    // A contraction's product that only its epilogue reads
+                    // goes to scratch (below).
+                    _ if !k.outputs.contains(&n) => continue,
                     _ => match buffers.get(&n) {
                         Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
                         Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
@@ -353,7 +434,15 @@ impl JitUnit {
             CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
         let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
         let arena_floats = arena_end.div_ceil(4);
-        let scratch_at = arena_floats.div_ceil(16) * 16;
+        // Values kept inside a kernel go to scratch after the arena, placed
+        // so that sharing scratch bytes adds no wait to the schedule.
+        let mut scratch = Scratch::new(arena_floats.div_ceil(16) * 16);
+        let mut order = Order::default();
+        let sync = |order: &mut Order, steps: &[Step]| {
+            while order.len() < steps.len() {
+                order.push(steps[order.len()].access());
+            }
+        };
         let mut steps = Vec::new();
         let mut counts = StepCounts::default();
         let mut cols = 0usize;
@@ -365,7 +454,18 @@ impl JitUnit {
                 false => Ok((b.get(n)?, false)),
             }
         };
+        // What `nodes` read from outside (a folded transpose: its source).
+        let outside = |b: &Builder, nodes: &[NodeId]| -> Vec<Place> {
+            let sources = nodes.iter().flat_map(|&n| g.inputs(n)).filter(|i| !nodes.contains(i));
+            sources
+                .map(|i| if folded.contains(&i) { g.inputs(i)[0] } else { i })
+                .filter_map(|i| b.loc.get(&i).and_then(|&r| place(r, g.node(i).ty.numel())))
+                .collect()
+        };
         for &ki in &unit.order {
+            if let Some(last) = steps.len().checked_sub(1) {
+                scratch.release(last);
+            }
             let k = &unit.kernels[ki];
             if k.kind == KernelKind::Layout && k.nodes.iter().all(|n| folded.contains(n)) {
                 counts.folded += 1;
@@ -388,8 +488,10 @@ impl JitUnit {
                     let dst = match b.loc.get(&mm) {
                         Some(Ref::Arena(off)) => *off,
                         _ => {
-                            b.loc.insert(mm, Ref::Arena(scratch_at));
-                            scratch_at
+                            sync(&mut order, &steps);
+                            let at = scratch.take(g.node(mm).ty.numel(), &order, &outside(&b, &k.nodes));
+                            b.loc.insert(mm, Ref::Arena(at));
+                            at
                         }
                     };
                     let ins = g.inputs(mm);
@@ -441,11 +543,11 @@ impl JitUnit {
                         counts.interp += 1;
                         continue;
                     };
-                    let mut bump = scratch_at;
+                    sync(&mut order, &steps);
+                    let reads = outside(&b, &k.nodes);
                     let mut scratch_for = |b: &mut Builder, n: NodeId| {
                         if let std::collections::hash_map::Entry::Vacant(e) = b.loc.entry(n) {
-                            e.insert(Ref::Arena(bump));
-                            bump += g.node(n).ty.numel().div_ceil(16) * 16;
+                            e.insert(Ref::Arena(scratch.take(g.node(n).ty.numel(), &order, &reads)));
                         }
                     };
                     let input = g.inputs(anchor)[0];
@@ -471,7 +573,6 @@ impl JitUnit {
                         let step = b.part(&tail, &outs, &mut counts)?;
                         steps.push(step);
                     }
-                    scratch = scratch.max(bump - scratch_at);
                 }
                 KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => {
                     let n = k.nodes[0];
@@ -518,11 +619,15 @@ impl JitUnit {
             }
         }
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
-        let lines = (scratch_at + scratch).div_ceil(16);
+        let lines = scratch.end().div_ceil(16);
         let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables], cols: vec![0.0; cols] };
+        sync(&mut order, &steps);
+        let schedule = order.finish();
+        counts.forks = schedule.forks();
         Ok(JitUnit {
             name: unit.name.clone(),
             steps,
+            schedule,
             fixed: b.fixed,
             outputs,
             state: Mutex::new(state),
@@ -551,37 +656,35 @@ impl JitUnit {
     /// outputs that are not carried.
     pub fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
         let mut st = self.state()?;
-        let st: &mut State = &mut st;
+        let mem = Mem::of(&mut st, head);
         match &self.pool {
             // Entered once per run: a fork-join from outside the pool costs
             // ~4.5 µs, inside it ~0.13 µs.
-            Some(pool) => pool.install(|| self.execute(st, head))?,
-            None => self.execute(st, head)?,
+            Some(pool) => pool.install(|| self.execute(mem))?,
+            None => self.execute(mem)?,
         }
-        let State { arena, table, .. } = &mut *st;
-        let arena: &mut [f32] = as_floats(arena);
         for r in &self.residents {
             let Some(from) = r.refresh_from else { continue };
             match r.home {
                 Ref::Arena(at) => {
                     let n = r.ty.numel();
-                    let src = self.ptr(from, arena, head, table, n)? as *const f32;
-                    let dst =
-                        arena.get_mut(at..at + n).ok_or_else(|| internal("a carried value lies outside the arena"))?;
-                    // SAFETY: `ptr` checked `n` elements at `src`; a home
-                    // never overlaps the planned buffers or tensors it is
-                    // refreshed from.
+                    let src = self.ptr(from, mem, n)? as *const f32;
+                    // SAFETY: the steps are done; a home never overlaps the
+                    // planned buffers or tensors it is refreshed from, and
+                    // `ptr` checked `n` elements at `src`.
+                    let dst = unsafe { mem.out(at, n, "a carried value")? };
                     dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, n) });
                 }
                 Ref::Table(t) => {
-                    let v = self.read(from, arena, head, table, &r.ty)?;
-                    table[t] = Some(v);
+                    let v = self.read(from, mem, &r.ty)?;
+                    // SAFETY: the steps are done.
+                    unsafe { mem.set_table(t, v)? };
                 }
                 other => return Err(internal(format!("a carried value lives in {other:?}"))),
             }
         }
         let n = self.outputs.len() - self.residents.len();
-        self.outputs[..n].iter().map(|(r, ty)| self.read(*r, arena, head, table, ty)).collect()
+        self.outputs[..n].iter().map(|(r, ty)| self.read(*r, mem, ty)).collect()
     }
 
     /// Puts the carried values (in carried order) into their homes.
@@ -590,15 +693,15 @@ impl JitUnit {
             return Err(internal(format!("{} carried values for {} homes", values.len(), self.residents.len())));
         }
         let mut st = self.state()?;
-        let State { arena, table, .. } = &mut *st;
-        let arena: &mut [f32] = as_floats(arena);
+        let mem = Mem::of(&mut st, &[]);
         for (r, v) in self.residents.iter().zip(values) {
             if v.ty() != r.ty {
                 return Err(internal(format!("a carried value of type {} for a home of {}", v.ty(), r.ty)));
             }
             match r.home {
-                Ref::Arena(at) => store(arena, at, v)?,
-                Ref::Table(t) => table[t] = Some(v.clone()),
+                Ref::Arena(at) => store(mem, at, v)?,
+                // SAFETY: nothing runs; the lock is held.
+                Ref::Table(t) => unsafe { mem.set_table(t, v.clone())? },
                 other => return Err(internal(format!("a carried value lives in {other:?}"))),
             }
         }
@@ -608,24 +711,16 @@ impl JitUnit {
     /// The carried values, as the last run left them.
     pub fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
         let mut st = self.state()?;
-        let State { arena, table, .. } = &mut *st;
-        let arena: &mut [f32] = as_floats(arena);
-        self.residents.iter().map(|r| self.read(r.home, arena, &[], table, &r.ty)).collect()
+        let mem = Mem::of(&mut st, &[]);
+        self.residents.iter().map(|r| self.read(r.home, mem, &r.ty)).collect()
     }
 
     /// The value at `r` as a tensor of type `ty`.
-    fn read(
-        &self,
-        r: Ref,
-        arena: &[f32],
-        inputs: &[Tensor],
-        table: &[Option<Tensor>],
-        ty: &TensorType,
-    ) -> Result<Tensor, Diagnostic> {
+    fn read(&self, r: Ref, mem: Mem, ty: &TensorType) -> Result<Tensor, Diagnostic> {
         match r {
-            Ref::Arena(off) => self.arena_tensor(arena, off, ty),
-            Ref::Mask(off) => mask_tensor(arena, off, ty),
-            r => self.tensor(r, inputs, table).cloned(),
+            Ref::Arena(off) => arena_tensor(mem, off, ty),
+            Ref::Mask(off) => mask_tensor(mem, off, ty),
+            r => self.tensor(r, mem).cloned(),
         }
     }
 
@@ -633,199 +728,204 @@ impl JitUnit {
         self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
     }
 
-    /// Runs every step on `inputs`.
-    fn execute(&self, st: &mut State, inputs: &[Tensor]) -> Result<(), Diagnostic> {
-        let State { arena, table, cols } = st;
-        let arena: &mut [f32] = as_floats(arena);
-        let mut ptrs: Vec<*mut f32> = Vec::new();
+    /// Runs every step: in schedule order on one thread; with worker
+    /// threads, each step as soon as the steps it depends on are done
+    /// (module `schedule`).
+    fn execute(&self, mem: Mem) -> Result<(), Diagnostic> {
         let threads = if self.pool.is_some() { rayon::current_num_threads() } else { 1 };
-        for step in &self.steps {
-            match step {
-                Step::Jit { f, args, rows, inner } => {
-                    ptrs.clear();
-                    for &(r, len) in args {
-                        ptrs.push(self.ptr(r, arena, inputs, table, len)?);
-                    }
-                    let (rows, inner) = (*rows, *inner);
-                    if threads > 1 && rows > 1 && rows * inner >= PARALLEL_MIN_ELEMENTS {
-                        let shared = Pointers(ptrs.as_ptr());
-                        let f = *f;
-                        rayon::scope(|s| {
-                            for (lo, hi) in split_rows(rows, threads) {
-                                let shared = &shared;
-                                // SAFETY: as below; disjoint row ranges write
-                                // disjoint output elements, and read-only
-                                // loads may be shared.
-                                s.spawn(move |_| unsafe { f(shared.0, lo, hi, inner) });
-                            }
-                        });
-                    } else {
-                        // SAFETY: every pointer addresses at least the
-                        // elements the spec reads or writes (checked by
-                        // `ptr`), and the compiled function touches nothing
-                        // else.
-                        unsafe { f(ptrs.as_ptr(), 0, rows, inner) };
-                    }
-                }
-                Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
-                    let (m, k, n) = (*m, *k, *n);
-                    let pa = self.ptr(*a, arena, inputs, table, batch * m * k)?;
-                    let pb = self.ptr(*b, arena, inputs, table, batch * k * n)?;
-                    let out = arena
-                        .get_mut(*dst..*dst + batch * m * n)
-                        .ok_or_else(|| internal("a matmul result does not fit in the arena"))?;
-                    for bt in 0..*batch {
-                        let d = &mut out[bt * m * n..(bt + 1) * m * n];
-                        let (ma, mb) =
-                            (pa.wrapping_add(bt * m * k) as *const f32, pb.wrapping_add(bt * k * n) as *const f32);
-                        let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
-                        let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
-                        // SAFETY: `pa`/`pb` hold `batch` m×k and k×n
-                        // matrices (checked by `ptr`), row-major or, when
-                        // folded, stored transposed; `d` is m×n.
-                        unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
-                    }
-                }
-                Step::Conv { conv, a, b, dst } => {
-                    let (na, nb, ny) = conv.sizes();
-                    let pa = self.ptr(*a, arena, inputs, table, na)?;
-                    let pb = self.ptr(*b, arena, inputs, table, nb)?;
-                    let out = arena
-                        .get_mut(*dst..*dst + ny)
-                        .ok_or_else(|| internal("a convolution result does not fit in the arena"))?;
-                    let cols = cols.get_mut(..conv.cols_len()).ok_or_else(|| internal("im2col scratch too small"))?;
-                    // SAFETY: `ptr` checked the operand sizes; `out` and
-                    // `cols` have the sizes `run` needs.
-                    unsafe { conv.run(pa, pb, out, cols, threads) };
-                }
-                Step::Reduce { op, src, dst, shape, reduced } => {
-                    let n: usize = shape.iter().product();
-                    let from = self.ptr(*src, arena, inputs, table, n)? as *const f32;
-                    // SAFETY: `ptr` checked that `src` holds `n` elements.
-                    let from = unsafe { std::slice::from_raw_parts(from, n) };
-                    let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
-                    let to = arena
-                        .get_mut(*dst..*dst + m)
-                        .ok_or_else(|| internal("a reduction result does not fit in the arena"))?;
-                    super::reduce::reduce(*op, from, shape, reduced, to);
-                }
-                Step::Pool { params, x, grad, dst, xs, ys } => {
-                    let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
-                    let px = self.ptr(*x, arena, inputs, table, nx)? as *const f32;
-                    let pg = match grad {
-                        Some(gy) => Some(self.ptr(*gy, arena, inputs, table, ny)? as *const f32),
-                        None => None,
-                    };
-                    let out_len = if grad.is_some() { nx } else { ny };
-                    let out = arena
-                        .get_mut(*dst..*dst + out_len)
-                        .ok_or_else(|| internal("a pooling result does not fit in the arena"))?;
-                    // SAFETY: `ptr` checked the sizes; the memory plan never
-                    // places a kernel's output over its operands.
-                    let xv = unsafe { std::slice::from_raw_parts(px, nx) };
-                    let done = match pg {
-                        Some(pg) => {
-                            pool_grad_slices(xv, unsafe { std::slice::from_raw_parts(pg, ny) }, xs, ys, *params, out)
+        if threads == 1 || !self.schedule.has_parallel_steps() {
+            // SAFETY: one step runs at a time.
+            return self.steps.iter().try_for_each(|step| unsafe { self.step(step, mem, threads) });
+        }
+        let run = Run {
+            unit: self,
+            mem,
+            threads,
+            waits: self.schedule.waits.iter().map(|&w| AtomicU32::new(w)).collect(),
+            failed: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        };
+        let run = &run;
+        rayon::scope(|s| {
+            let (first, rest) = self.schedule.roots.split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
+            for &r in rest {
+                s.spawn(move |s| run.from(s, r as usize));
+            }
+            if let Some(&f) = first {
+                run.from(s, f as usize);
+            }
+        });
+        let failed = match run.failed.lock() {
+            Ok(mut failed) => failed.take(),
+            Err(_) => return Err(internal("a step panicked")),
+        };
+        failed.map_or(Ok(()), |(_, d)| Err(d))
+    }
+
+    /// Runs one step.
+    ///
+    /// # Safety
+    /// No step that runs at the same time writes a place `step` touches or
+    /// touches a place `step` writes (the schedule's contract).
+    unsafe fn step(&self, step: &Step, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
+        match step {
+            Step::Jit { f, args, rows, inner, .. } => {
+                let ptrs = args.iter().map(|&(r, len)| self.ptr(r, mem, len)).collect::<Result<Vec<_>, _>>()?;
+                let (rows, inner) = (*rows, *inner);
+                if threads > 1 && rows > 1 && rows * inner >= PARALLEL_MIN_ELEMENTS {
+                    let shared = Pointers(ptrs.as_ptr());
+                    let f = *f;
+                    rayon::scope(|s| {
+                        for (lo, hi) in split_rows(rows, threads) {
+                            let shared = &shared;
+                            // SAFETY: as below; disjoint row ranges write
+                            // disjoint output elements, and read-only
+                            // loads may be shared.
+                            s.spawn(move |_| unsafe { f(shared.0, lo, hi, inner) });
                         }
-                        None => pool_slices(xv, xs, ys, *params, out),
-                    };
-                    done.map_err(|e| e.diagnostic("pooling", DType::F32))?;
+                    });
+                } else {
+                    // SAFETY: every pointer addresses at least the
+                    // elements the spec reads or writes (checked by
+                    // `ptr`), and the compiled function touches nothing
+                    // else.
+                    unsafe { f(ptrs.as_ptr(), 0, rows, inner) };
                 }
-                Step::Transpose { src, dst, rows, cols } => {
-                    let (rows, cols) = (*rows, *cols);
-                    let from = self.ptr(*src, arena, inputs, table, rows * cols)? as *const f32;
-                    // SAFETY: `ptr` checked that `src` holds rows × cols elements.
-                    let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
-                    let to = arena
-                        .get_mut(*dst..*dst + rows * cols)
-                        .ok_or_else(|| internal("a transpose result does not fit in the arena"))?;
-                    transpose(from, to, rows, cols);
+            }
+            Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
+                let (m, k, n) = (*m, *k, *n);
+                let pa = self.ptr(*a, mem, batch * m * k)?;
+                let pb = self.ptr(*b, mem, batch * k * n)?;
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, batch * m * n, "a matmul result")? };
+                for bt in 0..*batch {
+                    let d = &mut out[bt * m * n..(bt + 1) * m * n];
+                    let (ma, mb) =
+                        (pa.wrapping_add(bt * m * k) as *const f32, pb.wrapping_add(bt * k * n) as *const f32);
+                    let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
+                    let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
+                    // SAFETY: `pa`/`pb` hold `batch` m×k and k×n
+                    // matrices (checked by `ptr`), row-major or, when
+                    // folded, stored transposed; `d` is m×n.
+                    unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
                 }
-                Step::Interp(nodes) => {
-                    let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
-                    for node in nodes {
-                        let owned: Vec<Option<Tensor>> = node
-                            .args
-                            .iter()
-                            .zip(&node.arg_tys)
-                            .map(|(a, ty)| match a {
-                                Arg::Ref(Ref::Arena(off)) => Ok(Some(self.arena_tensor(arena, *off, ty)?)),
-                                Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(arena, *off, ty)?)),
-                                _ => Ok(None),
-                            })
-                            .collect::<Result<_, Diagnostic>>()?;
-                        let args: Vec<&Tensor> = node
-                            .args
-                            .iter()
-                            .zip(&owned)
-                            .map(|(a, o)| match (a, o) {
-                                (_, Some(t)) => Ok(t),
-                                (Arg::Local(l), None) => local.get(*l).ok_or_else(|| internal("local operand")),
-                                (Arg::Ref(r), None) => self.tensor(*r, inputs, table),
-                            })
-                            .collect::<Result<_, _>>()?;
-                        let v = eval_node(&node.op, &args, &node.ty)
-                            .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
-                        match node.out {
-                            Some(Ref::Arena(off)) => store(arena, off, &v)?,
-                            Some(Ref::Mask(off)) => store_mask(arena, off, &v)?,
-                            Some(Ref::Table(t)) => table[t] = Some(v.clone()),
-                            Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
-                            None => {}
-                        }
-                        local.push(v);
+            }
+            Step::Conv { conv, a, b, dst } => {
+                let (na, nb, ny) = conv.sizes();
+                let pa = self.ptr(*a, mem, na)?;
+                let pb = self.ptr(*b, mem, nb)?;
+                // SAFETY: the caller's contract (a convolution writes the
+                // im2col buffer too).
+                let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
+                let cols = unsafe { mem.cols(conv.cols_len())? };
+                // SAFETY: `ptr` checked the operand sizes; `out` and
+                // `cols` have the sizes `run` needs.
+                unsafe { conv.run(pa, pb, out, cols, threads) };
+            }
+            Step::Reduce { op, src, dst, shape, reduced } => {
+                let n: usize = shape.iter().product();
+                let from = self.ptr(*src, mem, n)? as *const f32;
+                // SAFETY: `ptr` checked that `src` holds `n` elements.
+                let from = unsafe { std::slice::from_raw_parts(from, n) };
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, m, "a reduction result")? };
+                super::reduce::reduce(*op, from, shape, reduced, to);
+            }
+            Step::Pool { params, x, grad, dst, xs, ys } => {
+                let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                let px = self.ptr(*x, mem, nx)? as *const f32;
+                let pg = match grad {
+                    Some(gy) => Some(self.ptr(*gy, mem, ny)? as *const f32),
+                    None => None,
+                };
+                let out_len = if grad.is_some() { nx } else { ny };
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, out_len, "a pooling result")? };
+                // SAFETY: `ptr` checked the sizes; the memory plan never
+                // places a kernel's output over its operands.
+                let xv = unsafe { std::slice::from_raw_parts(px, nx) };
+                let done = match pg {
+                    Some(pg) => {
+                        pool_grad_slices(xv, unsafe { std::slice::from_raw_parts(pg, ny) }, xs, ys, *params, out)
                     }
+                    None => pool_slices(xv, xs, ys, *params, out),
+                };
+                done.map_err(|e| e.diagnostic("pooling", DType::F32))?;
+            }
+            Step::Transpose { src, dst, rows, cols } => {
+                let (rows, cols) = (*rows, *cols);
+                let from = self.ptr(*src, mem, rows * cols)? as *const f32;
+                // SAFETY: `ptr` checked that `src` holds rows × cols elements.
+                let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, rows * cols, "a transpose result")? };
+                transpose(from, to, rows, cols);
+            }
+            Step::Interp(nodes) => {
+                let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
+                for node in nodes {
+                    let owned: Vec<Option<Tensor>> = node
+                        .args
+                        .iter()
+                        .zip(&node.arg_tys)
+                        .map(|(a, ty)| match a {
+                            Arg::Ref(Ref::Arena(off)) => Ok(Some(arena_tensor(mem, *off, ty)?)),
+                            Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(mem, *off, ty)?)),
+                            _ => Ok(None),
+                        })
+                        .collect::<Result<_, Diagnostic>>()?;
+                    let args: Vec<&Tensor> = node
+                        .args
+                        .iter()
+                        .zip(&owned)
+                        .map(|(a, o)| match (a, o) {
+                            (_, Some(t)) => Ok(t),
+                            (Arg::Local(l), None) => local.get(*l).ok_or_else(|| internal("local operand")),
+                            (Arg::Ref(r), None) => self.tensor(*r, mem),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    let v = eval_node(&node.op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
+                    match node.out {
+                        Some(Ref::Arena(off)) => store(mem, off, &v)?,
+                        Some(Ref::Mask(off)) => store_mask(mem, off, &v)?,
+                        // SAFETY: the caller's contract.
+                        Some(Ref::Table(t)) => unsafe { mem.set_table(t, v.clone())? },
+                        Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
+                        None => {}
+                    }
+                    local.push(v);
                 }
             }
         }
         Ok(())
     }
 
-    fn arena_tensor(&self, arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
-        let n = ty.numel();
-        let v = arena.get(off..off + n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
-        Tensor::from_vec(DType::F32, &ty.shape, v.to_vec())
-    }
-
-    fn tensor<'t>(
-        &'t self,
-        r: Ref,
-        inputs: &'t [Tensor],
-        table: &'t [Option<Tensor>],
-    ) -> Result<&'t Tensor, Diagnostic> {
+    /// The tensor at `r` (not in the arena).
+    fn tensor<'t>(&'t self, r: Ref, mem: Mem<'t>) -> Result<&'t Tensor, Diagnostic> {
         match r {
-            Ref::Input(p) => inputs.get(p).ok_or_else(|| internal(format!("input {p} is unbound"))),
+            Ref::Input(p) => mem.inputs.get(p).ok_or_else(|| internal(format!("input {p} is unbound"))),
             Ref::Fixed(i) => self.fixed.get(i).ok_or_else(|| internal("fixed value")),
+            // SAFETY: a step reads a table entry only when the schedule
+            // lets no other step write it at the same time.
             Ref::Table(t) => {
-                table.get(t).and_then(Option::as_ref).ok_or_else(|| internal("a value is read before it is computed"))
+                unsafe { mem.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
             }
             Ref::Arena(_) | Ref::Mask(_) => Err(internal("an arena value read as a tensor")),
         }
     }
 
     /// A pointer to `len` `f32` elements of `r`.
-    fn ptr(
-        &self,
-        r: Ref,
-        arena: &mut [f32],
-        inputs: &[Tensor],
-        table: &[Option<Tensor>],
-        len: usize,
-    ) -> Result<*mut f32, Diagnostic> {
+    fn ptr(&self, r: Ref, mem: Mem, len: usize) -> Result<*mut f32, Diagnostic> {
         match r {
-            Ref::Arena(off) => {
-                let s =
-                    arena.get_mut(off..off + len).ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
-                Ok(s.as_mut_ptr())
-            }
-            Ref::Mask(off) => {
-                let s = bytes_mut(arena)
-                    .get_mut(off..off + len)
-                    .ok_or_else(|| internal("a kernel operand lies outside the arena"))?;
-                Ok(s.as_mut_ptr().cast::<f32>())
-            }
+            Ref::Arena(off) => mem.floats(off, len).ok_or_else(|| internal("a kernel operand lies outside the arena")),
+            Ref::Mask(off) => mem
+                .bytes(off, len)
+                .map(|p| p.cast::<f32>())
+                .ok_or_else(|| internal("a kernel operand lies outside the arena")),
             r => {
-                let t = self.tensor(r, inputs, table)?;
+                let t = self.tensor(r, mem)?;
                 match t.data() {
                     Data::F32(a) if t.dtype() == DType::F32 => {
                         let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
@@ -844,6 +944,64 @@ impl JitUnit {
                     }
                     _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
                 }
+            }
+        }
+    }
+}
+
+/// One threaded run of a unit's steps: each step runs once the steps it
+/// waits for are done (`waits` counts down), on whichever worker finishes
+/// the last of them.
+struct Run<'r> {
+    unit: &'r JitUnit,
+    mem: Mem<'r>,
+    threads: usize,
+    waits: Vec<AtomicU32>,
+    /// The failure of the earliest failed step (by index), if any.
+    failed: Mutex<Option<(usize, Diagnostic)>>,
+    /// Set on a failure: no further step starts.
+    stop: AtomicBool,
+}
+
+impl<'r> Run<'r> {
+    /// Runs step `i`, then every step it made ready: the most critical one
+    /// (the schedule's highest rank) on this thread, the others spawned
+    /// for idle workers to take.
+    fn from<'s>(&'s self, s: &rayon::Scope<'s>, mut i: usize)
+    where
+        'r: 's,
+    {
+        let sched = &self.unit.schedule;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // SAFETY: every step that touches a place step `i` writes, or
+            // writes a place it reads, is ordered before or after it by the
+            // schedule; those before have counted `waits[i]` down to zero.
+            if let Err(d) = unsafe { self.unit.step(&self.unit.steps[i], self.mem, self.threads) } {
+                self.stop.store(true, Ordering::Relaxed);
+                if let Ok(mut failed) = self.failed.lock() {
+                    if failed.as_ref().is_none_or(|(j, _)| i < *j) {
+                        *failed = Some((i, d));
+                    }
+                }
+                return;
+            }
+            let mut next = None;
+            for &j in &sched.then[i] {
+                // Release publishes this step's writes; acquire (by the
+                // step that counts to zero) sees every predecessor's.
+                if self.waits[j as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    match next {
+                        None => next = Some(j as usize),
+                        Some(_) => s.spawn(move |s| self.from(s, j as usize)),
+                    }
+                }
+            }
+            match next {
+                Some(j) => i = j,
+                None => return,
             }
         }
     }
@@ -936,43 +1094,133 @@ fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
         && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F32 && g.node(i).ty.shape.len() >= 2)
 }
 
-fn as_floats(lines: &mut [Line]) -> &mut [f32] {
-    let len = lines.len() * 16;
-    // SAFETY: `Line` is `repr(C)` over `[f32; 16]`, so the lines are `len`
-    // contiguous, initialized `f32`s.
-    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<f32>(), len) }
+/// The storage of one run as raw parts, so that the steps the schedule
+/// runs at once can each borrow the places they touch: no two of them
+/// touch overlapping places unless both only read them (module `schedule`).
+#[derive(Clone, Copy)]
+struct Mem<'a> {
+    arena: *mut f32,
+    floats: usize,
+    table: *mut Option<Tensor>,
+    tables: usize,
+    cols: *mut f32,
+    cols_len: usize,
+    inputs: &'a [Tensor],
 }
 
-/// The arena's bytes.
-fn bytes_mut(arena: &mut [f32]) -> &mut [u8] {
-    let len = arena.len() * 4;
-    // SAFETY: any initialized `f32`s are valid bytes, and the slice keeps
-    // the arena's exclusive borrow.
-    unsafe { std::slice::from_raw_parts_mut(arena.as_mut_ptr().cast::<u8>(), len) }
+// SAFETY: a `Mem` is shared only by the steps of one run, while the
+// caller holds the unit's state lock, and those steps touch disjoint
+// places or only read the same ones (the schedule's contract).
+unsafe impl Send for Mem<'_> {}
+unsafe impl Sync for Mem<'_> {}
+
+impl<'a> Mem<'a> {
+    fn of(st: &'a mut State, inputs: &'a [Tensor]) -> Mem<'a> {
+        Mem {
+            arena: st.arena.as_mut_ptr().cast::<f32>(),
+            // `Line` is `repr(C)` over `[f32; 16]`.
+            floats: st.arena.len() * 16,
+            table: st.table.as_mut_ptr(),
+            tables: st.table.len(),
+            cols: st.cols.as_mut_ptr(),
+            cols_len: st.cols.len(),
+            inputs,
+        }
+    }
+
+    /// A pointer to the `len` floats at `off`, if they lie in the arena.
+    fn floats(self, off: usize, len: usize) -> Option<*mut f32> {
+        (off.checked_add(len)? <= self.floats).then(|| self.arena.wrapping_add(off))
+    }
+
+    /// A pointer to the `len` bytes at `off`, if they lie in the arena.
+    fn bytes(self, off: usize, len: usize) -> Option<*mut u8> {
+        (off.checked_add(len)? <= self.floats * 4).then(|| self.arena.cast::<u8>().wrapping_add(off))
+    }
+
+    /// The floats `off..off + len` (`what` names them in the error).
+    ///
+    /// # Safety
+    /// Nothing else reads or writes them while the slice lives.
+    unsafe fn out(self, off: usize, len: usize, what: &str) -> Result<&'a mut [f32], Diagnostic> {
+        let p = self.floats(off, len).ok_or_else(|| internal(format!("{what} does not fit in the arena")))?;
+        // SAFETY: in the arena (checked); exclusive by the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// The first `len` floats of the im2col buffer.
+    ///
+    /// # Safety
+    /// As for `out`.
+    unsafe fn cols(self, len: usize) -> Result<&'a mut [f32], Diagnostic> {
+        if len > self.cols_len {
+            return Err(internal("im2col scratch too small"));
+        }
+        // SAFETY: `len` floats of the buffer; exclusive by the contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.cols, len) })
+    }
+
+    /// Table entry `t`.
+    ///
+    /// # Safety
+    /// Nothing writes it while the reference lives.
+    unsafe fn table(self, t: usize) -> Result<&'a Option<Tensor>, Diagnostic> {
+        if t >= self.tables {
+            return Err(internal("a table entry out of range"));
+        }
+        // SAFETY: in range; not written meanwhile (the caller's contract).
+        Ok(unsafe { &*self.table.add(t) })
+    }
+
+    /// Sets table entry `t`.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes it meanwhile.
+    unsafe fn set_table(self, t: usize, v: Tensor) -> Result<(), Diagnostic> {
+        if t >= self.tables {
+            return Err(internal("a table entry out of range"));
+        }
+        // SAFETY: in range; exclusive by the caller's contract.
+        unsafe { *self.table.add(t) = Some(v) };
+        Ok(())
+    }
+}
+
+/// The `f32` tensor of type `ty` at element `off` of the arena.
+fn arena_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    let n = ty.numel();
+    let p = mem.floats(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    // SAFETY: in the arena; the schedule lets no step write these floats
+    // while the reading step runs.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
+    Tensor::from_vec(DType::F32, &ty.shape, v.to_vec())
 }
 
 /// The `bool` tensor of type `ty` at byte `off` of the arena.
-fn mask_tensor(arena: &[f32], off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
-    // SAFETY: as in `bytes_mut`, read-only.
-    let bytes = unsafe { std::slice::from_raw_parts(arena.as_ptr().cast::<u8>(), arena.len() * 4) };
-    let v = bytes.get(off..off + ty.numel()).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+fn mask_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    let n = ty.numel();
+    let p = mem.bytes(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    // SAFETY: as in `arena_tensor`.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
     Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
 }
 
-fn store_mask(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+fn store_mask(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
     let Data::Bool(a) = v.data() else { return Err(internal("a non-bool value stored as a mask")) };
-    let dst = bytes_mut(arena)
-        .get_mut(off..off + a.len())
-        .ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    let p = mem.bytes(off, a.len()).ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    // SAFETY: in the arena; only the writing step touches these bytes.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p, a.len()) };
     for (d, &s) in dst.iter_mut().zip(a.iter()) {
         *d = u8::from(s);
     }
     Ok(())
 }
 
-fn store(arena: &mut [f32], off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+fn store(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
     let Data::F32(a) = v.data() else { return Err(internal("a non-f32 value stored in the arena")) };
-    let dst = arena.get_mut(off..off + a.len()).ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    // SAFETY: only the writing step (or a caller holding the lock with no
+    // step running) touches these floats.
+    let dst = unsafe { mem.out(off, a.len(), "a kernel output") }?;
     for (d, s) in dst.iter_mut().zip(a.iter()) {
         *d = *s;
     }
