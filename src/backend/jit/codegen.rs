@@ -207,6 +207,11 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
             let s = b.ins().load(types::F32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(s);
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
+        } else if load.inner == Inner::Splat && load.kind == Kind::I32 {
+            let i = b.ins().load(types::I32, flags, row_ptr[l], 0);
+            let s = b.ins().fcvt_from_sint(types::F32, i);
+            splat_scalar[l] = Some(s);
+            splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
         } else if load.inner == Inner::Splat {
             // A bool: an `i8` 0/1 mask, and all-ones/zeros lanes.
             let byte = b.ins().uload8(types::I32, flags, row_ptr[l], 0);
@@ -267,6 +272,12 @@ fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option
                 let addr = b.ins().iadd(row_ptr[l], byte);
                 b.ins().load(ty, flags, addr, 0)
             }
+            (Kind::I32, _) => {
+                let addr = b.ins().iadd(row_ptr[l], byte);
+                let int = if vector { types::I32X4 } else { types::I32 };
+                let i = b.ins().load(int, flags, addr, 0);
+                b.ins().fcvt_from_sint(ty, i)
+            }
             (Kind::Mask, false) => {
                 let addr = b.ins().iadd(row_ptr[l], c);
                 let v = b.ins().uload8(types::I32, flags, addr, 0);
@@ -308,13 +319,19 @@ fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option
                 let zero = e.f(0.0);
                 e.fcmp(FloatCC::NotEqual, values[x], zero)
             }
+            Expr::OneHot(label) => {
+                let class = e.position(c);
+                let hit = e.fcmp(FloatCC::Equal, values[label], class);
+                let (one, zero) = (e.f(1.0), e.f(0.0));
+                e.select(hit, one, zero)
+            }
         };
         values.push(v);
     }
     let n_loads = spec.loads.len();
     for (o, &x) in spec.outputs.iter().enumerate() {
         match (spec.exprs[x].1, vector) {
-            (Kind::F32, _) => {
+            (Kind::F32 | Kind::I32, _) => {
                 let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
                 b.ins().store(flags, values[x], addr, 0);
             }
@@ -341,7 +358,7 @@ fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option
 /// Bytes per element of a value kind in memory.
 fn width(kind: Kind) -> usize {
     match kind {
-        Kind::F32 => 4,
+        Kind::F32 | Kind::I32 => 4,
         Kind::Mask => 1,
     }
 }

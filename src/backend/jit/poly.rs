@@ -78,6 +78,19 @@ impl<'a, 'b> Emitter<'a, 'b> {
         self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), x)
     }
 
+    /// The inner positions `c` (`c, c+1, c+2, c+3` in a vector) as `f32`.
+    pub fn position(&mut self, c: Value) -> Value {
+        let s = self.b.ins().fcvt_from_uint(types::F32, c);
+        if !self.vector {
+            return s;
+        }
+        let lanes: Vec<u8> = [0.0f32, 1.0, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let handle = self.b.func.dfg.constants.insert(lanes.into());
+        let offsets = self.b.ins().vconst(types::F32X4, handle);
+        let base = self.b.ins().splat(types::F32X4, s);
+        self.b.ins().fadd(base, offsets)
+    }
+
     pub fn fcmp(&mut self, cc: FloatCC, x: Value, y: Value) -> Value {
         self.b.ins().fcmp(cc, x, y)
     }

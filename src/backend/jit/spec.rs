@@ -44,11 +44,13 @@ pub struct Load {
 }
 
 /// How an expression's value is represented: an `f32` or a lane mask (a
-/// `bool` that never leaves the kernel).
+/// `bool` that never leaves the kernel). `I32` is only a load's memory
+/// kind: the class labels of a `one_hot`, read as `f32` (exact below 2^24).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     F32,
     Mask,
+    I32,
 }
 
 /// One member's computation; operands are indices of earlier expressions.
@@ -62,6 +64,9 @@ pub enum Expr {
     MaskToF32(usize),
     /// `f32 → bool` (`x != 0`, NaN is true).
     F32ToMask(usize),
+    /// `one_hot`: 1.0 where the label (an `f32` expression) equals the
+    /// position along the inner extent, which is exactly the class axis.
+    OneHot(usize),
 }
 
 /// A compilable elementwise loop nest.
@@ -124,6 +129,14 @@ impl Spec {
             if node.ty.numel() != n {
                 return None;
             }
+            // A one_hot's labels are broadcast along its class axis, so its
+            // shape is the iteration shape.
+            if let Op::OneHot { .. } = node.op {
+                match shape {
+                    Some(s) if s != node.ty.shape.as_slice() => return None,
+                    _ => shape = Some(&node.ty.shape),
+                }
+            }
             if let Op::BroadcastTo { .. } = node.op {
                 let src = g.inputs(m)[0];
                 if !inside.contains_key(&src) && g.node(src).ty.numel() != n {
@@ -139,9 +152,10 @@ impl Spec {
         let mut loads: Vec<(NodeId, Vec<usize>)> = Vec::new();
         let mut exprs: Vec<(Expr, Kind)> = Vec::new();
         let mut value: HashMap<NodeId, usize> = HashMap::new();
+        let mut one_hot_depth: Option<usize> = None;
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
             let kind = match g.node(node).ty.dtype {
-                DType::F32 => Kind::F32,
+                DType::F32 | DType::I32 => Kind::F32,
                 DType::Bool => Kind::Mask,
                 _ => return None,
             };
@@ -199,6 +213,21 @@ impl Spec {
                     exprs.push((Expr::Binary(*b, x, y), kind));
                     exprs.len() - 1
                 }
+                Op::OneHot { depth, dtype: DType::F32 } => {
+                    // Labels computed outside the kernel, one per row of
+                    // classes; the class axis is the last one, and alone
+                    // the inner extent (checked below).
+                    let labels = ins[0];
+                    if value.contains_key(&labels) || g.node(labels).ty.dtype != DType::I32 || *depth >= 1 << 24 {
+                        return None;
+                    }
+                    let mut strides = row_major(&g.node(labels).ty.shape);
+                    strides.push(0);
+                    one_hot_depth = Some(*depth);
+                    let x = load(&mut exprs, labels, strides)?;
+                    exprs.push((Expr::OneHot(x), Kind::F32));
+                    exprs.len() - 1
+                }
                 Op::Select => {
                     let c = operand(&mut exprs, ins[0])?;
                     let x = operand(&mut exprs, ins[1])?;
@@ -238,8 +267,15 @@ impl Spec {
             outs.push(*value.get(o)?);
         }
         let (outer, inner, mut loads) = split(&shape, loads);
+        if one_hot_depth.is_some_and(|d| d != inner) {
+            return None;
+        }
         for l in &mut loads {
-            l.kind = if g.node(l.node).ty.dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
+            l.kind = match g.node(l.node).ty.dtype {
+                DType::Bool => Kind::Mask,
+                DType::I32 => Kind::I32,
+                _ => Kind::F32,
+            };
         }
         Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec() })
     }
@@ -259,6 +295,10 @@ impl Spec {
     /// splits, and a flat kernel has only one. Unchanged otherwise.
     pub fn in_rows_of(mut self, block: usize) -> Spec {
         if !self.outer.is_empty() || block == 0 || self.inner <= block || !self.inner.is_multiple_of(block) {
+            return self;
+        }
+        // A one_hot's inner extent is its class axis; it stays whole.
+        if self.exprs.iter().any(|(e, _)| matches!(e, Expr::OneHot(_))) {
             return self;
         }
         self.outer = vec![self.inner / block];

@@ -934,6 +934,14 @@ impl JitUnit {
                         }
                         Ok(s.as_ptr() as *mut f32)
                     }
+                    // A one_hot's labels, read as `i32`.
+                    Data::I32(a) => {
+                        let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
+                        if s.len() < len {
+                            return Err(internal("a kernel operand is smaller than its type"));
+                        }
+                        Ok(s.as_ptr() as *mut f32)
+                    }
                     // `bool` is one byte, 0 or 1: what compiled code reads.
                     Data::Bool(a) => {
                         let s = a.as_slice().ok_or_else(|| internal("a tensor is not row-major"))?;
