@@ -13,7 +13,7 @@
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
-//! reductions), `unit`
+//! reductions), `conv` and `pool` (native convolutions and pooling), `unit`
 //! (the executor of one unit), `clif` (the `--emit clif` listing).
 //!
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
@@ -26,6 +26,7 @@ mod conv;
 mod fold;
 mod gemm;
 mod poly;
+mod pool;
 mod reduce;
 pub mod spec;
 mod threads;
