@@ -86,25 +86,48 @@ impl Conv {
         }
     }
 
-    /// Calls `f(row, tap, x_offset)` for every window element inside the
-    /// input: `row` is the output position, `tap` the window position
-    /// (`i·KW + j`), `x_offset` the flat offset of its `C` channels in `x`.
-    fn for_each_window(&self, mut f: impl FnMut(usize, usize, Option<usize>)) {
+    /// Calls `f(row, tap, taps, x_offset)` for every run of `taps`
+    /// consecutive window positions of one kernel row, in row-major window
+    /// order per output position: `row` is the output position, `tap` the
+    /// run's first window position (`i·KW + j`); `x_offset` is the flat
+    /// offset in `x` of the run's `taps·C` contiguous elements, or `None`
+    /// for a run in the padding. Without dilation along the width a kernel
+    /// row is at most three runs (padding, input, padding), so im2col and
+    /// col2im move `KW·C` elements at a time rather than one tap's `C`.
+    fn for_each_run(&self, mut f: impl FnMut(usize, usize, usize, Option<usize>)) {
         let ([n, h, wd, c], [kh, kw, _, _], [_, oh, ow, _]) = (self.x, self.w, self.y);
+        let ([sy, sx], [dy, dx]) = (self.stride, self.dilation);
         let mut row = 0;
         for b in 0..n {
             for oy in 0..oh {
                 for ox in 0..ow {
+                    // Input column of tap `j` is `ox·SX + j·DX - left`.
+                    let origin = ox * sx;
                     for i in 0..kh {
-                        let iy = (oy * self.stride[0] + i * self.dilation[0])
-                            .checked_sub(self.padding[0])
-                            .filter(|&r| r < h);
-                        for j in 0..kw {
-                            let ix = (ox * self.stride[1] + j * self.dilation[1])
-                                .checked_sub(self.padding[2])
-                                .filter(|&q| q < wd);
-                            let at = iy.zip(ix).map(|(iy, ix)| ((b * h + iy) * wd + ix) * c);
-                            f(row, i * kw + j, at);
+                        let iy = (oy * sy + i * dy).checked_sub(self.padding[0]).filter(|&r| r < h);
+                        let Some(iy) = iy else {
+                            f(row, i * kw, kw, None);
+                            continue;
+                        };
+                        let at = |ix: usize| ((b * h + iy) * wd + ix) * c;
+                        if dx == 1 {
+                            // Taps `lo..hi` fall inside the input.
+                            let lo = self.padding[2].saturating_sub(origin).min(kw);
+                            let hi = (wd + self.padding[2]).saturating_sub(origin).clamp(lo, kw);
+                            if lo > 0 {
+                                f(row, i * kw, lo, None);
+                            }
+                            if hi > lo {
+                                f(row, i * kw + lo, hi - lo, Some(at(origin + lo - self.padding[2])));
+                            }
+                            if kw > hi {
+                                f(row, i * kw + hi, kw - hi, None);
+                            }
+                        } else {
+                            for j in 0..kw {
+                                let ix = (origin + j * dx).checked_sub(self.padding[2]).filter(|&q| q < wd);
+                                f(row, i * kw + j, 1, ix.map(at));
+                            }
                         }
                     }
                     row += 1;
@@ -129,10 +152,10 @@ impl Conv {
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
         match self.kind {
             ConvKind::Forward | ConvKind::GradFilter => {
-                self.for_each_window(|row, tap, at| {
-                    let to = &mut cols[row * k + tap * c..row * k + (tap + 1) * c];
+                self.for_each_run(|row, tap, taps, at| {
+                    let to = &mut cols[row * k + tap * c..row * k + (tap + taps) * c];
                     match at {
-                        Some(at) => to.copy_from_slice(&a[at..at + c]),
+                        Some(at) => copy_run(to, &a[at..at + taps * c]),
                         None => to.fill(0.0),
                     }
                 });
@@ -152,15 +175,38 @@ impl Conv {
                 unsafe { sgemm(cols, (a.as_ptr(), o, 1), (b.as_ptr(), 1, o), m, o, k, threads) };
                 let gx = &mut dst[..self.x.iter().product::<usize>()];
                 gx.fill(0.0);
-                self.for_each_window(|row, tap, at| {
+                // Runs are visited in the order taps were, so every element
+                // of `gx` adds its terms in the same order.
+                self.for_each_run(|row, tap, taps, at| {
                     if let Some(at) = at {
-                        let from = &cols[row * k + tap * c..row * k + (tap + 1) * c];
-                        for (g, &v) in gx[at..at + c].iter_mut().zip(from) {
+                        let from = &cols[row * k + tap * c..row * k + (tap + taps) * c];
+                        for (g, &v) in gx[at..at + taps * c].iter_mut().zip(from) {
                             *g += v;
                         }
                     }
                 });
             }
         }
+    }
+}
+
+/// `to = from` for the short runs of im2col: whole 4-element chunks and a
+/// remainder of up to 3, copied inline, since a call to `memcpy` per run of
+/// a few elements costs more than the copy; long runs take `memcpy`.
+#[inline(always)]
+fn copy_run(to: &mut [f32], from: &[f32]) {
+    if to.len() >= 64 {
+        return to.copy_from_slice(from);
+    }
+    let (mut t, mut f) = (to.chunks_exact_mut(4), from.chunks_exact(4));
+    for (t, f) in (&mut t).zip(&mut f) {
+        t.copy_from_slice(f);
+    }
+    let (t, f) = (t.into_remainder(), f.remainder());
+    if t.len() >= 2 {
+        t[..2].copy_from_slice(&f[..2]);
+    }
+    if t.len() % 2 == 1 {
+        t[t.len() - 1] = f[t.len() - 1];
     }
 }
