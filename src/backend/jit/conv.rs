@@ -304,7 +304,8 @@ mod tests {
     #[test]
     fn every_block_size_gives_the_interpreters_results() {
         // (x, w, stride, padding, dilation): SAME, strided, dilated, VALID.
-        let cases: [([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2]); 4] = [
+        type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2]);
+        let cases: [Case; 4] = [
             ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2], [1, 1]),
             ([2, 5, 6, 1], [2, 3, 1, 2], [1, 2], [1, 1, 2, 0], [2, 2]),
