@@ -9,14 +9,24 @@
 //! - gradient with respect to the input: `cols = gy · wᵀ`, then each
 //!   window's column is added back into `gx` (col2im), skipping padding.
 //!
+//! The `m` output positions go in blocks whose im2col rows fit in the L2
+//! cache (`block_rows`): each block's columns are built and multiplied (or,
+//! for the input gradient, multiplied and scattered) before the next, and
+//! the weight gradient adds the blocks' products in order. im2col and
+//! col2im move whole kernel-row runs of `KW·C` contiguous elements.
+//!
 //! Only `groups = 1` is lowered (grouped convolutions stay on the
 //! interpreter). Results equal the interpreter's up to the summation order
-//! of the product; they do not depend on the thread count (see `gemm`).
+//! of the product; they do not depend on the thread count (the blocks
+//! depend on the geometry only; see `gemm`).
 //!
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
-use super::gemm::sgemm;
+use super::gemm::{sgemm, sgemm_into};
+
+/// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
+const BLOCK_FLOATS: usize = 1 << 18;
 use crate::ir::Op;
 
 /// Which of the three convolution ops.
@@ -70,10 +80,20 @@ impl Conv {
         (self.y[0] * self.y[1] * self.y[2], self.w[0] * self.w[1] * self.w[2])
     }
 
-    /// Elements of the im2col buffer.
-    pub fn cols_len(&self) -> usize {
+    /// Output positions per block: im2col fills `rows × k` elements at a
+    /// time, a buffer that stays in the core's L2 cache between being
+    /// written and being multiplied (or, for col2im, between the product
+    /// and the scatter), rather than a full `m × k` one streamed through
+    /// the last-level cache twice. Depends on the geometry only, never on
+    /// the thread count.
+    fn block_rows(&self) -> usize {
         let (m, k) = self.m_k();
-        m * k
+        (BLOCK_FLOATS / k.max(1)).clamp(1, m.max(1))
+    }
+
+    /// Elements of the im2col buffer (one block).
+    pub fn cols_len(&self) -> usize {
+        self.block_rows() * self.m_k().1
     }
 
     /// Elements of each operand and of the result.
@@ -86,30 +106,69 @@ impl Conv {
         }
     }
 
-    /// Calls `f(row, tap, x_offset)` for every window element inside the
-    /// input: `row` is the output position, `tap` the window position
-    /// (`i·KW + j`), `x_offset` the flat offset of its `C` channels in `x`.
-    fn for_each_window(&self, mut f: impl FnMut(usize, usize, Option<usize>)) {
-        let ([n, h, wd, c], [kh, kw, _, _], [_, oh, ow, _]) = (self.x, self.w, self.y);
-        let mut row = 0;
-        for b in 0..n {
-            for oy in 0..oh {
-                for ox in 0..ow {
-                    for i in 0..kh {
-                        let iy = (oy * self.stride[0] + i * self.dilation[0])
-                            .checked_sub(self.padding[0])
-                            .filter(|&r| r < h);
+    /// Calls `f(row, tap, taps, x_offset)` for every run of `taps`
+    /// consecutive window positions of one kernel row: `row` is the output
+    /// position (counted from `rows.start`), `tap` the run's first window
+    /// position (`i·KW + j`); `x_offset` is the flat offset in `x` of the
+    /// run's `taps·C` contiguous elements, or `None` for a run in the
+    /// padding. Without dilation along the width a kernel row is at most
+    /// three runs (padding, input, padding) and one run away from the
+    /// borders, so im2col and col2im move `KW·C` elements at a time rather
+    /// than one tap's `C`.
+    ///
+    /// Order: per output row `(b, oy)`, kernel rows `i` outermost, then the
+    /// output positions, then the taps. An input row `iy` meets each output
+    /// row through one kernel row only, so every element of `x` is visited
+    /// in (output position, tap) order, as a walk over each position's
+    /// whole window would visit it: col2im's sums do not depend on it.
+    fn for_each_run(&self, rows: std::ops::Range<usize>, mut f: impl FnMut(usize, usize, usize, Option<usize>)) {
+        let ([_, h, wd, c], [kh, kw, _, _], [_, oh, ow, _]) = (self.x, self.w, self.y);
+        let ([sy, sx], [dy, dx]) = (self.stride, self.dilation);
+        let left = self.padding[2];
+        // Output columns `inner` have every tap inside the input.
+        let inner_lo = left.div_ceil(sx).min(ow);
+        let inner_hi = ((wd + left).checked_sub((kw - 1) * dx + 1)).map_or(0, |last| last / sx + 1).clamp(inner_lo, ow);
+        let mut at = rows.start;
+        while at < rows.end {
+            // One output row `(b, oy)`, columns `ox0..ox1`.
+            let (b, oy, ox0) = (at / (oh * ow), at / ow % oh, at % ow);
+            let ox1 = ow.min(ox0 + rows.end - at);
+            let first = at - rows.start;
+            for i in 0..kh {
+                let iy = (oy * sy + i * dy).checked_sub(self.padding[0]).filter(|&r| r < h);
+                let Some(iy) = iy else {
+                    (0..ox1 - ox0).for_each(|r| f(first + r, i * kw, kw, None));
+                    continue;
+                };
+                let base = (b * h + iy) * wd;
+                for ox in ox0..ox1 {
+                    let row = first + ox - ox0;
+                    // Input column of tap `j` is `ox·SX + j·DX - left`.
+                    let origin = ox * sx;
+                    if dx == 1 && (inner_lo..inner_hi).contains(&ox) {
+                        f(row, i * kw, kw, Some((base + origin - left) * c));
+                    } else if dx == 1 {
+                        // Taps `lo..hi` fall inside the input.
+                        let lo = left.saturating_sub(origin).min(kw);
+                        let hi = (wd + left).saturating_sub(origin).clamp(lo, kw);
+                        if lo > 0 {
+                            f(row, i * kw, lo, None);
+                        }
+                        if hi > lo {
+                            f(row, i * kw + lo, hi - lo, Some((base + origin + lo - left) * c));
+                        }
+                        if kw > hi {
+                            f(row, i * kw + hi, kw - hi, None);
+                        }
+                    } else {
                         for j in 0..kw {
-                            let ix = (ox * self.stride[1] + j * self.dilation[1])
-                                .checked_sub(self.padding[2])
-                                .filter(|&q| q < wd);
-                            let at = iy.zip(ix).map(|(iy, ix)| ((b * h + iy) * wd + ix) * c);
-                            f(row, i * kw + j, at);
+                            let ix = (origin + j * dx).checked_sub(left).filter(|&q| q < wd);
+                            f(row, i * kw + j, 1, ix.map(|ix| (base + ix) * c));
                         }
                     }
-                    row += 1;
                 }
             }
+            at += ox1 - ox0;
         }
     }
 
@@ -121,45 +180,166 @@ impl Conv {
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
     /// result's and `cols` `cols_len()` elements.
     pub unsafe fn run(&self, a: *const f32, b: *const f32, dst: &mut [f32], cols: &mut [f32], threads: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { self.run_in_blocks(a, b, dst, cols, threads, self.block_rows()) }
+    }
+
+    /// `run` with blocks of `rows` output positions (`cols` holds
+    /// `rows × k` elements).
+    ///
+    /// # Safety
+    /// As for `run`.
+    unsafe fn run_in_blocks(
+        &self,
+        a: *const f32,
+        b: *const f32,
+        dst: &mut [f32],
+        cols: &mut [f32],
+        threads: usize,
+        rows: usize,
+    ) {
         let (m, k) = self.m_k();
         let (na, nb, _) = self.sizes();
         let c = self.x[3];
         let o = self.w[3];
         // SAFETY: the caller's contract on `a` and `b`.
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
-        match self.kind {
-            ConvKind::Forward | ConvKind::GradFilter => {
-                self.for_each_window(|row, tap, at| {
-                    let to = &mut cols[row * k + tap * c..row * k + (tap + 1) * c];
-                    match at {
-                        Some(at) => to.copy_from_slice(&a[at..at + c]),
-                        None => to.fill(0.0),
-                    }
-                });
-                // SAFETY: `cols` is m × k row-major; `b` is k × o (weights)
-                // or m × o (the output gradient), row-major.
-                unsafe {
-                    if self.kind == ConvKind::Forward {
-                        sgemm(dst, (cols.as_ptr(), k, 1), (b.as_ptr(), o, 1), m, k, o, threads)
-                    } else {
-                        sgemm(dst, (cols.as_ptr(), 1, k), (b.as_ptr(), o, 1), k, m, o, threads)
-                    }
-                }
-            }
-            ConvKind::GradInput => {
-                // SAFETY: `a` (gy) is m × o row-major; `b` (w) is k × o
-                // row-major, read transposed as o × k.
-                unsafe { sgemm(cols, (a.as_ptr(), o, 1), (b.as_ptr(), 1, o), m, o, k, threads) };
-                let gx = &mut dst[..self.x.iter().product::<usize>()];
-                gx.fill(0.0);
-                self.for_each_window(|row, tap, at| {
-                    if let Some(at) = at {
-                        let from = &cols[row * k + tap * c..row * k + (tap + 1) * c];
-                        for (g, &v) in gx[at..at + c].iter_mut().zip(from) {
-                            *g += v;
+        let rows = rows.max(1);
+        let gx_len = self.x.iter().product::<usize>();
+        if self.kind == ConvKind::GradInput {
+            dst[..gx_len].fill(0.0);
+        }
+        if self.kind == ConvKind::GradFilter && m == 0 {
+            dst[..k * o].fill(0.0);
+        }
+        // Blocks of output positions, in order: col2im adds every term of an
+        // element of `gx` in (position, tap) order as one pass would, and
+        // the weight gradient sums its blocks in order.
+        for r0 in (0..m).step_by(rows) {
+            let r1 = (r0 + rows).min(m);
+            let cols = &mut cols[..(r1 - r0) * k];
+            match self.kind {
+                ConvKind::Forward | ConvKind::GradFilter => {
+                    self.for_each_run(r0..r1, |row, tap, taps, at| {
+                        let to = &mut cols[row * k + tap * c..row * k + (tap + taps) * c];
+                        match at {
+                            Some(at) => copy_run(to, &a[at..at + taps * c]),
+                            None => to.fill(0.0),
+                        }
+                    });
+                    // SAFETY: `cols` is (r1 - r0) × k row-major; `b` is
+                    // k × o (weights) or m × o (the output gradient, of
+                    // which rows r0..r1), row-major.
+                    unsafe {
+                        if self.kind == ConvKind::Forward {
+                            let y = &mut dst[r0 * o..r1 * o];
+                            sgemm(y, (cols.as_ptr(), k, 1), (b.as_ptr(), o, 1), r1 - r0, k, o, threads)
+                        } else {
+                            let gy = (b[r0 * o..].as_ptr(), o, 1);
+                            sgemm_into(dst, (cols.as_ptr(), 1, k), gy, [k, r1 - r0, o], threads, r0 > 0)
                         }
                     }
-                });
+                }
+                ConvKind::GradInput => {
+                    // SAFETY: `a` (gy) is m × o row-major, of which rows
+                    // r0..r1; `b` (w) is k × o row-major, read transposed
+                    // as o × k.
+                    let gy = (a[r0 * o..].as_ptr(), o, 1);
+                    unsafe { sgemm(cols, gy, (b.as_ptr(), 1, o), r1 - r0, o, k, threads) };
+                    let gx = &mut dst[..gx_len];
+                    self.for_each_run(r0..r1, |row, tap, taps, at| {
+                        if let Some(at) = at {
+                            let from = &cols[row * k + tap * c..row * k + (tap + taps) * c];
+                            for (g, &v) in gx[at..at + taps * c].iter_mut().zip(from) {
+                                *g += v;
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// `to = from` for the short runs of im2col: whole 4-element chunks and a
+/// remainder of up to 3, copied inline, since a call to `memcpy` per run of
+/// a few elements costs more than the copy; long runs take `memcpy`.
+#[inline(always)]
+fn copy_run(to: &mut [f32], from: &[f32]) {
+    if to.len() >= 64 {
+        return to.copy_from_slice(from);
+    }
+    let (mut t, mut f) = (to.chunks_exact_mut(4), from.chunks_exact(4));
+    for (t, f) in (&mut t).zip(&mut f) {
+        t.copy_from_slice(f);
+    }
+    let (t, f) = (t.into_remainder(), f.remainder());
+    if t.len() >= 2 {
+        t[..2].copy_from_slice(&f[..2]);
+    }
+    if t.len() % 2 == 1 {
+        t[t.len() - 1] = f[t.len() - 1];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Conv;
+    use crate::backend::interp::{eval_node, Tensor};
+    use crate::ir::{DType, Op, TensorType};
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_block_size_gives_the_interpreters_results() {
+        // (x, w, stride, padding, dilation): SAME, strided, dilated, VALID.
+        type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2]);
+        let cases: [Case; 4] = [
+            ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2], [1, 1]),
+            ([2, 5, 6, 1], [2, 3, 1, 2], [1, 2], [1, 1, 2, 0], [2, 2]),
+            ([3, 4, 4, 5], [1, 1, 5, 2], [1, 1], [0; 4], [1, 1]),
+        ];
+        for (case, (xs, ws, stride, padding, dilation)) in cases.into_iter().enumerate() {
+            let fwd = Op::Conv2d { stride, padding, dilation, groups: 1 };
+            let f32s = |shape: &[usize], seed| {
+                Tensor::from_vec(DType::F32, shape, values(shape.iter().product(), seed)).expect("a tensor")
+            };
+            let (x, w) = (f32s(&xs, 1 + case as u64), f32s(&ws, 11 + case as u64));
+            let y_ty = crate::ir::infer::infer(&fwd, &[&x.ty(), &w.ty()]).expect("a valid convolution");
+            let gy = f32s(&y_ty.shape, 21 + case as u64);
+            let grad_input = Op::Conv2dGradInput { stride, padding, dilation, groups: 1, input_shape: xs };
+            let grad_filter = Op::Conv2dGradFilter { stride, padding, dilation, groups: 1, filter_shape: ws };
+            let runs: [(Op, &Tensor, &Tensor, TensorType); 3] =
+                [(fwd, &x, &w, y_ty.clone()), (grad_input, &gy, &w, x.ty()), (grad_filter, &x, &gy, w.ty())];
+            for (op, a, b, ty) in runs {
+                let expected: Vec<f64> = eval_node(&op, &[a, b], &ty).expect("the interpreter runs it").to_f64_vec();
+                let conv = Conv::of(&op, a.shape(), b.shape(), &ty.shape).expect("lowered");
+                let (m, k) = conv.m_k();
+                let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
+                let (av, bv): (Vec<f32>, Vec<f32>) =
+                    (av.iter().map(|&v| v as f32).collect(), bv.iter().map(|&v| v as f32).collect());
+                for rows in [1, 3, 7, m] {
+                    let mut dst = vec![f32::NAN; expected.len()];
+                    let mut cols = vec![f32::NAN; rows * k];
+                    // SAFETY: the operands and buffers have the sizes `run` needs.
+                    unsafe { conv.run_in_blocks(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, 1, rows) };
+                    for (i, (&got, &want)) in dst.iter().zip(&expected).enumerate() {
+                        let ok = (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
+                        assert!(ok, "case {case}, {:?}, blocks of {rows}: element {i} is {got}, not {want}", conv.kind);
+                    }
+                }
             }
         }
     }

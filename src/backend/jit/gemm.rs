@@ -21,9 +21,30 @@ pub(super) type Operand = (*const f32, usize, usize);
 /// strides, and `dst` must hold at least `m × n` elements.
 /// `threads` of the current pool share the work (1: the calling thread).
 pub(super) unsafe fn sgemm(dst: &mut [f32], lhs: Operand, rhs: Operand, m: usize, k: usize, n: usize, threads: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { sgemm_into(dst, lhs, rhs, [m, k, n], threads, false) }
+}
+
+/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate` (a sum over
+/// blocks of `k`, as a convolution's weight gradient takes it); `mkn` is
+/// `[m, k, n]`.
+///
+/// # Safety
+/// As for `sgemm`.
+pub(super) unsafe fn sgemm_into(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    mkn: [usize; 3],
+    threads: usize,
+    accumulate: bool,
+) {
+    let [m, k, n] = mkn;
     debug_assert!(dst.len() >= m * n);
     if k == 0 {
-        dst[..m * n].fill(0.0);
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
         return;
     }
     let (a, a_rs, a_cs) = lhs;
@@ -39,14 +60,16 @@ pub(super) unsafe fn sgemm(dst: &mut [f32], lhs: Operand, rhs: Operand, m: usize
             dst.as_mut_ptr(),
             1,
             n as isize,
-            false,
+            accumulate,
             a,
             a_cs as isize,
             a_rs as isize,
             b,
             b_cs as isize,
             b_rs as isize,
-            0.0f32,
+            // dst = alpha · dst + beta · lhs · rhs (alpha is read only with
+            // `accumulate`).
+            1.0f32,
             1.0f32,
             false,
             false,

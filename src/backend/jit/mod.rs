@@ -15,9 +15,10 @@
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
-//! reductions), `unit`
+//! reductions), `conv` and `pool` (native convolutions and pooling), `unit`
 //! (the executor of one unit), `schedule` (which steps may run at once),
-//! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif` listing).
+//! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif|asm`
+//! listings).
 //!
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
 //! metric and `map` region of `prog.tfl` through [`JitUnit`].
@@ -29,6 +30,7 @@ mod conv;
 mod fold;
 mod gemm;
 mod poly;
+mod pool;
 mod reduce;
 mod schedule;
 pub mod spec;

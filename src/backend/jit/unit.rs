@@ -42,7 +42,7 @@ use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
-use crate::backend::interp::{eval_node, pool_grad_slices, pool_slices, Data, PoolParams, Tensor, Values};
+use crate::backend::interp::{eval_node, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
@@ -98,8 +98,8 @@ enum Step {
     Interp(Vec<InterpNode>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
     Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
-    /// `f32` pooling (`grad: Some(gy)`: its gradient) with the
-    /// interpreter's code, over arena slices.
+    /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
+    /// (module `pool`).
     Pool { params: PoolParams, x: Ref, grad: Option<Ref>, dst: usize, xs: Vec<usize>, ys: Vec<usize> },
     /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
@@ -845,13 +845,13 @@ impl JitUnit {
                 // SAFETY: `ptr` checked the sizes; the memory plan never
                 // places a kernel's output over its operands.
                 let xv = unsafe { std::slice::from_raw_parts(px, nx) };
-                let done = match pg {
+                match pg {
                     Some(pg) => {
-                        pool_grad_slices(xv, unsafe { std::slice::from_raw_parts(pg, ny) }, xs, ys, *params, out)
+                        let gy = unsafe { std::slice::from_raw_parts(pg, ny) };
+                        super::pool::pool_grad(xv, gy, xs, ys, *params, out, threads)?
                     }
-                    None => pool_slices(xv, xs, ys, *params, out),
-                };
-                done.map_err(|e| e.diagnostic("pooling", DType::F32))?;
+                    None => super::pool::pool(xv, xs, ys, *params, out, threads)?,
+                }
             }
             Step::Transpose { src, dst, rows, cols } => {
                 let (rows, cols) = (*rows, *cols);

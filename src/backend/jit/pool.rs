@@ -1,0 +1,256 @@
+//! Native `f32` pooling and its gradient on the JIT: a fast path for
+//! disjoint windows (no padding, `stride >= size` on both axes — the
+//! `max_pool2d(x, 2)` of every CNN), the interpreter's code otherwise.
+//!
+//! Contract: results are bit-identical with the interpreter's
+//! (`interp::pool_slices` / `pool_grad_slices`): each output element folds
+//! its window in row-major window order with the same operations (`max_nan`
+//! from `-inf`; a sum from `0` divided by the count), and the max-pool
+//! gradient goes to each window's FIRST maximal element (the first NaN when
+//! the maximum is NaN) as `0 + gy`, every other input element being `0`.
+//! Because the windows are disjoint, each input element receives at most one
+//! gradient, so the gradient is written once instead of zero-filled and
+//! accumulated, and only elements no window covers are zeroed. The loops run
+//! over the contiguous channels of each tap in lanes of 16 so that they
+//! vectorize. Work is split over the batch (disjoint outputs), so results do
+//! not depend on the thread count.
+//!
+//! Example: `max_pool2d` of `[64, 28, 28, 16]` with a 2x2 window reads four
+//! 16-channel runs per output position and writes one 16-channel run; its
+//! gradient writes the four runs, `0 + gy` in the first maximal one per
+//! channel and `0` elsewhere.
+
+use crate::backend::interp::{pool_grad_slices, pool_slices, PoolParams};
+use crate::diag::Diagnostic;
+use crate::ir::infer::window_output;
+use crate::ir::DType;
+use crate::ir::PoolKind;
+
+/// Channels processed together; a multiple of every vector width.
+const LANES: usize = 16;
+
+/// The geometry of a disjoint-window pooling, in elements.
+struct Disjoint {
+    /// Input `[N, H, W, C]` and output height and width.
+    x: [usize; 4],
+    oh: usize,
+    ow: usize,
+    size: [usize; 2],
+    stride: [usize; 2],
+}
+
+impl Disjoint {
+    /// The fast-path geometry of pooling `xs` into `ys`, or `None` when the
+    /// windows may overlap or be padded (or the shapes do not fit).
+    fn of(xs: &[usize], ys: &[usize], p: &PoolParams) -> Option<Disjoint> {
+        let ([n, h, w, c], [yn, oh, ow, yc]) = (<[usize; 4]>::try_from(xs).ok()?, <[usize; 4]>::try_from(ys).ok()?);
+        let fits = p.padding == [0; 4]
+            && p.stride[0] >= p.size[0]
+            && p.stride[1] >= p.size[1]
+            && yn == n
+            && yc == c
+            && window_output(h, p.size[0], p.stride[0], 1, 0) == Some(oh)
+            && window_output(w, p.size[1], p.stride[1], 1, 0) == Some(ow);
+        fits.then_some(Disjoint { x: [n, h, w, c], oh, ow, size: p.size, stride: p.stride })
+    }
+
+    /// Whether every input element lies in a window.
+    fn covers(&self) -> bool {
+        self.size == self.stride && self.oh * self.stride[0] == self.x[1] && self.ow * self.stride[1] == self.x[2]
+    }
+
+    /// Calls `f(out_offset, taps)` for every output position of batch
+    /// element `b`, with the offsets of channel 0 of the window's elements
+    /// in row-major window order (all in bounds: there is no padding).
+    fn for_each_window(&self, b: usize, taps: &mut Vec<usize>, mut f: impl FnMut(usize, &[usize])) {
+        let [_, h, w, c] = self.x;
+        for oy in 0..self.oh {
+            for ox in 0..self.ow {
+                taps.clear();
+                for i in 0..self.size[0] {
+                    let row = (b * h + oy * self.stride[0] + i) * w + ox * self.stride[1];
+                    taps.extend((0..self.size[1]).map(|j| (row + j) * c));
+                }
+                f(((b * self.oh + oy) * self.ow + ox) * c, taps);
+            }
+        }
+    }
+}
+
+/// Pools `x` (shape `xs`) into `out` (shape `ys`); `threads` share the
+/// batch.
+pub(super) fn pool(
+    x: &[f32],
+    xs: &[usize],
+    ys: &[usize],
+    p: PoolParams,
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), Diagnostic> {
+    let Some(d) = Disjoint::of(xs, ys, &p) else {
+        return pool_slices(x, xs, ys, p, out).map_err(|e| e.diagnostic("pooling", DType::F32));
+    };
+    let c = d.x[3];
+    let per = d.oh * d.ow * c;
+    let count = (p.size[0] * p.size[1]) as f32;
+    for_each_batch(out, per, threads, |b, out| {
+        let mut taps = Vec::with_capacity(p.size[0] * p.size[1]);
+        d.for_each_window(b, &mut taps, |o, taps| {
+            let y = &mut out[o - b * per..o - b * per + c];
+            match p.kind {
+                PoolKind::Max => groups(c, |c0, whole| match whole {
+                    true => max_lanes::<LANES>(x, taps, c0, y),
+                    false => max_lanes::<1>(x, taps, c0, y),
+                }),
+                PoolKind::Avg => groups(c, |c0, whole| match whole {
+                    true => avg_lanes::<LANES>(x, taps, c0, y, count),
+                    false => avg_lanes::<1>(x, taps, c0, y, count),
+                }),
+            }
+        });
+    });
+    Ok(())
+}
+
+/// The gradient of `pool` with respect to `x` (shape `xs`) into `gx`, given
+/// the gradient `gy` of its result (shape `ys`); `threads` share the batch.
+pub(super) fn pool_grad(
+    x: &[f32],
+    gy: &[f32],
+    xs: &[usize],
+    ys: &[usize],
+    p: PoolParams,
+    gx: &mut [f32],
+    threads: usize,
+) -> Result<(), Diagnostic> {
+    let Some(d) = Disjoint::of(xs, ys, &p) else {
+        return pool_grad_slices(x, gy, xs, ys, p, gx).map_err(|e| e.diagnostic("pooling", DType::F32));
+    };
+    let [_, h, w, c] = d.x;
+    let per = h * w * c;
+    let count = (p.size[0] * p.size[1]) as f32;
+    let covers = d.covers();
+    for_each_batch(gx, per, threads, |b, gx| {
+        if !covers {
+            gx.fill(0.0);
+        }
+        let base = b * per;
+        let mut taps = Vec::with_capacity(p.size[0] * p.size[1]);
+        d.for_each_window(b, &mut taps, |o, taps| {
+            let g = &gy[o..o + c];
+            match p.kind {
+                PoolKind::Max => groups(c, |c0, whole| match whole {
+                    true => max_grad_lanes::<LANES>(x, g, taps, c0, base, gx),
+                    false => max_grad_lanes::<1>(x, g, taps, c0, base, gx),
+                }),
+                PoolKind::Avg => groups(c, |c0, whole| match whole {
+                    true => avg_grad_lanes::<LANES>(g, taps, c0, base, gx, count),
+                    false => avg_grad_lanes::<1>(g, taps, c0, base, gx, count),
+                }),
+            }
+        });
+    });
+    Ok(())
+}
+
+/// `Elem::max_nan` for `f32` (NaN if either is NaN, else the larger, the
+/// first on ties), written without branches so that loops over it
+/// vectorize.
+#[inline(always)]
+fn max_nan(a: f32, b: f32) -> f32 {
+    let larger = if b > a { b } else { a };
+    if a.is_nan() | b.is_nan() {
+        f32::NAN
+    } else {
+        larger
+    }
+}
+
+/// Calls `f(c0, true)` for each whole group of `LANES` channels starting
+/// at `c0`, then `f(c0, false)` for each remaining channel, so that the
+/// loops over a whole group have a constant trip count.
+fn groups(c: usize, mut f: impl FnMut(usize, bool)) {
+    let whole = c / LANES * LANES;
+    (0..whole).step_by(LANES).for_each(|c0| f(c0, true));
+    (whole..c).for_each(|c0| f(c0, false));
+}
+
+/// `y[c0..c0 + L] = max over taps` (folded from `-inf` in tap order).
+fn max_lanes<const L: usize>(x: &[f32], taps: &[usize], c0: usize, y: &mut [f32]) {
+    let mut m = [f32::NEG_INFINITY; L];
+    for &t in taps {
+        for (m, &v) in m.iter_mut().zip(&x[t + c0..t + c0 + L]) {
+            *m = max_nan(*m, v);
+        }
+    }
+    y[c0..c0 + L].copy_from_slice(&m);
+}
+
+/// `y[c0..c0 + L] = (sum over taps, from 0 in tap order) / count`.
+fn avg_lanes<const L: usize>(x: &[f32], taps: &[usize], c0: usize, y: &mut [f32], count: f32) {
+    let mut s = [0.0f32; L];
+    for &t in taps {
+        for (s, &v) in s.iter_mut().zip(&x[t + c0..t + c0 + L]) {
+            *s += v;
+        }
+    }
+    for (y, s) in y[c0..c0 + L].iter_mut().zip(&s) {
+        *y = s / count;
+    }
+}
+
+/// Writes one window's max-pool gradient for channels `c0..c0 + L`: `0 + g`
+/// at each channel's first maximal tap, `0` at its other taps. `gx` holds
+/// the batch element's input gradient from flat offset `base` on.
+fn max_grad_lanes<const L: usize>(x: &[f32], g: &[f32], taps: &[usize], c0: usize, base: usize, gx: &mut [f32]) {
+    let mut m = [f32::NEG_INFINITY; L];
+    for &t in taps {
+        for (m, &v) in m.iter_mut().zip(&x[t + c0..t + c0 + L]) {
+            *m = max_nan(*m, v);
+        }
+    }
+    let g = &g[c0..c0 + L];
+    // 1 where a channel's maximum was met at an earlier tap (`u32` rather
+    // than `bool` so that the loop vectorizes).
+    let mut taken = [0u32; L];
+    for &t in taps {
+        let (v, out) = (&x[t + c0..t + c0 + L], &mut gx[t - base + c0..t - base + c0 + L]);
+        for l in 0..L {
+            // Equal to the maximum, or both NaN; `&`/`|` rather than
+            // `&&`/`||` keep the loop free of branches.
+            let hit = ((v[l] == m[l]) | (m[l].is_nan() & v[l].is_nan())) as u32;
+            // All ones at the first hit: the bits of `0 + g`, else `+0`.
+            let first = (hit & !taken[l]).wrapping_neg();
+            out[l] = f32::from_bits((0.0 + g[l]).to_bits() & first);
+            taken[l] |= hit;
+        }
+    }
+}
+
+/// Writes one window's average-pool gradient for channels `c0..c0 + L`:
+/// `0 + g / count` at every tap.
+fn avg_grad_lanes<const L: usize>(g: &[f32], taps: &[usize], c0: usize, base: usize, gx: &mut [f32], count: f32) {
+    let mut share = [0.0f32; L];
+    for (s, &g) in share.iter_mut().zip(&g[c0..c0 + L]) {
+        *s = g / count;
+    }
+    for &t in taps {
+        for (out, &s) in gx[t - base + c0..t - base + c0 + L].iter_mut().zip(&share) {
+            *out = 0.0 + s;
+        }
+    }
+}
+
+/// Runs `f(b, chunk)` for every batch element `b` and its `per`-element
+/// chunk of `out`, the batch split over `threads` of the current pool.
+fn for_each_batch(out: &mut [f32], per: usize, threads: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    if per == 0 {
+        return;
+    }
+    if threads > 1 && out.len() >= super::threads::PARALLEL_MIN_ELEMENTS {
+        use rayon::prelude::*;
+        out.par_chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c));
+    } else {
+        out.chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c));
+    }
+}
