@@ -16,8 +16,14 @@
 //! of those epochs; epoch 1 (file loading, the first cache fill) is left out
 //! of both sides.
 //!
+//! The two training setups run alternately, `--rounds` times each, and the
+//! medians are compared (with the median of the rounds' ratios), because
+//! this machine's speed drifts by tens of percent from one minute to the
+//! next.
+//!
 //! Run: `cargo bench --bench pipeline -- [--backend interp|jit] [--epochs N]
-//! [--passes N]` (default: both backends, 3 epochs, 3 passes). `--verbose`
+//! [--passes N] [--rounds N]` (default: both backends, 3 epochs, 3 passes,
+//! 3 rounds). `--verbose`
 //! adds the pipeline's own reports (waits per epoch) on stderr.
 
 use std::path::{Path, PathBuf};
@@ -35,11 +41,12 @@ struct Args {
     backends: Vec<Backend>,
     epochs: usize,
     passes: usize,
+    rounds: usize,
     verbose: bool,
 }
 
 fn args() -> Args {
-    let mut a = Args { backends: vec![Backend::Interp, Backend::Jit], epochs: 3, passes: 3, verbose: false };
+    let mut a = Args { backends: vec![Backend::Interp, Backend::Jit], epochs: 3, passes: 3, rounds: 3, verbose: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -55,6 +62,9 @@ fn args() -> Args {
             }
             "--passes" => {
                 a.passes = it.next().and_then(|n| n.parse().ok()).filter(|&n| n >= 1).expect("--passes N ≥ 1")
+            }
+            "--rounds" => {
+                a.rounds = it.next().and_then(|n| n.parse().ok()).filter(|&n| n >= 1).expect("--rounds N ≥ 1")
             }
             "--verbose" => a.verbose = true,
             // `cargo bench` passes `--bench`.
@@ -125,6 +135,11 @@ fn step_ms(dir: &Path, data: &str, a: &Args, backend: Backend, tag: &str) -> (f6
     (later * 1e3 / ((ends.len() - 1) * STEPS_PER_EPOCH) as f64, epochs)
 }
 
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
@@ -158,15 +173,30 @@ fn main() {
             times[0],
             passes.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ")
         );
-        let (pipe, pipe_epochs) = step_ms(&dir, PIPE, &a, backend, &format!("pipe-{b}"));
-        let (mem, mem_epochs) = step_ms(&dir, MEM, &a, backend, &format!("mem-{b}"));
         let secs = |v: &[f64]| v.iter().map(|t| format!("{t:.2}")).collect::<Vec<_>>().join(", ");
-        println!("[{b}] full pipeline: {pipe:.3} ms/step (epochs: {} s)", secs(&pipe_epochs));
-        println!("[{b}] in memory:     {mem:.3} ms/step (epochs: {} s)", secs(&mem_epochs));
+        let (mut pipes, mut mems, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 1..=a.rounds {
+            let (pipe, pipe_epochs) = step_ms(&dir, PIPE, &a, backend, &format!("pipe-{b}-{round}"));
+            let (mem, mem_epochs) = step_ms(&dir, MEM, &a, backend, &format!("mem-{b}-{round}"));
+            println!(
+                "[{b}] round {round}: full pipeline {pipe:.3} ms/step (epochs {} s), in memory {mem:.3} ms/step \
+                 (epochs {} s), ratio {:.3}",
+                secs(&pipe_epochs),
+                secs(&mem_epochs),
+                pipe / mem
+            );
+            pipes.push(pipe);
+            mems.push(mem);
+            ratios.push(pipe / mem);
+        }
+        let (pipe, mem, ratio) = (median(&mut pipes), median(&mut mems), median(&mut ratios));
+        println!("[{b}] full pipeline: {pipe:.3} ms/step (median of {} rounds)", a.rounds);
+        println!("[{b}] in memory:     {mem:.3} ms/step");
         let consumed = 64.0 / (pipe / 1e3);
         println!(
-            "[{b}] ratio {:.3}x (target <= 1.05x); the step consumes {consumed:.0} examples/s, the pipeline \
-             alone gives {:.1}x that (target >= 5x); a 1 ms step of 64 consumes 64000 examples/s: {:.2}x",
+            "[{b}] ratio of medians {:.3}x, median ratio {ratio:.3}x (target <= 1.05x); the step consumes \
+             {consumed:.0} examples/s, the pipeline alone gives {:.1}x that (target >= 5x); a 1 ms step of 64 \
+             consumes 64000 examples/s: {:.2}x",
             pipe / mem,
             best / consumed,
             best / 64000.0
