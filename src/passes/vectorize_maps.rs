@@ -24,7 +24,7 @@
 //!
 //! Example: `load_idx(…) |> map(fn(img, y) = (reshape(img, [784]) / 255.0,
 //! y), parallel = auto) |> shuffle(60000) |> batch(64)` becomes
-//! `load_idx(…) |> shuffle(60000) |> batch(64) |> batched_map(u8[64, 28,
+//! `load_idx(…) |> shuffle(60000) |> batch(64) |> batched_map(f32[64, 28,
 //! 28] → f32[64, 784]) |> parallel(auto)`.
 
 use crate::diag::{Diagnostic, Span};
