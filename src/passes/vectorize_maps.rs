@@ -181,7 +181,14 @@ fn batch_region(g: &mut Graph, element: &Region, n: usize, next_slot: &mut usize
         };
         batched.insert(id, new);
     }
-    let outputs = element.outputs.iter().map(|&o| operand(g, &batched, o, n, span_of(g, o))).collect::<Option<_>>()?;
+    let outputs = element
+        .outputs
+        .iter()
+        .map(|&o| {
+            let span = g.node(o).span;
+            operand(g, &batched, o, n, span)
+        })
+        .collect::<Option<_>>()?;
     Some(Region { inputs, outputs })
 }
 
@@ -194,10 +201,6 @@ fn operand(g: &mut Graph, batched: &HashMap<NodeId, NodeId>, id: NodeId, n: usiz
     let t = g.node(id).ty.clone();
     let shape: Vec<usize> = std::iter::once(n).chain(t.shape.clone()).collect();
     Some(g.add(Op::BroadcastTo { shape: shape.clone() }, &[id], TensorType::new(t.dtype, shape), span))
-}
-
-fn span_of(g: &Graph, id: NodeId) -> Span {
-    g.node(id).span
 }
 
 /// Every dataset the effects run.
