@@ -297,6 +297,33 @@ fn bench_prints_one_json_object_per_train_block() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--threads"));
 }
 
+/// `--profile` times every step of the compiled training step: the JSON
+/// lists them slowest first, with labels that say what each computes, and
+/// their times add up to about the step's; the interpreter has no steps
+/// to profile.
+#[test]
+fn bench_profile_lists_every_step_of_the_training_step() {
+    let o = tfc(&["bench", "examples/bench/cnn.tfl", "--steps", "3", "--warmup", "1", "--json", "--profile"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    let rows = v["profile"].as_array().expect("a profile");
+    let labels: Vec<&str> = rows.iter().filter_map(|r| r["label"].as_str()).collect();
+    for kind in ["conv2d 64x28x28x16 <- 64x28x28x1", "conv2d grad-filter", "conv2d grad-input", "pool grad", "gemm"] {
+        assert!(labels.iter().any(|l| l.contains(kind)), "no {kind} in {labels:?}");
+    }
+    let ms: Vec<f64> = rows.iter().map(|r| r["ms"].as_f64().expect("ms")).collect();
+    assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not slowest first: {ms:?}");
+    let median = v["step_ms"]["median"].as_f64().expect("a median");
+    let sum: f64 = ms.iter().sum();
+    assert!(sum > 0.3 * median && sum < 3.0 * median, "steps sum to {sum} ms, a step takes {median} ms");
+    let text = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "2", "--warmup", "0", "--profile"]);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("ms/step  share  step"));
+    let interp = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "1", "--backend", "interp", "--profile"]);
+    assert!(!interp.status.success());
+    assert!(String::from_utf8_lossy(&interp.stderr).contains("`--profile` needs the JIT backend"));
+}
+
 /// The threaded scheduler runs independent steps at once (each reads and
 /// writes storage no concurrent step writes) and splits kernels only along
 /// independent outputs (elementwise rows, matrix-product output blocks), so

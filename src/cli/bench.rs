@@ -8,6 +8,12 @@
 //!   "step_ms": {"median": …, "p90": …}, "steps": 100, "threads": 1,
 //!   "arena_bytes": …, "peak_rss_bytes": …, "loss_first": …, "loss_last": …}`
 //!
+//! With `--profile`, each step of the compiled training step (a fused
+//! kernel, a matrix product, a convolution…) is timed during the timed
+//! steps: the JSON gains `"profile": [{"step": i, "label": …, "ms": …}]`
+//! (milliseconds per training step, slowest first) and the text output a
+//! table. With several threads, steps that run side by side both count.
+//!
 //! `compile_ms` is the front end and optimizer (once per file) plus the
 //! preparation of that step (JIT code generation); `loss_first` is the loss
 //! of the first (warm-up or timed) step, `loss_last` of the last one.
@@ -33,6 +39,8 @@ pub struct BenchArgs<'a> {
     pub threads: usize,
     pub backend: Backend,
     pub json: bool,
+    /// Time each step of the compiled unit (`"profile"` in the JSON).
+    pub profile: bool,
 }
 
 pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnostic>> {
@@ -70,6 +78,7 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
                         r["loss_first"],
                         r["loss_last"],
                     );
+                    print_profile(&r);
                 }
             }
             other => ex.run_effect(other).map_err(|d| vec![d])?,
@@ -114,8 +123,15 @@ fn bench_train(
     let mut head = batch;
     head.push(Tensor::from_literal(&Literal::Float(vec![0.0]), &TensorType::scalar(DType::F32))?);
     let (mut loss_first, mut loss_last) = (None, f64::NAN);
+    let profiled = compiled.jit().filter(|_| args.profile);
+    if args.profile && profiled.is_none() {
+        return Err(Diagnostic::new(Code::BadValue, "`--profile` needs the JIT backend (`--backend jit`)"));
+    }
     for step in 1..=args.warmup + args.steps {
         crate::runtime::interrupt::check()?;
+        if step == args.warmup + 1 {
+            profiled.inspect(|unit| unit.set_profiling(true));
+        }
         let t = Instant::now();
         // The batch is one fixed input reused every step (as in the peer
         // benchmarks); only the step number is new.
@@ -129,6 +145,15 @@ fn bench_train(
         loss_first.get_or_insert(loss);
         loss_last = loss;
     }
+    let profile = profiled.map(|unit| {
+        unit.set_profiling(false);
+        let mut times = unit.profile();
+        times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        let per_step = 1e3 / args.steps as f64;
+        let rows =
+            times.iter().map(|t| serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_step}));
+        rows.collect::<Vec<_>>()
+    });
     for (slot, t) in plan.result_slots.iter().zip(carry.into_values()?) {
         ex.slots.insert(*slot, t);
     }
@@ -138,7 +163,7 @@ fn bench_train(
         Backend::Interp => "interp",
         Backend::Jit => "jit",
     };
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "name": name,
         "backend": backend,
         "compile_ms": compile_ms,
@@ -150,7 +175,23 @@ fn bench_train(
         "loss_first": loss_first.unwrap_or(f64::NAN),
         "loss_last": loss_last,
     });
+    if let Some(profile) = profile {
+        json["profile"] = profile.into();
+    }
     Ok(json)
+}
+
+/// The `"profile"` of a bench result as a table: each step's time per
+/// training step, its share of their sum, and its label.
+fn print_profile(r: &serde_json::Value) {
+    let Some(rows) = r["profile"].as_array() else { return };
+    let total: f64 = rows.iter().filter_map(|row| row["ms"].as_f64()).sum();
+    println!("{:>9} {:>6}  step", "ms/step", "share");
+    for row in rows {
+        let ms = row["ms"].as_f64().unwrap_or(0.0);
+        let share = if total > 0.0 { 100.0 * ms / total } else { 0.0 };
+        println!("{ms:>9.4} {share:>5.1}%  #{} {}", row["step"], row["label"].as_str().unwrap_or_default());
+    }
 }
 
 /// The process's peak resident set (`VmHWM`), 0 where /proc is unavailable.

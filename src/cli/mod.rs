@@ -72,6 +72,10 @@ enum Command {
         /// Print one JSON object per train block (else one line of text).
         #[arg(long)]
         json: bool,
+        /// Also time every step of the compiled training step (JIT only)
+        /// and list them, slowest first.
+        #[arg(long)]
+        profile: bool,
     },
 }
 
@@ -134,7 +138,7 @@ pub fn main() -> ExitCode {
             };
             run(&mut session, file, options, opt_level.is_none())
         }
-        Command::Bench { file, steps, warmup, threads, backend, json } => {
+        Command::Bench { file, steps, warmup, threads, backend, json, profile } => {
             let args = bench::BenchArgs {
                 file,
                 steps: *steps,
@@ -142,6 +146,7 @@ pub fn main() -> ExitCode {
                 threads: threads_or_cores(*threads),
                 backend: *backend,
                 json: *json,
+                profile: *profile,
             };
             bench::bench(&mut session, &args)
         }

@@ -75,6 +75,19 @@ impl Conv {
         fits.then_some(Conv { kind, x, w, y, stride: *stride, padding: *padding, dilation: *dilation })
     }
 
+    /// The kind and shapes, for profiles: `conv2d grad-input
+    /// 64x14x14x16 <- 64x14x14x32 (3x3 kernel)`.
+    pub fn label(&self) -> String {
+        let dims = |d: &[usize; 4]| d.map(|x| x.to_string()).join("x");
+        let [kh, kw, _, _] = self.w;
+        let (what, to, from) = match self.kind {
+            ConvKind::Forward => ("conv2d", &self.y, &self.x),
+            ConvKind::GradInput => ("conv2d grad-input", &self.x, &self.y),
+            ConvKind::GradFilter => ("conv2d grad-filter", &self.w, &self.x),
+        };
+        format!("{what} {} <- {} ({kh}x{kw} kernel)", dims(to), dims(from))
+    }
+
     /// Output positions and taps: the im2col buffer is `m × k`.
     fn m_k(&self) -> (usize, usize) {
         (self.y[0] * self.y[1] * self.y[2], self.w[0] * self.w[1] * self.w[2])

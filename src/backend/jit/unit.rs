@@ -8,10 +8,12 @@
 //! - a `Contraction` kernel over a `f32` matmul runs the product through
 //!   `gemm` (split over the worker threads by output blocks) and its epilogue as
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
-//! - every other kernel (reductions, layout ops, convolutions, other dtypes,
-//!   ops without a code template) runs node by node on the reference
-//!   interpreter's `eval_node`, so every program runs, with the
-//!   interpreter's results for those kernels.
+//! - a `f32` convolution (or one of its gradients) runs through im2col and
+//!   `gemm` (module `conv`); `f32` pooling with disjoint windows, reductions
+//!   and matrix transposes run as native loops (modules `pool`, `reduce`);
+//! - every other kernel (other dtypes, ops without a code template) runs
+//!   node by node on the reference interpreter's `eval_node`, so every
+//!   program runs, with the interpreter's results for those kernels.
 //!
 //! Storage: every `f32` and `bool` kernel output lives in the arena at the
 //! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus
@@ -32,6 +34,10 @@
 //! Results equal the interpreter's up to rounding: a different summation
 //! order in matmul and the polynomial `exp`/`log`/`tanh` (module `poly`).
 //!
+//! Profiling: after [`JitUnit::set_profiling`], every step adds its wall
+//! time to a counter; [`JitUnit::profile`] reads them with a description
+//! of each step (`tfc bench --profile`).
+//!
 //! Example: `train.rs` prepares one `JitUnit` per batch size of a training
 //! step and calls `run` with `[batch…, step, params…, states…]` per batch.
 
@@ -47,7 +53,7 @@ use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Where a value is during a run.
@@ -176,6 +182,43 @@ impl Step {
     }
 }
 
+impl Step {
+    /// What the step computes, for profiles: its kind and sizes, then the
+    /// ops of the kernel it comes from (`nodes`), e.g.
+    /// `gemm 64x784 @ 784x256: dot, add, relu`.
+    fn label(&self, g: &Graph, nodes: &[NodeId]) -> String {
+        let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
+        let what = match self {
+            Step::Jit { rows, inner, .. } => format!("fused {rows}x{inner}"),
+            Step::Gemm { batch, m, k, n, a_t, b_t, .. } => {
+                let t = |on: &bool| if *on { "ᵀ" } else { "" };
+                let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
+                format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+            }
+            Step::Conv { conv, .. } => conv.label(),
+            Step::Interp(_) => "interpreted".to_string(),
+            Step::Reduce { op, shape, reduced, .. } => {
+                let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
+                format!("reduce {op:?} {} over {axes:?}", dims(shape))
+            }
+            Step::Pool { params, grad, xs, .. } => {
+                let grad = if grad.is_some() { " grad" } else { "" };
+                format!("{:?} pool{grad} {}", params.kind, dims(xs))
+            }
+            Step::Transpose { rows, cols, .. } => format!("transpose {rows}x{cols}"),
+        };
+        let mut ops: Vec<&str> = Vec::new();
+        for &n in nodes {
+            let name = g.node(n).op.name();
+            if !ops.contains(&name) {
+                ops.push(name);
+            }
+        }
+        let more = if ops.len() > 6 { ", …" } else { "" };
+        format!("{what}: {}{more}", ops[..ops.len().min(6)].join(", "))
+    }
+}
+
 /// How each kernel of a prepared unit runs (for reports and tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepCounts {
@@ -220,6 +263,22 @@ pub struct JitUnit {
     residents: Vec<Resident>,
     pub arena_bytes: usize,
     pub counts: StepCounts,
+    /// What each step is, for profiles: its kind, sizes and ops.
+    labels: Vec<String>,
+    /// Whether steps add their wall time to `step_nanos`.
+    profiling: AtomicBool,
+    step_nanos: Vec<AtomicU64>,
+}
+
+/// One step's share of a profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    /// Its position in the schedule.
+    pub index: usize,
+    /// What it computes, e.g. `gemm 64x784 @ 784x256 (dot)`.
+    pub label: String,
+    /// Wall time summed over the runs since profiling started.
+    pub seconds: f64,
 }
 
 fn internal(msg: impl Into<String>) -> Diagnostic {
@@ -462,7 +521,12 @@ impl JitUnit {
                 .filter_map(|i| b.loc.get(&i).and_then(|&r| place(r, g.node(i).ty.numel())))
                 .collect()
         };
+        // The kernel each step comes from (for its profile label).
+        let mut kernel_of: Vec<usize> = Vec::new();
+        let mut current = 0;
         for &ki in &unit.order {
+            kernel_of.resize(steps.len(), current);
+            current = ki;
             if let Some(last) = steps.len().checked_sub(1) {
                 scratch.release(last);
             }
@@ -618,6 +682,9 @@ impl JitUnit {
                 }
             }
         }
+        kernel_of.resize(steps.len(), current);
+        let steps_len = steps.len();
+        let labels = steps.iter().zip(&kernel_of).map(|(s, &ki)| s.label(g, &unit.kernels[ki].nodes)).collect();
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = scratch.end().div_ceil(16);
         let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables], cols: vec![0.0; cols] };
@@ -635,7 +702,47 @@ impl JitUnit {
             residents,
             arena_bytes: unit.arena_bytes,
             counts,
+            step_nanos: (0..steps_len).map(|_| AtomicU64::new(0)).collect(),
+            labels,
+            profiling: AtomicBool::new(false),
         })
+    }
+
+    /// Starts (or stops) adding each step's wall time to its counter;
+    /// starting clears the counters.
+    pub fn set_profiling(&self, on: bool) {
+        if on {
+            self.step_nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
+        }
+        self.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// Each step's wall time since profiling started, in schedule order.
+    pub fn profile(&self) -> Vec<StepTime> {
+        let times = self.labels.iter().zip(&self.step_nanos).enumerate();
+        times
+            .map(|(index, (label, n))| StepTime {
+                index,
+                label: label.clone(),
+                seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
+            })
+            .collect()
+    }
+
+    /// Runs one step, timing it when profiling.
+    ///
+    /// # Safety
+    /// As for `step`.
+    unsafe fn timed_step(&self, i: usize, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
+        if !self.profiling.load(Ordering::Relaxed) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.step(&self.steps[i], mem, threads) };
+        }
+        let started = std::time::Instant::now();
+        // SAFETY: the caller's contract.
+        let result = unsafe { self.step(&self.steps[i], mem, threads) };
+        self.step_nanos[i].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        result
     }
 
     /// Runs the unit on `inputs` (in region input order); returns the
@@ -735,7 +842,7 @@ impl JitUnit {
         let threads = if self.pool.is_some() { rayon::current_num_threads() } else { 1 };
         if threads == 1 || !self.schedule.has_parallel_steps() {
             // SAFETY: one step runs at a time.
-            return self.steps.iter().try_for_each(|step| unsafe { self.step(step, mem, threads) });
+            return (0..self.steps.len()).try_for_each(|i| unsafe { self.timed_step(i, mem, threads) });
         }
         let run = Run {
             unit: self,
@@ -987,7 +1094,7 @@ impl<'r> Run<'r> {
             // SAFETY: every step that touches a place step `i` writes, or
             // writes a place it reads, is ordered before or after it by the
             // schedule; those before have counted `waits[i]` down to zero.
-            if let Err(d) = unsafe { self.unit.step(&self.unit.steps[i], self.mem, self.threads) } {
+            if let Err(d) = unsafe { self.unit.timed_step(i, self.mem, self.threads) } {
                 self.stop.store(true, Ordering::Relaxed);
                 if let Ok(mut failed) = self.failed.lock() {
                     if failed.as_ref().is_none_or(|(j, _)| i < *j) {
