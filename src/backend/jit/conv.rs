@@ -15,6 +15,12 @@
 //! the weight gradient adds the blocks' products in order. im2col and
 //! col2im move whole kernel-row runs of `KW·C` contiguous elements.
 //!
+//! On a machine with AVX-512 the undilated convolutions run on the direct
+//! kernels instead (module `conv_direct`), with the padding copied into the
+//! scratch buffer: the forward product and the weight gradient straight
+//! from the input, and a stride-1 input gradient as the forward convolution
+//! of the padded output gradient with the flipped, transposed weights.
+//!
 //! Only `groups = 1` is lowered (grouped convolutions stay on the
 //! interpreter). Results equal the interpreter's up to the summation order
 //! of the product; they do not depend on the thread count (the blocks
@@ -23,6 +29,7 @@
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
+use super::conv_direct::{self as direct, Window};
 use super::gemm::{sgemm, sgemm_into};
 
 /// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
@@ -104,9 +111,47 @@ impl Conv {
         (BLOCK_FLOATS / k.max(1)).clamp(1, m.max(1))
     }
 
-    /// Elements of the im2col buffer (one block).
+    /// Elements of the scratch buffer: one im2col block, or the direct
+    /// kernels' padded source and flipped weights.
     pub fn cols_len(&self) -> usize {
-        self.block_rows() * self.m_k().1
+        match self.direct() {
+            Some(d) => d.scratch_len(),
+            None => self.block_rows() * self.m_k().1,
+        }
+    }
+
+    /// How the direct kernels run this convolution, when this machine has
+    /// them and the geometry suits them (no dilation; for the input
+    /// gradient, stride 1 and padding below the kernel size).
+    fn direct(&self) -> Option<Direct> {
+        if self.dilation != [1, 1] || !direct::available() {
+            return None;
+        }
+        let ([n, h, w, c], [kh, kw, _, o], [_, oh, ow, _]) = (self.x, self.w, self.y);
+        let [top, bottom, left, right] = self.padding;
+        let plan = match self.kind {
+            ConvKind::Forward | ConvKind::GradFilter => {
+                let padded = self.padding != [0; 4];
+                let (hp, wp) = if padded {
+                    ((oh.max(1) - 1) * self.stride[0] + kh, (ow.max(1) - 1) * self.stride[1] + kw)
+                } else {
+                    (h, w)
+                };
+                let win = Window { n, hp, wp, c, kh, kw, o, oh, ow, stride: self.stride };
+                Direct { win, pad: padded.then_some([top, left]), flip: false }
+            }
+            ConvKind::GradInput => {
+                let fits = top < kh && bottom < kh && left < kw && right < kw;
+                if self.stride != [1, 1] || !fits {
+                    return None;
+                }
+                // The output gradient, padded, convolved into `c` channels.
+                let win =
+                    Window { n, hp: h + kh - 1, wp: w + kw - 1, c: o, kh, kw, o: c, oh: h, ow: w, stride: [1, 1] };
+                Direct { win, pad: Some([kh - 1 - top, kw - 1 - left]), flip: true }
+            }
+        };
+        plan.win.fits().then_some(plan)
     }
 
     /// Elements of each operand and of the result.
@@ -193,8 +238,53 @@ impl Conv {
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
     /// result's and `cols` `cols_len()` elements.
     pub unsafe fn run(&self, a: *const f32, b: *const f32, dst: &mut [f32], cols: &mut [f32], threads: usize) {
-        // SAFETY: the caller's contract.
-        unsafe { self.run_in_blocks(a, b, dst, cols, threads, self.block_rows()) }
+        match self.direct() {
+            // SAFETY: the caller's contract.
+            Some(d) => unsafe { self.run_direct(&d, a, b, dst, cols, threads) },
+            // SAFETY: the caller's contract.
+            None => unsafe { self.run_in_blocks(a, b, dst, cols, threads, self.block_rows()) },
+        }
+    }
+
+    /// `run` on the direct kernels, planned by `direct`.
+    ///
+    /// # Safety
+    /// As for `run`.
+    unsafe fn run_direct(
+        &self,
+        d: &Direct,
+        a: *const f32,
+        b: *const f32,
+        dst: &mut [f32],
+        cols: &mut [f32],
+        threads: usize,
+    ) {
+        let (na, nb, _) = self.sizes();
+        // SAFETY: the caller's contract on `a` and `b`.
+        let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
+        let (padded, rest) = cols.split_at_mut(if d.pad.is_some() { d.win.src_len() } else { 0 });
+        // The source: the input, or for the input gradient the output gradient.
+        let src = match d.pad {
+            Some([top, left]) => {
+                let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
+                direct::pad_into(a, dims, top, left, padded, d.win.hp, d.win.wp);
+                &*padded
+            }
+            None => a,
+        };
+        // SAFETY: `direct` checked AVX-512F and that every window fits; the
+        // buffers have the window's sizes.
+        unsafe {
+            match self.kind {
+                ConvKind::Forward => direct::forward(&d.win, src, b, dst, threads),
+                ConvKind::GradFilter => direct::grad_filter(&d.win, src, b, dst, threads),
+                ConvKind::GradInput => {
+                    let flipped = &mut rest[..d.win.w_len()];
+                    direct::flip_transpose(b, self.w, flipped);
+                    direct::forward(&d.win, src, flipped, dst, threads)
+                }
+            }
+        }
     }
 
     /// `run` with blocks of `rows` output positions (`cols` holds
@@ -274,6 +364,23 @@ impl Conv {
     }
 }
 
+/// A convolution on the direct kernels: its window over the source, where
+/// the source goes in the padded scratch copy (`None`: read in place), and
+/// whether the weights are flipped and transposed (an input gradient).
+struct Direct {
+    win: Window,
+    pad: Option<[usize; 2]>,
+    flip: bool,
+}
+
+impl Direct {
+    /// Scratch elements: the padded source, then the flipped weights.
+    fn scratch_len(&self) -> usize {
+        let src = if self.pad.is_some() { self.win.src_len() } else { 0 };
+        src + if self.flip { self.win.w_len() } else { 0 }
+    }
+}
+
 /// `to = from` for the short runs of im2col: whole 4-element chunks and a
 /// remainder of up to 3, copied inline, since a call to `memcpy` per run of
 /// a few elements costs more than the copy; long runs take `memcpy`.
@@ -343,14 +450,27 @@ mod tests {
                 let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
                 let (av, bv): (Vec<f32>, Vec<f32>) =
                     (av.iter().map(|&v| v as f32).collect(), bv.iter().map(|&v| v as f32).collect());
-                for rows in [1, 3, 7, m] {
+                // im2col in blocks of several sizes, then `run` (the direct
+                // kernels where this machine has them) at one and two threads.
+                let blocks = [1, 3, 7, m].map(|rows| (Some(rows), 1));
+                for (rows, threads) in blocks.into_iter().chain([(None, 1), (None, 2)]) {
                     let mut dst = vec![f32::NAN; expected.len()];
-                    let mut cols = vec![f32::NAN; rows * k];
+                    let mut cols = vec![f32::NAN; rows.map_or(conv.cols_len(), |r| r * k)];
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
                     // SAFETY: the operands and buffers have the sizes `run` needs.
-                    unsafe { conv.run_in_blocks(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, 1, rows) };
+                    pool.install(|| unsafe {
+                        match rows {
+                            Some(rows) => conv.run_in_blocks(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, 1, rows),
+                            None => conv.run(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, threads),
+                        }
+                    });
                     for (i, (&got, &want)) in dst.iter().zip(&expected).enumerate() {
                         let ok = (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
-                        assert!(ok, "case {case}, {:?}, blocks of {rows}: element {i} is {got}, not {want}", conv.kind);
+                        assert!(
+                            ok,
+                            "case {case}, {:?}, {rows:?} rows, {threads} threads: element {i} is {got}, not {want}",
+                            conv.kind
+                        );
                     }
                 }
             }

@@ -27,6 +27,7 @@ mod carry;
 mod clif;
 mod codegen;
 mod conv;
+mod conv_direct;
 mod fold;
 mod gemm;
 mod poly;

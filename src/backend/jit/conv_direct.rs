@@ -1,0 +1,467 @@
+//! Direct convolutions on AVX-512: the forward product and the weight
+//! gradient computed straight from the (zero-padded) input, with no im2col
+//! buffer, the way oneDNN's direct kernels work.
+//!
+//! Contract: over a source `src: [N, HP, WP, C]` that already holds the
+//! padding as zeros (`pad_into`), weights `w: [KH, KW, C, O]` and strides
+//! `(SY, SX)` (no dilation),
+//! - `forward` writes `y[n, oy, ox, o] = Σ_{i, j, c} src[n, oy·SY + i,
+//!   ox·SX + j, c] · w[i, j, c, o]`, summed over `i`, then `j`, then `c`;
+//! - `grad_filter` writes `gw[i, j, c, o] = Σ_{n, oy, ox} src[n, oy·SY + i,
+//!   ox·SX + j, c] · gy[n, oy, ox, o]`, summed over the output positions in
+//!   order.
+//!
+//! The sums are chains of fused multiply-adds in that fixed order, so the
+//! results do not depend on the thread count (threads split output rows,
+//! or the weight gradient's tiles, never a sum); they equal the
+//! interpreter's up to rounding. A stride-1 input gradient is a forward
+//! convolution of the padded output gradient with the flipped, transposed
+//! weights (`flip_transpose`), see `conv`.
+//!
+//! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
+//! of 16 output channels in registers: each step loads `B` weight (or
+//! gradient) vectors and broadcasts `R` inputs for `R·B` multiply-adds.
+//!
+//! Example: the second convolution of the bench CNN, `[64, 14, 14, 16]` by
+//! `[3, 3, 16, 32]`, runs as 896 output rows of two 7-position tiles, each
+//! 144 steps of 2 loads, 7 broadcasts and 14 multiply-adds.
+
+use super::threads::split_rows;
+
+/// Whether this machine runs the direct kernels (AVX-512F).
+pub(super) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A convolution's shapes over its padded source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Window {
+    /// The padded source `[n, hp, wp, c]`.
+    pub n: usize,
+    pub hp: usize,
+    pub wp: usize,
+    pub c: usize,
+    /// Kernel rows and columns and output channels (`w: [kh, kw, c, o]`).
+    pub kh: usize,
+    pub kw: usize,
+    pub o: usize,
+    /// The output `[n, oh, ow, o]`.
+    pub oh: usize,
+    pub ow: usize,
+    pub stride: [usize; 2],
+}
+
+impl Window {
+    pub fn src_len(&self) -> usize {
+        self.n * self.hp * self.wp * self.c
+    }
+
+    pub fn w_len(&self) -> usize {
+        self.kh * self.kw * self.c * self.o
+    }
+
+    fn y_len(&self) -> usize {
+        self.n * self.oh * self.ow * self.o
+    }
+
+    /// Whether every window lies inside the source.
+    pub fn fits(&self) -> bool {
+        // The source rows (or columns) the last output's window reaches.
+        let reach = |out: usize, stride: usize, k: usize| if out == 0 { 0 } else { (out - 1) * stride + k };
+        let ([sy, sx], ok) = (self.stride, self.kh > 0 && self.kw > 0);
+        ok && sy > 0 && sx > 0 && reach(self.oh, sy, self.kh) <= self.hp && reach(self.ow, sx, self.kw) <= self.wp
+    }
+
+    /// The offset in the source of output position `(n, oy, ox)`'s window.
+    fn origin(&self, n: usize, oy: usize, ox: usize) -> usize {
+        ((n * self.hp + oy * self.stride[0]) * self.wp + ox * self.stride[1]) * self.c
+    }
+}
+
+/// Copies `x: [n, h, w, c]` into `dst: [n, hp, wp, c]` at row `top` and
+/// column `left`, zero everywhere else (the parts of `x` beyond `dst` are
+/// left out).
+pub(super) fn pad_into(
+    x: &[f32],
+    [n, h, w, c]: [usize; 4],
+    top: usize,
+    left: usize,
+    dst: &mut [f32],
+    hp: usize,
+    wp: usize,
+) {
+    let cols = w.min(wp.saturating_sub(left));
+    for b in 0..n {
+        for r in 0..hp {
+            let to = &mut dst[((b * hp + r) * wp) * c..((b * hp + r + 1) * wp) * c];
+            match r.checked_sub(top).filter(|&sr| sr < h) {
+                Some(sr) if cols > 0 => {
+                    let from = &x[((b * h + sr) * w) * c..((b * h + sr) * w + cols) * c];
+                    to[..left * c].fill(0.0);
+                    to[left * c..(left + cols) * c].copy_from_slice(from);
+                    to[(left + cols) * c..].fill(0.0);
+                }
+                _ => to.fill(0.0),
+            }
+        }
+    }
+}
+
+/// `dst[i, j, o, c] = w[KH-1-i, KW-1-j, c, o]`: the weights of a stride-1
+/// input gradient as a forward convolution.
+pub(super) fn flip_transpose(w: &[f32], [kh, kw, c, o]: [usize; 4], dst: &mut [f32]) {
+    for i in 0..kh {
+        for j in 0..kw {
+            let from = &w[((kh - 1 - i) * kw + (kw - 1 - j)) * c * o..][..c * o];
+            let to = &mut dst[(i * kw + j) * o * c..][..o * c];
+            for ci in 0..c {
+                for oi in 0..o {
+                    to[oi * c + ci] = from[ci * o + oi];
+                }
+            }
+        }
+    }
+}
+
+/// Tile lengths the kernels are compiled for.
+const TILES: [usize; 11] = [1, 2, 3, 4, 6, 7, 8, 10, 12, 14, 16];
+
+/// The tile length for `len` positions with at most `max` per tile: the
+/// one with the least work (the last tile overlaps the one before it when
+/// `len` is not a multiple), counting two steps of overhead per tile.
+fn tile_len(len: usize, max: usize) -> usize {
+    let cost = |r: usize| len.div_ceil(r) * (r + 2);
+    TILES.iter().copied().filter(|&r| r <= len.min(max)).min_by_key(|&r| (cost(r), usize::MAX - r)).unwrap_or(1)
+}
+
+/// The starts of the tiles of `r` covering `0..len` (the last one moved back
+/// to end at `len`).
+fn tile_starts(len: usize, r: usize) -> impl Iterator<Item = usize> {
+    (0..len.div_ceil(r)).map(move |t| (t * r).min(len - r))
+}
+
+/// Disjoint tiles covering `0..len`: as many of `r` as fit, then the rest
+/// in the largest compiled lengths (the weight gradient adds into its
+/// output, so its tiles must not overlap). `(start, length)` pairs.
+fn exact_tiles(len: usize, r: usize) -> Vec<(usize, usize)> {
+    let mut tiles: Vec<(usize, usize)> = (0..len / r).map(|t| (t * r, r)).collect();
+    let mut at = len / r * r;
+    while at < len {
+        let size = TILES.iter().copied().filter(|&t| t <= len - at).max().unwrap_or(1);
+        tiles.push((at, size));
+        at += size;
+    }
+    tiles
+}
+
+/// Output-channel blocks of up to 32: `(first channel, vectors, lane masks)`.
+fn channel_blocks(o: usize) -> impl Iterator<Item = (usize, usize, [u16; 2])> {
+    let mask = |lanes: usize| if lanes >= 16 { u16::MAX } else { ((1u32 << lanes) - 1) as u16 };
+    (0..o).step_by(32).map(move |o0| {
+        let width = (o - o0).min(32);
+        (o0, width.div_ceil(16), [mask(width), mask(width.saturating_sub(16))])
+    })
+}
+
+/// `y = conv(src, w)` (see the module docs); `threads` share the output rows.
+///
+/// # Safety
+/// `available()` must hold; `src`, `w` and `y` must hold `win`'s source,
+/// weight and output elements and `win.fits()`.
+pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
+    debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
+    let rows = win.n * win.oh;
+    let out = SendPtr(y.as_mut_ptr());
+    let run = |lo: usize, hi: usize| {
+        let out = &out;
+        // SAFETY: the caller's contract; the row ranges are disjoint.
+        unsafe { forward_rows(win, src.as_ptr(), w.as_ptr(), out.0, lo, hi) }
+    };
+    if threads > 1 && rows > 1 {
+        rayon::scope(|s| {
+            for (lo, hi) in split_rows(rows, threads) {
+                let run = &run;
+                s.spawn(move |_| run(lo, hi));
+            }
+        });
+    } else {
+        run(0, rows);
+    }
+}
+
+/// `gw = Σ src ⊗ gy` (see the module docs); `threads` share the tiles.
+///
+/// # Safety
+/// As for `forward`, with `gy` holding the output's elements and `gw` the
+/// weights'.
+pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut [f32], threads: usize) {
+    debug_assert!(win.fits() && src.len() >= win.src_len() && gy.len() >= win.y_len() && gw.len() >= win.w_len());
+    gw[..win.w_len()].fill(0.0);
+    // A tile: kernel row `i`, weight rows `q0..q0+r` of that kernel row's
+    // `KW·C`, one channel block.
+    let run_len = win.kw * win.c;
+    let mut tiles = Vec::new();
+    for i in 0..win.kh {
+        for (o0, vectors, masks) in channel_blocks(win.o) {
+            let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
+            tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
+        }
+    }
+    // Output rows in blocks that keep their sources and gradients in the
+    // L2 cache across the tiles; every tile sums the blocks in order.
+    let per_row = win.ow * win.o + win.kh * win.wp * win.c;
+    let block = (65_536 / per_row.max(1)).clamp(1, (win.n * win.oh).max(1));
+    let out = SendPtr(gw.as_mut_ptr());
+    let run = |lo: usize, hi: usize| {
+        let out = &out;
+        for r0 in (0..win.n * win.oh).step_by(block) {
+            let rows = r0..(r0 + block).min(win.n * win.oh);
+            for &(i, q0, r, o0, vectors, masks) in &tiles[lo..hi] {
+                let tile = FilterTile {
+                    src: src.as_ptr().wrapping_add(i * win.wp * win.c + q0),
+                    gy: gy.as_ptr().wrapping_add(o0),
+                    dst: out.0.wrapping_add((i * run_len + q0) * win.o + o0),
+                    masks,
+                };
+                // SAFETY: the caller's contract; the tiles write disjoint
+                // weight rows or channels.
+                unsafe { filter_tile(win, &tile, rows.clone(), r, vectors) };
+            }
+        }
+    };
+    if threads > 1 && tiles.len() > 1 {
+        rayon::scope(|s| {
+            for (lo, hi) in split_rows(tiles.len(), threads) {
+                let run = &run;
+                s.spawn(move |_| run(lo, hi));
+            }
+        });
+    } else {
+        run(0, tiles.len());
+    }
+}
+
+/// A raw output pointer shared by the threads that write disjoint parts.
+struct SendPtr(*mut f32);
+// SAFETY: the threads write disjoint elements while the caller waits.
+unsafe impl Sync for SendPtr {}
+
+/// Output rows `lo..hi` (of `n · oh`) of `forward`.
+///
+/// # Safety
+/// As for `forward`.
+unsafe fn forward_rows(win: &Window, src: *const f32, w: *const f32, y: *mut f32, lo: usize, hi: usize) {
+    for (o0, vectors, masks) in channel_blocks(win.o) {
+        let r = tile_len(win.ow, if vectors == 1 { 16 } else { 12 });
+        for row in lo..hi {
+            let (n, oy) = (row / win.oh, row % win.oh);
+            for ox in tile_starts(win.ow, r) {
+                let tile = ForwardTile {
+                    src: src.wrapping_add(win.origin(n, oy, ox)),
+                    w: w.wrapping_add(o0),
+                    dst: y.wrapping_add((row * win.ow + ox) * win.o + o0),
+                    masks,
+                };
+                // SAFETY: the caller's contract.
+                unsafe { forward_tile(win, &tile, r, vectors) };
+            }
+        }
+    }
+}
+
+/// Where one forward tile reads and writes.
+struct ForwardTile {
+    /// The first position's window.
+    src: *const f32,
+    /// The weights of the tile's first output channel.
+    w: *const f32,
+    /// The first position's first output channel.
+    dst: *mut f32,
+    masks: [u16; 2],
+}
+
+/// Where one weight-gradient tile reads and writes.
+struct FilterTile {
+    /// The tile's first weight row within the window of position 0.
+    src: *const f32,
+    /// The output gradient's first channel of the tile, at position 0.
+    gy: *const f32,
+    /// The tile's first weight row and channel.
+    dst: *mut f32,
+    masks: [u16; 2],
+}
+
+/// Calls `$kernel::<R, B>` for the runtime tile length `$r` and vector
+/// count `$b` (1 or 2).
+macro_rules! dispatch {
+    ($kernel:ident, $r:expr, $b:expr, ($($arg:expr),*)) => {
+        // Two vectors take at most 12 positions (`tile_len`'s `max`).
+        match ($r, $b) {
+            (1, 1) => $kernel::<1, 1>($($arg),*),
+            (2, 1) => $kernel::<2, 1>($($arg),*),
+            (3, 1) => $kernel::<3, 1>($($arg),*),
+            (4, 1) => $kernel::<4, 1>($($arg),*),
+            (6, 1) => $kernel::<6, 1>($($arg),*),
+            (7, 1) => $kernel::<7, 1>($($arg),*),
+            (8, 1) => $kernel::<8, 1>($($arg),*),
+            (10, 1) => $kernel::<10, 1>($($arg),*),
+            (12, 1) => $kernel::<12, 1>($($arg),*),
+            (14, 1) => $kernel::<14, 1>($($arg),*),
+            (16, 1) => $kernel::<16, 1>($($arg),*),
+            (1, _) => $kernel::<1, 2>($($arg),*),
+            (2, _) => $kernel::<2, 2>($($arg),*),
+            (3, _) => $kernel::<3, 2>($($arg),*),
+            (4, _) => $kernel::<4, 2>($($arg),*),
+            (6, _) => $kernel::<6, 2>($($arg),*),
+            (7, _) => $kernel::<7, 2>($($arg),*),
+            (8, _) => $kernel::<8, 2>($($arg),*),
+            (10, _) => $kernel::<10, 2>($($arg),*),
+            _ => $kernel::<12, 2>($($arg),*),
+        }
+    };
+}
+
+/// One forward tile of `r` positions × `vectors` channel vectors.
+///
+/// # Safety
+/// As for `forward`.
+unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract (`available()` checked AVX-512F).
+    unsafe {
+        dispatch!(forward_kernel, r, vectors, (win, t))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("`available()` is false off x86_64: {win:?} {r} {vectors} {:?}", t.masks)
+}
+
+/// One weight-gradient tile of `r` weight rows × `vectors` channel vectors
+/// over output rows `rows`.
+///
+/// # Safety
+/// As for `grad_filter`.
+unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>, r: usize, vectors: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract (`available()` checked AVX-512F).
+    unsafe {
+        dispatch!(filter_kernel, r, vectors, (win, t, rows.clone()))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("`available()` is false off x86_64: {win:?} {rows:?} {r} {vectors} {:?}", t.masks)
+}
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::{
+    __m512, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+};
+
+/// `R` consecutive output positions × `B` vectors of output channels: for
+/// each kernel row, each of its `KW·C` weight rows adds one broadcast input
+/// times the weight vectors to every accumulator.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn forward_kernel<const R: usize, const B: usize>(win: &Window, t: &ForwardTile) {
+    let (run, step, row, o) = (win.kw * win.c, win.stride[1] * win.c, win.wp * win.c, win.o);
+    let mut acc = [[_mm512_setzero_ps(); B]; R];
+    for i in 0..win.kh {
+        let (src, w) = (t.src.wrapping_add(i * row), t.w.wrapping_add(i * run * o));
+        for q in 0..run {
+            let mut wv: [__m512; B] = [_mm512_setzero_ps(); B];
+            for (b, v) in wv.iter_mut().enumerate() {
+                // SAFETY: inside the weights (the masked-off lanes are not read).
+                *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], w.wrapping_add(q * o + 16 * b)) };
+            }
+            for (p, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `fits()`: every window lies inside the source.
+                let x = _mm512_set1_ps(unsafe { *src.add(p * step + q) });
+                for b in 0..B {
+                    acc[b] = _mm512_fmadd_ps(x, wv[b], acc[b]);
+                }
+            }
+        }
+    }
+    for (p, acc) in acc.iter().enumerate() {
+        for (b, &v) in acc.iter().enumerate() {
+            // SAFETY: inside the output (the masked-off lanes are not written).
+            unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
+        }
+    }
+}
+
+/// `R` weight rows × `B` vectors of output channels, continued over output
+/// rows `rows`: each position adds its `R` inputs (broadcast) times its
+/// output-gradient vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn filter_kernel<const R: usize, const B: usize>(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>) {
+    let (step, o) = (win.stride[1] * win.c, win.o);
+    let mut acc = [[_mm512_setzero_ps(); B]; R];
+    for (p, acc) in acc.iter_mut().enumerate() {
+        for b in 0..B {
+            // SAFETY: inside the weight gradient.
+            acc[b] = unsafe { _mm512_maskz_loadu_ps(t.masks[b], t.dst.wrapping_add(p * o + 16 * b)) };
+        }
+    }
+    for row in rows {
+        let (n, oy) = (row / win.oh, row % win.oh);
+        let (src, gy) = (t.src.wrapping_add(win.origin(n, oy, 0)), t.gy.wrapping_add(row * win.ow * o));
+        for ox in 0..win.ow {
+            let mut gv: [__m512; B] = [_mm512_setzero_ps(); B];
+            for (b, v) in gv.iter_mut().enumerate() {
+                // SAFETY: inside the output gradient.
+                *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], gy.wrapping_add(ox * o + 16 * b)) };
+            }
+            let src = src.wrapping_add(ox * step);
+            for (p, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `fits()`: every window lies inside the source.
+                let x = _mm512_set1_ps(unsafe { *src.add(p) });
+                for b in 0..B {
+                    acc[b] = _mm512_fmadd_ps(x, gv[b], acc[b]);
+                }
+            }
+        }
+    }
+    for (p, acc) in acc.iter().enumerate() {
+        for (b, &v) in acc.iter().enumerate() {
+            // SAFETY: inside the weight gradient.
+            unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{channel_blocks, exact_tiles, tile_len, tile_starts};
+
+    #[test]
+    fn tiles_cover_every_position_with_little_overlap() {
+        assert_eq!(tile_len(28, 16), 14);
+        assert_eq!(tile_len(14, 12), 7);
+        assert_eq!(tile_len(48, 12), 12);
+        assert_eq!(tile_len(3, 16), 3);
+        for len in 1..40 {
+            for max in [12, 16] {
+                let r = tile_len(len, max);
+                assert!(r <= len && r <= max);
+                let mut seen = vec![false; len];
+                for s in tile_starts(len, r) {
+                    seen[s..s + r].iter_mut().for_each(|v| *v = true);
+                }
+                assert!(seen.iter().all(|&v| v), "{len} {max}");
+            }
+        }
+        assert_eq!(exact_tiles(5, 3), vec![(0, 3), (3, 2)]);
+        assert_eq!(exact_tiles(11, 4), vec![(0, 4), (4, 4), (8, 3)]);
+        assert_eq!(exact_tiles(9, 8), vec![(0, 8), (8, 1)]);
+        let blocks: Vec<_> = channel_blocks(50).collect();
+        assert_eq!(blocks, vec![(0, 2, [u16::MAX, u16::MAX]), (32, 2, [u16::MAX, 0b11])]);
+        assert_eq!(channel_blocks(10).collect::<Vec<_>>(), vec![(0, 1, [0x3ff, 0])]);
+    }
+}
