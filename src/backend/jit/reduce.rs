@@ -27,8 +27,14 @@ pub fn reduce(op: ReduceOp, x: &[f32], shape: &[usize], reduced: &[bool], out: &
         }
         return finish(op, out, count);
     }
-    // The output stride of each input dim (0 where reduced).
     let k = shape.len();
+    // Leading dims summed, trailing dims kept (a bias gradient): column sums.
+    let kept_from = reduced.iter().rposition(|&r| r).map_or(0, |d| d + 1);
+    if matches!(op, ReduceOp::Sum | ReduceOp::Mean) && reduced[..kept_from].iter().all(|&r| r) {
+        column_sums(x, out.len(), out);
+        return finish(op, out, count);
+    }
+    // The output stride of each input dim (0 where reduced).
     let mut ostride = vec![0usize; k];
     let mut s = 1;
     for d in (0..k).rev() {
@@ -72,6 +78,33 @@ pub fn reduce(op: ReduceOp, x: &[f32], shape: &[usize], reduced: &[bool], out: &
         }
     }
     finish(op, out, count);
+}
+
+/// `out[j] += Σ_r x[r · width + j]` over the rows `r` in order (`out` is
+/// `width` long): the interpreter's order, with a group of columns kept in
+/// registers across all rows rather than in memory (each row's additions
+/// are independent, so a group costs one addition latency per row).
+fn column_sums(x: &[f32], width: usize, out: &mut [f32]) {
+    /// Columns summed together.
+    const GROUP: usize = 32;
+    fn group<const L: usize>(x: &[f32], width: usize, c0: usize, out: &mut [f32]) {
+        let mut acc = [0.0f32; L];
+        acc.copy_from_slice(&out[c0..c0 + L]);
+        for row in x.chunks_exact(width) {
+            for (a, &v) in acc.iter_mut().zip(&row[c0..c0 + L]) {
+                *a += v;
+            }
+        }
+        out[c0..c0 + L].copy_from_slice(&acc);
+    }
+    if width == 0 {
+        return;
+    }
+    let whole = width / GROUP * GROUP;
+    (0..whole).step_by(GROUP).for_each(|c0| group::<GROUP>(x, width, c0, out));
+    let eights = whole + (width - whole) / 8 * 8;
+    (whole..eights).step_by(8).for_each(|c0| group::<8>(x, width, c0, out));
+    (eights..width).for_each(|c0| group::<1>(x, width, c0, out));
 }
 
 fn combine(op: ReduceOp, acc: f32, v: f32) -> f32 {
