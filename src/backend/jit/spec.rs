@@ -357,7 +357,7 @@ fn split(shape: &[usize], loads: Vec<(NodeId, Vec<usize>)>) -> (Vec<usize>, usiz
         p = d;
     }
     let inner = shape[p..].iter().product();
-    let loads = loads
+    let mut loads: Vec<Load> = loads
         .into_iter()
         .zip(modes)
         .map(|((node, s), mode)| Load {
@@ -367,5 +367,26 @@ fn split(shape: &[usize], loads: Vec<(NodeId, Vec<usize>)>) -> (Vec<usize>, usiz
             kind: Kind::F32,
         })
         .collect();
-    (shape[..p].to_vec(), inner, loads)
+    let outer = merge_outer(shape[..p].to_vec(), &mut loads);
+    (outer, inner, loads)
+}
+
+/// Merges adjacent outer dims that every load steps through as one (its
+/// stride of the first is the second's times the second's extent, zero
+/// included), so that a row's offsets need fewer divisions: the rows of a
+/// bias added to a `[64, 28, 28, 16]` product are one dim of 50,176.
+fn merge_outer(mut outer: Vec<usize>, loads: &mut [Load]) -> Vec<usize> {
+    let mut d = outer.len();
+    while d >= 2 {
+        d -= 1;
+        let one = loads.iter().all(|l| l.outer[d - 1] == l.outer[d] * outer[d]);
+        if one {
+            outer[d - 1] *= outer[d];
+            outer.remove(d);
+            for l in loads.iter_mut() {
+                l.outer.remove(d - 1);
+            }
+        }
+    }
+    outer
 }
