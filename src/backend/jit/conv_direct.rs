@@ -404,9 +404,9 @@ unsafe fn filter_kernel<const R: usize, const B: usize>(win: &Window, t: &Filter
     let (step, o) = (win.stride[1] * win.c, win.o);
     let mut acc = [[_mm512_setzero_ps(); B]; R];
     for (p, acc) in acc.iter_mut().enumerate() {
-        for b in 0..B {
+        for (b, v) in acc.iter_mut().enumerate() {
             // SAFETY: inside the weight gradient.
-            acc[b] = unsafe { _mm512_maskz_loadu_ps(t.masks[b], t.dst.wrapping_add(p * o + 16 * b)) };
+            *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], t.dst.wrapping_add(p * o + 16 * b)) };
         }
     }
     for row in rows {

@@ -1,5 +1,6 @@
 //! The JIT's worker threads: one rayon pool per thread count, entered once
 //! per unit run (independent steps run in it at once, module `schedule`),
+//! with the other workers kept awake for the run (`with_workers_awake`),
 //! and the rule for splitting a kernel over it.
 //!
 //! Contract: work is split only along independent output elements — the
@@ -45,6 +46,45 @@ pub fn pool(threads: usize) -> Result<Option<Arc<rayon::ThreadPool>>, String> {
     Ok(Some(p))
 }
 
+/// Runs `f` on the current worker while every other worker of the pool
+/// keeps looking for work (running whatever `f` spawns) instead of going
+/// to sleep between the forks of a step: waking a sleeping thread costs
+/// more than a mid-sized split saves (on a virtual machine, a sleeping
+/// core must be woken by the hypervisor). The workers go back to rayon's
+/// usual idling when `f` returns (or panics).
+///
+/// A spinner that ends up on `f`'s own thread (popped there while `f`
+/// waits for its forks) returns at once: spinning there would wait for
+/// `f`, which waits for it.
+pub(super) fn with_workers_awake<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Sets the flag when `f` is over, however it ends.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    let done = AtomicBool::new(false);
+    let (done, owner) = (&done, rayon::current_thread_index());
+    rayon::scope(|s| {
+        for _ in 1..rayon::current_num_threads() {
+            s.spawn(move |_| {
+                if rayon::current_thread_index() == owner {
+                    return;
+                }
+                while !done.load(Ordering::Acquire) {
+                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                        std::hint::spin_loop();
+                    }
+                }
+            });
+        }
+        let _done = Done(done);
+        f()
+    })
+}
+
 /// `rows` split into at most `parts` contiguous, nearly equal ranges.
 pub(super) fn split_rows(rows: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
     let parts = parts.clamp(1, rows.max(1));
@@ -53,12 +93,45 @@ pub(super) fn split_rows(rows: usize, parts: usize) -> impl Iterator<Item = (usi
 
 #[cfg(test)]
 mod tests {
-    use super::split_rows;
+    use super::{split_rows, with_workers_awake};
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn row_ranges_cover_every_row_once() {
         assert_eq!(split_rows(49, 2).collect::<Vec<_>>(), vec![(0, 24), (24, 49)]);
         assert_eq!(split_rows(3, 8).collect::<Vec<_>>(), vec![(0, 1), (1, 2), (2, 3)]);
         assert_eq!(split_rows(0, 2).collect::<Vec<_>>(), vec![(0, 0)]);
+    }
+
+    /// The workers kept awake run the forks of `f` (nested too), and all
+    /// return when `f` does, however many threads there are; a panic in
+    /// `f` reaches the caller instead of leaving the workers spinning.
+    #[test]
+    fn awake_workers_run_the_forks_and_stop_with_f() {
+        for threads in [2, 3, 5] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+            let count = AtomicUsize::new(0);
+            for _ in 0..20 {
+                let total = pool.install(|| {
+                    with_workers_awake(|| {
+                        rayon::scope(|s| {
+                            for _ in 0..8 {
+                                s.spawn(|_| {
+                                    rayon::join(
+                                        || count.fetch_add(1, Ordering::Relaxed),
+                                        || count.fetch_add(1, Ordering::Relaxed),
+                                    );
+                                });
+                            }
+                        });
+                        count.load(Ordering::Relaxed)
+                    })
+                });
+                assert_eq!(total % 16, 0);
+            }
+            assert_eq!(count.load(Ordering::Relaxed), 20 * 16);
+            let caught = pool.install(|| std::panic::catch_unwind(|| with_workers_awake(|| panic!("a step failed"))));
+            assert!(caught.is_err());
+        }
     }
 }

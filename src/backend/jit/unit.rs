@@ -27,7 +27,8 @@
 //! each step runs as soon as the steps it depends on (by the places each
 //! reads and writes, module `schedule`) are done — dependency counting
 //! inside one rayon scope, the most critical ready step continuing on the
-//! same worker — and large kernels are split further (module `threads`).
+//! same worker — and large kernels are split further (module `threads`);
+//! the other workers stay awake for the whole run.
 //! Every step computes the same values whatever runs beside it, so results
 //! are bit-identical at any thread count.
 //!
@@ -840,9 +841,13 @@ impl JitUnit {
     /// (module `schedule`).
     fn execute(&self, mem: Mem) -> Result<(), Diagnostic> {
         let threads = if self.pool.is_some() { rayon::current_num_threads() } else { 1 };
-        if threads == 1 || !self.schedule.has_parallel_steps() {
-            // SAFETY: one step runs at a time.
-            return (0..self.steps.len()).try_for_each(|i| unsafe { self.timed_step(i, mem, threads) });
+        // SAFETY (both calls): one step runs at a time.
+        let in_order = || (0..self.steps.len()).try_for_each(|i| unsafe { self.timed_step(i, mem, threads) });
+        if threads == 1 {
+            return in_order();
+        }
+        if !self.schedule.has_parallel_steps() {
+            return super::threads::with_workers_awake(in_order);
         }
         let run = Run {
             unit: self,
@@ -853,14 +858,16 @@ impl JitUnit {
             stop: AtomicBool::new(false),
         };
         let run = &run;
-        rayon::scope(|s| {
-            let (first, rest) = self.schedule.roots.split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
-            for &r in rest {
-                s.spawn(move |s| run.from(s, r as usize));
-            }
-            if let Some(&f) = first {
-                run.from(s, f as usize);
-            }
+        super::threads::with_workers_awake(|| {
+            rayon::scope(|s| {
+                let (first, rest) = self.schedule.roots.split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
+                for &r in rest {
+                    s.spawn(move |s| run.from(s, r as usize));
+                }
+                if let Some(&f) = first {
+                    run.from(s, f as usize);
+                }
+            })
         });
         let failed = match run.failed.lock() {
             Ok(mut failed) => failed.take(),
