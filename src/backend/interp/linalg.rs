@@ -37,16 +37,20 @@ fn matmul_t<T: Elem>(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
     let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
     let batch: usize = sa[..r - 2].iter().product();
     let (x, y) = (flat(array::<T>(a)?), flat(array::<T>(b)?));
-    let mut out = Vec::with_capacity(batch * m * n);
+    let mut out = vec![T::zero(); batch * m * n];
+    // Each output element is `0 + x[i, 0]·y[0, j] + x[i, 1]·y[1, j] + …` in
+    // order of `p` (the reference summation order). The loops run `p`
+    // outside `j` so that a row of `y` is read contiguously and a whole row
+    // of sums advances by one term at a time: the same operations on each
+    // element, in the same order, as a dot product per element.
     for bt in 0..batch {
         let (xa, yb) = (&x[bt * m * k..], &y[bt * k * n..]);
-        for i in 0..m {
-            for j in 0..n {
-                let mut acc = T::zero();
-                for p in 0..k {
-                    acc = acc.add(xa[i * k + p].mul(yb[p * n + j]));
+        for (i, row) in out[bt * m * n..(bt + 1) * m * n].chunks_exact_mut(n.max(1)).enumerate().take(m) {
+            for p in 0..k {
+                let (a, yp) = (xa[i * k + p], &yb[p * n..(p + 1) * n]);
+                for (acc, &b) in row.iter_mut().zip(yp) {
+                    *acc = acc.add(a.mul(b));
                 }
-                out.push(acc);
             }
         }
     }
@@ -208,6 +212,24 @@ mod tests {
         let a = ints(DType::I32, &[2, 2], &[1, 2, 3, 4]);
         let b = ints(DType::I32, &[2, 2], &[5, 6, 7, 8]);
         assert_eq!(run(Op::MatMul, &[&a, &b]).to_f64_vec(), vec![19.0, 22.0, 43.0, 50.0]);
+    }
+
+    /// Every `f32` sum is `0 + x[i, 0]·y[0, j] + …` in order: bit for bit a
+    /// dot product per element, whatever the loop order.
+    #[test]
+    fn sums_each_product_in_order_of_the_inner_index() {
+        let (m, k, n) = (5, 37, 19);
+        let (xs, ys) = (crate::rng::normal(3, m * k), crate::rng::normal(4, k * n));
+        let (a, b) = (floats(DType::F32, &[m, k], &xs), floats(DType::F32, &[k, n], &ys));
+        let got = run(Op::MatMul, &[&a, &b]).to_f64_vec();
+        let (x32, y32): (Vec<f32>, Vec<f32>) =
+            (xs.iter().map(|&v| v as f32).collect(), ys.iter().map(|&v| v as f32).collect());
+        for i in 0..m {
+            for j in 0..n {
+                let want = (0..k).fold(0.0f32, |acc, p| acc + x32[i * k + p] * y32[p * n + j]);
+                assert_eq!((got[i * n + j] as f32).to_bits(), want.to_bits(), "element ({i}, {j})");
+            }
+        }
     }
 
     #[test]
