@@ -217,6 +217,10 @@ fn a_training_step_runs_compiled_kernels_and_gemm() {
     assert!(counts.jit >= 2, "{counts:?}");
     // The backward pass's `transpose(w)` operands are read through gemm's strides.
     assert!(counts.folded >= 1, "{counts:?}");
+    // The first layer's product goes straight into its ReLU's buffer, which
+    // the bias-and-ReLU epilogue then overwrites in place (checked against
+    // the interpreter below).
+    assert!(counts.in_place >= 1, "{counts:?}");
     // Steps that touch disjoint storage may run at once: a layer's weight
     // and input gradients, the Adam updates of different parameters.
     assert!(counts.forks >= 2, "{counts:?}");

@@ -230,6 +230,9 @@ pub struct StepCounts {
     pub native: usize,
     /// Transposes read through a matmul's strides instead of run.
     pub folded: usize,
+    /// Contraction products stored in their epilogue's output, which the
+    /// epilogue then writes in place (`in_place_output`).
+    pub in_place: usize,
     /// How often a threaded run can hand a step to another worker: the
     /// steps beyond the first that start the run or that one step's end
     /// makes ready (0: the steps form one chain).
@@ -353,6 +356,48 @@ impl Builder<'_> {
             }
         }
         Ok(Spec::analyze(g, nodes, outputs))
+    }
+
+    /// The arena offset of an output of the compiled epilogue `spec` where
+    /// the contraction `product` it reads may be stored: an `f32` output of
+    /// the product's size, when every read of the product is at the index
+    /// being written (compiled code loads an element's operands before it
+    /// stores its results, so the epilogue then overwrites the product in
+    /// place). The memory plan never puts an output of a contraction's
+    /// kernel over one of the kernel's inputs, so nothing else the step
+    /// reads is there. Only `plain` outputs qualify: not a unit output (a
+    /// new parameter or state may be written over the old one, which the
+    /// epilogue still reads).
+    fn in_place_output(
+        &mut self,
+        spec: &Spec,
+        product: NodeId,
+        plain: &HashSet<NodeId>,
+    ) -> Result<Option<usize>, Diagnostic> {
+        let g = self.g;
+        let n = g.node(product).ty.numel();
+        let identity = |l: &crate::backend::jit::spec::Load| {
+            let mut stride = spec.inner;
+            let mut ok = l.inner == crate::backend::jit::spec::Inner::Contig || spec.inner == 1;
+            for (&s, &d) in l.outer.iter().zip(&spec.outer).rev() {
+                ok &= s == stride || d == 1;
+                stride *= d;
+            }
+            ok
+        };
+        let reads = spec.loads.iter().filter(|l| l.node == product);
+        if spec.numel() != n || !reads.clone().all(identity) || reads.count() == 0 {
+            return Ok(None);
+        }
+        for &o in &spec.output_nodes {
+            let node = g.node(o);
+            if node.ty.dtype == DType::F32 && node.ty.numel() == n && plain.contains(&o) {
+                if let Ref::Arena(at) = self.get(o)? {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The interpreted steps of `nodes` with `outputs` leaving them.
@@ -522,6 +567,14 @@ impl JitUnit {
                 .filter_map(|i| b.loc.get(&i).and_then(|&r| place(r, g.node(i).ty.numel())))
                 .collect()
         };
+        // Kernel outputs in arena buffers of their own that only this run
+        // reads (where a contraction may leave its product, `in_place_output`).
+        let plain: HashSet<NodeId> = unit
+            .buffers
+            .iter()
+            .filter(|buf| buf.over_input.is_none() && !outputs.contains(&buf.node))
+            .map(|buf| buf.node)
+            .collect();
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -550,13 +603,31 @@ impl JitUnit {
                 },
                 KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
                     let mm = k.nodes[0];
+                    let epilogue = &k.nodes[1..];
+                    let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
+                    let epilogue_spec = match epilogue.is_empty() {
+                        true => None,
+                        false => b.analyze(epilogue, &outs)?.filter(|spec| spec.numel() > 0),
+                    };
                     let dst = match b.loc.get(&mm) {
                         Some(Ref::Arena(off)) => *off,
                         _ => {
-                            sync(&mut order, &steps);
-                            let at = scratch.take(g.node(mm).ty.numel(), &order, &outside(&b, &k.nodes));
-                            b.loc.insert(mm, Ref::Arena(at));
-                            at
+                            match epilogue_spec.as_ref().map(|spec| b.in_place_output(spec, mm, &plain)).transpose()? {
+                                // The product goes where the epilogue writes an
+                                // output of its size, which it then overwrites in
+                                // place: one buffer in the cache instead of two.
+                                Some(Some(at)) => {
+                                    b.loc.insert(mm, Ref::Arena(at));
+                                    counts.in_place += 1;
+                                    at
+                                }
+                                _ => {
+                                    sync(&mut order, &steps);
+                                    let at = scratch.take(g.node(mm).ty.numel(), &order, &outside(&b, &k.nodes));
+                                    b.loc.insert(mm, Ref::Arena(at));
+                                    at
+                                }
+                            }
                         }
                     };
                     let ins = g.inputs(mm);
@@ -583,15 +654,13 @@ impl JitUnit {
                         }
                     }
                     counts.gemm += 1;
-                    let epilogue = &k.nodes[1..];
-                    let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
                     if !epilogue.is_empty() {
-                        match b.analyze(epilogue, &outs)? {
-                            Some(spec) if spec.numel() > 0 => {
+                        match epilogue_spec {
+                            Some(spec) => {
                                 steps.push(b.jit(&spec)?);
                                 counts.jit += 1;
                             }
-                            _ => {
+                            None => {
                                 steps.push(b.interp(epilogue, &outs)?);
                                 counts.interp += 1;
                             }
