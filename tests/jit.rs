@@ -328,6 +328,36 @@ fn bench_profile_lists_every_step_of_the_training_step() {
     assert!(String::from_utf8_lossy(&interp.stderr).contains("`--profile` needs the JIT backend"));
 }
 
+/// Machines without AVX-512 run convolutions through im2col and `gemm`
+/// (`TFC_NO_AVX512` takes that path here): the CNN's losses agree with the
+/// direct kernels' to float rounding, and the profile says which ran.
+#[test]
+fn convolutions_without_avx512_take_im2col_with_the_same_losses() {
+    let bench = |no_avx512: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"));
+        cmd.args(["bench", "examples/bench/cnn.tfl", "--steps", "3", "--warmup", "2", "--json", "--profile"]);
+        cmd.current_dir(root()).env_remove("TFC_NO_AVX512");
+        if no_avx512 {
+            cmd.env("TFC_NO_AVX512", "1");
+        }
+        let o = cmd.output().expect("tfc runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+        let labels: Vec<String> =
+            v["profile"].as_array().expect("a profile").iter().map(|r| r["label"].to_string()).collect();
+        (v["loss_first"].as_f64().unwrap(), v["loss_last"].as_f64().unwrap(), labels.join("\n"))
+    };
+    let (first, last, labels) = bench(true);
+    assert!(labels.contains("3x3 kernel, im2col") && !labels.contains("direct"), "{labels}");
+    let (first_d, last_d, labels_d) = bench(false);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        assert!(labels_d.contains("3x3 kernel, direct"), "{labels_d}");
+    }
+    assert!((first - first_d).abs() <= 1e-6 * first.abs(), "{first} vs {first_d}");
+    assert!((last - last_d).abs() <= 1e-4 * last.abs(), "{last} vs {last_d}");
+}
+
 /// The threaded scheduler runs independent steps at once (each reads and
 /// writes storage no concurrent step writes) and splits kernels only along
 /// independent outputs (elementwise rows, matrix-product output blocks), so

@@ -82,8 +82,8 @@ impl Conv {
         fits.then_some(Conv { kind, x, w, y, stride: *stride, padding: *padding, dilation: *dilation })
     }
 
-    /// The kind and shapes, for profiles: `conv2d grad-input
-    /// 64x14x14x16 <- 64x14x14x32 (3x3 kernel)`.
+    /// The kind, shapes and kernels, for profiles: `conv2d grad-input
+    /// 64x14x14x16 <- 64x14x14x32 (3x3 kernel, direct)`.
     pub fn label(&self) -> String {
         let dims = |d: &[usize; 4]| d.map(|x| x.to_string()).join("x");
         let [kh, kw, _, _] = self.w;
@@ -92,7 +92,8 @@ impl Conv {
             ConvKind::GradInput => ("conv2d grad-input", &self.x, &self.y),
             ConvKind::GradFilter => ("conv2d grad-filter", &self.w, &self.x),
         };
-        format!("{what} {} <- {} ({kh}x{kw} kernel)", dims(to), dims(from))
+        let how = if self.direct().is_some() { "direct" } else { "im2col" };
+        format!("{what} {} <- {} ({kh}x{kw} kernel, {how})", dims(to), dims(from))
     }
 
     /// Output positions and taps: the im2col buffer is `m × k`.

@@ -28,16 +28,18 @@
 
 use super::threads::split_rows;
 
-/// Whether this machine runs the direct kernels (AVX-512F).
+/// Whether this machine runs the direct kernels (AVX-512F), unless the
+/// environment variable `TFC_NO_AVX512` is set (to run, and test, the
+/// im2col path that machines without AVX-512 take). Read once.
 pub(super) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
+        avx512 && std::env::var_os("TFC_NO_AVX512").is_none()
+    })
 }
 
 /// A convolution's shapes over its padded source.
