@@ -8,9 +8,14 @@
 //! - a `Contraction` kernel over a `f32` matmul runs the product through
 //!   `gemm` (split over the worker threads by output blocks) and its epilogue as
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
-//! - a `f32` convolution (or one of its gradients) runs through im2col and
-//!   `gemm` (module `conv`); `f32` pooling with disjoint windows, reductions
-//!   and matrix transposes run as native loops (modules `pool`, `reduce`);
+//! - a `f32` convolution (or one of its gradients) runs on the direct
+//!   AVX-512 kernels or through im2col and `gemm` (modules `conv_direct`,
+//!   `conv`); `f32` pooling with disjoint windows, reductions and matrix
+//!   transposes run as native loops (modules `pool`, `reduce`);
+//! - a contraction's product that only its epilogue reads is stored in an
+//!   output of the epilogue of the same size, which the epilogue then
+//!   overwrites in place (compiled code reads an element before it writes
+//!   it), else in scratch;
 //! - every other kernel (other dtypes, ops without a code template) runs
 //!   node by node on the reference interpreter's `eval_node`, so every
 //!   program runs, with the interpreter's results for those kernels.
@@ -47,7 +52,7 @@ use super::codegen::KernelFn;
 use super::conv::Conv;
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
-use super::spec::Spec;
+use super::spec::{Inner, Load, Spec};
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
 use crate::backend::interp::{eval_node, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
@@ -181,12 +186,10 @@ impl Step {
         }
         acc
     }
-}
 
-impl Step {
     /// What the step computes, for profiles: its kind and sizes, then the
     /// ops of the kernel it comes from (`nodes`), e.g.
-    /// `gemm 64x784 @ 784x256: dot, add, relu`.
+    /// `gemm 64x784 @ 784x256: matmul, broadcast_to, add, relu, gt`.
     fn label(&self, g: &Graph, nodes: &[NodeId]) -> String {
         let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
         let what = match self {
@@ -279,7 +282,7 @@ pub struct JitUnit {
 pub struct StepTime {
     /// Its position in the schedule.
     pub index: usize,
-    /// What it computes, e.g. `gemm 64x784 @ 784x256 (dot)`.
+    /// What it computes, e.g. `gemm 64x784 @ 784x256: matmul, add, relu`.
     pub label: String,
     /// Wall time summed over the runs since profiling started.
     pub seconds: f64,
@@ -376,9 +379,10 @@ impl Builder<'_> {
     ) -> Result<Option<usize>, Diagnostic> {
         let g = self.g;
         let n = g.node(product).ty.numel();
-        let identity = |l: &crate::backend::jit::spec::Load| {
+        // Element `i` of the iteration reads element `i` of the load.
+        let identity = |l: &Load| {
             let mut stride = spec.inner;
-            let mut ok = l.inner == crate::backend::jit::spec::Inner::Contig || spec.inner == 1;
+            let mut ok = l.inner == Inner::Contig || spec.inner == 1;
             for (&s, &d) in l.outer.iter().zip(&spec.outer).rev() {
                 ok &= s == stride || d == 1;
                 stride *= d;
