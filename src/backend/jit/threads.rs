@@ -53,6 +53,10 @@ pub fn pool(threads: usize) -> Result<Option<Arc<rayon::ThreadPool>>, String> {
 /// core must be woken by the hypervisor). The workers go back to rayon's
 /// usual idling when `f` returns (or panics).
 ///
+/// A worker that has found no work for a while yields its core to the
+/// operating system between polls, so that other runnable threads (the
+/// input pipeline's, or more workers than cores) still get it.
+///
 /// A spinner that ends up on `f`'s own thread (popped there while `f`
 /// waits for its forks) returns at once: spinning there would wait for
 /// `f`, which waits for it.
@@ -73,9 +77,17 @@ pub(super) fn with_workers_awake<T: Send>(f: impl FnOnce() -> T + Send) -> T {
                 if rayon::current_thread_index() == owner {
                     return;
                 }
+                let mut idle = 0u32;
                 while !done.load(Ordering::Acquire) {
-                    if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                        idle = 0;
+                    } else if idle < 64 {
+                        idle += 1;
                         std::hint::spin_loop();
+                    } else {
+                        // Let other threads of this process (the input
+                        // pipeline's workers, more threads than cores) run.
+                        std::thread::yield_now();
                     }
                 }
             });
