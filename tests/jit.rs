@@ -184,6 +184,12 @@ fn every_example_prints_the_same_values_on_jit_and_interp() {
 
 /// How the JIT runs the kernels of the first training step of `source`.
 fn step_counts(source: &str) -> tfc::backend::jit::StepCounts {
+    first_step(source, 1, |unit| unit.counts)
+}
+
+/// `what` of the JIT unit of the first training step of `source`, prepared
+/// for `threads` worker threads.
+fn first_step<T>(source: &str, threads: usize, what: impl Fn(&tfc::backend::jit::JitUnit) -> T) -> T {
     let mut session = Session::new();
     let file = session.add_source("step.tfl", source);
     let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
@@ -193,10 +199,33 @@ fn step_counts(source: &str) -> tfc::backend::jit::StepCounts {
         unreachable!()
     };
     let mut out = Vec::new();
-    let options = RunOptions { backend: Backend::Jit, ..RunOptions::default() };
+    let options = RunOptions { backend: Backend::Jit, threads, ..RunOptions::default() };
     let mut ex = tfc::runtime::exec::Executor::new(&program, &mut out, options).unwrap();
     let region = ex.compile_region(&plan.steps[0].1).expect("the step prepares");
-    region.jit().expect("the step runs on the JIT").counts
+    what(region.jit().expect("the step runs on the JIT"))
+}
+
+/// A small training step (a 64-128-10 MLP's) runs on the calling thread
+/// even when worker threads are asked for: waking them would cost more
+/// than the step (it ran 8x slower at two threads); the bench MLP's step
+/// uses them.
+#[test]
+fn only_steps_with_enough_work_use_worker_threads() {
+    let source = |dims: &str, batch: usize| {
+        format!(
+            "use std.nn.{{Dense}}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+             model M {{ l1 = Dense({dims}, act = relu)\n l2 = Dense(128, 10)\n fn forward(x) = x |> l1 |> l2 }}\n\
+             let net = M(seed = 1)\n\
+             let xs = normal([{batch}, {}], seed = 2)\n\
+             let ys = zeros([{batch}], dtype = i32)\n\
+             train net on from_tensors(xs, ys) |> batch({batch}) {{\n\
+                 loss(x, y) = softmax_cross_entropy(net(x), y)\n optimizer = adam(lr = 1e-2)\n epochs = 1\n}}\n",
+            dims.split(',').next().unwrap_or("1").trim()
+        )
+    };
+    assert!(!first_step(&source("64, 128", 64), 2, |u| u.is_threaded()));
+    assert!(first_step(&source("784, 128", 256), 2, |u| u.is_threaded()));
+    assert!(!first_step(&source("784, 128", 256), 1, |u| u.is_threaded()));
 }
 
 #[test]
@@ -363,11 +392,12 @@ fn convolutions_without_avx512_take_im2col_with_the_same_losses() {
 /// independent outputs (elementwise rows, matrix-product output blocks), so
 /// training gives the same bits at any thread count: the losses of five
 /// steps, printed with every digit, agree for `--threads 1`, `2` and `3` on
-/// the MLP and the CNN (whose weights and update kernels are large enough
-/// to be split, and whose backward passes have parallel branches).
+/// the bench MLP and CNN (whose weights, update kernels and convolutions
+/// are large enough to be split, and whose backward passes have parallel
+/// branches) and the digits CNN.
 #[test]
 fn training_is_bit_identical_at_one_two_and_three_threads() {
-    for file in ["examples/bench/mlp.tfl", "examples/digits_cnn.tfl"] {
+    for file in ["examples/bench/mlp.tfl", "examples/digits_cnn.tfl", "examples/bench/cnn.tfl"] {
         let losses = |threads: &str| {
             let o = tfc(&["bench", file, "--steps", "3", "--warmup", "2", "--json", "--threads", threads]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -19,6 +19,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// cost about a microsecond, so smaller kernels would gain nothing.
 pub(super) const PARALLEL_MIN_ELEMENTS: usize = 16_384;
 
+/// Below this much estimated work (about a nanosecond a unit, see
+/// `unit::Step::access`) a whole unit runs on the calling thread: entering
+/// the pool and waking a worker cost tens of microseconds each on a virtual
+/// machine, more than a small training step (a 64-128-10 MLP's) takes.
+/// With two threads such a step ran 8x slower than with one.
+pub(super) const PARALLEL_MIN_UNIT_WORK: u64 = 200_000;
+
 /// A flat kernel is compiled over rows of this many elements, so that its
 /// rows can be split (see `Spec::in_rows_of`).
 pub(super) const ROW_BLOCK: usize = 4096;

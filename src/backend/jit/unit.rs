@@ -53,7 +53,7 @@ use super::conv::Conv;
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::{Inner, Load, Spec};
-use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, ROW_BLOCK};
+use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_UNIT_WORK, ROW_BLOCK};
 use crate::backend::interp::{eval_node, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
@@ -758,6 +758,9 @@ impl JitUnit {
         }
         kernel_of.resize(steps.len(), current);
         let steps_len = steps.len();
+        // The steps' estimated work (about a nanosecond a unit): a small unit
+        // runs on the calling thread (module `threads`).
+        let work: u64 = steps.iter().map(|s| s.access().cost).sum();
         let labels = steps.iter().zip(&kernel_of).map(|(s, &ki)| s.label(g, &unit.kernels[ki].nodes)).collect();
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = scratch.end().div_ceil(16);
@@ -772,7 +775,10 @@ impl JitUnit {
             fixed: b.fixed,
             outputs,
             state: Mutex::new(state),
-            pool: super::threads::pool(threads).map_err(internal)?,
+            pool: match work < PARALLEL_MIN_UNIT_WORK {
+                true => None,
+                false => super::threads::pool(threads).map_err(internal)?,
+            },
             residents,
             arena_bytes: unit.arena_bytes,
             counts,
@@ -780,6 +786,12 @@ impl JitUnit {
             labels,
             profiling: AtomicBool::new(false),
         })
+    }
+
+    /// Whether runs use worker threads (false for one thread, and for a
+    /// unit too small to gain from them: `PARALLEL_MIN_UNIT_WORK`).
+    pub fn is_threaded(&self) -> bool {
+        self.pool.is_some()
     }
 
     /// Starts (or stops) adding each step's wall time to its counter;
