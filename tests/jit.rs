@@ -412,7 +412,8 @@ fn training_is_bit_identical_at_one_two_and_three_threads() {
 }
 
 /// Convolutions (forward, both gradients; stride 1 and 2, SAME and VALID
-/// padding, several channels) lower to im2col + gemm and pooling (max and
+/// padding, several channels) run natively (direct kernels, or im2col +
+/// gemm) and pooling (max and
 /// average, and their gradients) runs natively; the trained values agree
 /// with the interpreter's.
 #[test]

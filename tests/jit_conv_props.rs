@@ -2,7 +2,8 @@
 //! random geometry: one SGD step (`lr = 1`) of a model whose parameters are
 //! a convolution's (or pooling's) input and weights, so the step runs the
 //! forward op and both gradients (the input's and, for convolutions, the
-//! weights') through the JIT's native kernels (`conv`: im2col and gemm;
+//! weights') through the JIT's native kernels (`conv`: the direct AVX-512
+//! kernels where the machine has them, im2col and gemm otherwise;
 //! `pool`: the disjoint-window fast path or the interpreter's code) and the
 //! updated parameters print as shortest round-trip text on each backend.
 //!
@@ -13,7 +14,8 @@
 //! flows back depends on the forward result as well.
 //!
 //! Tolerance: convolutions sum in another order on the JIT (gemm's
-//! blocking, fused multiply-adds), so each updated value agrees when
+//! blocking or the direct kernels' tap order, fused multiply-adds), so
+//! each updated value agrees when
 //! `|jit - interp| <= 1e-4 * (1 + the largest magnitude in that parameter)`
 //! — a hundred times the rounding of these few-hundred-term sums, and far
 //! below what a wrong tap or channel moves. Pooling is exact: the JIT folds
@@ -240,7 +242,8 @@ proptest! {
     fn random_convolutions_and_their_gradients_match_the_interpreter(case in conv_case()) {
         let source = conv_program(&case);
         let counts = step_counts(&source);
-        // The forward convolution and both gradients go through gemm.
+        // The forward convolution and both gradients run as native
+        // convolution steps (counted with the matrix products).
         prop_assert!(counts.gemm >= 3, "{counts:?}\n{source}");
         let (jit, interp) = (run(&source, Backend::Jit), run(&source, Backend::Interp));
         close(&jit, &interp).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;

@@ -147,7 +147,20 @@ mod tests {
     /// interpreter, bit for bit (NaN included).
     #[test]
     fn native_reductions_equal_the_interpreter_bit_for_bit() {
-        for shape in [vec![], vec![7], vec![3, 5], vec![2, 3, 4], vec![4, 1, 6], vec![0, 3], vec![2, 0]] {
+        // [3, 45] and [2, 3, 41]: leading-axes sums over rows wide enough for
+        // the column groups of 32 and 8 and the single columns after them.
+        let shapes = [
+            vec![],
+            vec![7],
+            vec![3, 5],
+            vec![2, 3, 4],
+            vec![4, 1, 6],
+            vec![0, 3],
+            vec![2, 0],
+            vec![3, 45],
+            vec![2, 3, 41],
+        ];
+        for shape in shapes {
             let n: usize = shape.iter().product();
             let mut x: Vec<f32> = (0..n).map(|i| ((i * 7919) % 23) as f32 * 0.37 - 3.1).collect();
             if n > 4 {

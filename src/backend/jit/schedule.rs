@@ -30,7 +30,7 @@ pub(super) enum Place {
     Bytes(usize, usize),
     /// One entry of the table of interpreter tensors.
     Table(usize),
-    /// The convolutions' shared im2col buffer.
+    /// The convolutions' shared scratch (im2col block or padded source).
     Cols,
 }
 
@@ -296,7 +296,7 @@ mod tests {
         assert_eq!(s.waits, vec![0, 0, 0]);
         let s = Schedule::of(&[step(&[], &[Place::Table(1)]), step(&[Place::Table(1)], &[Place::Table(2)])]);
         assert_eq!(s.waits, vec![0, 1]);
-        // Two convolutions share the im2col buffer.
+        // Two convolutions share the convolution scratch.
         let s = Schedule::of(&[step(&[], &[A, Place::Cols]), step(&[], &[B, Place::Cols])]);
         assert_eq!(s.waits, vec![0, 1]);
         // An empty range overlaps nothing.

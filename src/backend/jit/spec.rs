@@ -390,3 +390,25 @@ fn merge_outer(mut outer: Vec<usize>, loads: &mut [Load]) -> Vec<usize> {
     }
     outer
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{split, Inner};
+    use crate::ir::NodeId;
+
+    /// A bias broadcast over a `[64, 28, 28, 16]` product: the three outer
+    /// dims are one for both loads (strides 16 and 0), so a row's offsets
+    /// need no division; a load that steps through the middle dim on its
+    /// own keeps the dims apart.
+    #[test]
+    fn outer_dims_merge_only_when_every_load_steps_through_them_as_one() {
+        let (z, b) = (NodeId::new(0), NodeId::new(1));
+        let (outer, inner, loads) = split(&[64, 28, 28, 16], vec![(z, vec![12544, 448, 16, 1]), (b, vec![0, 0, 0, 1])]);
+        assert_eq!((outer, inner), (vec![50176], 16));
+        assert_eq!((loads[0].outer.clone(), loads[0].inner), (vec![16], Inner::Contig));
+        assert_eq!((loads[1].outer.clone(), loads[1].inner), (vec![0], Inner::Contig));
+        let (outer, inner, loads) = split(&[2, 3, 5], vec![(z, vec![15, 5, 1]), (b, vec![0, 1, 0])]);
+        assert_eq!((outer, inner), (vec![2, 3], 5));
+        assert_eq!((loads[0].outer.clone(), loads[1].outer.clone()), (vec![15, 5], vec![0, 1]));
+    }
+}

@@ -104,7 +104,8 @@ enum Step {
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
     Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
-    /// A convolution (or one of its gradients) through im2col and `gemm`.
+    /// A convolution (or one of its gradients) on the direct kernels or
+    /// through im2col and `gemm` (module `conv`).
     Conv { conv: Conv, a: Ref, b: Ref, dst: usize },
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
@@ -250,7 +251,8 @@ struct Line([f32; 16]);
 struct State {
     arena: Vec<Line>,
     table: Vec<Option<Tensor>>,
-    /// The im2col buffer of the convolutions.
+    /// The convolutions' scratch: an im2col block, or the direct kernels'
+    /// padded source and flipped weights (`Conv::cols_len`).
     cols: Vec<f32>,
 }
 
@@ -1014,7 +1016,7 @@ impl JitUnit {
                 let pa = self.ptr(*a, mem, na)?;
                 let pb = self.ptr(*b, mem, nb)?;
                 // SAFETY: the caller's contract (a convolution writes the
-                // im2col buffer too).
+                // convolution scratch too).
                 let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
                 let cols = unsafe { mem.cols(conv.cols_len())? };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
@@ -1355,13 +1357,13 @@ impl<'a> Mem<'a> {
         Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
     }
 
-    /// The first `len` floats of the im2col buffer.
+    /// The first `len` floats of the convolutions' scratch.
     ///
     /// # Safety
     /// As for `out`.
     unsafe fn cols(self, len: usize) -> Result<&'a mut [f32], Diagnostic> {
         if len > self.cols_len {
-            return Err(internal("im2col scratch too small"));
+            return Err(internal("convolution scratch too small"));
         }
         // SAFETY: `len` floats of the buffer; exclusive by the contract.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.cols, len) })
