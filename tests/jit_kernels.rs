@@ -217,6 +217,12 @@ fn polynomial_tanh_and_sigmoid_are_accurate_to_4e_7() {
     xs.extend([0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, -1e-30, 50.0, -50.0]);
     let e = max_rel_error(UnaryOp::Tanh, &xs, f32::MIN_POSITIVE);
     assert!(e < 4e-7, "tanh relative error {e}");
+    // tanh(±0) is ±0: a division by it gives the infinity of that sign.
+    let mut g = Graph::new();
+    let x = slot(&mut g, 0, &[2]);
+    let y = add(&mut g, Op::Unary(UnaryOp::Tanh), &[x]);
+    let (jit, _, _) = both(&g, &[x], &[vec![0.0, -0.0]], &[y], y);
+    assert_eq!(jit.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), [0.0f32.to_bits(), (-0.0f32).to_bits()]);
     let mut xs = sweep(-30.0, 30.0, 200_001);
     xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -90.0, 90.0]);
     let e = max_rel_error(UnaryOp::Sigmoid, &xs, f32::MIN_POSITIVE);

@@ -317,7 +317,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// Cephes `tanhf`: an odd polynomial below |x| = 0.625, else
-    /// `1 - 2 / (e^{2|x|} + 1)` with the sign of `x`.
+    /// `1 - 2 / (e^{2|x|} + 1)` with the sign of `x`; `±0` stays `±0`.
     pub fn tanh(&mut self, x: Value) -> Value {
         let ax = self.b.ins().fabs(x);
         let two_ax = self.b.ins().fadd(ax, ax);
@@ -338,6 +338,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let small = self.b.ins().fadd(p, x);
         let limit = self.f(0.625);
         let is_small = self.fcmp(FloatCC::LessThan, ax, limit);
-        self.select(is_small, small, big)
+        let r = self.select(is_small, small, big);
+        // `x + p` with `p = +0` turns `-0` into `+0`; tanh(±0) is ±0 (a
+        // division by it must give the infinity of the right sign).
+        let is_zero = self.fcmp(FloatCC::Equal, x, zero);
+        self.select(is_zero, x, r)
     }
 }
