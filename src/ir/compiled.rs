@@ -3,7 +3,9 @@
 //! kernels with their devices, the execution order with dependency counts,
 //! and the memory plan of one arena per device.
 
-use super::graph::NodeId;
+use super::graph::{Graph, NodeId};
+use super::{DType, Op};
+use std::collections::HashMap;
 
 /// Where a kernel runs. Only the CPU exists today; the GPU backend adds a
 /// variant, and `partition` places kernels and inserts transfers.
@@ -88,6 +90,45 @@ pub struct CompiledUnit {
     pub naive_bytes: usize,
     /// The most bytes simultaneously live over the schedule.
     pub lower_bound_bytes: usize,
+}
+
+impl CompiledUnit {
+    /// `(transpose, source)` for each 2-D `f32` transpose of this unit that
+    /// is a kernel of its own and is read only as an operand of unbatched
+    /// matrix products that start `Contraction` kernels. A backend may read
+    /// such a transpose's source with exchanged strides instead of
+    /// materializing it (`gemm` takes any strides); the memory plan keeps
+    /// the source alive until the products have run so that it can.
+    pub fn matmul_operand_transposes(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
+        let kernel_of: HashMap<NodeId, &Kernel> =
+            self.kernels.iter().flat_map(|k| k.nodes.iter().map(move |&n| (n, k))).collect();
+        let mut readers: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        for &n in self.kernels.iter().flat_map(|k| &k.nodes) {
+            for i in g.inputs(n) {
+                readers.entry(i).or_default().push(n);
+            }
+        }
+        let starts_a_product = |u: &NodeId| {
+            let node = g.node(*u);
+            let anchor =
+                kernel_of.get(u).is_some_and(|k| k.kind == KernelKind::Contraction && k.nodes.first() == Some(u));
+            anchor && matches!(node.op, Op::MatMul) && node.ty.shape.len() == 2
+        };
+        let mut found = Vec::new();
+        for k in &self.kernels {
+            let [t] = k.nodes.as_slice() else { continue };
+            let node = g.node(*t);
+            let is_transpose =
+                matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32;
+            if k.kind != KernelKind::Layout || !is_transpose {
+                continue;
+            }
+            if readers.get(t).is_some_and(|users| users.iter().all(starts_a_product)) {
+                found.push((*t, g.inputs(*t)[0]));
+            }
+        }
+        found
+    }
 }
 
 /// The annotations of a whole program.

@@ -16,7 +16,10 @@
 //!
 //! Lifetimes: a buffer is live from the position (in `order`) of the kernel
 //! that writes it to the position of its last reader; a unit output to the
-//! last position.
+//! last position. A transpose that only feeds matrix products
+//! (`CompiledUnit::matmul_operand_transposes`, not a unit output) counts as
+//! a view: its source is also read by the transpose's readers, so a backend
+//! can hand the products the source with exchanged strides instead.
 //!
 //! Sharing and threads: placement follows the sequential schedule — two
 //! buffers may share bytes when their lifetimes (positions in `order`) are
@@ -169,7 +172,29 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             });
         }
     }
+    extend_through_folded_transposes(p, u, &mut values);
     Analysis { graph: g, reach, values }
+}
+
+/// A transpose that a backend may fold into the matrix products reading it
+/// (`CompiledUnit::matmul_operand_transposes`) makes those products read
+/// its source: the source takes the transpose's readers, and lives as long.
+fn extend_through_folded_transposes(p: &Program, u: &CompiledUnit, values: &mut [Value]) {
+    let index: HashMap<NodeId, usize> = values.iter().enumerate().map(|(i, v)| (v.node, i)).collect();
+    for (t, source) in u.matmul_operand_transposes(&p.graph) {
+        let (Some(&ti), Some(&si)) = (index.get(&t), index.get(&source)) else { continue };
+        if values[ti].to_end {
+            continue;
+        }
+        let (readers, last) = (values[ti].readers.clone(), values[ti].last);
+        let s = &mut values[si];
+        for r in readers {
+            if !s.readers.contains(&r) {
+                s.readers.push(r);
+            }
+        }
+        s.last = s.last.max(last);
+    }
 }
 
 fn is_permutation(order: &[usize], n: usize) -> bool {
