@@ -125,7 +125,7 @@ impl Conv {
     /// them and the geometry suits them (no dilation; for the input
     /// gradient, stride 1 and padding below the kernel size).
     fn direct(&self) -> Option<Direct> {
-        if self.dilation != [1, 1] || !direct::available() {
+        if self.dilation != [1, 1] || !super::simd::avx512() {
             return None;
         }
         let ([n, h, w, c], [kh, kw, _, o], [_, oh, ow, _]) = (self.x, self.w, self.y);

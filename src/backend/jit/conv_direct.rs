@@ -28,20 +28,6 @@
 
 use super::threads::split_rows;
 
-/// Whether this machine runs the direct kernels (AVX-512F), unless the
-/// environment variable `TFC_NO_AVX512` is set (to run, and test, the
-/// im2col path that machines without AVX-512 take). Read once.
-pub(super) fn available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-        #[cfg(not(target_arch = "x86_64"))]
-        let avx512 = false;
-        avx512 && std::env::var_os("TFC_NO_AVX512").is_none()
-    })
-}
-
 /// A convolution's shapes over its padded source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Window {
@@ -175,7 +161,7 @@ fn channel_blocks(o: usize) -> impl Iterator<Item = (usize, usize, [u16; 2])> {
 /// `y = conv(src, w)` (see the module docs); `threads` share the output rows.
 ///
 /// # Safety
-/// `available()` must hold; `src`, `w` and `y` must hold `win`'s source,
+/// `simd::avx512()` must hold; `src`, `w` and `y` must hold `win`'s source,
 /// weight and output elements and `win.fits()`.
 pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
@@ -336,12 +322,12 @@ macro_rules! dispatch {
 /// As for `forward`.
 unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's contract (`available()` checked AVX-512F).
+    // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
         dispatch!(forward_kernel, r, vectors, (win, t))
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("`available()` is false off x86_64: {win:?} {r} {vectors} {:?}", t.masks)
+    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {r} {vectors} {:?}", t.masks)
 }
 
 /// One weight-gradient tile of `r` weight rows × `vectors` channel vectors
@@ -351,12 +337,12 @@ unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) 
 /// As for `grad_filter`.
 unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>, r: usize, vectors: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's contract (`available()` checked AVX-512F).
+    // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
         dispatch!(filter_kernel, r, vectors, (win, t, rows.clone()))
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("`available()` is false off x86_64: {win:?} {rows:?} {r} {vectors} {:?}", t.masks)
+    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {rows:?} {r} {vectors} {:?}", t.masks)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -34,6 +34,7 @@ mod poly;
 mod pool;
 mod reduce;
 mod schedule;
+mod simd;
 pub mod spec;
 mod threads;
 mod unit;

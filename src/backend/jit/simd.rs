@@ -1,0 +1,50 @@
+//! The wide vector instructions the native kernels use when the machine has
+//! them: AVX-512 on x86_64 (conv_direct's kernels require it; pooling and
+//! reductions merely run faster with it).
+//!
+//! Contract: [`avx512`] is true only on a machine with AVX-512F (and BW,
+//! VL, DQ), and never when the environment variable `TFC_NO_AVX512` is set,
+//! which runs and tests the portable paths. [`wide`] runs a closure
+//! compiled for those instructions when [`avx512`] holds, else as it is;
+//! only code the compiler can inline into it (the closure, and helpers
+//! marked `#[inline(always)]`) gains them. It changes no result: Rust never
+//! fuses or reorders float operations, so a loop computes the same values
+//! at any vector width.
+//!
+//! Example: `pool` runs each batch element as
+//! `wide(|| pool_batch(&d, &p, x, b, out))`, so its max over four taps of
+//! 16 channels is one 512-bit `vmaxps` per tap instead of four 128-bit ones.
+
+/// Whether this machine has AVX-512 (F, BW, VL, DQ) and `TFC_NO_AVX512` is
+/// unset. Read once.
+pub(super) fn avx512() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512dq");
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
+        avx512 && std::env::var_os("TFC_NO_AVX512").is_none()
+    })
+}
+
+/// Runs `f`, compiled for AVX-512 when [`avx512`] holds (see the module
+/// docs).
+#[inline(always)]
+pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: `avx512()` checked that the CPU has these features.
+        return unsafe { with_avx512(f) };
+    }
+    f()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi1,bmi2,lzcnt,popcnt")]
+unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
