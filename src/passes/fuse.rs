@@ -53,7 +53,10 @@
 //! of their unit and share an iteration space merge the same way (sibling
 //! fusion: Adam's two bias corrections are one scalar kernel). Kernels are
 //! listed in a topological order of the kernel graph (ties by first node),
-//! their nodes and outputs in unit order.
+//! their nodes and outputs in unit order, except that a `Contraction`
+//! kernel lists its matmul or convolution first (it reads nothing inside
+//! the kernel; epilogue members that do not read it, such as a mask of
+//! another value, may precede it in unit order).
 //!
 //! Example: in a training step with `x: f32[4, 3]`, `w: f32[3, 2]` and
 //! `b: f32[2]` its slots, `relu(x @ w + b)`
@@ -284,6 +287,13 @@ fn unit_kernels(
         let mut nodes = by_group[k].1.clone();
         nodes.sort_by_key(|n| rank[n]);
         let kind = classify(g, &nodes)?;
+        if kind == KernelKind::Contraction {
+            // The anchor first: it reads nothing inside its kernel (no
+            // prologue), and backends emit the product, then the epilogue.
+            if let Some(at) = nodes.iter().position(|&n| class(&g.node(n).op) == Class::Contraction) {
+                nodes[..=at].rotate_right(1);
+            }
+        }
         let inside: HashSet<NodeId> = nodes.iter().copied().collect();
         let outputs: Vec<NodeId> = nodes
             .iter()

@@ -101,13 +101,13 @@ pub const RULES: &[Rule] = &[
 /// The single value of a constant whose elements are all equal, or of a
 /// `broadcast_to` of one.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Splat {
+pub(super) enum Splat {
     Float(f64),
     Int(i64),
     Bool(bool),
 }
 
-fn splat(p: &Program, id: NodeId) -> Option<Splat> {
+pub(super) fn splat(p: &Program, id: NodeId) -> Option<Splat> {
     match &p.graph.node(id).op {
         Op::Constant { value, ty } => match Tensor::from_literal(value, ty).ok()?.to_literal() {
             Literal::Float(v) => {
