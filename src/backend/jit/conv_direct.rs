@@ -196,7 +196,12 @@ pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut
     // `KW·C`, one channel block.
     let run_len = win.kw * win.c;
     let mut tiles = Vec::new();
-    for i in 0..win.kh {
+    if (win.kh, run_len) == WHOLE_KERNEL {
+        // One tile takes every weight row (`filter_kernel_3x3`).
+        tiles.extend(channel_blocks(win.o).map(|(o0, vectors, masks)| (0, 0, win.kh * run_len, o0, vectors, masks)));
+    }
+    let whole = !tiles.is_empty();
+    for i in (0..win.kh).filter(|_| !whole) {
         for (o0, vectors, masks) in channel_blocks(win.o) {
             let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
             tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
@@ -339,6 +344,12 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
+        if r > win.kw * win.c {
+            return match vectors {
+                1 => filter_kernel_split::<9, 1, 3>(win, t, rows),
+                _ => filter_kernel_split::<9, 2, 3>(win, t, rows),
+            };
+        }
         dispatch!(filter_kernel, r, vectors, (win, t, rows.clone()))
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -385,11 +396,30 @@ unsafe fn forward_kernel<const R: usize, const B: usize>(win: &Window, t: &Forwa
 
 /// `R` weight rows × `B` vectors of output channels, continued over output
 /// rows `rows`: each position adds its `R` inputs (broadcast) times its
-/// output-gradient vectors.
+/// output-gradient vectors. The weight rows are consecutive elements of one
+/// source row.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn filter_kernel<const R: usize, const B: usize>(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>) {
-    let (step, o) = (win.stride[1] * win.c, win.o);
+    // SAFETY: the caller's contract.
+    unsafe { filter_kernel_split::<R, B, 0>(win, t, rows) }
+}
+
+/// `filter_kernel` for weight rows that span source rows: with `SPLIT > 0`,
+/// weight row `p` reads element `p % SPLIT` of source row `p / SPLIT` of
+/// each position's window (every weight row of a kernel whose `KW·C` is
+/// `SPLIT`); with `SPLIT = 0`, element `p` of its first row. Each weight
+/// element is one chain of multiply-adds over the positions in order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn filter_kernel_split<const R: usize, const B: usize, const SPLIT: usize>(
+    win: &Window,
+    t: &FilterTile,
+    rows: std::ops::Range<usize>,
+) {
+    let (step, o, source_row) = (win.stride[1] * win.c, win.o, win.wp * win.c);
+    let offset = |p: usize| p.checked_div(SPLIT).map_or(p, |line| line * source_row + p % SPLIT);
     let mut acc = [[_mm512_setzero_ps(); B]; R];
     for (p, acc) in acc.iter_mut().enumerate() {
         for (b, v) in acc.iter_mut().enumerate() {
@@ -409,7 +439,7 @@ unsafe fn filter_kernel<const R: usize, const B: usize>(win: &Window, t: &Filter
             let src = src.wrapping_add(ox * step);
             for (p, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: `fits()`: every window lies inside the source.
-                let x = _mm512_set1_ps(unsafe { *src.add(p) });
+                let x = _mm512_set1_ps(unsafe { *src.add(offset(p)) });
                 for b in 0..B {
                     acc[b] = _mm512_fmadd_ps(x, gv[b], acc[b]);
                 }
@@ -423,6 +453,14 @@ unsafe fn filter_kernel<const R: usize, const B: usize>(win: &Window, t: &Filter
         }
     }
 }
+
+/// Kernel height and `KW·C` of the convolutions whose weight gradient takes
+/// every weight row in one tile (`filter_kernel_split::<9, B, 3>`): 3x3
+/// kernels over one input channel (the first layer of a grayscale-image
+/// CNN). Tiles of one kernel row would hold three accumulators, and three
+/// chains of dependent multiply-adds leave the FMA units waiting on their
+/// latency; one tile of nine keeps them busy.
+const WHOLE_KERNEL: (usize, usize) = (3, 3);
 
 #[cfg(test)]
 mod tests {
