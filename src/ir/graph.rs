@@ -125,6 +125,17 @@ impl Graph {
         }
     }
 
+    /// Makes `user` read `new` wherever it reads `old` (its other readers
+    /// keep reading `old`).
+    pub fn redirect(&mut self, old: NodeId, new: NodeId, user: NodeId) {
+        let uses: Vec<(petgraph::stable_graph::EdgeIndex, usize)> =
+            self.graph.edges_connecting(old, user).map(|e| (e.id(), *e.weight())).collect();
+        for (edge, pos) in uses {
+            self.graph.remove_edge(edge);
+            self.graph.add_edge(new, user, pos);
+        }
+    }
+
     /// A deterministic topological order: among ready nodes, the smallest id
     /// goes first, so the order depends only on the graph, never on hashing.
     pub fn topo_order(&self) -> Vec<NodeId> {

@@ -10,8 +10,8 @@
 //! optimized program computes the same values as the unoptimized one (the
 //! reference interpreter runs both in the differential tests).
 //!
-//! Order: `vectorize_maps → const_fold → simplify → cse → dce → pool_mask → fuse → partition →
-//! schedule → memory_plan`. The rewriting passes change the graph; the last four
+//! Order: `vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies → fuse →
+//! partition → schedule → memory_plan`. The rewriting passes change the graph; the last four
 //! annotate it (`Program::compiled`) with kernels, devices, an order and a
 //! memory plan that backends follow.
 
@@ -24,6 +24,7 @@ pub mod partition;
 pub mod pool_mask;
 pub mod schedule;
 pub mod simplify;
+pub mod splat_copies;
 pub mod units;
 pub mod vectorize_maps;
 
@@ -55,6 +56,7 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "cse", run: cse::run, postcondition: cse::postcondition },
     Pass { name: "dce", run: dce::run, postcondition: dce::postcondition },
     Pass { name: "pool_mask", run: pool_mask::run, postcondition: pool_mask::postcondition },
+    Pass { name: "splat_copies", run: splat_copies::run, postcondition: splat_copies::postcondition },
     Pass { name: "fuse", run: fuse::run, postcondition: fuse::postcondition },
     Pass { name: "partition", run: partition::run, postcondition: partition::postcondition },
     Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },

@@ -2,7 +2,8 @@
 //! main unit holds every value computed once (statements, initial
 //! parameters, captured constants); each region (a training step, a metric
 //! over a batch, a `map` function) is a unit of the nodes that depend on its
-//! inputs and are recomputed per evaluation.
+//! inputs and are recomputed per evaluation, and of the broadcasts of
+//! scalars that only those nodes read (`unit_nodes`).
 //!
 //! Contract: units partition the nodes; a unit's nodes are listed in a
 //! deterministic topological order; a node outside a unit that a unit node
@@ -51,6 +52,30 @@ pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec
         }
     }
     out
+}
+
+/// The nodes of the unit of `region`: its `varying` nodes, plus every
+/// broadcast of a one-element value (a splat) that only those nodes read
+/// and that no effect or plan reads (`roots`). Computed once outside the
+/// unit, a splat would be a dense buffer that every run reads element by
+/// element (Adam's `beta1` broadcast to a `[784, 256]` weight: 800 KB per
+/// step); inside it, it fuses into its readers, which read it as a scalar.
+pub fn unit_nodes(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>, roots: &HashSet<NodeId>) -> Vec<NodeId> {
+    let mut nodes = varying(g, region, rank);
+    let vary: HashSet<NodeId> = nodes.iter().copied().collect();
+    let is_splat = |n: NodeId| {
+        let one = |i: &NodeId| g.node(*i).ty.numel() == 1;
+        matches!(g.node(n).op, Op::BroadcastTo { .. }) && g.inputs(n).iter().all(one)
+    };
+    let mut splats: Vec<NodeId> = nodes.iter().flat_map(|&n| g.inputs(n)).filter(|&i| !vary.contains(&i)).collect();
+    splats.sort_unstable();
+    splats.dedup();
+    splats.retain(|&i| is_splat(i) && !roots.contains(&i) && g.users(i).iter().all(|u| vary.contains(u)));
+    if !splats.is_empty() {
+        nodes.extend(splats);
+        nodes.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
+    }
+    nodes
 }
 
 /// A region with a readable name, and which of its outputs replace which
@@ -121,10 +146,12 @@ pub fn units(p: &Program) -> Vec<Unit> {
     let g = &p.graph;
     let order = g.topo_order();
     let rank: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    let mut roots = p.clone();
+    let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
     let mut owner: HashMap<NodeId, usize> = HashMap::new();
     let mut units = vec![Unit { name: "main".into(), nodes: vec![], inputs: vec![], outputs: vec![], updates: vec![] }];
     for NamedRegion { name, region, updates } in regions(p) {
-        let nodes = varying(g, region, &rank);
+        let nodes = unit_nodes(g, region, &rank, &roots);
         let idx = units.len();
         for &n in &nodes {
             owner.entry(n).or_insert(idx);
@@ -142,8 +169,6 @@ pub fn units(p: &Program) -> Vec<Unit> {
         let u = owner.get(&n).copied().unwrap_or(0);
         units[u].nodes.push(n);
     }
-    let mut roots = p.clone();
-    let roots = roots.roots();
     for (ui, unit) in units.iter_mut().enumerate() {
         let mine: HashSet<NodeId> = unit.nodes.iter().copied().collect();
         let mut inputs: Vec<NodeId> = Vec::new();

@@ -288,10 +288,13 @@ impl<'p> Executor<'p> {
         }
         let g = self.graph();
         let slot_pos: HashMap<usize, usize> = region.inputs.iter().enumerate().map(|(i, (s, _))| (*s, i)).collect();
-        // The nodes that depend on the inputs (the same split the optimizer's
-        // compilation units use); everything they read from outside, and any
-        // output that does not vary, is computed once now.
-        let order = crate::passes::units::varying(g, region, &self.rank);
+        // The nodes that depend on the inputs, and the splats only they read
+        // (the same split the optimizer's compilation units use); everything
+        // they read from outside, and any output that does not vary, is
+        // computed once now.
+        let mut roots = self.program.clone();
+        let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
+        let order = crate::passes::units::unit_nodes(g, region, &self.rank, &roots);
         let varying: HashSet<NodeId> = order.iter().copied().collect();
         let mut invariant: Vec<NodeId> =
             order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
