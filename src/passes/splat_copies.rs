@@ -19,18 +19,17 @@
 //! splats, each fused into that update.
 
 use crate::diag::Diagnostic;
-use crate::ir::{NodeId, Op, Program};
+use crate::ir::{Graph, NodeId, Op, Program};
 use crate::passes::PassCtx;
 
-/// Whether `n` is a splat.
-fn is_splat(p: &Program, n: NodeId) -> bool {
-    let g = &p.graph;
+/// Whether `n` is a splat: a `broadcast_to` of a one-element value.
+pub fn is_splat(g: &Graph, n: NodeId) -> bool {
     matches!(g.node(n).op, Op::BroadcastTo { .. }) && g.inputs(n).iter().all(|&i| g.node(i).ty.numel() == 1)
 }
 
 pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     for n in p.graph.topo_order() {
-        if !is_splat(p, n) {
+        if !is_splat(&p.graph, n) {
             continue;
         }
         // The first reader keeps the original.
@@ -46,7 +45,7 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
 pub fn postcondition(p: &Program) -> Result<(), String> {
     for n in p.graph.node_ids() {
         let readers = p.graph.users(n).len();
-        if is_splat(p, n) && readers > 1 {
+        if is_splat(&p.graph, n) && readers > 1 {
             return Err(format!("splat node {} has {readers} readers", n.index()));
         }
     }

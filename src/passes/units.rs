@@ -9,6 +9,7 @@
 //! deterministic topological order; a node outside a unit that a unit node
 //! reads is one of the unit's inputs.
 
+use super::splat_copies::is_splat;
 use crate::ir::plan::{Region, Source, Transform};
 use crate::ir::{Effect, Graph, NodeId, Op, Program};
 use std::collections::{HashMap, HashSet};
@@ -63,14 +64,10 @@ pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec
 pub fn unit_nodes(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>, roots: &HashSet<NodeId>) -> Vec<NodeId> {
     let mut nodes = varying(g, region, rank);
     let vary: HashSet<NodeId> = nodes.iter().copied().collect();
-    let is_splat = |n: NodeId| {
-        let one = |i: &NodeId| g.node(*i).ty.numel() == 1;
-        matches!(g.node(n).op, Op::BroadcastTo { .. }) && g.inputs(n).iter().all(one)
-    };
     let mut splats: Vec<NodeId> = nodes.iter().flat_map(|&n| g.inputs(n)).filter(|&i| !vary.contains(&i)).collect();
     splats.sort_unstable();
     splats.dedup();
-    splats.retain(|&i| is_splat(i) && !roots.contains(&i) && g.users(i).iter().all(|u| vary.contains(u)));
+    splats.retain(|&i| is_splat(g, i) && !roots.contains(&i) && g.users(i).iter().all(|u| vary.contains(u)));
     if !splats.is_empty() {
         nodes.extend(splats);
         nodes.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
