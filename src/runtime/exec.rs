@@ -80,6 +80,9 @@ pub struct Executor<'p> {
     pub options: RunOptions,
     /// Loaded data sources and `cache()`d passes, shared with pipeline threads.
     pub data_cache: super::pipeline::Caches,
+    /// The nodes effects and plans read (`Program::roots`), found at the
+    /// first region compiled.
+    roots: Option<HashSet<NodeId>>,
 }
 
 /// The state an executor carries from one run of a growing program to the
@@ -136,6 +139,7 @@ impl<'p> Executor<'p> {
             out,
             options,
             data_cache: Default::default(),
+            roots: None,
         })
     }
 
@@ -155,7 +159,7 @@ impl<'p> Executor<'p> {
         new.sort_unstable();
         let base = rank.len();
         rank.extend(new.into_iter().enumerate().map(|(i, n)| (n, base + i)));
-        Executor { program, rank, values, slots, out, options, data_cache: Default::default() }
+        Executor { program, rank, values, slots, out, options, data_cache: Default::default(), roots: None }
     }
 
     /// What `resume` needs to continue after this run.
@@ -292,9 +296,9 @@ impl<'p> Executor<'p> {
         // (the same split the optimizer's compilation units use); everything
         // they read from outside, and any output that does not vary, is
         // computed once now.
-        let mut roots = self.program.clone();
-        let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
-        let order = crate::passes::units::unit_nodes(g, region, &self.rank, &roots);
+        let program = self.program;
+        let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
+        let order = crate::passes::units::unit_nodes(g, region, &self.rank, roots);
         let varying: HashSet<NodeId> = order.iter().copied().collect();
         let mut invariant: Vec<NodeId> =
             order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();

@@ -197,14 +197,14 @@ pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut
     let run_len = win.kw * win.c;
     let mut tiles = Vec::new();
     if (win.kh, run_len) == WHOLE_KERNEL {
-        // One tile takes every weight row (`filter_kernel_3x3`).
+        // One tile takes every weight row (`WHOLE_KERNEL`).
         tiles.extend(channel_blocks(win.o).map(|(o0, vectors, masks)| (0, 0, win.kh * run_len, o0, vectors, masks)));
-    }
-    let whole = !tiles.is_empty();
-    for i in (0..win.kh).filter(|_| !whole) {
-        for (o0, vectors, masks) in channel_blocks(win.o) {
-            let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
-            tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
+    } else {
+        for i in 0..win.kh {
+            for (o0, vectors, masks) in channel_blocks(win.o) {
+                let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
+                tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
+            }
         }
     }
     // Output rows in blocks that keep their sources and gradients in the
@@ -344,10 +344,12 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
+        // A tile longer than a kernel row is a `WHOLE_KERNEL` tile.
         if r > win.kw * win.c {
+            const ROWS: usize = WHOLE_KERNEL.0 * WHOLE_KERNEL.1;
             return match vectors {
-                1 => filter_kernel_split::<9, 1, 3>(win, t, rows),
-                _ => filter_kernel_split::<9, 2, 3>(win, t, rows),
+                1 => filter_kernel_split::<ROWS, 1, { WHOLE_KERNEL.1 }>(win, t, rows),
+                _ => filter_kernel_split::<ROWS, 2, { WHOLE_KERNEL.1 }>(win, t, rows),
             };
         }
         dispatch!(filter_kernel, r, vectors, (win, t, rows.clone()))
@@ -455,7 +457,7 @@ unsafe fn filter_kernel_split<const R: usize, const B: usize, const SPLIT: usize
 }
 
 /// Kernel height and `KW·C` of the convolutions whose weight gradient takes
-/// every weight row in one tile (`filter_kernel_split::<9, B, 3>`): 3x3
+/// every weight row in one tile (`filter_kernel_split` with `SPLIT = 3`): 3x3
 /// kernels over one input channel (the first layer of a grayscale-image
 /// CNN). Tiles of one kernel row would hold three accumulators, and three
 /// chains of dependent multiply-adds leave the FMA units waiting on their

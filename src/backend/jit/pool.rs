@@ -12,7 +12,9 @@
 //! gradient, so the gradient is written once instead of zero-filled and
 //! accumulated, and only elements no window covers are zeroed. The loops run
 //! over the contiguous channels of each tap in lanes of 16 so that they
-//! vectorize. Work is split over the batch (disjoint outputs), so results do
+//! vectorize; the forward loops are compiled for AVX-512 where the machine
+//! has it (`simd::wide`), the gradient's are not (bound by memory traffic,
+//! they measured slower that way). Work is split over the batch (disjoint outputs), so results do
 //! not depend on the thread count.
 //!
 //! Example: `max_pool2d` of `[64, 28, 28, 16]` with a 2x2 window reads four
@@ -133,8 +135,7 @@ pub(super) fn pool_grad(
         return pool_grad_slices(x, gy, xs, ys, p, gx).map_err(|e| e.diagnostic("pooling", DType::F32));
     };
     let per = d.x[1] * d.x[2] * d.x[3];
-    // Not `wide`: the gradient is bound by memory traffic, and measured
-    // slower with 512-bit vectors (0.60 -> 0.70 ms on the bench CNN).
+    // Not `wide` (see the module docs): 0.60 -> 0.70 ms on the bench CNN.
     for_each_batch(gx, per, threads, |b, gx| pool_grad_batch(&d, &p, x, gy, b, gx));
     Ok(())
 }
