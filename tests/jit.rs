@@ -348,6 +348,11 @@ fn bench_profile_lists_every_step_of_the_training_step() {
     // contraction (with the pooled ReLU mask in its epilogue) is compiled.
     let interpreted: Vec<&&str> = labels.iter().filter(|l| l.starts_with("interpreted")).collect();
     assert!(interpreted.iter().all(|l| l.contains("pow") && !l.contains("conv")), "{interpreted:?}");
+    // The direct kernels add the bias and apply ReLU before they store a
+    // convolution's output: no separate epilogue step passes over it.
+    if labels.iter().any(|l| l.contains("direct")) {
+        assert!(!labels.iter().any(|l| l.starts_with("fused") && l.contains(": conv2d,")), "{labels:?}");
+    }
     let ms: Vec<f64> = rows.iter().map(|r| r["ms"].as_f64().expect("ms")).collect();
     assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not slowest first: {ms:?}");
     let median = v["step_ms"]["median"].as_f64().expect("a median");

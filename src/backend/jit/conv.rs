@@ -29,6 +29,7 @@
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
+pub(super) use super::conv_direct::PostOps;
 use super::conv_direct::{self as direct, Window};
 use super::gemm::{sgemm, sgemm_into};
 
@@ -94,6 +95,11 @@ impl Conv {
         };
         let how = if self.direct().is_some() { "direct" } else { "im2col" };
         format!("{what} {} <- {} ({kh}x{kw} kernel, {how})", dims(to), dims(from))
+    }
+
+    /// The output channels (`O`).
+    pub fn out_channels(&self) -> usize {
+        self.w[3]
     }
 
     /// Output positions and taps: the im2col buffer is `m × k`.
@@ -231,33 +237,49 @@ impl Conv {
         }
     }
 
-    /// Runs the convolution: `a`, `b` are the op's operands, `dst` its
-    /// result, `cols` scratch of `cols_len()` elements; `threads` share the
-    /// matrix product.
+    /// Whether `run` applies post-ops (a direct forward convolution).
+    pub fn takes_post_ops(&self) -> bool {
+        self.kind == ConvKind::Forward && self.direct().is_some()
+    }
+
+    /// Runs the convolution and then `post` on its result (`post` must be
+    /// empty unless `takes_post_ops`): `a`, `b` are the op's operands, `dst`
+    /// its result, `cols` scratch of `cols_len()` elements; `threads` share
+    /// the matrix product.
     ///
     /// # Safety
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
-    /// result's and `cols` `cols_len()` elements.
-    pub unsafe fn run(&self, a: *const f32, b: *const f32, dst: &mut [f32], cols: &mut [f32], threads: usize) {
+    /// result's and `cols` `cols_len()` elements; a bias holds one value per
+    /// output channel.
+    pub unsafe fn run(
+        &self,
+        a: *const f32,
+        b: *const f32,
+        dst: &mut [f32],
+        cols: &mut [f32],
+        post: PostOps,
+        threads: usize,
+    ) {
+        debug_assert!(self.takes_post_ops() || (post.bias.is_none() && !post.relu));
         match self.direct() {
             // SAFETY: the caller's contract.
-            Some(d) => unsafe { self.run_direct(&d, a, b, dst, cols, threads) },
+            Some(d) => unsafe { self.run_direct(&d, [a, b], dst, cols, post, threads) },
             // SAFETY: the caller's contract.
             None => unsafe { self.run_in_blocks(a, b, dst, cols, threads, self.block_rows()) },
         }
     }
 
-    /// `run` on the direct kernels, planned by `direct`.
+    /// `run` on the direct kernels, planned by `direct` (`[a, b]`: the operands).
     ///
     /// # Safety
     /// As for `run`.
     unsafe fn run_direct(
         &self,
         d: &Direct,
-        a: *const f32,
-        b: *const f32,
+        [a, b]: [*const f32; 2],
         dst: &mut [f32],
         cols: &mut [f32],
+        post: PostOps,
         threads: usize,
     ) {
         let (na, nb, _) = self.sizes();
@@ -277,12 +299,12 @@ impl Conv {
         // buffers have the window's sizes.
         unsafe {
             match self.kind {
-                ConvKind::Forward => direct::forward(&d.win, src, b, dst, threads),
+                ConvKind::Forward => direct::forward(&d.win, src, b, dst, post, threads),
                 ConvKind::GradFilter => direct::grad_filter(&d.win, src, b, dst, threads),
                 ConvKind::GradInput => {
                     let flipped = &mut rest[..d.win.w_len()];
                     direct::flip_transpose(b, self.w, flipped);
-                    direct::forward(&d.win, src, flipped, dst, threads)
+                    direct::forward(&d.win, src, flipped, dst, PostOps::default(), threads)
                 }
             }
         }
@@ -405,7 +427,7 @@ fn copy_run(to: &mut [f32], from: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::Conv;
+    use super::{Conv, PostOps};
     use crate::backend::interp::{eval_node, Tensor};
     use crate::ir::{DType, Op, TensorType};
 
@@ -466,7 +488,9 @@ mod tests {
                     pool.install(|| unsafe {
                         match rows {
                             Some(rows) => conv.run_in_blocks(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, 1, rows),
-                            None => conv.run(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, threads),
+                            None => {
+                                conv.run(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, PostOps::default(), threads)
+                            }
                         }
                     });
                     for (i, (&got, &want)) in dst.iter().zip(&expected).enumerate() {
@@ -477,6 +501,54 @@ mod tests {
                             conv.kind
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// The direct forward convolution's post-ops give exactly the values of
+    /// the epilogue run after it: the bias added, then the interpreter's
+    /// ReLU (NaN kept), bit for bit, over masked channel blocks too.
+    #[test]
+    fn post_ops_equal_the_epilogue_run_after_the_product() {
+        let cases = [
+            ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1]),
+            ([1, 5, 9, 1], [3, 3, 1, 20], [1, 2]),
+            ([1, 4, 6, 2], [3, 3, 2, 40], [1, 1]),
+        ];
+        for (xs, ws, stride) in cases {
+            let op = Op::Conv2d { stride, padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1 };
+            let x = Tensor::from_vec(DType::F32, &xs, values(xs.iter().product(), 3)).expect("a tensor");
+            let w = Tensor::from_vec(DType::F32, &ws, values(ws.iter().product(), 5)).expect("a tensor");
+            let ty = crate::ir::infer::infer(&op, &[&x.ty(), &w.ty()]).expect("a valid convolution");
+            let conv = Conv::of(&op, &xs, &ws, &ty.shape).expect("lowered");
+            if !conv.takes_post_ops() {
+                continue;
+            }
+            let (xv, wv) = (values(xs.iter().product(), 3), values(ws.iter().product(), 5));
+            let mut bias = values(ws[3], 7);
+            bias[0] = f32::NAN;
+            bias[1] = -0.0;
+            let run = |post: PostOps| {
+                let mut dst = vec![f32::NAN; ty.numel()];
+                let mut cols = vec![f32::NAN; conv.cols_len()];
+                // SAFETY: the operands and buffers have the sizes `run` needs.
+                unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut dst, &mut cols, post, 1) };
+                dst
+            };
+            let plain = run(PostOps::default());
+            for (with_bias, relu) in [(true, true), (true, false), (false, true)] {
+                let got = run(PostOps { bias: with_bias.then_some(&bias[..]), relu });
+                let want = plain.iter().enumerate().map(|(i, &y)| {
+                    let y = if with_bias { y + bias[i % ws[3]] } else { y };
+                    if relu && !(y > 0.0 || y.is_nan()) {
+                        0.0
+                    } else {
+                        y
+                    }
+                });
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{xs:?} {ws:?} bias {with_bias} relu {relu}: element {i}");
                 }
             }
         }

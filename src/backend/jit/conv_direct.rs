@@ -18,6 +18,10 @@
 //! convolution of the padded output gradient with the flipped, transposed
 //! weights (`flip_transpose`), see `conv`.
 //!
+//! `forward` can finish each output vector with a layer's bias and ReLU
+//! before storing it ([`PostOps`]), the same float operations as the
+//! separate epilogue, so one pass over the output instead of three.
+//!
 //! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
 //! of 16 output channels in registers: each step loads `B` weight (or
 //! gradient) vectors and broadcasts `R` inputs for `R·B` multiply-adds.
@@ -158,19 +162,35 @@ fn channel_blocks(o: usize) -> impl Iterator<Item = (usize, usize, [u16; 2])> {
     })
 }
 
-/// `y = conv(src, w)` (see the module docs); `threads` share the output rows.
+/// What `forward` applies to each output vector in registers before
+/// storing it: `relu(y + bias[o])`, either part optional — a convolution
+/// layer's epilogue (oneDNN's "post-ops"). These are the float operations
+/// the separate epilogue kernel would perform on the stored sum, so the
+/// values are the same; the output is written once instead of written,
+/// read and written again.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct PostOps<'a> {
+    /// One value per output channel (`[O]`), added first.
+    pub bias: Option<&'a [f32]>,
+    /// Then `max(y, 0)` with the interpreter's rules: NaN stays, `-0` becomes `+0`.
+    pub relu: bool,
+}
+
+/// `y = post(conv(src, w))` (see the module docs and [`PostOps`]);
+/// `threads` share the output rows.
 ///
 /// # Safety
 /// `simd::avx512()` must hold; `src`, `w` and `y` must hold `win`'s source,
-/// weight and output elements and `win.fits()`.
-pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], threads: usize) {
+/// weight and output elements and `win.fits()`; a bias holds `win.o` values.
+pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], post: PostOps, threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
+    debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
     let rows = win.n * win.oh;
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
         let out = &out;
         // SAFETY: the caller's contract; the row ranges are disjoint.
-        unsafe { forward_rows(win, src.as_ptr(), w.as_ptr(), out.0, lo, hi) }
+        unsafe { forward_rows(win, src.as_ptr(), w.as_ptr(), out.0, post, lo, hi) }
     };
     if threads > 1 && rows > 1 {
         rayon::scope(|s| {
@@ -250,8 +270,9 @@ unsafe impl Sync for SendPtr {}
 ///
 /// # Safety
 /// As for `forward`.
-unsafe fn forward_rows(win: &Window, src: *const f32, w: *const f32, y: *mut f32, lo: usize, hi: usize) {
+unsafe fn forward_rows(win: &Window, src: *const f32, w: *const f32, y: *mut f32, post: PostOps, lo: usize, hi: usize) {
     for (o0, vectors, masks) in channel_blocks(win.o) {
+        let bias = post.bias.map(|b| b[o0..].as_ptr());
         let r = tile_len(win.ow, if vectors == 1 { 16 } else { 12 });
         for row in lo..hi {
             let (n, oy) = (row / win.oh, row % win.oh);
@@ -261,6 +282,8 @@ unsafe fn forward_rows(win: &Window, src: *const f32, w: *const f32, y: *mut f32
                     w: w.wrapping_add(o0),
                     dst: y.wrapping_add((row * win.ow + ox) * win.o + o0),
                     masks,
+                    bias,
+                    relu: post.relu,
                 };
                 // SAFETY: the caller's contract.
                 unsafe { forward_tile(win, &tile, r, vectors) };
@@ -278,6 +301,9 @@ struct ForwardTile {
     /// The first position's first output channel.
     dst: *mut f32,
     masks: [u16; 2],
+    /// The post-ops (`PostOps`), the bias from the tile's first channel.
+    bias: Option<*const f32>,
+    relu: bool,
 }
 
 /// Where one weight-gradient tile reads and writes.
@@ -360,7 +386,8 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
+    _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_NLE_UQ,
 };
 
 /// `R` consecutive output positions × `B` vectors of output channels: for
@@ -388,8 +415,23 @@ unsafe fn forward_kernel<const R: usize, const B: usize>(win: &Window, t: &Forwa
             }
         }
     }
+    let mut bias = [_mm512_setzero_ps(); B];
+    if let Some(from) = t.bias {
+        for (b, v) in bias.iter_mut().enumerate() {
+            // SAFETY: inside the bias (the masked-off lanes are not read).
+            *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], from.wrapping_add(16 * b)) };
+        }
+    }
     for (p, acc) in acc.iter().enumerate() {
         for (b, &v) in acc.iter().enumerate() {
+            let v = if t.bias.is_some() { _mm512_add_ps(v, bias[b]) } else { v };
+            // ReLU keeps lanes that are above zero or NaN (`!(v <= 0)`) and
+            // zeroes the rest, so `-0` becomes `+0`.
+            let v = if t.relu {
+                _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(v, _mm512_setzero_ps()), v)
+            } else {
+                v
+            };
             // SAFETY: inside the output (the masked-off lanes are not written).
             unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
         }

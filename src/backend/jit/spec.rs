@@ -309,6 +309,47 @@ impl Spec {
         self
     }
 
+    /// Whether element `i` of the iteration reads element `i` of `load`.
+    pub fn reads_at_index(&self, load: &Load) -> bool {
+        let mut stride = self.inner;
+        let mut ok = load.inner == Inner::Contig || self.inner == 1;
+        for (&s, &d) in load.outer.iter().zip(&self.outer).rev() {
+            ok &= s == stride || d == 1;
+            stride *= d;
+        }
+        ok
+    }
+
+    /// The spec as `relu(product + bias)`, either part optional, with one
+    /// bias value per position of the inner extent (a layer's bias along
+    /// its channel axis) and no other output: `(bias, relu)`, what a
+    /// kernel computing `product` can apply before its store
+    /// (`conv_direct::PostOps`). `None` for any other epilogue.
+    pub fn channel_post_ops(&self, product: NodeId) -> Option<(Option<NodeId>, bool)> {
+        let [out] = self.outputs[..] else { return None };
+        let load = |e: usize| match self.exprs[e].0 {
+            Expr::Load(l) => Some(&self.loads[l]),
+            _ => None,
+        };
+        let is_product = |e: usize| load(e).is_some_and(|l| l.node == product && self.reads_at_index(l));
+        let per_channel = |e: usize| {
+            load(e).filter(|l| l.kind == Kind::F32 && l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0))
+        };
+        let (sum, relu) = match self.exprs[out].0 {
+            Expr::Unary(UnaryOp::Relu, x) => (x, true),
+            _ => (out, false),
+        };
+        let (bias, used) = match self.exprs[sum].0 {
+            Expr::Binary(BinaryOp::Add, x, y) => {
+                let (p, b) = if is_product(x) { (x, y) } else { (y, x) };
+                (Some(per_channel(b).filter(|_| is_product(p))?.node), 3)
+            }
+            _ if is_product(sum) => (None, 1),
+            _ => return None,
+        };
+        (self.exprs.len() == used + usize::from(relu)).then_some((bias, relu))
+    }
+
     /// A key equal for two specs exactly when they compile to the same code
     /// (node ids do not matter, strides and expressions do).
     pub fn signature(&self) -> String {

@@ -10,7 +10,9 @@
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
 //! - a `f32` convolution (or one of its gradients) runs on the direct
 //!   AVX-512 kernels or through im2col and `gemm` (modules `conv_direct`,
-//!   `conv`); `f32` pooling with disjoint windows, reductions and matrix
+//!   `conv`); a direct forward convolution whose epilogue is only
+//!   `relu(y + bias)` (either part) applies it in registers before its
+//!   store (`conv::PostOps`), with no epilogue step; `f32` pooling with disjoint windows, reductions and matrix
 //!   transposes run as native loops (modules `pool`, `reduce`);
 //! - a contraction's product that only its epilogue reads is stored in an
 //!   output of the epilogue of the same size, which the epilogue then
@@ -49,10 +51,10 @@
 
 use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
-use super::conv::Conv;
+use super::conv::{Conv, PostOps};
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
-use super::spec::{Inner, Load, Spec};
+use super::spec::Spec;
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_UNIT_WORK, ROW_BLOCK};
 use crate::backend::interp::{eval_node, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
@@ -106,7 +108,8 @@ enum Step {
     Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
     /// A convolution (or one of its gradients) on the direct kernels or
     /// through im2col and `gemm` (module `conv`).
-    Conv { conv: Conv, a: Ref, b: Ref, dst: usize },
+    /// `post`: the epilogue it applies before storing (`conv::PostOps`).
+    Conv { conv: Conv, a: Ref, b: Ref, dst: usize, post: ConvPost },
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
@@ -116,6 +119,14 @@ enum Step {
     Pool { params: PoolParams, x: Ref, grad: Option<Ref>, dst: usize, xs: Vec<usize>, ys: Vec<usize> },
     /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
+}
+
+/// A convolution's post-ops, by where their operands live.
+#[derive(Clone, Copy, Debug, Default)]
+struct ConvPost {
+    /// One value per output channel.
+    bias: Option<Ref>,
+    relu: bool,
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
@@ -148,9 +159,10 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
-            Step::Conv { conv, a, b, dst } => {
+            Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
                 reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
+                reads.extend(post.bias.and_then(|r| place(r, conv.out_channels())));
                 writes.extend([arena(*dst, ny), Place::Cols]);
                 *cost = (4 * (ny + conv.cols_len())) as u64;
             }
@@ -381,18 +393,8 @@ impl Builder<'_> {
     ) -> Result<Option<usize>, Diagnostic> {
         let g = self.g;
         let n = g.node(product).ty.numel();
-        // Element `i` of the iteration reads element `i` of the load.
-        let identity = |l: &Load| {
-            let mut stride = spec.inner;
-            let mut ok = l.inner == Inner::Contig || spec.inner == 1;
-            for (&s, &d) in l.outer.iter().zip(&spec.outer).rev() {
-                ok &= s == stride || d == 1;
-                stride *= d;
-            }
-            ok
-        };
         let reads = spec.loads.iter().filter(|l| l.node == product);
-        if spec.numel() != n || !reads.clone().all(identity) || reads.count() == 0 {
+        if spec.numel() != n || !reads.clone().all(|l| spec.reads_at_index(l)) || reads.count() == 0 {
             return Ok(None);
         }
         for &o in &spec.output_nodes {
@@ -615,6 +617,7 @@ impl JitUnit {
                         true => None,
                         false => b.analyze(epilogue, &outs)?.filter(|spec| spec.numel() > 0),
                     };
+                    let mut in_place = false;
                     let dst = match b.loc.get(&mm) {
                         Some(Ref::Arena(off)) => *off,
                         _ => {
@@ -625,6 +628,7 @@ impl JitUnit {
                                 Some(Some(at)) => {
                                     b.loc.insert(mm, Ref::Arena(at));
                                     counts.in_place += 1;
+                                    in_place = true;
                                     at
                                 }
                                 _ => {
@@ -639,10 +643,22 @@ impl JitUnit {
                     let ins = g.inputs(mm);
                     let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
                     let ((a, a_t), (bb, b_t)) = (operand(&mut b, ins[0])?, operand(&mut b, ins[1])?);
+                    // A direct convolution applies a bias-and-ReLU epilogue
+                    // that writes only the product's place in registers, and
+                    // the epilogue's own pass goes away.
+                    let mut post_ops = None;
                     match f32_conv(g, mm) {
                         Some(conv) => {
                             cols = cols.max(conv.cols_len());
-                            steps.push(Step::Conv { conv, a, b: bb, dst });
+                            post_ops = epilogue_spec
+                                .as_ref()
+                                .filter(|spec| in_place && conv.takes_post_ops() && spec.inner == conv.out_channels())
+                                .and_then(|spec| spec.channel_post_ops(mm));
+                            let mut post = ConvPost { relu: post_ops.is_some_and(|(_, relu)| relu), bias: None };
+                            if let Some((Some(bias), _)) = post_ops {
+                                post.bias = Some(b.get(bias)?);
+                            }
+                            steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
                         None => {
                             let r = sa.len();
@@ -660,7 +676,7 @@ impl JitUnit {
                         }
                     }
                     counts.gemm += 1;
-                    if !epilogue.is_empty() {
+                    if !epilogue.is_empty() && post_ops.is_none() {
                         match epilogue_spec {
                             Some(spec) => {
                                 steps.push(b.jit(&spec)?);
@@ -1011,17 +1027,26 @@ impl JitUnit {
                     unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
                 }
             }
-            Step::Conv { conv, a, b, dst } => {
+            Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
                 let pa = self.ptr(*a, mem, na)?;
                 let pb = self.ptr(*b, mem, nb)?;
+                let channels = conv.out_channels();
+                let bias = match post.bias {
+                    // SAFETY: `ptr` checked that the bias holds a value per channel.
+                    Some(r) => {
+                        Some(unsafe { std::slice::from_raw_parts(self.ptr(r, mem, channels)? as *const f32, channels) })
+                    }
+                    None => None,
+                };
                 // SAFETY: the caller's contract (a convolution writes the
                 // convolution scratch too).
                 let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
                 let cols = unsafe { mem.cols(conv.cols_len())? };
+                let post = PostOps { bias, relu: post.relu };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
-                unsafe { conv.run(pa, pb, out, cols, threads) };
+                unsafe { conv.run(pa, pb, out, cols, post, threads) };
             }
             Step::Reduce { op, src, dst, shape, reduced } => {
                 let n: usize = shape.iter().product();
