@@ -400,6 +400,34 @@ fn convolutions_without_avx512_take_im2col_with_the_same_losses() {
     assert!((last - last_d).abs() <= 1e-4 * last.abs(), "{last} vs {last_d}");
 }
 
+/// Adam's update runs as a native AVX-512 loop where the machine has it
+/// (`TFC_NO_AVX512` turns it off) and as Cranelift code otherwise: the
+/// same float operations, so training the bench MLP prints the same losses
+/// to the last bit either way.
+#[test]
+fn adam_updates_give_the_same_bits_natively_and_compiled() {
+    let run = |no_avx512: bool, args: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"));
+        cmd.args(args).current_dir(root()).env_remove("TFC_NO_AVX512");
+        if no_avx512 {
+            cmd.env("TFC_NO_AVX512", "1");
+        }
+        let o = cmd.output().expect("tfc runs");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let train = ["run", "examples/bench/mlp.tfl"];
+    assert_eq!(run(false, &train), run(true, &train));
+    let profile = ["bench", "examples/bench/mlp.tfl", "--steps", "1", "--warmup", "0", "--profile"];
+    assert!(!run(true, &profile).contains("adam update"));
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+        let text = run(false, &profile);
+        // The three weights' and the three biases' updates.
+        assert_eq!(text.matches("adam update").count(), 6, "{text}");
+    }
+}
+
 /// The threaded scheduler runs independent steps at once (each reads and
 /// writes storage no concurrent step writes) and splits kernels only along
 /// independent outputs (elementwise rows, matrix-product output blocks), so

@@ -15,7 +15,8 @@
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
-//! reductions), `conv` and `pool` (native convolutions and pooling), `unit`
+//! reductions), `conv` and `pool` (native convolutions and pooling), `adam`
+//! (Adam's update as a native AVX-512 loop), `unit`
 //! (the executor of one unit), `schedule` (which steps may run at once),
 //! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif|asm`
 //! listings).
@@ -23,6 +24,7 @@
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
 //! metric and `map` region of `prog.tfl` through [`JitUnit`].
 
+mod adam;
 mod carry;
 mod clif;
 mod codegen;

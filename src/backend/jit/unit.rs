@@ -4,7 +4,8 @@
 //! Contract: [`JitUnit::prepare`] turns a `CompiledUnit` into a list of
 //! steps in the unit's schedule order, compiling what it can once:
 //! - an `Elementwise` kernel whose [`Spec`] the code generator accepts runs
-//!   as Cranelift code;
+//!   as Cranelift code, or, when it is exactly Adam's update and the
+//!   machine has AVX-512, as the native loop of module `adam` (same bits);
 //! - a `Contraction` kernel over a `f32` matmul runs the product through
 //!   `gemm` (split over the worker threads by output blocks) and its epilogue as
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
@@ -100,8 +101,10 @@ struct InterpNode {
 }
 
 enum Step {
-    /// A compiled loop nest; `args` are its `loads` loads then its outputs.
-    Jit { f: KernelFn, args: Vec<(Ref, usize)>, loads: usize, rows: usize, inner: usize },
+    /// A compiled loop nest; `args` are its `loads` loads then its outputs;
+    /// `kind` says what made `f` (`fused`: Cranelift, `adam update`: the
+    /// native loop of module `adam`), for profiles.
+    Jit { f: KernelFn, args: Vec<(Ref, usize)>, loads: usize, rows: usize, inner: usize, kind: &'static str },
     /// `dst = a @ b` (batched over leading dims) through `gemm`.
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
@@ -206,7 +209,7 @@ impl Step {
     fn label(&self, g: &Graph, nodes: &[NodeId]) -> String {
         let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
         let what = match self {
-            Step::Jit { rows, inner, .. } => format!("fused {rows}x{inner}"),
+            Step::Jit { rows, inner, kind, .. } => format!("{kind} {rows}x{inner}"),
             Step::Gemm { batch, m, k, n, a_t, b_t, .. } => {
                 let t = |on: &bool| if *on { "ᵀ" } else { "" };
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
@@ -455,7 +458,6 @@ impl Builder<'_> {
 
     fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
         let spec = &spec.clone().in_rows_of(ROW_BLOCK);
-        let f = compile(spec)?;
         let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
         for l in &spec.loads {
             args.push((self.get(l.node)?, self.g.node(l.node).ty.numel()));
@@ -466,7 +468,16 @@ impl Builder<'_> {
                 r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
             }
         }
-        Ok(Step::Jit { f, args, loads: spec.loads.len(), rows: spec.rows(), inner: spec.inner })
+        // Adam's update runs as a native loop with the same results (module
+        // `adam`), its arguments in that loop's order.
+        if let Some(order) = super::adam::recognize(spec) {
+            let loads = order.iter().filter(|&&i| i < spec.loads.len()).count();
+            let args = order.iter().map(|&i| args[i]).collect();
+            let (rows, inner) = (spec.rows(), spec.inner);
+            return Ok(Step::Jit { f: super::adam::update_rows, args, loads, rows, inner, kind: "adam update" });
+        }
+        let f = compile(spec)?;
+        Ok(Step::Jit { f, args, loads: spec.loads.len(), rows: spec.rows(), inner: spec.inner, kind: "fused" })
     }
 }
 

@@ -1,0 +1,328 @@
+//! Adam's parameter update as one native AVX-512 loop, for the compiled
+//! kernels that are exactly `std.optim.adam`'s update (PyTorch's
+//! `Adam(fused=True)`, recognized from the kernel's expressions).
+//!
+//! Why: the update divides three times and takes a square root per
+//! element, and on Cranelift's 128-bit vectors the divider is its
+//! bottleneck. Two of the divisions are by one value for the whole kernel
+//! (the bias corrections `1 - beta^step`); here they are products with
+//! that value's `f64` reciprocal, which give the correctly rounded `f32`
+//! quotient (argued below), and 512-bit conversions make them cheap.
+//!
+//! Contract: [`recognize`] accepts a [`Spec`] whose expressions are, with
+//! these operand orders, `m' = b1·m + c·g`, `v' = b2·v + (d·g)·g`,
+//! `p' = p - (lr·(m' / k1)) / (sqrt(v' / k2) + eps)` (the scalars `b1 c b2
+//! d lr k1 k2 eps` splat loads, `m g v p` read at the written index, the
+//! three results its outputs in any order) and returns the argument order
+//! [`update_rows`] takes; `update_rows` then computes, element by element,
+//! the same float operations in the same order as the Cranelift function
+//! of that spec (no fused multiply-add), so the results are bit-identical.
+//! Anything else (AdamW, another operand order) is left to Cranelift.
+//!
+//! Exactness of `f32(f64(x) · r)` with `r = 1 / f64(k)` for `x / k`: the
+//! product is within `2^-52` (relative) of the real quotient `q`. Rounding
+//! it to `f32` differs from rounding `q` only if an `f32` rounding boundary
+//! `μ` (25 significant bits, the last one set) lies between them. `q` is
+//! never such a boundary (`x = μ·k` would give the 24-bit `x` an odd factor
+//! of 25 bits), and otherwise `|x - μ·k|` is a nonzero multiple of the
+//! smaller of the operands' last-bit weights, which puts `q` at least
+//! `2^-50` (relative) from `μ`, four times the error; likewise at subnormal
+//! boundaries and the overflow threshold. Zeros, infinities and NaN follow
+//! the product's IEEE rules, which match the quotient's (`1/±0 = ±inf`,
+//! `1/±inf = ±0`). A test compares both on many random pairs.
+//!
+//! Example: the bench MLP's first weight (`[784, 256]`, 49 rows of 4,096)
+//! is updated by `update_rows(ptrs, 0, 49, 4096)`.
+
+use super::spec::{Expr, Inner, Kind, Spec};
+use crate::ir::{BinaryOp, UnaryOp};
+
+/// The scalars, the read tensors and the results, in `update_rows`'s
+/// argument order.
+const SCALARS: usize = 8;
+const TENSORS: usize = 4;
+const RESULTS: usize = 3;
+
+/// Positions in the argument list: the scalars `b1 c b2 d lr k1 k2 eps`,
+/// then `m g v p`, then the results `m' v' p'`.
+const B1: usize = 0;
+const C: usize = 1;
+const B2: usize = 2;
+const D: usize = 3;
+const LR: usize = 4;
+const K1: usize = 5;
+const K2: usize = 6;
+const EPS: usize = 7;
+const M: usize = SCALARS;
+const G: usize = SCALARS + 1;
+const V: usize = SCALARS + 2;
+const P: usize = SCALARS + 3;
+
+/// A pattern over a spec's expressions.
+enum Pat {
+    /// A splat (one value for the whole kernel) load, bound to a scalar role.
+    Scalar(usize),
+    /// A load read at the written index, bound to a tensor role.
+    Tensor(usize),
+    Bin(BinaryOp, Box<Pat>, Box<Pat>),
+    Sqrt(Box<Pat>),
+}
+
+fn bin(op: BinaryOp, x: Pat, y: Pat) -> Pat {
+    Pat::Bin(op, Box::new(x), Box::new(y))
+}
+
+/// The three results' patterns: `m'`, `v'`, `p'`.
+fn patterns() -> [Pat; RESULTS] {
+    use BinaryOp::{Add, Div, Mul, Sub};
+    use Pat::{Scalar as S, Tensor as T};
+    let m1 = || bin(Add, bin(Mul, S(B1), T(M)), bin(Mul, S(C), T(G)));
+    let v1 = || bin(Add, bin(Mul, S(B2), T(V)), bin(Mul, bin(Mul, S(D), T(G)), T(G)));
+    let step = bin(Mul, S(LR), bin(Div, m1(), S(K1)));
+    let denominator = bin(Add, Pat::Sqrt(Box::new(bin(Div, v1(), S(K2)))), S(EPS));
+    [m1(), v1(), bin(Sub, T(P), bin(Div, step, denominator))]
+}
+
+/// Whether expression `e` of `spec` matches `pat`, binding each role to a
+/// load (a role seen twice must be the same load).
+fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> bool {
+    let mut bind = |role: usize, l: usize| *roles[role].get_or_insert(l) == l;
+    match (spec.exprs[e], pat) {
+        ((Expr::Load(l), Kind::F32), Pat::Scalar(role)) => {
+            let load = &spec.loads[l];
+            load.kind == Kind::F32 && load.inner == Inner::Splat && load.outer.iter().all(|&s| s == 0) && bind(*role, l)
+        }
+        ((Expr::Load(l), Kind::F32), Pat::Tensor(role)) => {
+            let load = &spec.loads[l];
+            load.kind == Kind::F32 && spec.reads_at_index(load) && bind(*role, l)
+        }
+        ((Expr::Binary(op, x, y), Kind::F32), Pat::Bin(want, px, py)) => {
+            op == *want && matches(spec, x, px, roles) && matches(spec, y, py, roles)
+        }
+        ((Expr::Unary(UnaryOp::Sqrt, x), Kind::F32), Pat::Sqrt(px)) => matches(spec, x, px, roles),
+        _ => false,
+    }
+}
+
+/// The order in which `update_rows` takes `spec`'s arguments (indices
+/// into its loads, then its outputs, as `Step::Jit` lists them), when
+/// `spec` is Adam's update (see the module docs) and this machine has
+/// AVX-512. Expressions outside the three results' trees write nothing,
+/// so they do not matter.
+pub(super) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
+    if !super::simd::avx512() || spec.outputs.len() != RESULTS {
+        return None;
+    }
+    let mut roles = [None; SCALARS + TENSORS];
+    let mut results = [None; RESULTS];
+    for (r, pat) in patterns().iter().enumerate() {
+        // A failed attempt may have bound roles: each starts from the
+        // bindings of the results matched so far.
+        let (o, bound) = spec.outputs.iter().enumerate().find_map(|(o, &e)| {
+            let mut attempt = roles;
+            matches(spec, e, pat, &mut attempt).then_some((o, attempt))
+        })?;
+        roles = bound;
+        results[r] = Some(spec.loads.len() + o);
+    }
+    roles.iter().chain(&results).copied().collect()
+}
+
+/// Adam's update of rows `lo..hi` of `inner` elements: the compiled
+/// kernel's calling convention (`codegen::KernelFn`), arguments in
+/// `recognize`'s order.
+///
+/// # Safety
+/// As for a compiled kernel: every pointer addresses the elements of rows
+/// `lo..hi` (a scalar, one element), and `simd::avx512()` holds.
+pub(super) unsafe extern "C" fn update_rows(args: *const *mut f32, lo: usize, hi: usize, inner: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract.
+    unsafe {
+        update(args, lo * inner, hi * inner)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("`recognize` needs AVX-512: {args:?} {lo} {hi} {inner}")
+}
+
+/// Elements `from..to` of Adam's update (see `update_rows`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
+    use std::arch::x86_64::*;
+    // SAFETY: the caller's contract: one pointer per argument.
+    let arg = |i: usize| unsafe { *args.add(i) };
+    // SAFETY: a scalar argument addresses one element.
+    let scalar = |i: usize| unsafe { *arg(i) };
+    let splat = |i: usize| _mm512_set1_ps(scalar(i));
+    let (b1, c, b2, d, lr, eps) = (splat(B1), splat(C), splat(B2), splat(D), splat(LR), splat(EPS));
+    let (r1, r2) = (_mm512_set1_pd(1.0 / scalar(K1) as f64), _mm512_set1_pd(1.0 / scalar(K2) as f64));
+    // `x / k` as `f32(f64(x) · (1 / f64(k)))`, eight lanes at a time.
+    let divide = |x: __m512, r: __m512d| {
+        let low = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), r));
+        let high = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps::<1>(x)), r));
+        _mm512_insertf32x8::<1>(_mm512_castps256_ps512(low), high)
+    };
+    let (m, g, v, p) = (arg(M), arg(G), arg(V), arg(P));
+    let (out_m, out_v, out_p) = (arg(M + TENSORS), arg(M + TENSORS + 1), arg(M + TENSORS + 2));
+    let mut at = from;
+    while at < to {
+        // Sixteen lanes, the last block masked (the masked-off lanes are
+        // neither read nor written).
+        let mask: __mmask16 = if to - at >= 16 { u16::MAX } else { (1u16 << (to - at)) - 1 };
+        // SAFETY: inside rows `lo..hi` of every tensor (the caller's
+        // contract); all loads happen before the stores, so a result may
+        // share its buffer with an input.
+        unsafe {
+            let load = |ptr: *mut f32| _mm512_maskz_loadu_ps(mask, ptr.add(at));
+            let (mv, gv, vv, pv) = (load(m), load(g), load(v), load(p));
+            let m1 = _mm512_add_ps(_mm512_mul_ps(b1, mv), _mm512_mul_ps(c, gv));
+            let v1 = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(_mm512_mul_ps(d, gv), gv));
+            let step = _mm512_mul_ps(lr, divide(m1, r1));
+            let denominator = _mm512_add_ps(_mm512_sqrt_ps(divide(v1, r2)), eps);
+            let p1 = _mm512_sub_ps(pv, _mm512_div_ps(step, denominator));
+            _mm512_mask_storeu_ps(out_m.add(at), mask, m1);
+            _mm512_mask_storeu_ps(out_v.add(at), mask, v1);
+            _mm512_mask_storeu_ps(out_p.add(at), mask, p1);
+        }
+        at += 16;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::recognize;
+    use crate::backend::jit::codegen::Compiler;
+    use crate::backend::jit::spec::{Expr, Inner, Kind, Load, Spec};
+    use crate::ir::{BinaryOp, NodeId, UnaryOp};
+
+    /// A xorshift generator of 64-bit patterns.
+    fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+        move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        }
+    }
+
+    /// Adam's update of `[3, 37]` tensors as the fusion lays it out (the
+    /// bench MLP's, with `lr` and `1 - beta2` one splat): loads `lr b1 m
+    /// c g b2 v k1 k2 eps p`.
+    fn adam_spec() -> Spec {
+        use BinaryOp::{Add, Div, Mul, Sub};
+        use Expr::{Binary as B, Load as L};
+        let load = |node: usize, splat: bool| Load {
+            node: NodeId::new(node),
+            outer: vec![if splat { 0 } else { 37 }],
+            inner: if splat { Inner::Splat } else { Inner::Contig },
+            kind: Kind::F32,
+        };
+        let splats = [true, true, false, true, false, true, false, true, true, true, false];
+        #[rustfmt::skip]
+        let exprs = vec![
+            L(0), L(1), L(2), B(Mul, 1, 2), L(3), L(4), B(Mul, 4, 5), B(Add, 3, 6), // m'
+            L(5), L(6), B(Mul, 8, 9), L(0), L(4), B(Mul, 11, 12), L(4), B(Mul, 13, 14), B(Add, 10, 15), // v'
+            L(7), B(Div, 7, 17), L(8), B(Div, 16, 19), B(Mul, 0, 18), Expr::Unary(UnaryOp::Sqrt, 20),
+            L(9), B(Add, 22, 23), B(Div, 21, 24), L(10), B(Sub, 26, 25), // p'
+        ];
+        Spec {
+            outer: vec![3],
+            inner: 37,
+            loads: splats.iter().enumerate().map(|(i, &s)| load(i, s)).collect(),
+            exprs: exprs.into_iter().map(|e| (e, Kind::F32)).collect(),
+            outputs: vec![7, 16, 27],
+            output_nodes: (20..23).map(NodeId::new).collect(),
+        }
+    }
+
+    /// The native update writes the same bits as the Cranelift function of
+    /// the same spec, over ordinary values and zeros, infinities, NaN and
+    /// subnormals, with the results written over their inputs.
+    #[test]
+    fn the_native_update_equals_the_compiled_kernel_bit_for_bit() {
+        let spec = adam_spec();
+        let Some(order) = recognize(&spec) else {
+            // No AVX-512 here: nothing runs natively.
+            assert!(!crate::backend::jit::simd::avx512());
+            return;
+        };
+        let f = Compiler::new().and_then(|mut c| c.compile(&spec)).expect("the kernel compiles");
+        let values = || {
+            let mut bits = xorshift(0x9e37_79b9_7f4a_7c15);
+            move || (bits() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        let specials = [0.0, -0.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-40, -3e-39, f32::MAX];
+        let tensor = |next: &mut dyn FnMut() -> f32, i: usize| -> Vec<f32> {
+            (0..111)
+                .map(|j| {
+                    if (j + i).is_multiple_of(13) {
+                        specials[(j / 13 + i) % specials.len()]
+                    } else {
+                        next() * (i + 1) as f32
+                    }
+                })
+                .collect()
+        };
+        // lr, b1, c, b2, k1, k2, eps (bias corrections of step 3).
+        let scalars = [1e-3f32, 0.9, 0.1, 0.999, 1.0 - 0.9f32.powi(3), 1.0 - 0.999f32.powi(3), 1e-8];
+        let scalar_loads = [0usize, 1, 3, 5, 7, 8, 9];
+        let run = |native: bool, next: &mut dyn FnMut() -> f32| -> Vec<Vec<f32>> {
+            let mut data: Vec<Vec<f32>> = (0..11).map(|l| tensor(next, l)).collect();
+            for (&l, &v) in scalar_loads.iter().zip(&scalars) {
+                data[l] = vec![v];
+            }
+            // The results go over m, v and p, as the memory plan places them.
+            let mut ptrs: Vec<*mut f32> = data.iter_mut().map(|d| d.as_mut_ptr()).collect();
+            ptrs.extend([ptrs[2], ptrs[6], ptrs[10]]);
+            // SAFETY: every pointer addresses the elements the kernel reads
+            // or writes (a scalar, one).
+            unsafe {
+                if native {
+                    let args: Vec<*mut f32> = order.iter().map(|&i| ptrs[i]).collect();
+                    super::update_rows(args.as_ptr(), 0, 3, 37);
+                } else {
+                    f(ptrs.as_ptr(), 0, 3, 37);
+                }
+            }
+            vec![data[2].clone(), data[6].clone(), data[10].clone()]
+        };
+        let (native, compiled) = (run(true, &mut values()), run(false, &mut values()));
+        for (a, b) in native.iter().zip(&compiled) {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(bits(a), bits(b));
+        }
+    }
+
+    /// Another operand order (here `p' = update - p`) is not Adam's update.
+    #[test]
+    fn other_expressions_are_left_to_cranelift() {
+        let mut spec = adam_spec();
+        spec.exprs[27] = (Expr::Binary(BinaryOp::Sub, 25, 26), Kind::F32);
+        assert_eq!(recognize(&spec), None);
+    }
+
+    /// `f32(f64(x) · (1 / f64(k)))` is `x / k` for random and special
+    /// operands (the module's exactness argument, checked).
+    #[test]
+    fn reciprocal_products_are_correctly_rounded_quotients() {
+        let mut bits = xorshift(0x2545_f491_4f6c_dd1d);
+        let mut next = || f32::from_bits((bits() >> 32) as u32);
+        let specials =
+            [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, f32::MIN_POSITIVE, 1e-45, 3.0];
+        // Random bit patterns (all ranges, many results overflow or
+        // underflow) and operands of nearby magnitudes (normal quotients,
+        // the bias-correction case).
+        let mut pairs: Vec<(f32, f32)> = (0..1_000_000).map(|_| (next(), next())).collect();
+        pairs.extend((0..1_000_000).map(|_| (next().abs() % 16.0 + 1e-3, next().abs() % 2.0 + 1e-3)));
+        pairs.extend(specials.iter().flat_map(|&x| specials.map(|k| (x, k))));
+        for (x, k) in pairs {
+            let want = x / k;
+            let got = (x as f64 * (1.0 / k as f64)) as f32;
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{x:e} / {k:e}: {got:e}, not {want:e}"
+            );
+        }
+    }
+}
