@@ -5,7 +5,11 @@
 //! reduction epilogue the code generator accepts, with its nodes and its
 //! function (reduction prologues are compiled too but not listed); kernels
 //! without one (gemm alone, native transposes and reductions, the
-//! interpreter) are named, so the listing accounts for every kernel.
+//! interpreter) are named, so the listing accounts for every kernel. Two
+//! kinds of kernel are listed with the function they fall back to: an Adam
+//! update that runs as the native loop of module `adam` (its listing says
+//! so) and a convolution's bias-and-ReLU epilogue that the direct kernels
+//! apply themselves (`conv::PostOps`).
 //!
 //! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
@@ -61,7 +65,13 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                         Listing::Clif => Ok(c.clif(&spec)),
                         Listing::Asm => c.asm(&spec),
                     })?;
-                    let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{text}");
+                    let native = match super::adam::recognize(&spec) {
+                        Some(_) => {
+                            "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
+                        }
+                        None => "",
+                    };
+                    let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{native}{text}");
                 }
                 None => {
                     let _ = writeln!(
