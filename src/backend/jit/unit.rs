@@ -13,8 +13,9 @@
 //!   AVX-512 kernels or through im2col and `gemm` (modules `conv_direct`,
 //!   `conv`); a direct forward convolution whose epilogue is only
 //!   `relu(y + bias)` (either part) applies it in registers before its
-//!   store (`conv::PostOps`), with no epilogue step; `f32` pooling with disjoint windows, reductions and matrix
-//!   transposes run as native loops (modules `pool`, `reduce`);
+//!   store (`conv::PostOps`), with no epilogue step; `f32` pooling with
+//!   disjoint windows, reductions and matrix transposes run as native
+//!   loops (modules `pool`, `reduce`);
 //! - a contraction's product that only its epilogue reads is stored in an
 //!   output of the epilogue of the same size, which the epilogue then
 //!   overwrites in place (compiled code reads an element before it writes
