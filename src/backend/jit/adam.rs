@@ -57,6 +57,9 @@ const M: usize = SCALARS;
 const G: usize = SCALARS + 1;
 const V: usize = SCALARS + 2;
 const P: usize = SCALARS + 3;
+const M1: usize = SCALARS + TENSORS;
+const V1: usize = SCALARS + TENSORS + 1;
+const P1: usize = SCALARS + TENSORS + 2;
 
 /// A pattern over a spec's expressions.
 enum Pat {
@@ -164,7 +167,7 @@ unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
         _mm512_insertf32x8::<1>(_mm512_castps256_ps512(low), high)
     };
     let (m, g, v, p) = (arg(M), arg(G), arg(V), arg(P));
-    let (out_m, out_v, out_p) = (arg(M + TENSORS), arg(M + TENSORS + 1), arg(M + TENSORS + 2));
+    let (out_m, out_v, out_p) = (arg(M1), arg(V1), arg(P1));
     let mut at = from;
     while at < to {
         // Sixteen lanes, the last block masked (the masked-off lanes are

@@ -18,8 +18,9 @@
 //! taken" (the portable gradient loop, even compiled for AVX-512, spent
 //! most of its time blending 128-bit lanes: 0.70 -> 0.45 ms on the bench
 //! CNN's first pool); the forward loops are compiled for AVX-512
-//! (`simd::wide`; intrinsics measured no faster there). Work is split over the batch (disjoint outputs), so
-//! results do not depend on the thread count.
+//! (`simd::wide`; intrinsics measured no faster there). Work is split over
+//! the batch (disjoint outputs), so results do not depend on the thread
+//! count.
 //!
 //! Example: `max_pool2d` of `[64, 28, 28, 16]` with a 2x2 window reads four
 //! 16-channel runs per output position and writes one 16-channel run; its
@@ -251,25 +252,6 @@ fn max_grad_lanes<const L: usize>(x: &[f32], g: &[f32], taps: &[usize], c0: usiz
     }
 }
 
-/// The `max_nan` fold of channels `c0..c0 + 16` over `taps` from `-inf`,
-/// in one AVX-512 register: each tap replaces the lanes where it is larger,
-/// then NaN replaces the lanes where either is NaN.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-fn max_over_taps_16(x: &[f32], taps: &[usize], c0: usize) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-    for &t in taps {
-        // SAFETY: the slice is 16 elements long.
-        let v = unsafe { _mm512_loadu_ps(x[t + c0..t + c0 + 16].as_ptr()) };
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
-        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
-        m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(f32::NAN));
-    }
-    m
-}
-
 /// `max_grad_lanes::<16>` in AVX-512 registers: the 16 channels of a tap
 /// are one vector, and "maximal", "NaN" and "taken" are lane masks, so a
 /// tap costs a few instructions where the portable loop (even compiled for
@@ -282,9 +264,17 @@ fn max_over_taps_16(x: &[f32], taps: &[usize], c0: usize) -> std::arch::x86_64::
 #[target_feature(enable = "avx512f")]
 fn max_grad_16(x: &[f32], g: &[f32], taps: &[usize], c0: usize, base: usize, gx: &mut [f32]) {
     use std::arch::x86_64::*;
-    // SAFETY (the loads and the store): each slice is 16 elements long.
+    // SAFETY (every load and store below): each slice is 16 elements long.
     let lanes = |t: usize| unsafe { _mm512_loadu_ps(x[t + c0..t + c0 + 16].as_ptr()) };
-    let m = max_over_taps_16(x, taps, c0);
+    // `max_nan` folded from `-inf`: each tap replaces the lanes where it is
+    // larger, then NaN replaces the lanes where either is NaN.
+    let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+    for &t in taps {
+        let v = lanes(t);
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
+        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
+        m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(f32::NAN));
+    }
     let g = _mm512_add_ps(_mm512_setzero_ps(), unsafe { _mm512_loadu_ps(g[c0..c0 + 16].as_ptr()) });
     let max_is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);
     let mut taken: __mmask16 = 0;
@@ -328,14 +318,14 @@ fn for_each_batch(out: &mut [f32], per: usize, threads: usize, f: impl Fn(usize,
 
 #[cfg(test)]
 mod tests {
-    use super::{pool, pool_grad};
+    use super::{pool, pool_grad_batch, Disjoint};
     use crate::backend::interp::{pool_grad_slices, pool_slices, PoolParams};
     use crate::ir::PoolKind;
 
     /// The native max pool and its gradient against the interpreter's, bit
     /// for bit, over 16-channel groups and a remainder, with ties, signed
-    /// zeros and NaN in the windows (on AVX-512 machines, both paths: the
-    /// test's process reads `TFC_NO_AVX512` once, so CI covers the other).
+    /// zeros and NaN in the windows; the gradient both on the portable
+    /// loop and, where the machine has it, on AVX-512.
     #[test]
     fn max_pool_and_its_gradient_equal_the_interpreter_bit_for_bit() {
         let (xs, ys) = ([2, 6, 4, 35], [2, 3, 2, 35]);
@@ -356,8 +346,14 @@ mod tests {
         assert_eq!(bits(&got), bits(&want));
         let mut want = vec![0.0; n];
         pool_grad_slices(&x, &gy, &xs, &ys, p, &mut want).expect("the interpreter's gradient");
-        let mut got = vec![7.0; n];
-        pool_grad(&x, &gy, &xs, &ys, p, &mut got, 1).expect("a gradient");
-        assert_eq!(bits(&got), bits(&want));
+        let d = Disjoint::of(&xs, &ys, &p).expect("disjoint windows");
+        let per = n / xs[0];
+        for avx512 in [false, crate::backend::jit::simd::avx512()] {
+            let mut got = vec![7.0; n];
+            for (b, gx) in got.chunks_mut(per).enumerate() {
+                pool_grad_batch(&d, &p, &x, &gy, b, gx, avx512);
+            }
+            assert_eq!(bits(&got), bits(&want), "AVX-512: {avx512}");
+        }
     }
 }

@@ -324,7 +324,8 @@ impl Spec {
     /// bias value per position of the inner extent (a layer's bias along
     /// its channel axis) and no other output: `(bias, relu)`, what a
     /// kernel computing `product` can apply before its store
-    /// (`conv_direct::PostOps`). `None` for any other epilogue.
+    /// (`conv_direct::PostOps`). `None` for any other epilogue. Other
+    /// expressions feed no output, so they do not matter.
     pub fn channel_post_ops(&self, product: NodeId) -> Option<(Option<NodeId>, bool)> {
         let [out] = self.outputs[..] else { return None };
         let load = |e: usize| match self.exprs[e].0 {
@@ -339,15 +340,15 @@ impl Spec {
             Expr::Unary(UnaryOp::Relu, x) => (x, true),
             _ => (out, false),
         };
-        let (bias, used) = match self.exprs[sum].0 {
+        let bias = match self.exprs[sum].0 {
             Expr::Binary(BinaryOp::Add, x, y) => {
                 let (p, b) = if is_product(x) { (x, y) } else { (y, x) };
-                (Some(per_channel(b).filter(|_| is_product(p))?.node), 3)
+                Some(per_channel(b).filter(|_| is_product(p))?.node)
             }
-            _ if is_product(sum) => (None, 1),
+            _ if is_product(sum) => None,
             _ => return None,
         };
-        (self.exprs.len() == used + usize::from(relu)).then_some((bias, relu))
+        Some((bias, relu))
     }
 
     /// A key equal for two specs exactly when they compile to the same code

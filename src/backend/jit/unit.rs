@@ -666,10 +666,8 @@ impl JitUnit {
                                 .as_ref()
                                 .filter(|spec| in_place && conv.takes_post_ops() && spec.inner == conv.out_channels())
                                 .and_then(|spec| spec.channel_post_ops(mm));
-                            let mut post = ConvPost { relu: post_ops.is_some_and(|(_, relu)| relu), bias: None };
-                            if let Some((Some(bias), _)) = post_ops {
-                                post.bias = Some(b.get(bias)?);
-                            }
+                            let bias = post_ops.and_then(|(bias, _)| bias).map(|n| b.get(n)).transpose()?;
+                            let post = ConvPost { bias, relu: post_ops.is_some_and(|(_, relu)| relu) };
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
                         None => {
