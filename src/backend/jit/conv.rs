@@ -29,8 +29,8 @@
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
-pub(super) use super::conv_direct::PostOps;
 use super::conv_direct::{self as direct, Window};
+pub(super) use super::conv_direct::{PostOps, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
 
 /// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
@@ -242,15 +242,32 @@ impl Conv {
         self.kind == ConvKind::Forward && self.direct().is_some()
     }
 
+    /// Whether `run` can also write the 2x2, stride-2 max pool of its result
+    /// (`PostOps::max_pool`): a direct forward convolution whose tiles hold
+    /// whole pooling windows (`Window::pools_in_tiles`).
+    pub fn takes_max_pool(&self) -> bool {
+        self.kind == ConvKind::Forward && self.direct().is_some_and(|d| d.win.pools_in_tiles())
+    }
+
+    /// The result's shape (`[N, OH, OW, O]` for the forward convolution).
+    pub fn out_shape(&self) -> [usize; 4] {
+        match self.kind {
+            ConvKind::Forward => self.y,
+            ConvKind::GradInput => self.x,
+            ConvKind::GradFilter => self.w,
+        }
+    }
+
     /// Runs the convolution and then `post` on its result (`post` must be
-    /// empty unless `takes_post_ops`): `a`, `b` are the op's operands, `dst`
-    /// its result, `cols` scratch of `cols_len()` elements; `threads` share
-    /// the matrix product.
+    /// empty unless `takes_post_ops`, its pool unless `takes_max_pool`):
+    /// `a`, `b` are the op's operands, `dst` its result, `cols` scratch of
+    /// `cols_len()` elements; `threads` share the matrix product.
     ///
     /// # Safety
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
     /// result's and `cols` `cols_len()` elements; a bias holds one value per
-    /// output channel.
+    /// output channel; a pooled output holds a quarter of the result's
+    /// elements and overlaps no operand.
     pub unsafe fn run(
         &self,
         a: *const f32,
@@ -261,6 +278,7 @@ impl Conv {
         threads: usize,
     ) {
         debug_assert!(self.takes_post_ops() || (post.bias.is_none() && !post.relu));
+        debug_assert!(self.takes_max_pool() || post.max_pool.is_none());
         match self.direct() {
             // SAFETY: the caller's contract.
             Some(d) => unsafe { self.run_direct(&d, [a, b], dst, cols, post, threads) },
@@ -427,7 +445,7 @@ fn copy_run(to: &mut [f32], from: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Conv, PostOps};
+    use super::{Conv, PostOps, SendPtr};
     use crate::backend::interp::{eval_node, Tensor};
     use crate::ir::{DType, Op, TensorType};
 
@@ -508,6 +526,57 @@ mod tests {
         }
     }
 
+    /// The 2x2 max pool a direct forward convolution writes with its result
+    /// equals the interpreter's pooling of that result bit for bit (NaN
+    /// lanes and ties included), at one and two threads.
+    #[test]
+    fn max_pool_written_with_the_result_equals_pooling_it() {
+        // (x, w, whether the tiles hold whole windows): not for an odd
+        // output height, nor for two channel vectors (one row per tile).
+        let cases = [
+            ([2, 6, 8, 3], [3, 3, 3, 4], true),
+            ([1, 4, 28, 1], [3, 3, 1, 16], true),
+            ([3, 2, 4, 2], [2, 2, 2, 5], false),
+            ([1, 4, 6, 2], [3, 3, 2, 20], false),
+        ];
+        for (xs, ws, pools) in cases {
+            let op = Op::Conv2d { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1 };
+            let mut xv = values(xs.iter().product(), 9);
+            // A NaN input makes NaN outputs (and pool windows) around it.
+            xv[5] = f32::NAN;
+            let wv = values(ws.iter().product(), 4);
+            let (x_ty, w_ty) = (TensorType::new(DType::F32, xs.to_vec()), TensorType::new(DType::F32, ws.to_vec()));
+            let ty = crate::ir::infer::infer(&op, &[&x_ty, &w_ty]).expect("a valid convolution");
+            let conv = Conv::of(&op, &xs, &ws, &ty.shape).expect("lowered");
+            assert_eq!(conv.takes_max_pool(), pools && super::super::simd::avx512(), "{xs:?} {ws:?}");
+            if !conv.takes_max_pool() {
+                continue;
+            }
+            let bias = vec![0.0; ws[3]];
+            for threads in [1, 2] {
+                let mut y = vec![f32::NAN; ty.numel()];
+                let mut pooled = vec![f32::NAN; ty.numel() / 4];
+                let mut cols = vec![f32::NAN; conv.cols_len()];
+                let post = PostOps { bias: Some(&bias), relu: true, max_pool: Some(SendPtr(pooled.as_mut_ptr())) };
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                // SAFETY: the operands and buffers have the sizes `run` needs.
+                pool.install(|| unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut y, &mut cols, post, threads) });
+                let y = Tensor::from_vec(DType::F32, &ty.shape, y).expect("a tensor");
+                let pool_op =
+                    Op::Pool2d { kind: crate::ir::PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
+                let pooled_ty = crate::ir::infer::infer(&pool_op, &[&y.ty()]).expect("a valid pool");
+                let want = eval_node(&pool_op, &[&y], &pooled_ty).expect("the interpreter pools").to_f64_vec();
+                for (i, (g, w)) in pooled.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        (*w as f32).to_bits(),
+                        "{xs:?} {ws:?} {threads} threads: pooled element {i}"
+                    );
+                }
+            }
+        }
+    }
+
     /// The direct forward convolution's post-ops give exactly the values of
     /// the epilogue run after it: the bias added, then the interpreter's
     /// ReLU (NaN kept), bit for bit, over masked channel blocks too.
@@ -540,7 +609,7 @@ mod tests {
             };
             let plain = run(PostOps::default());
             for (with_bias, relu) in [(true, true), (true, false), (false, true)] {
-                let got = run(PostOps { bias: with_bias.then_some(&bias[..]), relu });
+                let got = run(PostOps { bias: with_bias.then_some(&bias[..]), relu, max_pool: None });
                 let want = plain.iter().enumerate().map(|(i, &y)| {
                     let y = if with_bias { y + bias[i % ws[3]] } else { y };
                     if relu && !(y > 0.0 || y.is_nan()) {

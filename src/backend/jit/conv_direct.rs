@@ -22,13 +22,23 @@
 //! before storing it ([`PostOps`]), the same float operations as the
 //! separate epilogue, so one pass over the output instead of three.
 //!
+//! When the tiles are pairs of rows (below) holding whole 2x2 windows,
+//! `forward` can also write the 2x2, stride-2 max pool of its result from
+//! the registers ([`PostOps::max_pool`]), the interpreter's fold of the
+//! stored values, so no pooling pass reads the result back.
+//!
 //! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
 //! of 16 output channels in registers: each step loads `B` weight (or
-//! gradient) vectors and broadcasts `R` inputs for `R·B` multiply-adds.
+//! gradient) vectors and broadcasts `R` inputs for `R·B` multiply-adds. A
+//! forward tile of one vector spans two output rows (`rows_per_unit`), each
+//! broadcast input multiplying the weights of both rows' kernel rows.
 //!
 //! Example: the second convolution of the bench CNN, `[64, 14, 14, 16]` by
 //! `[3, 3, 16, 32]`, runs as 896 output rows of one 14-position tile, each
-//! 144 steps of 2 loads, 14 broadcasts and 28 multiply-adds.
+//! 144 steps of 2 loads, 14 broadcasts and 28 multiply-adds; the first,
+//! `[64, 28, 28, 1]` by `[3, 3, 1, 16]` into 16 channels, as 896 pairs of
+//! rows of two 14-position tiles that also write the pooled `[64, 14, 14,
+//! 16]`.
 
 use super::threads::split_rows;
 
@@ -69,6 +79,38 @@ impl Window {
         let reach = |out: usize, stride: usize, k: usize| if out == 0 { 0 } else { (out - 1) * stride + k };
         let ([sy, sx], ok) = (self.stride, self.kh > 0 && self.kw > 0);
         ok && sy > 0 && sx > 0 && reach(self.oh, sy, self.kh) <= self.hp && reach(self.ow, sx, self.kw) <= self.wp
+    }
+
+    /// Output rows `forward` computes together: two when each source row
+    /// serves two output rows' windows (stride 1 down, a kernel taller than
+    /// one row) and the channels fit one vector, else one. With one vector,
+    /// one row makes a load (a weight vector or a broadcast input) per
+    /// multiply-add; two rows share each broadcast between two weight
+    /// vectors, as two vectors of one row do (measured on the bench CNN:
+    /// its input gradient 1.07 → 1.00 ms, its first convolution 0.26 →
+    /// 0.22 ms; two rows of two vectors, 7 positions wide, ran no faster).
+    fn rows_per_unit(&self) -> usize {
+        if self.stride[0] == 1 && self.kh > 1 && self.o <= 16 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The positions of `forward`'s tiles of `vectors` channel vectors.
+    fn tile_len(&self, vectors: usize) -> usize {
+        tile_len(self.ow, if vectors == 1 && self.rows_per_unit() == 1 { 16 } else { 14 })
+    }
+
+    /// Whether `forward` can also write the 2x2, stride-2 max pool of its
+    /// output (`PostOps::max_pool`): its units are pairs of rows (one
+    /// channel vector), the output has even height and width and the tiles
+    /// start at even columns, so every tile holds whole pooling windows.
+    pub fn pools_in_tiles(&self) -> bool {
+        self.rows_per_unit() == 2
+            && self.oh.is_multiple_of(2)
+            && self.ow.is_multiple_of(2)
+            && self.tile_len(1).is_multiple_of(2)
     }
 
     /// The offset in the source of output position `(n, oy, ox)`'s window.
@@ -174,6 +216,12 @@ pub(super) struct PostOps<'a> {
     pub bias: Option<&'a [f32]>,
     /// Then `max(y, 0)` with the interpreter's rules: NaN stays, `-0` becomes `+0`.
     pub relu: bool,
+    /// Where to write the 2x2, stride-2 max pool of the result as well
+    /// (`[N, OH/2, OW/2, O]`; only where `Window::pools_in_tiles`): the
+    /// interpreter's fold (`max_nan` from `-inf` over the window in
+    /// row-major order) of the values stored, computed from the registers,
+    /// so the pooling pass does not read the result back.
+    pub max_pool: Option<SendPtr>,
 }
 
 /// `y = post(conv(src, w))` (see the module docs and [`PostOps`]);
@@ -181,26 +229,29 @@ pub(super) struct PostOps<'a> {
 ///
 /// # Safety
 /// `simd::avx512()` must hold; `src`, `w` and `y` must hold `win`'s source,
-/// weight and output elements and `win.fits()`; a bias holds `win.o` values.
+/// weight and output elements and `win.fits()`; a bias holds `win.o` values;
+/// a pooled output holds a quarter of `y`'s elements, overlaps nothing else
+/// and is given only where `win.pools_in_tiles()`.
 pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], post: PostOps, threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
-    let rows = win.n * win.oh;
+    debug_assert!(post.max_pool.is_none() || win.pools_in_tiles());
+    let units = win.n * win.oh.div_ceil(win.rows_per_unit());
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
         let out = &out;
-        // SAFETY: the caller's contract; the row ranges are disjoint.
-        unsafe { forward_rows(win, src.as_ptr(), w.as_ptr(), out.0, post, lo, hi) }
+        // SAFETY: the caller's contract; the units' rows are disjoint.
+        unsafe { forward_units(win, src.as_ptr(), w.as_ptr(), out.0, post, lo, hi) }
     };
-    if threads > 1 && rows > 1 {
+    if threads > 1 && units > 1 {
         rayon::scope(|s| {
-            for (lo, hi) in split_rows(rows, threads) {
+            for (lo, hi) in split_rows(units, threads) {
                 let run = &run;
                 s.spawn(move |_| run(lo, hi));
             }
         });
     } else {
-        run(0, rows);
+        run(0, units);
     }
 }
 
@@ -262,34 +313,59 @@ pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut
 }
 
 /// A raw output pointer shared by the threads that write disjoint parts.
-struct SendPtr(*mut f32);
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SendPtr(pub *mut f32);
 // SAFETY: the threads write disjoint elements while the caller waits.
 unsafe impl Sync for SendPtr {}
 
-/// Output rows `lo..hi` (of `n · oh`) of `forward`.
+/// Units `lo..hi` of `forward`: each unit is `rows_per_unit()` output rows
+/// of one image (the last of an image may be shorter).
 ///
 /// # Safety
 /// As for `forward`.
-unsafe fn forward_rows(win: &Window, src: *const f32, w: *const f32, y: *mut f32, post: PostOps, lo: usize, hi: usize) {
+unsafe fn forward_units(
+    win: &Window,
+    src: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    post: PostOps,
+    lo: usize,
+    hi: usize,
+) {
+    let per_unit = win.rows_per_unit();
+    let per_image = win.oh.div_ceil(per_unit);
     for (o0, vectors, masks) in channel_blocks(win.o) {
         let bias = post.bias.map(|b| b[o0..].as_ptr());
         // Two vectors of 14 positions are 28 accumulators, which with the
         // two weight vectors and a broadcast still fit the 32 registers: a
         // 14-wide row in one tile ran 7% faster than in two tiles of 7.
-        let r = tile_len(win.ow, if vectors == 1 { 16 } else { 14 });
-        for row in lo..hi {
-            let (n, oy) = (row / win.oh, row % win.oh);
+        // One vector takes two rows of up to 14 (`forward_pair_tile`).
+        let r = win.tile_len(vectors);
+        for unit in lo..hi {
+            let (n, first) = (unit / per_image, unit % per_image * per_unit);
+            let rows = per_unit.min(win.oh - first);
             for ox in tile_starts(win.ow, r) {
-                let tile = ForwardTile {
+                let tile = |oy: usize| ForwardTile {
                     src: src.wrapping_add(win.origin(n, oy, ox)),
                     w: w.wrapping_add(o0),
-                    dst: y.wrapping_add((row * win.ow + ox) * win.o + o0),
+                    dst: y.wrapping_add(((n * win.oh + oy) * win.ow + ox) * win.o + o0),
                     masks,
                     bias,
                     relu: post.relu,
+                    // The pooled row of this pair of rows, column `ox / 2`.
+                    pooled: post.max_pool.map(|p| {
+                        let (ph, pw) = (win.oh / 2, win.ow / 2);
+                        p.0.wrapping_add(((n * ph + oy / 2) * pw + ox / 2) * win.o + o0)
+                    }),
                 };
                 // SAFETY: the caller's contract.
-                unsafe { forward_tile(win, &tile, r, vectors) };
+                unsafe {
+                    if rows == 2 {
+                        forward_pair_tile(win, &tile(first), r)
+                    } else {
+                        (first..first + rows).for_each(|oy| forward_tile(win, &tile(oy), r, vectors))
+                    }
+                }
             }
         }
     }
@@ -304,9 +380,11 @@ struct ForwardTile {
     /// The first position's first output channel.
     dst: *mut f32,
     masks: [u16; 2],
-    /// The post-ops (`PostOps`), the bias from the tile's first channel.
+    /// The post-ops (`PostOps`), the bias from the tile's first channel,
+    /// the pooled output at the tile's first window (pairs of rows only).
     bias: Option<*const f32>,
     relu: bool,
+    pooled: Option<*mut f32>,
 }
 
 /// Where one weight-gradient tile reads and writes.
@@ -359,10 +437,36 @@ unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) 
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
-        dispatch!(forward_kernel, r, vectors, (win, t))
+        dispatch!(forward_row_kernel, r, vectors, (win, t))
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("`simd::avx512()` is false off x86_64: {win:?} {r} {vectors} {:?}", t.masks)
+}
+
+/// One forward tile of two rows of `r` positions × one channel vector
+/// (`Window::rows_per_unit`), at most 14 positions.
+///
+/// # Safety
+/// As for `forward`, with both rows inside the output.
+unsafe fn forward_pair_tile(win: &Window, t: &ForwardTile, r: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
+    unsafe {
+        match r {
+            1 => forward_kernel::<1, 1, 2>(win, t),
+            2 => forward_kernel::<2, 1, 2>(win, t),
+            3 => forward_kernel::<3, 1, 2>(win, t),
+            4 => forward_kernel::<4, 1, 2>(win, t),
+            6 => forward_kernel::<6, 1, 2>(win, t),
+            7 => forward_kernel::<7, 1, 2>(win, t),
+            8 => forward_kernel::<8, 1, 2>(win, t),
+            10 => forward_kernel::<10, 1, 2>(win, t),
+            12 => forward_kernel::<12, 1, 2>(win, t),
+            _ => forward_kernel::<14, 1, 2>(win, t),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {r} {:?}", t.masks)
 }
 
 /// One weight-gradient tile of `r` weight rows × `vectors` channel vectors
@@ -390,32 +494,41 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
-    _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_NLE_UQ,
+    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_mask_mov_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_GT_OQ, _CMP_NLE_UQ,
+    _CMP_UNORD_Q,
 };
 
-/// `R` consecutive output positions × `B` vectors of output channels: for
-/// each kernel row, each of its `KW·C` weight rows adds one broadcast input
-/// times the weight vectors to every accumulator.
+/// `forward_kernel` for one output row.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn forward_kernel<const R: usize, const B: usize>(win: &Window, t: &ForwardTile) {
-    let (run, step, row, o) = (win.kw * win.c, win.stride[1] * win.c, win.wp * win.c, win.o);
-    let mut acc = [[_mm512_setzero_ps(); B]; R];
-    for i in 0..win.kh {
-        let (src, w) = (t.src.wrapping_add(i * row), t.w.wrapping_add(i * run * o));
-        for q in 0..run {
-            let mut wv: [__m512; B] = [_mm512_setzero_ps(); B];
-            for (b, v) in wv.iter_mut().enumerate() {
-                // SAFETY: inside the weights (the masked-off lanes are not read).
-                *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], w.wrapping_add(q * o + 16 * b)) };
-            }
-            for (p, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: `fits()`: every window lies inside the source.
-                let x = _mm512_set1_ps(unsafe { *src.add(p * step + q) });
-                for b in 0..B {
-                    acc[b] = _mm512_fmadd_ps(x, wv[b], acc[b]);
-                }
+unsafe fn forward_row_kernel<const R: usize, const B: usize>(win: &Window, t: &ForwardTile) {
+    // SAFETY: the caller's contract.
+    unsafe { forward_kernel::<R, B, 1>(win, t) }
+}
+
+/// `ROWS` output rows (stride 1 down when two) of `R` consecutive positions
+/// × `B` vectors of output channels. Source row `s` of the tile meets
+/// output row `k` through kernel row `s - k`: each of its `KW·C` inputs is
+/// broadcast once and multiplied by the weight vectors of every row it
+/// meets. Output row `k` still sums its kernel rows in order, so each
+/// element is the same chain of multiply-adds with one row or two.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win: &Window, t: &ForwardTile) {
+    let (kernel_row, o) = (win.kw * win.c * win.o, win.o);
+    let mut acc = [[[_mm512_setzero_ps(); B]; R]; ROWS];
+    for s in 0..win.kh + ROWS - 1 {
+        let meets = |k: usize| s >= k && s - k < win.kh;
+        let w: [*const f32; ROWS] = std::array::from_fn(|k| t.w.wrapping_add(s.wrapping_sub(k) * kernel_row));
+        let src = t.src.wrapping_add(s * win.wp * win.c);
+        // SAFETY: the caller's contract; `meets` picks the weights read.
+        unsafe {
+            match (meets(0), ROWS > 1 && meets(1)) {
+                (true, false) => accumulate::<R, B, ROWS, 0b01>(win, t, src, w, &mut acc),
+                (false, true) => accumulate::<R, B, ROWS, 0b10>(win, t, src, w, &mut acc),
+                _ => accumulate::<R, B, ROWS, 0b11>(win, t, src, w, &mut acc),
             }
         }
     }
@@ -426,18 +539,79 @@ unsafe fn forward_kernel<const R: usize, const B: usize>(win: &Window, t: &Forwa
             *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], from.wrapping_add(16 * b)) };
         }
     }
-    for (p, acc) in acc.iter().enumerate() {
-        for (b, &v) in acc.iter().enumerate() {
-            let v = if t.bias.is_some() { _mm512_add_ps(v, bias[b]) } else { v };
-            // ReLU keeps lanes that are above zero or NaN (`!(v <= 0)`) and
-            // zeroes the rest, so `-0` becomes `+0`.
-            let v = if t.relu {
-                _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(v, _mm512_setzero_ps()), v)
-            } else {
-                v
-            };
-            // SAFETY: inside the output (the masked-off lanes are not written).
-            unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
+    for (k, acc) in acc.iter_mut().enumerate() {
+        let dst = t.dst.wrapping_add(k * win.ow * o);
+        for (p, acc) in acc.iter_mut().enumerate() {
+            for (b, v) in acc.iter_mut().enumerate() {
+                if t.bias.is_some() {
+                    *v = _mm512_add_ps(*v, bias[b]);
+                }
+                // ReLU keeps lanes that are above zero or NaN (`!(v <= 0)`) and
+                // zeroes the rest, so `-0` becomes `+0`.
+                if t.relu {
+                    *v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(*v, _mm512_setzero_ps()), *v);
+                }
+                // SAFETY: inside the output (the masked-off lanes are not written).
+                unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(p * o + 16 * b), t.masks[b], *v) };
+            }
+        }
+    }
+    if let (Some(pooled), 2) = (t.pooled, ROWS) {
+        for p in (0..R).step_by(2) {
+            for (b, &mask) in t.masks.iter().enumerate().take(B) {
+                let window = [acc[0][p][b], acc[0][p + 1][b], acc[1][p][b], acc[1][p + 1][b]];
+                // `max_nan`: the larger (the earlier on ties), NaN if either is.
+                let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+                for v in window {
+                    m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
+                    m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, m), _mm512_set1_ps(f32::NAN));
+                }
+                // SAFETY: inside the pooled output (`pools_in_tiles`: `p`
+                // is even, the window inside the tile).
+                unsafe { _mm512_mask_storeu_ps(pooled.wrapping_add(p / 2 * o + 16 * b), mask, m) };
+            }
+        }
+    }
+}
+
+/// One source row of `forward_kernel`: adds its `KW·C` inputs of each of
+/// the `R` positions times the weight vectors `w[k]` into the accumulators
+/// of each output row `k` in `ACTIVE` (a bit set).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(clippy::needless_range_loop)] // Counted loops, see the body.
+unsafe fn accumulate<const R: usize, const B: usize, const ROWS: usize, const ACTIVE: u8>(
+    win: &Window,
+    t: &ForwardTile,
+    src: *const f32,
+    w: [*const f32; ROWS],
+    acc: &mut [[[__m512; B]; R]; ROWS],
+) {
+    let (run, step, o) = (win.kw * win.c, win.stride[1] * win.c, win.o);
+    // Plain counted loops over constants, so that they unroll and the
+    // accumulators stay in registers (iterator adaptors kept them on the stack).
+    let active = |k: usize| ACTIVE & (1 << k) != 0;
+    for q in 0..run {
+        let mut wv = [[_mm512_setzero_ps(); B]; ROWS];
+        for k in 0..ROWS {
+            for b in 0..B {
+                if active(k) {
+                    // SAFETY: inside the weights (the masked-off lanes are not read).
+                    wv[k][b] = unsafe { _mm512_maskz_loadu_ps(t.masks[b], w[k].wrapping_add(q * o + 16 * b)) };
+                }
+            }
+        }
+        for p in 0..R {
+            // SAFETY: `fits()`: every window lies inside the source.
+            let x = _mm512_set1_ps(unsafe { *src.add(p * step + q) });
+            for k in 0..ROWS {
+                for b in 0..B {
+                    if active(k) {
+                        acc[k][p][b] = _mm512_fmadd_ps(x, wv[k][b], acc[k][p][b]);
+                    }
+                }
+            }
         }
     }
 }

@@ -35,7 +35,7 @@ pub(super) enum Place {
 }
 
 impl Place {
-    fn overlaps(self, other: Place) -> bool {
+    pub(super) fn overlaps(self, other: Place) -> bool {
         match (self, other) {
             (Place::Bytes(a, b), Place::Bytes(c, d)) => a < d && c < b && a < b && c < d,
             (Place::Table(a), Place::Table(b)) => a == b,

@@ -13,7 +13,9 @@
 //!   AVX-512 kernels or through im2col and `gemm` (modules `conv_direct`,
 //!   `conv`); a direct forward convolution whose epilogue is only
 //!   `relu(y + bias)` (either part) applies it in registers before its
-//!   store (`conv::PostOps`), with no epilogue step; `f32` pooling with
+//!   store (`conv::PostOps`), with no epilogue step, and when the next
+//!   kernel is a 2x2 max pool of that result that its tiles can compute,
+//!   writes the pool too, with no pooling step; `f32` pooling with
 //!   disjoint windows, reductions and matrix transposes run as native
 //!   loops (modules `pool`, `reduce`);
 //! - a contraction's product that only its epilogue reads is stored in an
@@ -53,7 +55,7 @@
 
 use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
-use super::conv::{Conv, PostOps};
+use super::conv::{Conv, PostOps, SendPtr};
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
@@ -61,7 +63,7 @@ use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_UNIT_WORK, 
 use crate::backend::interp::{eval_node, Data, PoolParams, Tensor, Values};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::{CompiledUnit, KernelKind};
-use crate::ir::{DType, Graph, NodeId, Op, Program, ReduceOp, TensorType};
+use crate::ir::{DType, Graph, NodeId, Op, PoolKind, Program, ReduceOp, TensorType};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -131,6 +133,8 @@ struct ConvPost {
     /// One value per output channel.
     bias: Option<Ref>,
     relu: bool,
+    /// The arena offset of the result's 2x2 max pool, written as well.
+    max_pool: Option<usize>,
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
@@ -168,6 +172,7 @@ impl Step {
                 reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
                 reads.extend(post.bias.and_then(|r| place(r, conv.out_channels())));
                 writes.extend([arena(*dst, ny), Place::Cols]);
+                writes.extend(post.max_pool.map(|off| arena(off, ny / 4)));
                 *cost = (4 * (ny + conv.cols_len())) as u64;
             }
             Step::Interp(nodes) => {
@@ -216,7 +221,10 @@ impl Step {
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
             }
-            Step::Conv { conv, .. } => conv.label(),
+            Step::Conv { conv, post, .. } => match post.max_pool {
+                Some(_) => format!("{} and 2x2 max pool", conv.label()),
+                None => conv.label(),
+            },
             Step::Interp(_) => "interpreted".to_string(),
             Step::Reduce { op, shape, reduced, .. } => {
                 let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
@@ -667,7 +675,8 @@ impl JitUnit {
                                 .filter(|spec| in_place && conv.takes_post_ops() && spec.inner == conv.out_channels())
                                 .and_then(|spec| spec.channel_post_ops(mm));
                             let bias = post_ops.and_then(|(bias, _)| bias).map(|n| b.get(n)).transpose()?;
-                            let post = ConvPost { bias, relu: post_ops.is_some_and(|(_, relu)| relu) };
+                            let relu = post_ops.is_some_and(|(_, relu)| relu);
+                            let post = ConvPost { bias, relu, max_pool: None };
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
                         None => {
@@ -754,7 +763,28 @@ impl JitUnit {
                                 Some(&gy) => g.node(gy).ty.shape.clone(),
                                 None => g.node(n).ty.shape.clone(),
                             };
-                            steps.push(Step::Pool { params, x: b.get(ins[0])?, grad, dst, xs, ys });
+                            let x = b.get(ins[0])?;
+                            // The convolution just before, whose result this
+                            // pools, writes the pool too (not yet in `order`,
+                            // whose copy of its places would be stale).
+                            let pooled = Place::Bytes(4 * dst, 4 * (dst + ys.iter().product::<usize>()));
+                            let apart = |step: &Step| {
+                                let access = step.access();
+                                !access.reads.iter().chain(&access.writes).any(|p| p.overlaps(pooled))
+                            };
+                            let last = steps.len().checked_sub(1).filter(|&i| i >= order.len() && apart(&steps[i]));
+                            let fused = last.and_then(|i| match &mut steps[i] {
+                                Step::Conv { conv, dst: y, post, .. } => {
+                                    let pools = grad.is_none() && is_max_pool_2x2(&params) && post.max_pool.is_none();
+                                    let ours = x == Ref::Arena(*y) && xs == conv.out_shape() && conv.takes_max_pool();
+                                    (pools && ours).then_some(post)
+                                }
+                                _ => None,
+                            });
+                            match fused {
+                                Some(post) => post.max_pool = Some(dst),
+                                None => steps.push(Step::Pool { params, x, grad, dst, xs, ys }),
+                            }
                             counts.native += 1;
                         }
                         _ => {
@@ -1053,7 +1083,12 @@ impl JitUnit {
                 // convolution scratch too).
                 let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
                 let cols = unsafe { mem.cols(conv.cols_len())? };
-                let post = PostOps { bias, relu: post.relu };
+                let max_pool = match post.max_pool {
+                    // SAFETY: as for `out` (the plan gives the pool its own place).
+                    Some(off) => Some(SendPtr(unsafe { mem.out(off, ny / 4, "a pooled result")? }.as_mut_ptr())),
+                    None => None,
+                };
+                let post = PostOps { bias, relu: post.relu, max_pool };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
@@ -1289,6 +1324,12 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
 
 /// The parameters of a layout kernel that is one `f32` pooling or pooling
 /// gradient.
+/// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
+/// write with its result (`conv::PostOps::max_pool`).
+fn is_max_pool_2x2(p: &PoolParams) -> bool {
+    p.kind == PoolKind::Max && p.size == [2, 2] && p.stride == [2, 2] && p.padding == [0; 4]
+}
+
 fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
