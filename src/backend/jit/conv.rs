@@ -243,10 +243,10 @@ impl Conv {
     }
 
     /// Whether `run` can also write the 2x2, stride-2 max pool of its result
-    /// (`PostOps::max_pool`): a direct forward convolution whose tiles hold
-    /// whole pooling windows (`Window::pools_in_tiles`).
+    /// (`PostOps::max_pool`): a direct forward convolution whose output has
+    /// even height and width (`Window::pools`).
     pub fn takes_max_pool(&self) -> bool {
-        self.kind == ConvKind::Forward && self.direct().is_some_and(|d| d.win.pools_in_tiles())
+        self.kind == ConvKind::Forward && self.direct().is_some_and(|d| d.win.pools())
     }
 
     /// The result's shape (`[N, OH, OW, O]` for the forward convolution).
@@ -531,13 +531,15 @@ mod tests {
     /// lanes and ties included), at one and two threads.
     #[test]
     fn max_pool_written_with_the_result_equals_pooling_it() {
-        // (x, w, whether the tiles hold whole windows): not for an odd
-        // output height, nor for two channel vectors (one row per tile).
+        // (x, w, whether it pools): tiles of two rows, of one row and two
+        // channel vectors (the second masked); not for an odd output
+        // height or width.
         let cases = [
             ([2, 6, 8, 3], [3, 3, 3, 4], true),
             ([1, 4, 28, 1], [3, 3, 1, 16], true),
+            ([1, 4, 6, 2], [3, 3, 2, 20], true),
             ([3, 2, 4, 2], [2, 2, 2, 5], false),
-            ([1, 4, 6, 2], [3, 3, 2, 20], false),
+            ([1, 4, 5, 2], [3, 3, 2, 4], false),
         ];
         for (xs, ws, pools) in cases {
             let op = Op::Conv2d { stride: [1, 1], padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1 };

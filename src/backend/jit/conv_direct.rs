@@ -22,10 +22,10 @@
 //! before storing it ([`PostOps`]), the same float operations as the
 //! separate epilogue, so one pass over the output instead of three.
 //!
-//! When the tiles are pairs of rows (below) holding whole 2x2 windows,
-//! `forward` can also write the 2x2, stride-2 max pool of its result from
-//! the registers ([`PostOps::max_pool`]), the interpreter's fold of the
-//! stored values, so no pooling pass reads the result back.
+//! `forward` can also write the 2x2, stride-2 max pool of its result
+//! ([`PostOps::max_pool`]): it then works in pairs of output rows and pools
+//! each pair right after writing it, from the L1 cache, so no pooling pass
+//! reads the result back from memory.
 //!
 //! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
 //! of 16 output channels in registers: each step loads `B` weight (or
@@ -37,8 +37,8 @@
 //! `[3, 3, 16, 32]`, runs as 896 output rows of one 14-position tile, each
 //! 144 steps of 2 loads, 14 broadcasts and 28 multiply-adds; the first,
 //! `[64, 28, 28, 1]` by `[3, 3, 1, 16]` into 16 channels, as 896 pairs of
-//! rows of two 14-position tiles that also write the pooled `[64, 14, 14,
-//! 16]`.
+//! rows of two 14-position tiles, each pair then pooled into a row of the
+//! `[64, 14, 14, 16]` the next layer reads.
 
 use super::threads::split_rows;
 
@@ -103,14 +103,10 @@ impl Window {
     }
 
     /// Whether `forward` can also write the 2x2, stride-2 max pool of its
-    /// output (`PostOps::max_pool`): its units are pairs of rows (one
-    /// channel vector), the output has even height and width and the tiles
-    /// start at even columns, so every tile holds whole pooling windows.
-    pub fn pools_in_tiles(&self) -> bool {
-        self.rows_per_unit() == 2
-            && self.oh.is_multiple_of(2)
-            && self.ow.is_multiple_of(2)
-            && self.tile_len(1).is_multiple_of(2)
+    /// output (`PostOps::max_pool`): the output has even height and width,
+    /// so every pair of rows holds whole pooling windows.
+    pub fn pools(&self) -> bool {
+        self.oh.is_multiple_of(2) && self.ow.is_multiple_of(2)
     }
 
     /// The offset in the source of output position `(n, oy, ox)`'s window.
@@ -217,10 +213,11 @@ pub(super) struct PostOps<'a> {
     /// Then `max(y, 0)` with the interpreter's rules: NaN stays, `-0` becomes `+0`.
     pub relu: bool,
     /// Where to write the 2x2, stride-2 max pool of the result as well
-    /// (`[N, OH/2, OW/2, O]`; only where `Window::pools_in_tiles`): the
+    /// (`[N, OH/2, OW/2, O]`; only where `Window::pools`): the
     /// interpreter's fold (`max_nan` from `-inf` over the window in
-    /// row-major order) of the values stored, computed from the registers,
-    /// so the pooling pass does not read the result back.
+    /// row-major order) of the values stored, computed from each pair of
+    /// rows just written, while they are in the L1 cache, so no pooling
+    /// pass reads the result back from memory.
     pub max_pool: Option<SendPtr>,
 }
 
@@ -231,12 +228,12 @@ pub(super) struct PostOps<'a> {
 /// `simd::avx512()` must hold; `src`, `w` and `y` must hold `win`'s source,
 /// weight and output elements and `win.fits()`; a bias holds `win.o` values;
 /// a pooled output holds a quarter of `y`'s elements, overlaps nothing else
-/// and is given only where `win.pools_in_tiles()`.
+/// and is given only where `win.pools()`.
 pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], post: PostOps, threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
-    debug_assert!(post.max_pool.is_none() || win.pools_in_tiles());
-    let units = win.n * win.oh.div_ceil(win.rows_per_unit());
+    debug_assert!(post.max_pool.is_none() || win.pools());
+    let units = win.n * win.oh.div_ceil(rows_per_unit(win, &post));
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
         let out = &out;
@@ -318,7 +315,17 @@ pub(super) struct SendPtr(pub *mut f32);
 // SAFETY: the threads write disjoint elements while the caller waits.
 unsafe impl Sync for SendPtr {}
 
-/// Units `lo..hi` of `forward`: each unit is `rows_per_unit()` output rows
+/// The output rows of one unit of `forward`'s work: two when it pools (or
+/// when its tiles are pairs of rows, `Window::rows_per_unit`), else one.
+fn rows_per_unit(win: &Window, post: &PostOps) -> usize {
+    if post.max_pool.is_some() {
+        2
+    } else {
+        win.rows_per_unit()
+    }
+}
+
+/// Units `lo..hi` of `forward`: each unit is `rows_per_unit` output rows
 /// of one image (the last of an image may be shorter).
 ///
 /// # Safety
@@ -332,7 +339,7 @@ unsafe fn forward_units(
     lo: usize,
     hi: usize,
 ) {
-    let per_unit = win.rows_per_unit();
+    let (per_unit, pair_tiles) = (rows_per_unit(win, &post), win.rows_per_unit() == 2);
     let per_image = win.oh.div_ceil(per_unit);
     for (o0, vectors, masks) in channel_blocks(win.o) {
         let bias = post.bias.map(|b| b[o0..].as_ptr());
@@ -352,23 +359,41 @@ unsafe fn forward_units(
                     masks,
                     bias,
                     relu: post.relu,
-                    // The pooled row of this pair of rows, column `ox / 2`.
-                    pooled: post.max_pool.map(|p| {
-                        let (ph, pw) = (win.oh / 2, win.ow / 2);
-                        p.0.wrapping_add(((n * ph + oy / 2) * pw + ox / 2) * win.o + o0)
-                    }),
                 };
                 // SAFETY: the caller's contract.
                 unsafe {
-                    if rows == 2 {
+                    if rows == 2 && pair_tiles {
                         forward_pair_tile(win, &tile(first), r)
                     } else {
                         (first..first + rows).for_each(|oy| forward_tile(win, &tile(oy), r, vectors))
                     }
                 }
             }
+            if let Some(pooled) = post.max_pool {
+                let row = |oy: usize| y.wrapping_add((n * win.oh + oy) * win.ow * win.o + o0);
+                let (ph, pw) = (win.oh / 2, win.ow / 2);
+                let to = pooled.0.wrapping_add((n * ph + first / 2) * pw * win.o + o0);
+                // SAFETY: the caller's contract (`pools()`: both rows exist).
+                unsafe { max_pool_pair(win, [row(first), row(first + 1)], to, vectors, masks) };
+            }
         }
     }
+}
+
+/// Writes the 2x2, stride-2 max pool of two output rows (`rows`, at a
+/// channel block of `vectors` vectors) into the pooled row `to`.
+///
+/// # Safety
+/// As for `forward`; both rows are inside the output and `to` holds the
+/// pooled row.
+unsafe fn max_pool_pair(win: &Window, rows: [*const f32; 2], to: *mut f32, vectors: usize, masks: [u16; 2]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
+    unsafe {
+        max_pool_pair_kernel(win, rows, to, vectors, masks)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {rows:?} {to:?} {vectors} {masks:?}")
 }
 
 /// Where one forward tile reads and writes.
@@ -380,11 +405,9 @@ struct ForwardTile {
     /// The first position's first output channel.
     dst: *mut f32,
     masks: [u16; 2],
-    /// The post-ops (`PostOps`), the bias from the tile's first channel,
-    /// the pooled output at the tile's first window (pairs of rows only).
+    /// The post-ops (`PostOps`), the bias from the tile's first channel.
     bias: Option<*const f32>,
     relu: bool,
-    pooled: Option<*mut f32>,
 }
 
 /// Where one weight-gradient tile reads and writes.
@@ -539,37 +562,52 @@ unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win:
             *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], from.wrapping_add(16 * b)) };
         }
     }
-    for (k, acc) in acc.iter_mut().enumerate() {
+    for (k, acc) in acc.iter().enumerate() {
         let dst = t.dst.wrapping_add(k * win.ow * o);
-        for (p, acc) in acc.iter_mut().enumerate() {
-            for (b, v) in acc.iter_mut().enumerate() {
-                if t.bias.is_some() {
-                    *v = _mm512_add_ps(*v, bias[b]);
-                }
+        for (p, acc) in acc.iter().enumerate() {
+            for (b, &v) in acc.iter().enumerate() {
+                let v = if t.bias.is_some() { _mm512_add_ps(v, bias[b]) } else { v };
                 // ReLU keeps lanes that are above zero or NaN (`!(v <= 0)`) and
                 // zeroes the rest, so `-0` becomes `+0`.
-                if t.relu {
-                    *v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(*v, _mm512_setzero_ps()), *v);
-                }
+                let v = if t.relu {
+                    _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(v, _mm512_setzero_ps()), v)
+                } else {
+                    v
+                };
                 // SAFETY: inside the output (the masked-off lanes are not written).
-                unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(p * o + 16 * b), t.masks[b], *v) };
+                unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
             }
         }
     }
-    if let (Some(pooled), 2) = (t.pooled, ROWS) {
-        for p in (0..R).step_by(2) {
-            for (b, &mask) in t.masks.iter().enumerate().take(B) {
-                let window = [acc[0][p][b], acc[0][p + 1][b], acc[1][p][b], acc[1][p + 1][b]];
-                // `max_nan`: the larger (the earlier on ties), NaN if either is.
-                let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-                for v in window {
-                    m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
-                    m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, m), _mm512_set1_ps(f32::NAN));
-                }
-                // SAFETY: inside the pooled output (`pools_in_tiles`: `p`
-                // is even, the window inside the tile).
-                unsafe { _mm512_mask_storeu_ps(pooled.wrapping_add(p / 2 * o + 16 * b), mask, m) };
+}
+
+/// `max_pool_pair` on AVX-512: each pooled vector folds its window's four
+/// vectors in row-major order the way the interpreter's `max_nan` does —
+/// the larger (the earlier on ties), NaN if either is.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_pool_pair_kernel(
+    win: &Window,
+    [top, bottom]: [*const f32; 2],
+    to: *mut f32,
+    vectors: usize,
+    masks: [u16; 2],
+) {
+    let o = win.o;
+    for px in 0..win.ow / 2 {
+        for (b, &mask) in masks.iter().enumerate().take(vectors) {
+            let at = 2 * px * o + 16 * b;
+            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+            for from in
+                [top.wrapping_add(at), top.wrapping_add(at + o), bottom.wrapping_add(at), bottom.wrapping_add(at + o)]
+            {
+                // SAFETY: inside the output (the masked-off lanes are not read).
+                let v = unsafe { _mm512_maskz_loadu_ps(mask, from) };
+                m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
+                m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, m), _mm512_set1_ps(f32::NAN));
             }
+            // SAFETY: inside the pooled row (the masked-off lanes are not written).
+            unsafe { _mm512_mask_storeu_ps(to.wrapping_add(px * o + 16 * b), mask, m) };
         }
     }
 }

@@ -14,7 +14,7 @@
 //!   `conv`); a direct forward convolution whose epilogue is only
 //!   `relu(y + bias)` (either part) applies it in registers before its
 //!   store (`conv::PostOps`), with no epilogue step, and when the next
-//!   kernel is a 2x2 max pool of that result that its tiles can compute,
+//!   kernel is a 2x2 max pool of that result (of even height and width),
 //!   writes the pool too, with no pooling step; `f32` pooling with
 //!   disjoint windows, reductions and matrix transposes run as native
 //!   loops (modules `pool`, `reduce`);
