@@ -237,9 +237,10 @@ impl Conv {
         }
     }
 
-    /// Whether `run` applies post-ops (a direct forward convolution).
+    /// Whether `run` applies post-ops: a direct forward convolution, or an
+    /// input gradient, which runs as one.
     pub fn takes_post_ops(&self) -> bool {
-        self.kind == ConvKind::Forward && self.direct().is_some()
+        self.kind != ConvKind::GradFilter && self.direct().is_some()
     }
 
     /// Whether `run` can also write the 2x2, stride-2 max pool of its result
@@ -266,8 +267,9 @@ impl Conv {
     /// # Safety
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
     /// result's and `cols` `cols_len()` elements; a bias holds one value per
-    /// output channel; a pooled output holds a quarter of the result's
-    /// elements and overlaps no operand.
+    /// output channel, `keep_where_positive` as many as the result; a
+    /// pooled output holds a quarter of the result's elements and overlaps
+    /// no operand.
     pub unsafe fn run(
         &self,
         a: *const f32,
@@ -277,7 +279,9 @@ impl Conv {
         post: PostOps,
         threads: usize,
     ) {
-        debug_assert!(self.takes_post_ops() || (post.bias.is_none() && !post.relu));
+        debug_assert!(
+            self.takes_post_ops() || (post.bias.is_none() && !post.relu && post.keep_where_positive.is_none())
+        );
         debug_assert!(self.takes_max_pool() || post.max_pool.is_none());
         match self.direct() {
             // SAFETY: the caller's contract.
@@ -322,7 +326,7 @@ impl Conv {
                 ConvKind::GradInput => {
                     let flipped = &mut rest[..d.win.w_len()];
                     direct::flip_transpose(b, self.w, flipped);
-                    direct::forward(&d.win, src, flipped, dst, PostOps::default(), threads)
+                    direct::forward(&d.win, src, flipped, dst, post, threads)
                 }
             }
         }
@@ -559,7 +563,8 @@ mod tests {
                 let mut y = vec![f32::NAN; ty.numel()];
                 let mut pooled = vec![f32::NAN; ty.numel() / 4];
                 let mut cols = vec![f32::NAN; conv.cols_len()];
-                let post = PostOps { bias: Some(&bias), relu: true, max_pool: Some(SendPtr(pooled.as_mut_ptr())) };
+                let max_pool = Some(SendPtr(pooled.as_mut_ptr()));
+                let post = PostOps { bias: Some(&bias), relu: true, keep_where_positive: None, max_pool };
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
                 // SAFETY: the operands and buffers have the sizes `run` needs.
                 pool.install(|| unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut y, &mut cols, post, threads) });
@@ -579,49 +584,70 @@ mod tests {
         }
     }
 
-    /// The direct forward convolution's post-ops give exactly the values of
-    /// the epilogue run after it: the bias added, then the interpreter's
-    /// ReLU (NaN kept), bit for bit, over masked channel blocks too.
+    /// The direct forward convolution's (and input gradient's) post-ops
+    /// give exactly the values of the epilogue run after it: the bias
+    /// added, then the interpreter's ReLU (NaN kept), then zero where the
+    /// other tensor is not above zero (NaN, `-0` and `0` included), bit for
+    /// bit, over masked channel blocks too.
     #[test]
     fn post_ops_equal_the_epilogue_run_after_the_product() {
         let cases = [
-            ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1]),
-            ([1, 5, 9, 1], [3, 3, 1, 20], [1, 2]),
-            ([1, 4, 6, 2], [3, 3, 2, 40], [1, 1]),
+            ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], false),
+            ([1, 5, 9, 1], [3, 3, 1, 20], [1, 2], false),
+            ([1, 4, 6, 2], [3, 3, 2, 40], [1, 1], false),
+            ([2, 6, 5, 20], [3, 3, 20, 4], [1, 1], true),
+            ([1, 4, 7, 3], [3, 3, 3, 8], [1, 1], true),
         ];
-        for (xs, ws, stride) in cases {
-            let op = Op::Conv2d { stride, padding: [1, 1, 1, 1], dilation: [1, 1], groups: 1 };
-            let x = Tensor::from_vec(DType::F32, &xs, values(xs.iter().product(), 3)).expect("a tensor");
-            let w = Tensor::from_vec(DType::F32, &ws, values(ws.iter().product(), 5)).expect("a tensor");
-            let ty = crate::ir::infer::infer(&op, &[&x.ty(), &w.ty()]).expect("a valid convolution");
-            let conv = Conv::of(&op, &xs, &ws, &ty.shape).expect("lowered");
+        for (xs, ws, stride, grad_input) in cases {
+            let padding = [1, 1, 1, 1];
+            let fwd = Op::Conv2d { stride, padding, dilation: [1, 1], groups: 1 };
+            let (x_ty, w_ty) = (TensorType::new(DType::F32, xs.to_vec()), TensorType::new(DType::F32, ws.to_vec()));
+            let y_ty = crate::ir::infer::infer(&fwd, &[&x_ty, &w_ty]).expect("a valid convolution");
+            // The operands and result: `(x, w) -> y`, or `(gy, w) -> gx`.
+            let (op, a_len, ty, channels) = match grad_input {
+                false => (fwd, x_ty.numel(), y_ty.clone(), ws[3]),
+                true => {
+                    let op = Op::Conv2dGradInput { stride, padding, dilation: [1, 1], groups: 1, input_shape: xs };
+                    (op, y_ty.numel(), x_ty.clone(), ws[2])
+                }
+            };
+            let conv = Conv::of(&op, if grad_input { &y_ty.shape } else { &xs }, &ws, &ty.shape).expect("lowered");
             if !conv.takes_post_ops() {
                 continue;
             }
-            let (xv, wv) = (values(xs.iter().product(), 3), values(ws.iter().product(), 5));
-            let mut bias = values(ws[3], 7);
+            let (av, wv) = (values(a_len, 3), values(ws.iter().product(), 5));
+            let mut bias = values(channels, 7);
             bias[0] = f32::NAN;
             bias[1] = -0.0;
+            let mut other = values(ty.numel(), 8);
+            other[..4].copy_from_slice(&[f32::NAN, -0.0, 0.0, f32::INFINITY]);
             let run = |post: PostOps| {
                 let mut dst = vec![f32::NAN; ty.numel()];
                 let mut cols = vec![f32::NAN; conv.cols_len()];
                 // SAFETY: the operands and buffers have the sizes `run` needs.
-                unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut dst, &mut cols, post, 1) };
+                unsafe { conv.run(av.as_ptr(), wv.as_ptr(), &mut dst, &mut cols, post, 1) };
                 dst
             };
             let plain = run(PostOps::default());
-            for (with_bias, relu) in [(true, true), (true, false), (false, true)] {
-                let got = run(PostOps { bias: with_bias.then_some(&bias[..]), relu, max_pool: None });
+            for (with_bias, relu, keep) in
+                [(true, true, false), (true, false, true), (false, true, false), (false, false, true)]
+            {
+                let keep_where_positive = keep.then_some(&other[..]);
+                let got =
+                    run(PostOps { bias: with_bias.then_some(&bias[..]), relu, keep_where_positive, max_pool: None });
                 let want = plain.iter().enumerate().map(|(i, &y)| {
-                    let y = if with_bias { y + bias[i % ws[3]] } else { y };
-                    if relu && !(y > 0.0 || y.is_nan()) {
+                    let y = if with_bias { y + bias[i % channels] } else { y };
+                    let y = if relu && !(y > 0.0 || y.is_nan()) { 0.0 } else { y };
+                    let positive = other[i] > 0.0;
+                    if keep && !positive {
                         0.0
                     } else {
                         y
                     }
                 });
                 for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    assert_eq!(g.to_bits(), w.to_bits(), "{xs:?} {ws:?} bias {with_bias} relu {relu}: element {i}");
+                    let what = format!("{op:?} bias {with_bias} relu {relu} keep {keep}");
+                    assert_eq!(g.to_bits(), w.to_bits(), "{xs:?} {ws:?} {what}: element {i}");
                 }
             }
         }

@@ -201,17 +201,21 @@ fn channel_blocks(o: usize) -> impl Iterator<Item = (usize, usize, [u16; 2])> {
 }
 
 /// What `forward` applies to each output vector in registers before
-/// storing it: `relu(y + bias[o])`, either part optional — a convolution
-/// layer's epilogue (oneDNN's "post-ops"). These are the float operations
-/// the separate epilogue kernel would perform on the stored sum, so the
-/// values are the same; the output is written once instead of written,
-/// read and written again.
+/// storing it: `select(other > 0, relu(y + bias[o]), 0)`, each part
+/// optional — a convolution layer's epilogue, or in its input gradient the
+/// previous layer's ReLU mask (oneDNN's "post-ops"). These are the float
+/// operations the separate epilogue kernel would perform on the stored
+/// sum, so the values are the same; the output is written once instead of
+/// written, read and written again.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct PostOps<'a> {
     /// One value per output channel (`[O]`), added first.
     pub bias: Option<&'a [f32]>,
     /// Then `max(y, 0)` with the interpreter's rules: NaN stays, `-0` becomes `+0`.
     pub relu: bool,
+    /// Then `select(other > 0, y, 0)` with `other` laid out as the result
+    /// (a ReLU's mask moved to a pooled shape, in a gradient).
+    pub keep_where_positive: Option<&'a [f32]>,
     /// Where to write the 2x2, stride-2 max pool of the result as well
     /// (`[N, OH/2, OW/2, O]`; only where `Window::pools`): the
     /// interpreter's fold (`max_nan` from `-inf` over the window in
@@ -226,12 +230,14 @@ pub(super) struct PostOps<'a> {
 ///
 /// # Safety
 /// `simd::avx512()` must hold; `src`, `w` and `y` must hold `win`'s source,
-/// weight and output elements and `win.fits()`; a bias holds `win.o` values;
+/// weight and output elements and `win.fits()`; a bias holds `win.o` values,
+/// `keep_where_positive` as many as `y`;
 /// a pooled output holds a quarter of `y`'s elements, overlaps nothing else
 /// and is given only where `win.pools()`.
 pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], post: PostOps, threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
+    debug_assert!(post.keep_where_positive.is_none_or(|k| k.len() >= win.y_len()));
     debug_assert!(post.max_pool.is_none() || win.pools());
     let units = win.n * win.oh.div_ceil(rows_per_unit(win, &post));
     let out = SendPtr(y.as_mut_ptr());
@@ -352,13 +358,17 @@ unsafe fn forward_units(
             let (n, first) = (unit / per_image, unit % per_image * per_unit);
             let rows = per_unit.min(win.oh - first);
             for ox in tile_starts(win.ow, r) {
-                let tile = |oy: usize| ForwardTile {
-                    src: src.wrapping_add(win.origin(n, oy, ox)),
-                    w: w.wrapping_add(o0),
-                    dst: y.wrapping_add(((n * win.oh + oy) * win.ow + ox) * win.o + o0),
-                    masks,
-                    bias,
-                    relu: post.relu,
+                let tile = |oy: usize| {
+                    let at = ((n * win.oh + oy) * win.ow + ox) * win.o + o0;
+                    ForwardTile {
+                        src: src.wrapping_add(win.origin(n, oy, ox)),
+                        w: w.wrapping_add(o0),
+                        dst: y.wrapping_add(at),
+                        masks,
+                        bias,
+                        relu: post.relu,
+                        keep: post.keep_where_positive.map(|k| k.as_ptr().wrapping_add(at)),
+                    }
                 };
                 // SAFETY: the caller's contract.
                 unsafe {
@@ -405,9 +415,11 @@ struct ForwardTile {
     /// The first position's first output channel.
     dst: *mut f32,
     masks: [u16; 2],
-    /// The post-ops (`PostOps`), the bias from the tile's first channel.
+    /// The post-ops (`PostOps`), the bias from the tile's first channel,
+    /// `keep_where_positive` at the first position's first channel.
     bias: Option<*const f32>,
     relu: bool,
+    keep: Option<*const f32>,
 }
 
 /// Where one weight-gradient tile reads and writes.
@@ -563,7 +575,6 @@ unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win:
         }
     }
     for (k, acc) in acc.iter().enumerate() {
-        let dst = t.dst.wrapping_add(k * win.ow * o);
         for (p, acc) in acc.iter().enumerate() {
             for (b, &v) in acc.iter().enumerate() {
                 let v = if t.bias.is_some() { _mm512_add_ps(v, bias[b]) } else { v };
@@ -574,8 +585,21 @@ unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win:
                 } else {
                     v
                 };
+                let at = k * win.ow * o + p * o + 16 * b;
+                // `other > 0` is false for NaN, as the interpreter's `gt`.
+                let v = match t.keep {
+                    // SAFETY: laid out as the output (the masked-off lanes are not read).
+                    Some(other) => _mm512_maskz_mov_ps(
+                        _mm512_cmp_ps_mask::<_CMP_GT_OQ>(
+                            unsafe { _mm512_maskz_loadu_ps(t.masks[b], other.wrapping_add(at)) },
+                            _mm512_setzero_ps(),
+                        ),
+                        v,
+                    ),
+                    None => v,
+                };
                 // SAFETY: inside the output (the masked-off lanes are not written).
-                unsafe { _mm512_mask_storeu_ps(dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
+                unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(at), t.masks[b], v) };
             }
         }
     }

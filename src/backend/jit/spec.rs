@@ -69,6 +69,17 @@ pub enum Expr {
     OneHot(usize),
 }
 
+/// A convolution epilogue its kernel applies in registers
+/// (`Spec::channel_post_ops`): `select(other > 0, relu(y + bias), 0)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelPostOps {
+    /// The per-channel bias added first.
+    pub bias: Option<NodeId>,
+    pub relu: bool,
+    /// `other`: where it is not above zero (or NaN), the result is `+0`.
+    pub keep_where_positive: Option<NodeId>,
+}
+
 /// A compilable elementwise loop nest.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Spec {
@@ -320,25 +331,42 @@ impl Spec {
         ok
     }
 
-    /// The spec as `relu(product + bias)`, either part optional, with one
-    /// bias value per position of the inner extent (a layer's bias along
-    /// its channel axis) and no other output: `(bias, relu)`, what a
-    /// kernel computing `product` can apply before its store
-    /// (`conv_direct::PostOps`). `None` for any other epilogue. Other
-    /// expressions feed no output, so they do not matter.
-    pub fn channel_post_ops(&self, product: NodeId) -> Option<(Option<NodeId>, bool)> {
+    /// The spec as `select(other > 0, relu(product + bias), 0)`, each part
+    /// optional, with one bias value per position of an inner extent of
+    /// `channels` (a layer's bias along its channel axis), `other` read at the output's
+    /// index (a ReLU's mask, `pool_mask`) and no other output: what a kernel
+    /// computing `product` can apply before its store
+    /// (`conv_direct::PostOps`). `is_zero(node)`: whether a load's node is
+    /// `+0` everywhere. `None` for any other epilogue. Other expressions
+    /// feed no output, so they do not matter.
+    pub fn channel_post_ops(
+        &self,
+        product: NodeId,
+        channels: usize,
+        is_zero: impl Fn(NodeId) -> bool,
+    ) -> Option<ChannelPostOps> {
         let [out] = self.outputs[..] else { return None };
         let load = |e: usize| match self.exprs[e].0 {
             Expr::Load(l) => Some(&self.loads[l]),
             _ => None,
         };
-        let is_product = |e: usize| load(e).is_some_and(|l| l.node == product && self.reads_at_index(l));
+        let at_index = |e: usize| load(e).filter(|l| l.kind == Kind::F32 && self.reads_at_index(l));
+        let is_product = |e: usize| at_index(e).is_some_and(|l| l.node == product);
+        let zero = |e: usize| load(e).is_some_and(|l| is_zero(l.node));
         let per_channel = |e: usize| {
-            load(e).filter(|l| l.kind == Kind::F32 && l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0))
+            let along_channels = |l: &&Load| l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0);
+            load(e).filter(|l| l.kind == Kind::F32 && self.inner == channels && along_channels(l))
         };
-        let (sum, relu) = match self.exprs[out].0 {
+        let (kept, keep_where_positive) = match self.exprs[out].0 {
+            Expr::Select(condition, kept, otherwise) if zero(otherwise) => match self.exprs[condition].0 {
+                Expr::Binary(BinaryOp::Gt, other, z) if zero(z) => (kept, Some(at_index(other)?.node)),
+                _ => return None,
+            },
+            _ => (out, None),
+        };
+        let (sum, relu) = match self.exprs[kept].0 {
             Expr::Unary(UnaryOp::Relu, x) => (x, true),
-            _ => (out, false),
+            _ => (kept, false),
         };
         let bias = match self.exprs[sum].0 {
             Expr::Binary(BinaryOp::Add, x, y) => {
@@ -348,7 +376,7 @@ impl Spec {
             _ if is_product(sum) => None,
             _ => return None,
         };
-        Some((bias, relu))
+        Some(ChannelPostOps { bias, relu, keep_where_positive })
     }
 
     /// A key equal for two specs exactly when they compile to the same code

@@ -11,9 +11,10 @@
 //!   Cranelift code (or on the interpreter if the epilogue needs it);
 //! - a `f32` convolution (or one of its gradients) runs on the direct
 //!   AVX-512 kernels or through im2col and `gemm` (modules `conv_direct`,
-//!   `conv`); a direct forward convolution whose epilogue is only
-//!   `relu(y + bias)` (either part) applies it in registers before its
-//!   store (`conv::PostOps`), with no epilogue step, and when the next
+//!   `conv`); a direct forward convolution (or input gradient) whose
+//!   epilogue is only `select(other > 0, relu(y + bias), 0)` (each part
+//!   optional, `Spec::channel_post_ops`) applies it in registers before
+//!   its store (`conv::PostOps`), with no epilogue step, and when the next
 //!   kernel is a 2x2 max pool of that result (of even height and width),
 //!   writes the pool too, with no pooling step; `f32` pooling with
 //!   disjoint windows, reductions and matrix transposes run as native
@@ -133,6 +134,8 @@ struct ConvPost {
     /// One value per output channel.
     bias: Option<Ref>,
     relu: bool,
+    /// Laid out as the result (`conv::PostOps::keep_where_positive`).
+    keep_where_positive: Option<Ref>,
     /// The arena offset of the result's 2x2 max pool, written as well.
     max_pool: Option<usize>,
 }
@@ -171,6 +174,7 @@ impl Step {
                 let (na, nb, ny) = conv.sizes();
                 reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
                 reads.extend(post.bias.and_then(|r| place(r, conv.out_channels())));
+                reads.extend(post.keep_where_positive.and_then(|r| place(r, ny)));
                 writes.extend([arena(*dst, ny), Place::Cols]);
                 writes.extend(post.max_pool.map(|off| arena(off, ny / 4)));
                 *cost = (4 * (ny + conv.cols_len())) as u64;
@@ -663,20 +667,30 @@ impl JitUnit {
                     let ins = g.inputs(mm);
                     let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
                     let ((a, a_t), (bb, b_t)) = (operand(&mut b, ins[0])?, operand(&mut b, ins[1])?);
-                    // A direct convolution applies a bias-and-ReLU epilogue
-                    // that writes only the product's place in registers, and
-                    // the epilogue's own pass goes away.
+                    // A direct convolution applies a bias, ReLU and mask
+                    // epilogue that writes only the product's place in
+                    // registers, and the epilogue's own pass goes away.
                     let mut post_ops = None;
                     match f32_conv(g, mm) {
                         Some(conv) => {
                             cols = cols.max(conv.cols_len());
+                            let is_zero = |n: NodeId| {
+                                let node = g.node(n);
+                                let constant = matches!(node.op, Op::Constant { .. });
+                                let value = constant.then(|| eval_node(&node.op, &[], &node.ty).ok()).flatten();
+                                value.is_some_and(|v| v.to_f64_vec().iter().all(|x| x.to_bits() == 0))
+                            };
                             post_ops = epilogue_spec
                                 .as_ref()
-                                .filter(|spec| in_place && conv.takes_post_ops() && spec.inner == conv.out_channels())
-                                .and_then(|spec| spec.channel_post_ops(mm));
-                            let bias = post_ops.and_then(|(bias, _)| bias).map(|n| b.get(n)).transpose()?;
-                            let relu = post_ops.is_some_and(|(_, relu)| relu);
-                            let post = ConvPost { bias, relu, max_pool: None };
+                                .filter(|_| in_place && conv.takes_post_ops())
+                                .and_then(|spec| spec.channel_post_ops(mm, conv.out_channels(), is_zero));
+                            let mut place_of = |n: Option<NodeId>| n.map(|n| b.get(n)).transpose();
+                            let post = ConvPost {
+                                bias: place_of(post_ops.and_then(|p| p.bias))?,
+                                relu: post_ops.is_some_and(|p| p.relu),
+                                keep_where_positive: place_of(post_ops.and_then(|p| p.keep_where_positive))?,
+                                max_pool: None,
+                            };
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
                         None => {
@@ -1088,7 +1102,12 @@ impl JitUnit {
                     Some(off) => Some(SendPtr(unsafe { mem.out(off, ny / 4, "a pooled result")? }.as_mut_ptr())),
                     None => None,
                 };
-                let post = PostOps { bias, relu: post.relu, max_pool };
+                let keep_where_positive = match post.keep_where_positive {
+                    // SAFETY: `ptr` checked that it holds as many values as the result.
+                    Some(r) => Some(unsafe { std::slice::from_raw_parts(self.ptr(r, mem, ny)? as *const f32, ny) }),
+                    None => None,
+                };
+                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
