@@ -552,7 +552,7 @@ unsafe fn forward_row_kernel<const R: usize, const B: usize>(win: &Window, t: &F
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win: &Window, t: &ForwardTile) {
-    let (kernel_row, o) = (win.kw * win.c * win.o, win.o);
+    let kernel_row = win.kw * win.c * win.o;
     let mut acc = [[[_mm512_setzero_ps(); B]; R]; ROWS];
     for s in 0..win.kh + ROWS - 1 {
         let meets = |k: usize| s >= k && s - k < win.kh;
@@ -567,6 +567,27 @@ unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize>(win:
             }
         }
     }
+    // SAFETY: the caller's contract.
+    unsafe { store_tile(win, t, acc) }
+}
+
+/// Applies the post-ops to a tile's sums and stores them. Apart from
+/// `forward_kernel` (and handed the sums by value), so that the registers
+/// the post-ops need do not make the compiler spill accumulators inside
+/// the multiply-add loop (measured: the input gradient ran 2.4x slower
+/// with the mask post-op inlined).
+///
+/// # Safety
+/// As for `forward_kernel`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline(never)]
+unsafe fn store_tile<const R: usize, const B: usize, const ROWS: usize>(
+    win: &Window,
+    t: &ForwardTile,
+    acc: [[[__m512; B]; R]; ROWS],
+) {
+    let o = win.o;
     let mut bias = [_mm512_setzero_ps(); B];
     if let Some(from) = t.bias {
         for (b, v) in bias.iter_mut().enumerate() {
