@@ -470,10 +470,11 @@ mod tests {
     fn every_block_size_gives_the_interpreters_results() {
         // (x, w, stride, padding, dilation): SAME, strided, dilated, VALID,
         // two one-channel 3x3 kernels (one weight-gradient tile of nine
-        // rows, over one and two channel vectors, the last masked), and a
-        // row of 14 outputs in one forward tile of two channel vectors.
+        // rows, over one and two channel vectors, the last masked), a row
+        // of 14 outputs in one forward tile of two channel vectors, and two
+        // whole channel vectors (plain loads, no lanes masked off).
         type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2]);
-        let cases: [Case; 7] = [
+        let cases: [Case; 8] = [
             ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2], [1, 1]),
             ([2, 5, 6, 1], [2, 3, 1, 2], [1, 2], [1, 1, 2, 0], [2, 2]),
@@ -481,6 +482,7 @@ mod tests {
             ([2, 6, 7, 1], [3, 3, 1, 16], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([1, 5, 9, 1], [3, 3, 1, 20], [1, 2], [0, 1, 1, 0], [1, 1]),
             ([1, 3, 14, 2], [3, 3, 2, 20], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([1, 4, 5, 3], [3, 3, 3, 32], [1, 1], [1, 1, 1, 1], [1, 1]),
         ];
         for (case, (xs, ws, stride, padding, dilation)) in cases.into_iter().enumerate() {
             let fwd = Op::Conv2d { stride, padding, dilation, groups: 1 };
