@@ -423,20 +423,8 @@ struct ForwardTile {
 }
 
 /// Whether a tile's `vectors` channel vectors have lanes masked off.
-fn partial(masks: [u16; 2], vectors: usize) -> bool {
+fn masks_lanes(masks: [u16; 2], vectors: usize) -> bool {
     masks.iter().take(vectors).any(|&m| m != u16::MAX)
-}
-
-impl ForwardTile {
-    fn masked(&self, vectors: usize) -> bool {
-        partial(self.masks, vectors)
-    }
-}
-
-impl FilterTile {
-    fn masked(&self, vectors: usize) -> bool {
-        partial(self.masks, vectors)
-    }
 }
 
 /// Where one weight-gradient tile reads and writes.
@@ -500,7 +488,7 @@ unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) 
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
-        dispatch!(forward_row_kernel, r, vectors, t.masked(vectors), (win, t))
+        dispatch!(forward_row_kernel, r, vectors, masks_lanes(t.masks, vectors), (win, t))
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("`simd::avx512()` is false off x86_64: {win:?} {r} {vectors} {:?}", t.masks)
@@ -515,7 +503,7 @@ unsafe fn forward_pair_tile(win: &Window, t: &ForwardTile, r: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
-        let masked = t.masked(1);
+        let masked = masks_lanes(t.masks, 1);
         match r {
             1 => masked!(forward_kernel, masked, 1, 1, 2, (win, t)),
             2 => masked!(forward_kernel, masked, 2, 1, 2, (win, t)),
@@ -546,14 +534,14 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
         if r > win.kw * win.c {
             const ROWS: usize = WHOLE_KERNEL.0 * WHOLE_KERNEL.1;
             const SPLIT: usize = WHOLE_KERNEL.1;
-            return match (vectors, t.masked(vectors)) {
+            return match (vectors, masks_lanes(t.masks, vectors)) {
                 (1, false) => filter_kernel_split::<ROWS, 1, SPLIT, false>(win, t, rows),
                 (1, true) => filter_kernel_split::<ROWS, 1, SPLIT, true>(win, t, rows),
                 (_, false) => filter_kernel_split::<ROWS, 2, SPLIT, false>(win, t, rows),
                 (_, true) => filter_kernel_split::<ROWS, 2, SPLIT, true>(win, t, rows),
             };
         }
-        dispatch!(filter_kernel, r, vectors, t.masked(vectors), (win, t, rows.clone()))
+        dispatch!(filter_kernel, r, vectors, masks_lanes(t.masks, vectors), (win, t, rows.clone()))
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("`simd::avx512()` is false off x86_64: {win:?} {rows:?} {r} {vectors} {:?}", t.masks)
@@ -561,9 +549,8 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_mov_ps,
-    _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_GT_OQ,
-    _CMP_NLE_UQ, _CMP_UNORD_Q,
+    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_GT_OQ, _CMP_NLE_UQ,
 };
 
 /// A vector at `p`: the lanes of `mask` (the rest zero) when `MASKED`,
@@ -701,9 +688,7 @@ unsafe fn max_pool_pair_kernel(
                 [top.wrapping_add(at), top.wrapping_add(at + o), bottom.wrapping_add(at), bottom.wrapping_add(at + o)]
             {
                 // SAFETY: inside the output (the masked-off lanes are not read).
-                let v = unsafe { _mm512_maskz_loadu_ps(mask, from) };
-                m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
-                m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, m), _mm512_set1_ps(f32::NAN));
+                m = super::simd::max_nan_16(m, unsafe { _mm512_maskz_loadu_ps(mask, from) });
             }
             // SAFETY: inside the pooled row (the masked-off lanes are not written).
             unsafe { _mm512_mask_storeu_ps(to.wrapping_add(px * o + 16 * b), mask, m) };

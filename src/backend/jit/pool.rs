@@ -270,10 +270,7 @@ fn max_grad_16(x: &[f32], g: &[f32], taps: &[usize], c0: usize, base: usize, gx:
     // larger, then NaN replaces the lanes where either is NaN.
     let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
     for &t in taps {
-        let v = lanes(t);
-        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
-        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
-        m = _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(f32::NAN));
+        m = super::simd::max_nan_16(m, lanes(t));
     }
     let g = _mm512_add_ps(_mm512_setzero_ps(), unsafe { _mm512_loadu_ps(g[c0..c0 + 16].as_ptr()) });
     let max_is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);

@@ -48,3 +48,17 @@ pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
 unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
+
+/// One step of the interpreter's `max_nan` fold on 16 lanes: `v` where it
+/// is larger than `m` (`m` on ties), NaN where either is NaN. Shared by the
+/// max-pool gradient and the max pool a convolution writes, which must
+/// agree with the interpreter (and each other) bit for bit.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn max_nan_16(m: std::arch::x86_64::__m512, v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_mask_mov_ps, _mm512_set1_ps, _CMP_GT_OQ, _CMP_UNORD_Q};
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
+    let m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
+    _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(f32::NAN))
+}
