@@ -597,7 +597,11 @@ unsafe fn forward_kernel<const R: usize, const B: usize, const ROWS: usize, cons
     let mut acc = [[[_mm512_setzero_ps(); B]; R]; ROWS];
     for s in 0..win.kh + ROWS - 1 {
         let meets = |k: usize| s >= k && s - k < win.kh;
-        let w: [*const f32; ROWS] = std::array::from_fn(|k| t.w.wrapping_add(s.wrapping_sub(k) * kernel_row));
+        // Kernel row `s - k` of the rows met (any pointer for the others, never read).
+        let w: [*const f32; ROWS] = std::array::from_fn(|k| match meets(k) {
+            true => t.w.wrapping_add((s - k) * kernel_row),
+            false => t.w,
+        });
         let src = t.src.wrapping_add(s * win.wp * win.c);
         // SAFETY: the caller's contract; `meets` picks the weights read.
         unsafe {
