@@ -26,6 +26,12 @@
 //! (whose order may differ) sits between the pooling gradient and the
 //! printed values.
 //!
+//! A third property runs two CNN layers (`conv → bias → ReLU → 2x2 max
+//! pool → conv`, SAME, 1–40 and 1–20 channels, sizes 2–9) through the
+//! JIT's fusions: the bias and ReLU applied by the convolution, the pool
+//! written by it, the pooled ReLU mask applied by the second layer's input
+//! gradient (same tolerance).
+//!
 //! Cost: each case compiles and runs two small programs; 64 cases per
 //! property keep the file well under a minute in a debug build.
 
@@ -235,8 +241,73 @@ fn pool_program(k: &PoolCase) -> String {
     )
 }
 
+/// Two CNN layers' geometry: `conv → bias → ReLU → 2x2 max pool`, then a
+/// second convolution, both SAME with stride 1. The inputs and weights are
+/// halves, so the forward sums are exact in any order: the ReLU masks and
+/// the pools' maxima (ties included) are the same on both backends, and
+/// only the gradients' rounding differs.
+#[derive(Clone, Debug)]
+struct LayersCase {
+    n: usize,
+    hw: [usize; 2],
+    c: usize,
+    /// Channels of the first and second convolution.
+    o: [usize; 2],
+    kernel: usize,
+}
+
+fn layers_case() -> impl Strategy<Value = LayersCase> {
+    // Channels across one and two vectors of 16, whole and masked; sizes
+    // odd and even (a 2x2 pool of an odd size drops its last row or column,
+    // and the convolution then leaves it to the pooling step).
+    (1..=2usize, [2..=9usize, 2..=9usize], 1..=3usize, [1..=40usize, 1..=20usize], 2..=3usize)
+        .prop_map(|(n, hw, c, o, kernel)| LayersCase { n, hw, c, o, kernel })
+}
+
+fn layers_program(k: &LayersCase) -> String {
+    let (n, [h, w], c, [o1, o2], kk) = (k.n, k.hw, k.c, k.o, k.kernel);
+    format!(
+        "use std.optim.sgd\n\
+         model M {{\n\
+           param u: f32[{h}, {w}, {c}] = floor(normal(seed = 1) * 2.0) / 2.0\n\
+           param w1: f32[{kk}, {kk}, {c}, {o1}] = floor(normal(seed = 2) * 2.0) / 2.0\n\
+           param b1: f32[{o1}] = floor(normal(seed = 5) * 2.0) / 2.0\n\
+           param w2: f32[{kk}, {kk}, {o1}, {o2}] = floor(normal(seed = 6) * 2.0) / 2.0\n\
+           fn forward(x) {{\n\
+             let h = max_pool2d(relu(conv2d(x + u, w1, padding = \"same\") + b1), 2)\n\
+             conv2d(h, w2, padding = \"same\")\n\
+           }}\n\
+         }}\n\
+         let net = M()\n\
+         let xs = floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0\n\
+         let g = normal([{n}, {ph}, {pw}, {o2}], seed = 4)\n\
+         train net on from_tensors(xs) |> batch({n}) {{\n\
+           loss(x) = sum(net(x) * net(x) * g)\n\
+           optimizer = sgd(lr = 1.0)\n\
+           epochs = 1\n\
+         }}\n\
+         print(net.u, full = true)\n\
+         print(net.w1, full = true)\n\
+         print(net.b1, full = true)\n\
+         print(net.w2, full = true)\n",
+        ph = h / 2,
+        pw = w / 2,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The fusions of a CNN layer — bias and ReLU applied by the
+    /// convolution, its 2x2 max pool written by it (even sizes), the pooled
+    /// ReLU mask applied by the next layer's input gradient — give the
+    /// interpreter's values (within the convolutions' tolerance).
+    #[test]
+    fn random_cnn_layers_with_fused_epilogues_and_pools_match_the_interpreter(case in layers_case()) {
+        let source = layers_program(&case);
+        let (jit, interp) = (run(&source, Backend::Jit), run(&source, Backend::Interp));
+        close(&jit, &interp).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;
+    }
 
     #[test]
     fn random_convolutions_and_their_gradients_match_the_interpreter(case in conv_case()) {
