@@ -97,9 +97,10 @@ impl Conv {
         format!("{what} {} <- {} ({kh}x{kw} kernel, {how})", dims(to), dims(from))
     }
 
-    /// The output channels (`O`).
+    /// The result's channels (its last axis): `O`, or `C` for the input
+    /// gradient.
     pub fn out_channels(&self) -> usize {
-        self.w[3]
+        self.out_shape()[3]
     }
 
     /// Output positions and taps: the im2col buffer is `m × k`.
@@ -614,6 +615,7 @@ mod tests {
                 }
             };
             let conv = Conv::of(&op, if grad_input { &y_ty.shape } else { &xs }, &ws, &ty.shape).expect("lowered");
+            assert_eq!(conv.out_channels(), channels, "{op:?}");
             if !conv.takes_post_ops() {
                 continue;
             }

@@ -333,9 +333,10 @@ impl Spec {
 
     /// The spec as `select(other > 0, relu(product + bias), 0)`, each part
     /// optional, with one bias value per position of an inner extent of
-    /// `channels` (a layer's bias along its channel axis), `other` read at the output's
-    /// index (a ReLU's mask, `pool_mask`) and no other output: what a kernel
-    /// computing `product` can apply before its store
+    /// `channels` (a layer's bias along its channel axis), `other` another
+    /// value read at the output's index (a ReLU's mask, `pool_mask`; not the
+    /// product, which the kernel reads before storing it) and no other
+    /// output: what a kernel computing `product` can apply before its store
     /// (`conv_direct::PostOps`). `is_zero(node)`: whether a load's node is
     /// `+0` everywhere. `None` for any other epilogue. Other expressions
     /// feed no output, so they do not matter.
@@ -359,7 +360,9 @@ impl Spec {
         };
         let (kept, keep_where_positive) = match self.exprs[out].0 {
             Expr::Select(condition, kept, otherwise) if zero(otherwise) => match self.exprs[condition].0 {
-                Expr::Binary(BinaryOp::Gt, other, z) if zero(z) => (kept, Some(at_index(other)?.node)),
+                Expr::Binary(BinaryOp::Gt, other, z) if zero(z) && !is_product(other) => {
+                    (kept, Some(at_index(other)?.node))
+                }
                 _ => return None,
             },
             _ => (out, None),
@@ -463,8 +466,50 @@ fn merge_outer(mut outer: Vec<usize>, loads: &mut [Load]) -> Vec<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{split, Inner};
-    use crate::ir::NodeId;
+    use super::{split, ChannelPostOps, Expr, Inner, Kind, Load, Spec};
+    use crate::ir::{BinaryOp, NodeId, UnaryOp};
+
+    /// `select(other > zero, relu(product + bias), zero)` over `[6, 4]`
+    /// (nodes: product 0, bias 1, other 2, zero 3), with `other` replaced
+    /// by `mask_of` when given.
+    fn epilogue(mask_of: usize) -> Spec {
+        let load = |node: usize, outer: usize, inner: Inner| Load {
+            node: NodeId::new(node),
+            outer: vec![outer],
+            inner,
+            kind: Kind::F32,
+        };
+        let loads = vec![
+            load(0, 4, Inner::Contig),
+            load(1, 0, Inner::Contig),
+            load(mask_of, 4, Inner::Contig),
+            load(3, 0, Inner::Splat),
+        ];
+        use Expr::{Binary as B, Load as L};
+        let exprs = [L(0), L(1), B(BinaryOp::Add, 0, 1), Expr::Unary(UnaryOp::Relu, 2), L(2), L(3)];
+        let mut exprs: Vec<(Expr, Kind)> = exprs.into_iter().map(|e| (e, Kind::F32)).collect();
+        exprs.push((B(BinaryOp::Gt, 4, 5), Kind::Mask));
+        exprs.push((Expr::Select(6, 3, 5), Kind::F32));
+        Spec { outer: vec![6], inner: 4, loads, exprs, outputs: vec![7], output_nodes: vec![NodeId::new(9)] }
+    }
+
+    /// The convolution post-ops are recognized with their operands; the
+    /// mask must be another value than the product (which the kernel reads
+    /// before storing it), its zeros `+0`, and the bias along the channels.
+    #[test]
+    fn channel_post_ops_take_bias_relu_and_a_mask_of_another_value() {
+        let (product, zero) = (NodeId::new(0), |n: NodeId| n == NodeId::new(3));
+        let full = ChannelPostOps { bias: Some(NodeId::new(1)), relu: true, keep_where_positive: Some(NodeId::new(2)) };
+        assert_eq!(epilogue(2).channel_post_ops(product, 4, zero), Some(full));
+        assert_eq!(epilogue(0).channel_post_ops(product, 4, zero), None);
+        assert_eq!(epilogue(2).channel_post_ops(product, 4, |_| false), None);
+        assert_eq!(epilogue(2).channel_post_ops(product, 8, zero), None);
+        // The ReLU and bias alone (the select's operand as the output).
+        let mut relu_only = epilogue(2);
+        relu_only.outputs = vec![3];
+        let plain = ChannelPostOps { keep_where_positive: None, ..full };
+        assert_eq!(relu_only.channel_post_ops(product, 4, zero), Some(plain));
+    }
 
     /// A bias broadcast over a `[64, 28, 28, 16]` product: the three outer
     /// dims are one for both loads (strides 16 and 0), so a row's offsets

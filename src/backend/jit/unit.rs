@@ -1085,14 +1085,13 @@ impl JitUnit {
                 let (na, nb, ny) = conv.sizes();
                 let pa = self.ptr(*a, mem, na)?;
                 let pb = self.ptr(*b, mem, nb)?;
-                let channels = conv.out_channels();
-                let bias = match post.bias {
-                    // SAFETY: `ptr` checked that the bias holds a value per channel.
-                    Some(r) => {
-                        Some(unsafe { std::slice::from_raw_parts(self.ptr(r, mem, channels)? as *const f32, channels) })
-                    }
-                    None => None,
+                // A post-op operand of `len` values (`ptr` checks the length).
+                let operand = |r: Option<Ref>, len: usize| -> Result<Option<&[f32]>, Diagnostic> {
+                    let Some(r) = r else { return Ok(None) };
+                    // SAFETY: `ptr` checked that `r` holds `len` values.
+                    Ok(Some(unsafe { std::slice::from_raw_parts(self.ptr(r, mem, len)? as *const f32, len) }))
                 };
+                let bias = operand(post.bias, conv.out_channels())?;
                 // SAFETY: the caller's contract (a convolution writes the
                 // convolution scratch too).
                 let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
@@ -1102,11 +1101,7 @@ impl JitUnit {
                     Some(off) => Some(SendPtr(unsafe { mem.out(off, ny / 4, "a pooled result")? }.as_mut_ptr())),
                     None => None,
                 };
-                let keep_where_positive = match post.keep_where_positive {
-                    // SAFETY: `ptr` checked that it holds as many values as the result.
-                    Some(r) => Some(unsafe { std::slice::from_raw_parts(self.ptr(r, mem, ny)? as *const f32, ny) }),
-                    None => None,
-                };
+                let keep_where_positive = operand(post.keep_where_positive, ny)?;
                 let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
@@ -1341,14 +1336,14 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
         && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
 }
 
-/// The parameters of a layout kernel that is one `f32` pooling or pooling
-/// gradient.
 /// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
 /// write with its result (`conv::PostOps::max_pool`).
 fn is_max_pool_2x2(p: &PoolParams) -> bool {
     p.kind == PoolKind::Max && p.size == [2, 2] && p.stride == [2, 2] && p.padding == [0; 4]
 }
 
+/// The parameters of a layout kernel that is one `f32` pooling or pooling
+/// gradient.
 fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
