@@ -145,40 +145,46 @@ fn list(v: &[usize]) -> String {
     format!("[{}]", v.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
 }
 
-fn conv_program(k: &ConvCase) -> String {
-    let out = |a: usize| {
-        let pad = k.padding[2 * a] + k.padding[2 * a + 1];
-        span(k.hw[a], k.kernel[a], k.dilation[a], pad).map_or(0, |span| span / k.stride[a] + 1)
-    };
-    let (h, w) = (k.hw[0], k.hw[1]);
+/// The program's end after its model `M`: one SGD step (`lr = 1`) over
+/// the batch `xs` (an expression) with the loss `sum(y * y * g)` for a
+/// random `g` of `y`'s shape `g_shape`, then the parameters `printed`.
+fn one_sgd_step(n: usize, xs: &str, g_shape: [usize; 4], printed: &[&str]) -> String {
+    let prints: String = printed.iter().map(|p| format!("print(net.{p}, full = true)\n")).collect();
     format!(
-        "use std.optim.sgd\n\
-         model M {{\n\
-           param u: f32[{h}, {w}, {c}] = normal(seed = 1)\n\
-           param w: f32[{kh}, {kw}, {c}, {o}] = normal(seed = 2)\n\
-           fn forward(x) = conv2d(x + u, w, stride = {s}, padding = {p}, dilation = {d})\n\
-         }}\n\
-         let net = M()\n\
-         let xs = normal([{n}, {h}, {w}, {c}], seed = 3)\n\
-         let g = normal([{n}, {oh}, {ow}, {o}], seed = 4)\n\
+        "let net = M()\n\
+         let xs = {xs}\n\
+         let g = normal({g}, seed = 4)\n\
          train net on from_tensors(xs) |> batch({n}) {{\n\
            loss(x) = sum(net(x) * net(x) * g)\n\
            optimizer = sgd(lr = 1.0)\n\
            epochs = 1\n\
          }}\n\
-         print(net.u, full = true)\n\
-         print(net.w, full = true)\n",
-        n = k.n,
-        c = k.c,
-        o = k.o,
+         {prints}",
+        g = list(&g_shape),
+    )
+}
+
+fn conv_program(k: &ConvCase) -> String {
+    let out = |a: usize| {
+        let pad = k.padding[2 * a] + k.padding[2 * a + 1];
+        span(k.hw[a], k.kernel[a], k.dilation[a], pad).map_or(0, |span| span / k.stride[a] + 1)
+    };
+    let (n, h, w, c, o) = (k.n, k.hw[0], k.hw[1], k.c, k.o);
+    let model = format!(
+        "use std.optim.sgd\n\
+         model M {{\n\
+           param u: f32[{h}, {w}, {c}] = normal(seed = 1)\n\
+           param w: f32[{kh}, {kw}, {c}, {o}] = normal(seed = 2)\n\
+           fn forward(x) = conv2d(x + u, w, stride = {s}, padding = {p}, dilation = {d})\n\
+         }}\n",
         kh = k.kernel[0],
         kw = k.kernel[1],
         s = list(&k.stride),
         p = list(&k.padding),
         d = list(&k.dilation),
-        oh = out(0),
-        ow = out(1),
-    )
+    );
+    let xs = format!("normal([{n}, {h}, {w}, {c}], seed = 3)");
+    model + &one_sgd_step(n, &xs, [n, out(0), out(1), o], &["u", "w"])
 }
 
 /// A pooling's geometry.
@@ -217,28 +223,19 @@ fn pool_program(k: &PoolCase) -> String {
         let pad = k.padding[2 * a] + k.padding[2 * a + 1];
         span(k.hw[a], k.size[a], 1, pad).map_or(0, |span| span / k.stride[a] + 1)
     };
-    format!(
+    let model = format!(
         "use std.optim.sgd\n\
          model M {{\n\
            param u: f32[{n}, {h}, {w}, {c}] = floor(normal(seed = 1) * 2.0) / 2.0\n\
            fn forward(x) = {op}(x + u, {size}, stride = {s}, padding = {p})\n\
-         }}\n\
-         let net = M()\n\
-         let xs = floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0\n\
-         let g = normal([{n}, {oh}, {ow}, {c}], seed = 4)\n\
-         train net on from_tensors(xs) |> batch({n}) {{\n\
-           loss(x) = sum(net(x) * net(x) * g)\n\
-           optimizer = sgd(lr = 1.0)\n\
-           epochs = 1\n\
-         }}\n\
-         print(net.u, full = true)\n",
+         }}\n",
         op = if k.max { "max_pool2d" } else { "avg_pool2d" },
         size = list(&k.size),
         s = list(&k.stride),
         p = list(&k.padding),
-        oh = out(0),
-        ow = out(1),
-    )
+    );
+    let xs = format!("floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0");
+    model + &one_sgd_step(n, &xs, [n, out(0), out(1), c], &["u"])
 }
 
 /// Two CNN layers' geometry: `conv → bias → ReLU → 2x2 max pool`, then a
@@ -266,7 +263,7 @@ fn layers_case() -> impl Strategy<Value = LayersCase> {
 
 fn layers_program(k: &LayersCase) -> String {
     let (n, [h, w], c, [o1, o2], kk) = (k.n, k.hw, k.c, k.o, k.kernel);
-    format!(
+    let model = format!(
         "use std.optim.sgd\n\
          model M {{\n\
            param u: f32[{h}, {w}, {c}] = floor(normal(seed = 1) * 2.0) / 2.0\n\
@@ -277,22 +274,10 @@ fn layers_program(k: &LayersCase) -> String {
              let h = max_pool2d(relu(conv2d(x + u, w1, padding = \"same\") + b1), 2)\n\
              conv2d(h, w2, padding = \"same\")\n\
            }}\n\
-         }}\n\
-         let net = M()\n\
-         let xs = floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0\n\
-         let g = normal([{n}, {ph}, {pw}, {o2}], seed = 4)\n\
-         train net on from_tensors(xs) |> batch({n}) {{\n\
-           loss(x) = sum(net(x) * net(x) * g)\n\
-           optimizer = sgd(lr = 1.0)\n\
-           epochs = 1\n\
-         }}\n\
-         print(net.u, full = true)\n\
-         print(net.w1, full = true)\n\
-         print(net.b1, full = true)\n\
-         print(net.w2, full = true)\n",
-        ph = h / 2,
-        pw = w / 2,
-    )
+         }}\n"
+    );
+    let xs = format!("floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0");
+    model + &one_sgd_step(n, &xs, [n, h / 2, w / 2, o2], &["u", "w1", "b1", "w2"])
 }
 
 proptest! {

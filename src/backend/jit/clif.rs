@@ -8,8 +8,8 @@
 //! interpreter) are named, so the listing accounts for every kernel. Two
 //! kinds of kernel are listed with the function they fall back to: an Adam
 //! update that runs as the native loop of module `adam` (its listing says
-//! so) and a convolution's bias-and-ReLU epilogue that the direct kernels
-//! apply themselves (`conv::PostOps`).
+//! so) and a convolution's epilogue (bias, ReLU, a ReLU mask) that the
+//! direct kernels apply themselves (`conv::PostOps`).
 //!
 //! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a

@@ -30,7 +30,7 @@
 //! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
 //! of 16 output channels in registers: each step loads `B` weight (or
 //! gradient) vectors and broadcasts `R` inputs for `R·B` multiply-adds. A
-//! forward tile of one vector spans two output rows (`rows_per_unit`), each
+//! forward tile of one vector spans two output rows (`tile_rows`), each
 //! broadcast input multiplying the weights of both rows' kernel rows.
 //!
 //! Example: the second convolution of the bench CNN, `[64, 14, 14, 16]` by
@@ -81,7 +81,7 @@ impl Window {
         ok && sy > 0 && sx > 0 && reach(self.oh, sy, self.kh) <= self.hp && reach(self.ow, sx, self.kw) <= self.wp
     }
 
-    /// Output rows `forward` computes together: two when each source row
+    /// Output rows one `forward` tile spans: two when each source row
     /// serves two output rows' windows (stride 1 down, a kernel taller than
     /// one row) and the channels fit one vector, else one. With one vector,
     /// one row makes a load (a weight vector or a broadcast input) per
@@ -89,7 +89,7 @@ impl Window {
     /// vectors, as two vectors of one row do (measured on the bench CNN:
     /// its input gradient 1.07 → 1.00 ms, its first convolution 0.26 →
     /// 0.22 ms; two rows of two vectors, 7 positions wide, ran no faster).
-    fn rows_per_unit(&self) -> usize {
+    fn tile_rows(&self) -> usize {
         if self.stride[0] == 1 && self.kh > 1 && self.o <= 16 {
             2
         } else {
@@ -99,7 +99,7 @@ impl Window {
 
     /// The positions of `forward`'s tiles of `vectors` channel vectors.
     fn tile_len(&self, vectors: usize) -> usize {
-        tile_len(self.ow, if vectors == 1 && self.rows_per_unit() == 1 { 16 } else { 14 })
+        tile_len(self.ow, if vectors == 1 && self.tile_rows() == 1 { 16 } else { 14 })
     }
 
     /// Whether `forward` can also write the 2x2, stride-2 max pool of its
@@ -239,7 +239,7 @@ pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32]
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
     debug_assert!(post.keep_where_positive.is_none_or(|k| k.len() >= win.y_len()));
     debug_assert!(post.max_pool.is_none() || win.pools());
-    let units = win.n * win.oh.div_ceil(rows_per_unit(win, &post));
+    let units = win.n * win.oh.div_ceil(unit_rows(win, &post));
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
         let out = &out;
@@ -321,17 +321,18 @@ pub(super) struct SendPtr(pub *mut f32);
 // SAFETY: the threads write disjoint elements while the caller waits.
 unsafe impl Sync for SendPtr {}
 
-/// The output rows of one unit of `forward`'s work: two when it pools (or
-/// when its tiles are pairs of rows, `Window::rows_per_unit`), else one.
-fn rows_per_unit(win: &Window, post: &PostOps) -> usize {
+/// The output rows of one unit of `forward`'s work (the threads split
+/// units): two when it pools or its tiles span two rows
+/// (`Window::tile_rows`), else one.
+fn unit_rows(win: &Window, post: &PostOps) -> usize {
     if post.max_pool.is_some() {
         2
     } else {
-        win.rows_per_unit()
+        win.tile_rows()
     }
 }
 
-/// Units `lo..hi` of `forward`: each unit is `rows_per_unit` output rows
+/// Units `lo..hi` of `forward`: each unit is `unit_rows` output rows
 /// of one image (the last of an image may be shorter).
 ///
 /// # Safety
@@ -345,7 +346,7 @@ unsafe fn forward_units(
     lo: usize,
     hi: usize,
 ) {
-    let (per_unit, pair_tiles) = (rows_per_unit(win, &post), win.rows_per_unit() == 2);
+    let (per_unit, pair_tiles) = (unit_rows(win, &post), win.tile_rows() == 2);
     let per_image = win.oh.div_ceil(per_unit);
     for (o0, vectors, masks) in channel_blocks(win.o) {
         let bias = post.bias.map(|b| b[o0..].as_ptr());
@@ -495,7 +496,7 @@ unsafe fn forward_tile(win: &Window, t: &ForwardTile, r: usize, vectors: usize) 
 }
 
 /// One forward tile of two rows of `r` positions × one channel vector
-/// (`Window::rows_per_unit`), at most 14 positions.
+/// (`Window::tile_rows`), at most 14 positions.
 ///
 /// # Safety
 /// As for `forward`, with both rows inside the output.
