@@ -358,6 +358,10 @@ fn bench_profile_lists_every_step_of_the_training_step() {
         // no pooling pass reads it back (only the gradients' passes remain).
         assert_eq!(labels.iter().filter(|l| l.contains("(3x3 kernel, direct) and 2x2 max pool")).count(), 2);
         assert!(!labels.iter().any(|l| l.starts_with("Max pool 64x")), "{labels:?}");
+        // Their gradients read the first maxima the fused pools recorded,
+        // not the convolutions' outputs.
+        let from_maxima = labels.iter().filter(|l| l.starts_with("Max pool grad") && l.contains("recorded maxima"));
+        assert_eq!(from_maxima.count(), 2, "{labels:?}");
     }
     let ms: Vec<f64> = rows.iter().map(|r| r["ms"].as_f64().expect("ms")).collect();
     assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not slowest first: {ms:?}");

@@ -30,7 +30,7 @@
 //! `cols[50176, 9] · w[9, 16]`.
 
 use super::conv_direct::{self as direct, Window};
-pub(super) use super::conv_direct::{PostOps, SendPtr};
+pub(super) use super::conv_direct::{PostOps, SendMasks, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
 
 /// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
@@ -251,6 +251,15 @@ impl Conv {
         self.kind == ConvKind::Forward && self.direct().is_some_and(|d| d.win.pools())
     }
 
+    /// How many first-maximum masks `run` records with a max pool
+    /// (`PostOps::first_max`; 0 unless `takes_max_pool`).
+    pub fn first_max_len(&self) -> usize {
+        match self.direct() {
+            Some(d) if self.takes_max_pool() => d.win.first_max_len(),
+            _ => 0,
+        }
+    }
+
     /// The result's shape (`[N, OH, OW, O]` for the forward convolution).
     pub fn out_shape(&self) -> [usize; 4] {
         match self.kind {
@@ -450,7 +459,8 @@ fn copy_run(to: &mut [f32], from: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Conv, PostOps, SendPtr};
+    use super::super::pool::max_pool_grad_from_first_max;
+    use super::{Conv, PostOps, SendMasks, SendPtr};
     use crate::backend::interp::{eval_node, Tensor};
     use crate::ir::{DType, Op, TensorType};
 
@@ -535,7 +545,9 @@ mod tests {
 
     /// The 2x2 max pool a direct forward convolution writes with its result
     /// equals the interpreter's pooling of that result bit for bit (NaN
-    /// lanes and ties included), at one and two threads.
+    /// lanes and ties included), at one and two threads; so does the pool's
+    /// gradient computed from the first maxima it records (ReLU zeros make
+    /// ties, the output gradient holds `-0`, NaN and infinities).
     #[test]
     fn max_pool_written_with_the_result_equals_pooling_it() {
         // (x, w, whether it pools): tiles of two rows, of one row and two
@@ -562,12 +574,17 @@ mod tests {
                 continue;
             }
             let bias = vec![0.0; ws[3]];
+            let mut gy = values(ty.numel() / 4, 5);
+            gy[..4].copy_from_slice(&[-0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
             for threads in [1, 2] {
                 let mut y = vec![f32::NAN; ty.numel()];
                 let mut pooled = vec![f32::NAN; ty.numel() / 4];
+                let mut first_max = vec![u64::MAX; conv.first_max_len()];
                 let mut cols = vec![f32::NAN; conv.cols_len()];
                 let max_pool = Some(SendPtr(pooled.as_mut_ptr()));
-                let post = PostOps { bias: Some(&bias), relu: true, keep_where_positive: None, max_pool };
+                let recorded = Some(SendMasks(first_max.as_mut_ptr()));
+                let post =
+                    PostOps { bias: Some(&bias), relu: true, keep_where_positive: None, max_pool, first_max: recorded };
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
                 // SAFETY: the operands and buffers have the sizes `run` needs.
                 pool.install(|| unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut y, &mut cols, post, threads) });
@@ -582,6 +599,18 @@ mod tests {
                         (*w as f32).to_bits(),
                         "{xs:?} {ws:?} {threads} threads: pooled element {i}"
                     );
+                }
+                let grad_op =
+                    Op::Pool2dGrad { kind: crate::ir::PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
+                let gy_t = Tensor::from_vec(DType::F32, &pooled_ty.shape, gy.clone()).expect("a tensor");
+                let want = eval_node(&grad_op, &[&y, &gy_t], &y.ty()).expect("the interpreter's gradient").to_f64_vec();
+                let mut gx = vec![f32::NAN; ty.numel()];
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                pool.install(|| max_pool_grad_from_first_max(&first_max, &gy, &ty.shape, &mut gx, threads))
+                    .expect("the gradient from the recorded maxima");
+                for (i, (g, w)) in gx.iter().zip(&want).enumerate() {
+                    let w = *w as f32;
+                    assert_eq!(g.to_bits(), w.to_bits(), "{xs:?} {ws:?} {threads} threads: gradient element {i}");
                 }
             }
         }
@@ -637,8 +666,13 @@ mod tests {
                 [(true, true, false), (true, false, true), (false, true, false), (false, false, true)]
             {
                 let keep_where_positive = keep.then_some(&other[..]);
-                let got =
-                    run(PostOps { bias: with_bias.then_some(&bias[..]), relu, keep_where_positive, max_pool: None });
+                let got = run(PostOps {
+                    bias: with_bias.then_some(&bias[..]),
+                    relu,
+                    keep_where_positive,
+                    max_pool: None,
+                    first_max: None,
+                });
                 let want = plain.iter().enumerate().map(|(i, &y)| {
                     let y = if with_bias { y + bias[i % channels] } else { y };
                     let y = if relu && !(y > 0.0 || y.is_nan()) { 0.0 } else { y };

@@ -25,7 +25,9 @@
 //! `forward` can also write the 2x2, stride-2 max pool of its result
 //! ([`PostOps::max_pool`]): it then works in pairs of output rows and pools
 //! each pair right after writing it, from the L1 cache, so no pooling pass
-//! reads the result back from memory.
+//! reads the result back from memory; it can record where each window's
+//! first maximum lies ([`PostOps::first_max`]), so that the pool's gradient
+//! need not read the result either.
 //!
 //! The kernels keep a tile of `R` positions (or weight rows) × `B` vectors
 //! of 16 output channels in registers: each step loads `B` weight (or
@@ -107,6 +109,12 @@ impl Window {
     /// so every pair of rows holds whole pooling windows.
     pub fn pools(&self) -> bool {
         self.oh.is_multiple_of(2) && self.ow.is_multiple_of(2)
+    }
+
+    /// How many first-maximum masks a pooling `forward` records
+    /// (`PostOps::first_max`): one per pooled position and channel vector.
+    pub fn first_max_len(&self) -> usize {
+        self.n * (self.oh / 2) * (self.ow / 2) * self.o.div_ceil(16)
     }
 
     /// The offset in the source of output position `(n, oy, ox)`'s window.
@@ -223,7 +231,22 @@ pub(super) struct PostOps<'a> {
     /// rows just written, while they are in the L1 cache, so no pooling
     /// pass reads the result back from memory.
     pub max_pool: Option<SendPtr>,
+    /// With `max_pool`: where to record, for each pooled vector of 16
+    /// channels, which of its window's four taps (in row-major order) holds
+    /// the first maximal element of each lane — where the interpreter's
+    /// max-pool gradient goes (`simd::is_max_16`) — as four 16-bit lane
+    /// masks, tap `t` in bits `16t..16t + 16`. Vectors are ordered by pooled
+    /// position, then channel vector (`Window::first_max_len` of them), so
+    /// the gradient (`pool::max_pool_grad_from_first_max`) need not read
+    /// the result again.
+    pub first_max: Option<SendMasks>,
 }
+
+/// The first-maximum masks shared by the threads of one `forward`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SendMasks(pub *mut u64);
+// SAFETY: the threads write disjoint masks while the caller waits.
+unsafe impl Sync for SendMasks {}
 
 /// `y = post(conv(src, w))` (see the module docs and [`PostOps`]);
 /// `threads` share the output rows.
@@ -233,12 +256,14 @@ pub(super) struct PostOps<'a> {
 /// weight and output elements and `win.fits()`; a bias holds `win.o` values,
 /// `keep_where_positive` as many as `y`;
 /// a pooled output holds a quarter of `y`'s elements, overlaps nothing else
-/// and is given only where `win.pools()`.
+/// and is given only where `win.pools()`; first-maximum masks are given
+/// only with it and hold `win.first_max_len()` masks.
 pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32], post: PostOps, threads: usize) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && w.len() >= win.w_len() && y.len() >= win.y_len());
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
     debug_assert!(post.keep_where_positive.is_none_or(|k| k.len() >= win.y_len()));
     debug_assert!(post.max_pool.is_none() || win.pools());
+    debug_assert!(post.first_max.is_none() || post.max_pool.is_some());
     let units = win.n * win.oh.div_ceil(unit_rows(win, &post));
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
@@ -382,29 +407,42 @@ unsafe fn forward_units(
             }
             if let Some(pooled) = post.max_pool {
                 let row = |oy: usize| y.wrapping_add((n * win.oh + oy) * win.ow * win.o + o0);
-                let (ph, pw) = (win.oh / 2, win.ow / 2);
-                let to = pooled.0.wrapping_add((n * ph + first / 2) * pw * win.o + o0);
+                let pooled_row = (n * win.oh / 2 + first / 2) * win.ow / 2;
+                let to = pooled.0.wrapping_add(pooled_row * win.o + o0);
+                let first_max = post.first_max.map(|m| m.0.wrapping_add(pooled_row * win.o.div_ceil(16) + o0 / 16));
                 // SAFETY: the caller's contract (`pools()`: both rows exist).
-                unsafe { max_pool_pair(win, [row(first), row(first + 1)], to, vectors, masks) };
+                unsafe { max_pool_pair(win, [row(first), row(first + 1)], to, first_max, vectors, masks) };
             }
         }
     }
 }
 
 /// Writes the 2x2, stride-2 max pool of two output rows (`rows`, at a
-/// channel block of `vectors` vectors) into the pooled row `to`.
+/// channel block of `vectors` vectors) into the pooled row `to`, and the
+/// row's first-maximum masks at `first_max` (`PostOps::first_max`, at the
+/// block's first vector) if given.
 ///
 /// # Safety
-/// As for `forward`; both rows are inside the output and `to` holds the
-/// pooled row.
-unsafe fn max_pool_pair(win: &Window, rows: [*const f32; 2], to: *mut f32, vectors: usize, masks: [u16; 2]) {
+/// As for `forward`; both rows are inside the output, `to` holds the
+/// pooled row and `first_max` its masks.
+unsafe fn max_pool_pair(
+    win: &Window,
+    rows: [*const f32; 2],
+    to: *mut f32,
+    first_max: Option<*mut u64>,
+    vectors: usize,
+    masks: [u16; 2],
+) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract (`simd::avx512()` checked AVX-512F).
     unsafe {
-        max_pool_pair_kernel(win, rows, to, vectors, masks)
+        match first_max {
+            Some(at) => max_pool_pair_kernel::<true>(win, rows, to, at, vectors, masks),
+            None => max_pool_pair_kernel::<false>(win, rows, to, std::ptr::null_mut(), vectors, masks),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {rows:?} {to:?} {vectors} {masks:?}")
+    unreachable!("`simd::avx512()` is false off x86_64: {win:?} {rows:?} {to:?} {first_max:?} {vectors} {masks:?}")
 }
 
 /// Where one forward tile reads and writes.
@@ -550,8 +588,9 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
-    _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_GT_OQ, _CMP_NLE_UQ,
+    __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_kunpackw, _mm512_loadu_ps,
+    _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps, _mm512_set1_ps, _mm512_setzero_ps, _CMP_EQ_OQ,
+    _CMP_GT_OQ, _CMP_NLE_UQ, _CMP_UNORD_Q,
 };
 
 /// A vector at `p`: the lanes of `mask` (the rest zero) when `MASKED`,
@@ -674,31 +713,66 @@ unsafe fn store_tile<const R: usize, const B: usize, const ROWS: usize>(
 
 /// `max_pool_pair` on AVX-512: each pooled vector folds its window's four
 /// vectors in row-major order the way the interpreter's `max_nan` does —
-/// the larger (the earlier on ties), NaN if either is.
+/// the larger (the earlier on ties), NaN if either is; with `FIRST_MAX` it
+/// then records, for each tap, the lanes where that tap is the first
+/// maximal one.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn max_pool_pair_kernel(
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn max_pool_pair_kernel<const FIRST_MAX: bool>(
     win: &Window,
     [top, bottom]: [*const f32; 2],
     to: *mut f32,
+    first_max: *mut u64,
     vectors: usize,
     masks: [u16; 2],
 ) {
-    let o = win.o;
+    let (o, per_position) = (win.o, win.o.div_ceil(16));
     for px in 0..win.ow / 2 {
         for (b, &mask) in masks.iter().enumerate().take(vectors) {
             let at = 2 * px * o + 16 * b;
-            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-            for from in
+            let taps =
                 [top.wrapping_add(at), top.wrapping_add(at + o), bottom.wrapping_add(at), bottom.wrapping_add(at + o)]
-            {
-                // SAFETY: inside the output (the masked-off lanes are not read).
-                m = super::simd::max_nan_16(m, unsafe { _mm512_maskz_loadu_ps(mask, from) });
+                    // SAFETY: inside the output (the masked-off lanes are not read).
+                    .map(|from| unsafe { _mm512_maskz_loadu_ps(mask, from) });
+            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
+            for v in taps {
+                m = super::simd::max_nan_16(m, v);
             }
             // SAFETY: inside the pooled row (the masked-off lanes are not written).
             unsafe { _mm512_mask_storeu_ps(to.wrapping_add(px * o + 16 * b), mask, m) };
+            if FIRST_MAX {
+                // SAFETY: the pooled row's masks (the caller's contract).
+                unsafe { first_max.add(px * per_position + b).write_unaligned(first_max_of(taps, m)) };
+            }
         }
     }
+}
+
+/// Which of a window's `taps` holds the first maximal element of each
+/// lane, given their `max_nan` fold `m`, as four 16-bit lane masks (see
+/// `PostOps::first_max`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
+fn first_max_of(taps: [__m512; 4], m: __m512) -> u64 {
+    let m_is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, m);
+    let [first, second, third, fourth] = if m_is_nan == 0 {
+        // Without NaN every lane's maximum is one of its taps, so the
+        // lanes no earlier tap took are the last tap's; three comparisons.
+        let [a, b, c] = [0, 1, 2].map(|t| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(taps[t], m));
+        [a, b & !a, c & !(a | b), !(a | b | c)]
+    } else {
+        let mut taken = 0;
+        taps.map(|v| {
+            let hit = super::simd::is_max_16(v, m, m_is_nan);
+            let first = hit & !taken;
+            taken |= hit;
+            first
+        })
+    };
+    let low = _mm512_kunpackw(u32::from(second), u32::from(first)) as u64;
+    let high = _mm512_kunpackw(u32::from(fourth), u32::from(third)) as u64;
+    low | high << 32
 }
 
 /// One source row of `forward_kernel`: adds its `KW·C` inputs of each of

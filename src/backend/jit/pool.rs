@@ -18,9 +18,12 @@
 //! taken" (the portable gradient loop, even compiled for AVX-512, spent
 //! most of its time blending 128-bit lanes: 0.70 -> 0.45 ms on the bench
 //! CNN's first pool); the forward loops are compiled for AVX-512
-//! (`simd::wide`; intrinsics measured no faster there). Work is split over
-//! the batch (disjoint outputs), so results do not depend on the thread
-//! count.
+//! (`simd::wide`; intrinsics measured no faster there). The gradient of a
+//! 2x2 max pool that a convolution fused and recorded the first maxima of
+//! (`conv_direct::PostOps::first_max`) is written from those masks
+//! (`max_pool_grad_from_first_max`), without reading the input. Work is
+//! split over the batch (disjoint outputs), so results do not depend on
+//! the thread count.
 //!
 //! Example: `max_pool2d` of `[64, 28, 28, 16]` with a 2x2 window reads four
 //! 16-channel runs per output position and writes one 16-channel run; its
@@ -143,6 +146,75 @@ pub(super) fn pool_grad(
     let avx512 = super::simd::avx512();
     for_each_batch(gx, per, threads, |b, gx| pool_grad_batch(&d, &p, x, gy, b, gx, avx512));
     Ok(())
+}
+
+/// The gradient of a 2x2, stride-2, unpadded max pool of `x: xs` (even
+/// height and width) into `gx`, given the gradient `gy` of its result and
+/// the first-maximum masks a convolution recorded while pooling `x`
+/// (`conv_direct::PostOps::first_max`): the same values as `pool_grad`
+/// (`0 + gy` at each window's first maximal element, `0` elsewhere)
+/// without reading `x` again, which for the bench CNN's first layer is 3.2
+/// MB against 0.1 MB of masks. `threads` share the batch.
+pub(super) fn max_pool_grad_from_first_max(
+    first_max: &[u64],
+    gy: &[f32],
+    xs: &[usize],
+    gx: &mut [f32],
+    threads: usize,
+) -> Result<(), Diagnostic> {
+    let internal = |what: &str| Diagnostic::internal(format!("jit: the max-pool gradient from recorded maxima {what}"));
+    let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("needs a 4-d input"))?;
+    let (ph, pw, vectors) = (h / 2, w / 2, c.div_ceil(LANES));
+    let fits = h % 2 == 0
+        && w % 2 == 0
+        && first_max.len() >= n * ph * pw * vectors
+        && gy.len() >= n * ph * pw * c
+        && gx.len() >= n * h * w * c;
+    if !fits || !super::simd::avx512() {
+        return Err(internal("got buffers of the wrong sizes, or runs without AVX-512"));
+    }
+    #[cfg(target_arch = "x86_64")]
+    for_each_batch(&mut gx[..n * h * w * c], h * w * c, threads, |b, gx| {
+        let (first_max, gy) = (&first_max[b * ph * pw * vectors..], &gy[b * ph * pw * c..]);
+        // SAFETY: `avx512()` holds, and the slices hold batch element `b`'s
+        // masks, pooled gradient and input gradient (checked above).
+        unsafe { max_grad_from_first_max_batch(first_max, gy, [h, w, c], gx) }
+    });
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = threads;
+    Ok(())
+}
+
+/// `max_pool_grad_from_first_max` for one batch element (`hwc`: its input's
+/// height, width and channels).
+///
+/// # Safety
+/// The CPU must have AVX-512F; the slices hold the batch element's masks,
+/// pooled gradient and input gradient.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_grad_from_first_max_batch(first_max: &[u64], gy: &[f32], [h, w, c]: [usize; 3], gx: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let vectors = c.div_ceil(LANES);
+    let (gy, gx) = (gy.as_ptr(), gx.as_mut_ptr());
+    for py in 0..h / 2 {
+        for px in 0..w / 2 {
+            let pooled = py * (w / 2) + px;
+            for v in 0..vectors {
+                let lanes: __mmask16 = if (v + 1) * LANES <= c { u16::MAX } else { (1 << (c - v * LANES)) - 1 };
+                // SAFETY (every load and store): inside the batch element's
+                // buffers, the masked-off lanes neither read nor written.
+                let g = unsafe { _mm512_maskz_loadu_ps(lanes, gy.add(pooled * c + v * LANES)) };
+                let g = _mm512_add_ps(_mm512_setzero_ps(), g);
+                let taps = first_max[pooled * vectors + v];
+                for t in 0..4 {
+                    let at = ((2 * py + t / 2) * w + 2 * px + t % 2) * c + v * LANES;
+                    let first = (taps >> (16 * t)) as __mmask16;
+                    unsafe { _mm512_mask_storeu_ps(gx.add(at), lanes, _mm512_maskz_mov_ps(first, g)) };
+                }
+            }
+        }
+    }
 }
 
 /// The input gradient of batch element `b` into `gx` (its `h × w × c`
@@ -277,7 +349,7 @@ fn max_grad_16(x: &[f32], g: &[f32], taps: &[usize], c0: usize, base: usize, gx:
     let mut taken: __mmask16 = 0;
     for &t in taps {
         let v = lanes(t);
-        let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, m) | (max_is_nan & _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v));
+        let hit = super::simd::is_max_16(v, m, max_is_nan);
         let out = &mut gx[t - base + c0..t - base + c0 + 16];
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_maskz_mov_ps(hit & !taken, g)) };
         taken |= hit;

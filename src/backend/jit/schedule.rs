@@ -32,6 +32,8 @@ pub(super) enum Place {
     Table(usize),
     /// The convolutions' shared scratch (im2col block or padded source).
     Cols,
+    /// Masks `lo..hi` of the first maxima fused max pools record.
+    FirstMax(usize, usize),
 }
 
 impl Place {
@@ -40,6 +42,7 @@ impl Place {
             (Place::Bytes(a, b), Place::Bytes(c, d)) => a < d && c < b && a < b && c < d,
             (Place::Table(a), Place::Table(b)) => a == b,
             (Place::Cols, Place::Cols) => true,
+            (Place::FirstMax(a, b), Place::FirstMax(c, d)) => a < d && c < b,
             _ => false,
         }
     }

@@ -62,3 +62,20 @@ pub(super) fn max_nan_16(m: std::arch::x86_64::__m512, v: std::arch::x86_64::__m
     let m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
     _mm512_mask_mov_ps(m, nan, _mm512_set1_ps(f32::NAN))
 }
+
+/// The lanes where `v` is a window's maximum `m` (the result of the
+/// `max_nan_16` fold; `m_is_nan`: its NaN lanes): equal to it, or NaN where
+/// it is NaN. The first such tap of a window is where the interpreter's
+/// max-pool gradient goes, so the pool gradient and the maxima a fused pool
+/// records agree on it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn is_max_16(
+    v: std::arch::x86_64::__m512,
+    m: std::arch::x86_64::__m512,
+    m_is_nan: std::arch::x86_64::__mmask16,
+) -> std::arch::x86_64::__mmask16 {
+    use std::arch::x86_64::{_mm512_cmp_ps_mask, _CMP_EQ_OQ, _CMP_UNORD_Q};
+    _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, m) | (m_is_nan & _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v))
+}

@@ -16,7 +16,9 @@
 //!   optional, `Spec::channel_post_ops`) applies it in registers before
 //!   its store (`conv::PostOps`), with no epilogue step, and when the next
 //!   kernel is a 2x2 max pool of that result (of even height and width),
-//!   writes the pool too, with no pooling step; `f32` pooling with
+//!   writes the pool too, with no pooling step — and, when the unit also
+//!   takes that pool's gradient, records each window's first maximum,
+//!   which the gradient then reads instead of the result; `f32` pooling with
 //!   disjoint windows, reductions and matrix transposes run as native
 //!   loops (modules `pool`, `reduce`);
 //! - a contraction's product that only its epilogue reads is stored in an
@@ -56,7 +58,7 @@
 
 use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
-use super::conv::{Conv, PostOps, SendPtr};
+use super::conv::{Conv, PostOps, SendMasks, SendPtr};
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
@@ -123,7 +125,18 @@ enum Step {
     Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
     /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
     /// (module `pool`).
-    Pool { params: PoolParams, x: Ref, grad: Option<Ref>, dst: usize, xs: Vec<usize>, ys: Vec<usize> },
+    /// `first_max`: for a max pool's gradient, where the convolution that
+    /// wrote `x` recorded its windows' first maxima (`ConvPost::first_max`),
+    /// read instead of `x`.
+    Pool {
+        params: PoolParams,
+        x: Ref,
+        grad: Option<Ref>,
+        dst: usize,
+        xs: Vec<usize>,
+        ys: Vec<usize>,
+        first_max: Option<usize>,
+    },
     /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
 }
@@ -138,6 +151,9 @@ struct ConvPost {
     keep_where_positive: Option<Ref>,
     /// The arena offset of the result's 2x2 max pool, written as well.
     max_pool: Option<usize>,
+    /// With `max_pool`, where in the unit's first-maximum buffer the pool's
+    /// masks go (`conv::PostOps::first_max`), for its gradient to read.
+    first_max: Option<usize>,
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
@@ -177,6 +193,7 @@ impl Step {
                 reads.extend(post.keep_where_positive.and_then(|r| place(r, ny)));
                 writes.extend([arena(*dst, ny), Place::Cols]);
                 writes.extend(post.max_pool.map(|off| arena(off, ny / 4)));
+                writes.extend(post.first_max.map(|off| Place::FirstMax(off, off + conv.first_max_len())));
                 *cost = (4 * (ny + conv.cols_len())) as u64;
             }
             Step::Interp(nodes) => {
@@ -197,9 +214,12 @@ impl Step {
                 writes.push(arena(*dst, m));
                 *cost = (n / 4) as u64;
             }
-            Step::Pool { x, grad, dst, xs, ys, .. } => {
+            Step::Pool { x, grad, dst, xs, ys, first_max, .. } => {
                 let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
-                reads.extend(place(*x, nx));
+                match first_max {
+                    Some(off) => reads.push(Place::FirstMax(*off, off + first_max_len(ys))),
+                    None => reads.extend(place(*x, nx)),
+                }
                 reads.extend(grad.and_then(|g| place(g, ny)));
                 writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
                 *cost = nx as u64;
@@ -234,9 +254,10 @@ impl Step {
                 let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
                 format!("reduce {op:?} {} over {axes:?}", dims(shape))
             }
-            Step::Pool { params, grad, xs, .. } => {
+            Step::Pool { params, grad, xs, first_max, .. } => {
                 let grad = if grad.is_some() { " grad" } else { "" };
-                format!("{:?} pool{grad} {}", params.kind, dims(xs))
+                let from = if first_max.is_some() { " from the recorded maxima" } else { "" };
+                format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { rows, cols, .. } => format!("transpose {rows}x{cols}"),
         };
@@ -282,6 +303,9 @@ struct State {
     /// The convolutions' scratch: an im2col block, or the direct kernels'
     /// padded source and flipped weights (`Conv::cols_len`).
     cols: Vec<f32>,
+    /// The first maxima that fused max pools record for their gradients
+    /// (`ConvPost::first_max`).
+    first_max: Vec<u64>,
 }
 
 /// A unit ready to run many times.
@@ -607,6 +631,9 @@ impl JitUnit {
             .filter(|buf| buf.over_input.is_none() && !outputs.contains(&buf.node))
             .map(|buf| buf.node)
             .collect();
+        // Where each fused max pool's first maxima go, by the pooled node,
+        // and the size of that buffer so far.
+        let (mut first_max_at, mut first_max_end) = (HashMap::new(), 0);
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -690,6 +717,7 @@ impl JitUnit {
                                 relu: post_ops.is_some_and(|p| p.relu),
                                 keep_where_positive: place_of(post_ops.and_then(|p| p.keep_where_positive))?,
                                 max_pool: None,
+                                first_max: None,
                             };
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
@@ -791,13 +819,27 @@ impl JitUnit {
                                 Step::Conv { conv, dst: y, post, .. } => {
                                     let pools = grad.is_none() && is_max_pool_2x2(&params) && post.max_pool.is_none();
                                     let ours = x == Ref::Arena(*y) && xs == conv.out_shape() && conv.takes_max_pool();
-                                    (pools && ours).then_some(post)
+                                    (pools && ours).then_some((conv.first_max_len(), post))
                                 }
                                 _ => None,
                             });
+                            // A max pool's gradient later in the unit reads the
+                            // first maxima the fused pool records, not `x`.
+                            let pooled_node = ins[0];
+                            let first_max = match ins.get(1) {
+                                Some(_) if is_max_pool_2x2(&params) => first_max_at.get(&pooled_node).copied(),
+                                _ => None,
+                            };
                             match fused {
-                                Some(post) => post.max_pool = Some(dst),
-                                None => steps.push(Step::Pool { params, x, grad, dst, xs, ys }),
+                                Some((len, post)) => {
+                                    post.max_pool = Some(dst);
+                                    if has_max_pool_grad(g, pooled_node, &b.in_unit) {
+                                        post.first_max = Some(first_max_end);
+                                        first_max_at.insert(pooled_node, first_max_end);
+                                        first_max_end += len;
+                                    }
+                                }
+                                None => steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max }),
                             }
                             counts.native += 1;
                         }
@@ -836,7 +878,12 @@ impl JitUnit {
         let labels = steps.iter().zip(&kernel_of).map(|(s, &ki)| s.label(g, &unit.kernels[ki].nodes)).collect();
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = scratch.end().div_ceil(16);
-        let state = State { arena: vec![Line([0.0; 16]); lines], table: vec![None; b.tables], cols: vec![0.0; cols] };
+        let state = State {
+            arena: vec![Line([0.0; 16]); lines],
+            table: vec![None; b.tables],
+            cols: vec![0.0; cols],
+            first_max: vec![0; first_max_end],
+        };
         sync(&mut order, &steps);
         let schedule = order.finish();
         counts.forks = schedule.forks();
@@ -1101,8 +1148,13 @@ impl JitUnit {
                     Some(off) => Some(SendPtr(unsafe { mem.out(off, ny / 4, "a pooled result")? }.as_mut_ptr())),
                     None => None,
                 };
+                let first_max = match post.first_max {
+                    // SAFETY: as for `out` (the schedule orders the readers).
+                    Some(off) => Some(SendMasks(unsafe { mem.first_max(off, conv.first_max_len())? }.as_mut_ptr())),
+                    None => None,
+                };
                 let keep_where_positive = operand(post.keep_where_positive, ny)?;
-                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool };
+                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool, first_max };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
@@ -1117,8 +1169,18 @@ impl JitUnit {
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
                 super::reduce::reduce(*op, from, shape, reduced, to);
             }
-            Step::Pool { params, x, grad, dst, xs, ys } => {
+            Step::Pool { params, x, grad, dst, xs, ys, first_max } => {
                 let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                if let (Some(off), Some(gy)) = (first_max, grad) {
+                    let gy = self.ptr(*gy, mem, ny)? as *const f32;
+                    // SAFETY: `ptr` checked the size; the caller's contract.
+                    let (gy, out) =
+                        unsafe { (std::slice::from_raw_parts(gy, ny), mem.out(*dst, nx, "a pooling result")?) };
+                    // SAFETY: the schedule orders this read after the
+                    // convolution that writes the masks.
+                    let first_max = unsafe { mem.first_max(*off, first_max_len(ys))? };
+                    return super::pool::max_pool_grad_from_first_max(first_max, gy, xs, out, threads);
+                }
                 let px = self.ptr(*x, mem, nx)? as *const f32;
                 let pg = match grad {
                     Some(gy) => Some(self.ptr(*gy, mem, ny)? as *const f32),
@@ -1336,6 +1398,27 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
         && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
 }
 
+/// How many first-maximum masks a 2x2 max pool into `pooled` (`[N, OH, OW,
+/// C]`) records: one per pooled position and vector of 16 channels.
+fn first_max_len(pooled: &[usize]) -> usize {
+    match pooled.split_last() {
+        Some((c, positions)) => positions.iter().product::<usize>() * c.div_ceil(16),
+        None => 0,
+    }
+}
+
+/// Whether the gradient of a 2x2 max pool of `x` is taken in the unit
+/// (`in_unit`: the unit's nodes), so a pool fused into the convolution that
+/// writes `x` should record its first maxima.
+fn has_max_pool_grad(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> bool {
+    g.users(x).into_iter().any(|u| {
+        let grad_of_x = g.inputs(u).first() == Some(&x) && in_unit.contains(&u);
+        grad_of_x
+            && matches!(f32_pool(g, &[u]), Some(p) if is_max_pool_2x2(&p))
+            && matches!(g.node(u).op, Op::Pool2dGrad { .. })
+    })
+}
+
 /// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
 /// write with its result (`conv::PostOps::max_pool`).
 fn is_max_pool_2x2(p: &PoolParams) -> bool {
@@ -1404,6 +1487,8 @@ struct Mem<'a> {
     tables: usize,
     cols: *mut f32,
     cols_len: usize,
+    first_max: *mut u64,
+    first_max_len: usize,
     inputs: &'a [Tensor],
 }
 
@@ -1423,6 +1508,8 @@ impl<'a> Mem<'a> {
             tables: st.table.len(),
             cols: st.cols.as_mut_ptr(),
             cols_len: st.cols.len(),
+            first_max: st.first_max.as_mut_ptr(),
+            first_max_len: st.first_max.len(),
             inputs,
         }
     }
@@ -1457,6 +1544,18 @@ impl<'a> Mem<'a> {
         }
         // SAFETY: `len` floats of the buffer; exclusive by the contract.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.cols, len) })
+    }
+
+    /// Masks `off..off + len` of the first-maximum buffer.
+    ///
+    /// # Safety
+    /// As for `out`.
+    unsafe fn first_max(self, off: usize, len: usize) -> Result<&'a mut [u64], Diagnostic> {
+        if off + len > self.first_max_len {
+            return Err(internal("first-maximum buffer too small"));
+        }
+        // SAFETY: inside the buffer (checked); exclusive by the contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.first_max.add(off), len) })
     }
 
     /// Table entry `t`.
