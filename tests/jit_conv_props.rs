@@ -29,8 +29,9 @@
 //! A third property runs two CNN layers (`conv → bias → ReLU → 2x2 max
 //! pool → conv`, SAME, 1–40 and 1–20 channels, sizes 2–9) through the
 //! JIT's fusions: the bias and ReLU applied by the convolution, the pool
-//! written by it, the pooled ReLU mask applied by the second layer's input
-//! gradient (same tolerance).
+//! written by it (with the first maxima its gradient reads, and without
+//! storing the activation unless the model also reads it), the pooled ReLU
+//! mask applied by the second layer's input gradient (same tolerance).
 //!
 //! Cost: each case compiles and runs two small programs; 64 cases per
 //! property keep the file well under a minute in a debug build.
@@ -251,18 +252,23 @@ struct LayersCase {
     /// Channels of the first and second convolution.
     o: [usize; 2],
     kernel: usize,
+    /// Whether the model also sums the pooled activation (then without the
+    /// ReLU, whose mask would take the pool's place after the convolution),
+    /// so the convolution must store it, not only its pool.
+    side: bool,
 }
 
 fn layers_case() -> impl Strategy<Value = LayersCase> {
     // Channels across one and two vectors of 16, whole and masked; sizes
     // odd and even (a 2x2 pool of an odd size drops its last row or column,
     // and the convolution then leaves it to the pooling step).
-    (1..=2usize, [2..=9usize, 2..=9usize], 1..=3usize, [1..=40usize, 1..=20usize], 2..=3usize)
-        .prop_map(|(n, hw, c, o, kernel)| LayersCase { n, hw, c, o, kernel })
+    (1..=2usize, [2..=9usize, 2..=9usize], 1..=3usize, [1..=40usize, 1..=20usize], 2..=3usize, any::<bool>())
+        .prop_map(|(n, hw, c, o, kernel, side)| LayersCase { n, hw, c, o, kernel, side })
 }
 
 fn layers_program(k: &LayersCase) -> String {
     let (n, [h, w], c, [o1, o2], kk) = (k.n, k.hw, k.c, k.o, k.kernel);
+    let (activation, side) = if k.side { ("", " + sum(y) / 64.0") } else { ("relu", "") };
     let model = format!(
         "use std.optim.sgd\n\
          model M {{\n\
@@ -271,8 +277,8 @@ fn layers_program(k: &LayersCase) -> String {
            param b1: f32[{o1}] = floor(normal(seed = 5) * 2.0) / 2.0\n\
            param w2: f32[{kk}, {kk}, {o1}, {o2}] = floor(normal(seed = 6) * 2.0) / 2.0\n\
            fn forward(x) {{\n\
-             let h = max_pool2d(relu(conv2d(x + u, w1, padding = \"same\") + b1), 2)\n\
-             conv2d(h, w2, padding = \"same\")\n\
+             let y = {activation}(conv2d(x + u, w1, padding = \"same\") + b1)\n\
+             conv2d(max_pool2d(y, 2), w2, padding = \"same\"){side}\n\
            }}\n\
          }}\n"
     );

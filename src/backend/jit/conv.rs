@@ -576,42 +576,51 @@ mod tests {
             let bias = vec![0.0; ws[3]];
             let mut gy = values(ty.numel() / 4, 5);
             gy[..4].copy_from_slice(&[-0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY]);
-            for threads in [1, 2] {
-                let mut y = vec![f32::NAN; ty.numel()];
+            // The result, then its pool and the pool's gradient, as the
+            // interpreter computes them.
+            let mut y = vec![f32::NAN; ty.numel()];
+            let mut cols = vec![f32::NAN; conv.cols_len()];
+            let layer = PostOps { bias: Some(&bias), relu: true, ..PostOps::default() };
+            // SAFETY: the operands and buffers have the sizes `run` needs.
+            unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut y, &mut cols, layer, 1) };
+            let y = Tensor::from_vec(DType::F32, &ty.shape, y).expect("a tensor");
+            let [pool_op, grad_op] = [false, true].map(|grad| {
+                let (kind, size, stride, padding) = (crate::ir::PoolKind::Max, [2, 2], [2, 2], [0; 4]);
+                match grad {
+                    false => Op::Pool2d { kind, size, stride, padding },
+                    true => Op::Pool2dGrad { kind, size, stride, padding },
+                }
+            });
+            let pooled_ty = crate::ir::infer::infer(&pool_op, &[&y.ty()]).expect("a valid pool");
+            let want_pooled = eval_node(&pool_op, &[&y], &pooled_ty).expect("the interpreter pools").to_f64_vec();
+            let gy_t = Tensor::from_vec(DType::F32, &pooled_ty.shape, gy.clone()).expect("a tensor");
+            let want_grad =
+                eval_node(&grad_op, &[&y, &gy_t], &y.ty()).expect("the interpreter's gradient").to_f64_vec();
+            let same = |got: &[f32], want: &[f64], what: &str| {
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(g.to_bits(), (*w as f32).to_bits(), "{xs:?} {ws:?} {what} element {i}");
+                }
+            };
+            for (threads, pool_only) in [(1, false), (2, false), (1, true), (2, true)] {
+                let mut out = vec![f32::NAN; ty.numel()];
                 let mut pooled = vec![f32::NAN; ty.numel() / 4];
                 let mut first_max = vec![u64::MAX; conv.first_max_len()];
-                let mut cols = vec![f32::NAN; conv.cols_len()];
                 let max_pool = Some(SendPtr(pooled.as_mut_ptr()));
-                let recorded = Some(SendMasks(first_max.as_mut_ptr()));
-                let post =
-                    PostOps { bias: Some(&bias), relu: true, keep_where_positive: None, max_pool, first_max: recorded };
+                let first_max_at = Some(SendMasks(first_max.as_mut_ptr()));
+                let post = PostOps { max_pool, first_max: first_max_at, pool_only, ..layer };
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
                 // SAFETY: the operands and buffers have the sizes `run` needs.
-                pool.install(|| unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut y, &mut cols, post, threads) });
-                let y = Tensor::from_vec(DType::F32, &ty.shape, y).expect("a tensor");
-                let pool_op =
-                    Op::Pool2d { kind: crate::ir::PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
-                let pooled_ty = crate::ir::infer::infer(&pool_op, &[&y.ty()]).expect("a valid pool");
-                let want = eval_node(&pool_op, &[&y], &pooled_ty).expect("the interpreter pools").to_f64_vec();
-                for (i, (g, w)) in pooled.iter().zip(&want).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        (*w as f32).to_bits(),
-                        "{xs:?} {ws:?} {threads} threads: pooled element {i}"
-                    );
+                pool.install(|| unsafe { conv.run(xv.as_ptr(), wv.as_ptr(), &mut out, &mut cols, post, threads) });
+                let what = format!("{threads} threads, pool only {pool_only}:");
+                match pool_only {
+                    true => assert!(out.iter().all(|v| v.is_nan()), "{what} the result was stored"),
+                    false => same(&out, &y.to_f64_vec(), &format!("{what} result")),
                 }
-                let grad_op =
-                    Op::Pool2dGrad { kind: crate::ir::PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
-                let gy_t = Tensor::from_vec(DType::F32, &pooled_ty.shape, gy.clone()).expect("a tensor");
-                let want = eval_node(&grad_op, &[&y, &gy_t], &y.ty()).expect("the interpreter's gradient").to_f64_vec();
+                same(&pooled, &want_pooled, &format!("{what} pooled"));
                 let mut gx = vec![f32::NAN; ty.numel()];
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
                 pool.install(|| max_pool_grad_from_first_max(&first_max, &gy, &ty.shape, &mut gx, threads))
                     .expect("the gradient from the recorded maxima");
-                for (i, (g, w)) in gx.iter().zip(&want).enumerate() {
-                    let w = *w as f32;
-                    assert_eq!(g.to_bits(), w.to_bits(), "{xs:?} {ws:?} {threads} threads: gradient element {i}");
-                }
+                same(&gx, &want_grad, &format!("{what} gradient"));
             }
         }
     }
@@ -670,8 +679,7 @@ mod tests {
                     bias: with_bias.then_some(&bias[..]),
                     relu,
                     keep_where_positive,
-                    max_pool: None,
-                    first_max: None,
+                    ..PostOps::default()
                 });
                 let want = plain.iter().enumerate().map(|(i, &y)| {
                     let y = if with_bias { y + bias[i % channels] } else { y };

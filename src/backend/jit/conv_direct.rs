@@ -240,6 +240,11 @@ pub(super) struct PostOps<'a> {
     /// the gradient (`pool::max_pool_grad_from_first_max`) need not read
     /// the result again.
     pub first_max: Option<SendMasks>,
+    /// With `max_pool`: nothing reads the result itself (only its pool,
+    /// and the pool's gradient through `first_max`), so it is not stored —
+    /// each pair of rows goes to a small buffer that the pool reads while
+    /// it is in the L1 cache.
+    pub pool_only: bool,
 }
 
 /// The first-maximum masks shared by the threads of one `forward`.
@@ -263,7 +268,7 @@ pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32]
     debug_assert!(post.bias.is_none_or(|b| b.len() >= win.o));
     debug_assert!(post.keep_where_positive.is_none_or(|k| k.len() >= win.y_len()));
     debug_assert!(post.max_pool.is_none() || win.pools());
-    debug_assert!(post.first_max.is_none() || post.max_pool.is_some());
+    debug_assert!((post.first_max.is_none() && !post.pool_only) || post.max_pool.is_some());
     let units = win.n * win.oh.div_ceil(unit_rows(win, &post));
     let out = SendPtr(y.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
@@ -373,6 +378,9 @@ unsafe fn forward_units(
 ) {
     let (per_unit, pair_tiles) = (unit_rows(win, &post), win.tile_rows() == 2);
     let per_image = win.oh.div_ceil(per_unit);
+    // Where a unit's rows go when only their pool is kept (`pool_only`).
+    let mut rows_buffer = vec![0.0f32; if post.pool_only { per_unit * win.ow * win.o } else { 0 }];
+    let rows_buffer = rows_buffer.as_mut_ptr();
     for (o0, vectors, masks) in channel_blocks(win.o) {
         let bias = post.bias.map(|b| b[o0..].as_ptr());
         // Two vectors of 14 positions are 28 accumulators, which with the
@@ -383,13 +391,18 @@ unsafe fn forward_units(
         for unit in lo..hi {
             let (n, first) = (unit / per_image, unit % per_image * per_unit);
             let rows = per_unit.min(win.oh - first);
+            // Output row `oy` of this unit at channel `o0`.
+            let row = |oy: usize| match post.pool_only {
+                true => rows_buffer.wrapping_add((oy - first) * win.ow * win.o + o0),
+                false => y.wrapping_add((n * win.oh + oy) * win.ow * win.o + o0),
+            };
             for ox in tile_starts(win.ow, r) {
                 let tile = |oy: usize| {
                     let at = ((n * win.oh + oy) * win.ow + ox) * win.o + o0;
                     ForwardTile {
                         src: src.wrapping_add(win.origin(n, oy, ox)),
                         w: w.wrapping_add(o0),
-                        dst: y.wrapping_add(at),
+                        dst: row(oy).wrapping_add(ox * win.o),
                         masks,
                         bias,
                         relu: post.relu,
@@ -406,7 +419,6 @@ unsafe fn forward_units(
                 }
             }
             if let Some(pooled) = post.max_pool {
-                let row = |oy: usize| y.wrapping_add((n * win.oh + oy) * win.ow * win.o + o0);
                 let pooled_row = (n * win.oh / 2 + first / 2) * win.ow / 2;
                 let to = pooled.0.wrapping_add(pooled_row * win.o + o0);
                 let first_max = post.first_max.map(|m| m.0.wrapping_add(pooled_row * win.o.div_ceil(16) + o0 / 16));

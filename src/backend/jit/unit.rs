@@ -154,6 +154,8 @@ struct ConvPost {
     /// With `max_pool`, where in the unit's first-maximum buffer the pool's
     /// masks go (`conv::PostOps::first_max`), for its gradient to read.
     first_max: Option<usize>,
+    /// With `max_pool`: only the pool is stored (`conv::PostOps::pool_only`).
+    pool_only: bool,
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
@@ -245,9 +247,10 @@ impl Step {
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
             }
-            Step::Conv { conv, post, .. } => match post.max_pool {
-                Some(_) => format!("{} and 2x2 max pool", conv.label()),
-                None => conv.label(),
+            Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only) {
+                (Some(_), false) => format!("{} and 2x2 max pool", conv.label()),
+                (Some(_), true) => format!("{} and 2x2 max pool, only the pool stored", conv.label()),
+                (None, _) => conv.label(),
             },
             Step::Interp(_) => "interpreted".to_string(),
             Step::Reduce { op, shape, reduced, .. } => {
@@ -634,6 +637,9 @@ impl JitUnit {
         // Where each fused max pool's first maxima go, by the pooled node,
         // and the size of that buffer so far.
         let (mut first_max_at, mut first_max_end) = (HashMap::new(), 0);
+        // Convolution results not stored, only their fused pools
+        // (`ConvPost::pool_only`).
+        let mut unstored = HashSet::new();
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -718,6 +724,7 @@ impl JitUnit {
                                 keep_where_positive: place_of(post_ops.and_then(|p| p.keep_where_positive))?,
                                 max_pool: None,
                                 first_max: None,
+                                pool_only: false,
                             };
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
@@ -833,15 +840,26 @@ impl JitUnit {
                             match fused {
                                 Some((len, post)) => {
                                     post.max_pool = Some(dst);
-                                    if has_max_pool_grad(g, pooled_node, &b.in_unit) {
+                                    let grads = max_pool_grads(g, pooled_node, &b.in_unit);
+                                    if grads > 0 {
                                         post.first_max = Some(first_max_end);
                                         first_max_at.insert(pooled_node, first_max_end);
                                         first_max_end += len;
+                                    }
+                                    // Nothing else reads the result: the unit
+                                    // keeps only its pool.
+                                    let readers = g.users(pooled_node).len();
+                                    post.pool_only = readers == grads + 1 && !outputs.contains(&pooled_node);
+                                    if post.pool_only {
+                                        unstored.insert(pooled_node);
                                     }
                                 }
                                 None => steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max }),
                             }
                             counts.native += 1;
+                        }
+                        _ if ins.first().is_some_and(|x| unstored.contains(x)) => {
+                            return Err(internal("a pooling reads a convolution result that is not stored"))
                         }
                         _ => {
                             steps.push(b.interp(&k.nodes, &k.outputs)?);
@@ -1154,7 +1172,8 @@ impl JitUnit {
                     None => None,
                 };
                 let keep_where_positive = operand(post.keep_where_positive, ny)?;
-                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool, first_max };
+                let pool_only = post.pool_only;
+                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool, first_max, pool_only };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
@@ -1407,16 +1426,16 @@ fn first_max_len(pooled: &[usize]) -> usize {
     }
 }
 
-/// Whether the gradient of a 2x2 max pool of `x` is taken in the unit
-/// (`in_unit`: the unit's nodes), so a pool fused into the convolution that
-/// writes `x` should record its first maxima.
-fn has_max_pool_grad(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> bool {
-    g.users(x).into_iter().any(|u| {
-        let grad_of_x = g.inputs(u).first() == Some(&x) && in_unit.contains(&u);
-        grad_of_x
-            && matches!(f32_pool(g, &[u]), Some(p) if is_max_pool_2x2(&p))
-            && matches!(g.node(u).op, Op::Pool2dGrad { .. })
-    })
+/// How many gradients of a 2x2 max pool of `x` the unit takes (`in_unit`:
+/// the unit's nodes): a pool fused into the convolution that writes `x`
+/// records its first maxima for them, and they read those instead of `x`.
+fn max_pool_grads(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> usize {
+    let is_grad_of_x = |u: &NodeId| {
+        let grad = matches!(g.node(*u).op, Op::Pool2dGrad { .. });
+        let pool = grad && f32_pool(g, &[*u]).is_some_and(|p| is_max_pool_2x2(&p));
+        pool && g.inputs(*u).first() == Some(&x) && in_unit.contains(u)
+    };
+    g.users(x).iter().filter(|u| is_grad_of_x(u)).count()
 }
 
 /// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
