@@ -459,9 +459,11 @@ fn copy_run(to: &mut [f32], from: &[f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pool::max_pool_grad_from_first_max;
+    use super::super::pool::{max_pool_grad_column_sums, max_pool_grad_from_first_max};
+    use super::super::reduce::reduce;
     use super::{Conv, PostOps, SendMasks, SendPtr};
     use crate::backend::interp::{eval_node, Tensor};
+    use crate::ir::ReduceOp;
     use crate::ir::{DType, Op, TensorType};
 
     /// Deterministic values in [-1, 1).
@@ -545,9 +547,10 @@ mod tests {
 
     /// The 2x2 max pool a direct forward convolution writes with its result
     /// equals the interpreter's pooling of that result bit for bit (NaN
-    /// lanes and ties included), at one and two threads; so does the pool's
+    /// lanes and ties included), at one and two threads; so do the pool's
     /// gradient computed from the first maxima it records (ReLU zeros make
-    /// ties, the output gradient holds `-0`, NaN and infinities).
+    /// ties, the output gradient holds `-0`, NaN and infinities) and that
+    /// gradient's column sums computed from the maxima.
     #[test]
     fn max_pool_written_with_the_result_equals_pooling_it() {
         // (x, w, whether it pools): tiles of two rows, of one row and two
@@ -621,6 +624,15 @@ mod tests {
                 pool.install(|| max_pool_grad_from_first_max(&first_max, &gy, &ty.shape, &mut gx, threads))
                     .expect("the gradient from the recorded maxima");
                 same(&gx, &want_grad, &format!("{what} gradient"));
+                // Its bias gradient summed from the masks and `gy`, as the
+                // reduction sums the gradient written above.
+                let channels = ty.shape[3];
+                let mut want_sums = vec![f32::NAN; channels];
+                reduce(ReduceOp::Sum, &gx, &ty.shape, &[true, true, true, false], &mut want_sums);
+                let mut sums = vec![f32::NAN; channels];
+                max_pool_grad_column_sums(&first_max, &gy, &ty.shape, &mut sums).expect("the column sums");
+                let want_sums: Vec<f64> = want_sums.iter().map(|&v| f64::from(v)).collect();
+                same(&sums, &want_sums, &format!("{what} column sums"));
             }
         }
     }

@@ -217,6 +217,74 @@ unsafe fn max_grad_from_first_max_batch(first_max: &[u64], gy: &[f32], [h, w, c]
     }
 }
 
+/// The sums over every axis but the channels (a bias gradient) of the
+/// max-pool gradient `max_pool_grad_from_first_max` writes, into `out`
+/// (`c` values), computed from the pooled gradient `gy` and the first
+/// maxima alone: bit for bit the column sums `reduce` takes of the written
+/// gradient. That sum adds the gradient's elements in row-major order from
+/// `+0`; the zeros it adds leave every partial sum as it is (a sum that
+/// starts at `+0` and adds no `-0` is never `-0`), so adding, for each
+/// image row, each window's `0 + gy` in the lanes where the row holds the
+/// window's first maximum, window by window, adds the same values in the
+/// same order. It reads a quarter of the gradient's bytes.
+pub(super) fn max_pool_grad_column_sums(
+    first_max: &[u64],
+    gy: &[f32],
+    xs: &[usize],
+    out: &mut [f32],
+) -> Result<(), Diagnostic> {
+    let internal = |what: &str| Diagnostic::internal(format!("jit: the column sums from recorded maxima {what}"));
+    let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("need a 4-d input"))?;
+    let (ph, pw, vectors) = (h / 2, w / 2, c.div_ceil(LANES));
+    let fits = h % 2 == 0
+        && w % 2 == 0
+        && first_max.len() >= n * ph * pw * vectors
+        && gy.len() >= n * ph * pw * c
+        && out.len() >= c;
+    if !fits || !super::simd::avx512() {
+        return Err(internal("got buffers of the wrong sizes, or run without AVX-512"));
+    }
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `avx512()` holds and the sizes were checked above.
+    unsafe {
+        max_grad_column_sums(first_max, gy, [n * ph, pw, c], out)
+    };
+    Ok(())
+}
+
+/// `max_pool_grad_column_sums` over `rows` pooled rows (of every image) of
+/// `pw` windows and `c` channels.
+///
+/// # Safety
+/// The CPU must have AVX-512F; the slices hold the masks, the pooled
+/// gradient and `c` sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_grad_column_sums(first_max: &[u64], gy: &[f32], [rows, pw, c]: [usize; 3], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let vectors = c.div_ceil(LANES);
+    for v in 0..vectors {
+        let lanes: __mmask16 = if (v + 1) * LANES <= c { u16::MAX } else { (1 << (c - v * LANES)) - 1 };
+        let mut sum = _mm512_setzero_ps();
+        for row in 0..rows {
+            // The image rows of this pooled row: taps 0 and 1, then 2 and 3.
+            for dy in 0..2 {
+                for px in 0..pw {
+                    let window = row * pw + px;
+                    // SAFETY: inside `gy` (the masked-off lanes are not read).
+                    let g = unsafe { _mm512_maskz_loadu_ps(lanes, gy.as_ptr().add(window * c + v * LANES)) };
+                    let g = _mm512_add_ps(_mm512_setzero_ps(), g);
+                    let taps = (first_max[window * vectors + v] >> (32 * dy)) as u32;
+                    let in_row = (taps as u16) | ((taps >> 16) as u16);
+                    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(in_row, g));
+                }
+            }
+        }
+        // SAFETY: inside `out` (the masked-off lanes are not written).
+        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(v * LANES), lanes, sum) };
+    }
+}
+
 /// The input gradient of batch element `b` into `gx` (its `h × w × c`
 /// elements).
 #[inline(always)]

@@ -122,7 +122,18 @@ enum Step {
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
-    Reduce { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
+    /// `from_maxima`: `src` is a max-pool gradient written from recorded
+    /// first maxima (`Step::Pool`), and the reduction its sums over every
+    /// axis but the channels, computed from that pool gradient's operands
+    /// (the pooled gradient, the masks' offset) instead of from `src`.
+    Reduce {
+        op: ReduceOp,
+        src: Ref,
+        dst: usize,
+        shape: Vec<usize>,
+        reduced: Vec<bool>,
+        from_maxima: Option<(Ref, usize)>,
+    },
     /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
     /// (module `pool`).
     /// `first_max`: for a max pool's gradient, where the convolution that
@@ -209,10 +220,17 @@ impl Step {
                     *cost += 8 * node.ty.numel() as u64;
                 }
             }
-            Step::Reduce { src, dst, shape, reduced, .. } => {
+            Step::Reduce { src, dst, shape, reduced, from_maxima, .. } => {
                 let n: usize = shape.iter().product();
                 let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
-                reads.extend(place(*src, n));
+                match from_maxima {
+                    Some((gy, off)) => {
+                        let pooled = pooled_shape(shape);
+                        reads.extend(place(*gy, pooled.iter().product()));
+                        reads.push(Place::FirstMax(*off, off + first_max_len(&pooled)));
+                    }
+                    None => reads.extend(place(*src, n)),
+                }
                 writes.push(arena(*dst, m));
                 *cost = (n / 4) as u64;
             }
@@ -253,9 +271,10 @@ impl Step {
                 (None, _) => conv.label(),
             },
             Step::Interp(_) => "interpreted".to_string(),
-            Step::Reduce { op, shape, reduced, .. } => {
+            Step::Reduce { op, shape, reduced, from_maxima, .. } => {
                 let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
-                format!("reduce {op:?} {} over {axes:?}", dims(shape))
+                let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
+                format!("reduce {op:?} {} over {axes:?}{from}", dims(shape))
             }
             Step::Pool { params, grad, xs, first_max, .. } => {
                 let grad = if grad.is_some() { " grad" } else { "" };
@@ -640,6 +659,9 @@ impl JitUnit {
         // Convolution results not stored, only their fused pools
         // (`ConvPost::pool_only`).
         let mut unstored = HashSet::new();
+        // The max-pool gradients written from recorded maxima, by node: their
+        // pooled gradient, masks (`Step::Reduce::from_maxima`) and step.
+        let mut grads_from_maxima: HashMap<NodeId, (Ref, usize, usize)> = HashMap::new();
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -789,8 +811,24 @@ impl JitUnit {
                     let Ref::Arena(dst) = b.get(anchor)? else { return Err(internal("a reduction outside the arena")) };
                     let Op::Reduce { op, axes, .. } = &g.node(anchor).op else { unreachable!("native_reduce checked") };
                     let shape = g.node(input).ty.shape.clone();
-                    let reduced = (0..shape.len()).map(|d| axes.contains(&d)).collect();
-                    steps.push(Step::Reduce { op: *op, src: b.get(input)?, dst, shape, reduced });
+                    let reduced: Vec<bool> = (0..shape.len()).map(|d| axes.contains(&d)).collect();
+                    // The bias gradient of a max-pool gradient written from
+                    // recorded maxima is summed from that gradient's operands.
+                    let bias_sums = *op == ReduceOp::Sum
+                        && prologue.is_empty()
+                        && shape.len() == 4
+                        && reduced == [true, true, true, false];
+                    // Only while the pooled gradient is still there: the
+                    // plan may reuse its bytes once the pool gradient ran.
+                    let kept = |&(gy, _, at): &(Ref, usize, usize)| {
+                        let pooled = place(gy, pooled_shape(&shape).iter().product());
+                        let overwrites =
+                            |s: &Step| s.access().writes.iter().any(|w| pooled.is_some_and(|p| w.overlaps(p)));
+                        !steps[at + 1..].iter().any(overwrites)
+                    };
+                    let from_maxima =
+                        grads_from_maxima.get(&input).filter(|g| bias_sums && kept(g)).map(|&(gy, off, _)| (gy, off));
+                    steps.push(Step::Reduce { op: *op, src: b.get(input)?, dst, shape, reduced, from_maxima });
                     counts.native += 1;
                     if !tail.is_empty() {
                         let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
@@ -854,7 +892,12 @@ impl JitUnit {
                                         unstored.insert(pooled_node);
                                     }
                                 }
-                                None => steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max }),
+                                None => {
+                                    if let (Some(off), Some(gy)) = (first_max, grad) {
+                                        grads_from_maxima.insert(n, (gy, off, steps.len()));
+                                    }
+                                    steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max })
+                                }
                             }
                             counts.native += 1;
                         }
@@ -1178,7 +1221,18 @@ impl JitUnit {
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
             }
-            Step::Reduce { op, src, dst, shape, reduced } => {
+            Step::Reduce { dst, shape, from_maxima: Some((gy, off)), .. } => {
+                let pooled = pooled_shape(shape);
+                let gy = self.ptr(*gy, mem, pooled.iter().product())? as *const f32;
+                // SAFETY: `ptr` checked the size; the caller's contract.
+                let gy = unsafe { std::slice::from_raw_parts(gy, pooled.iter().product()) };
+                // SAFETY: the caller's contract (the schedule orders the
+                // masks' writer before).
+                let first_max = unsafe { mem.first_max(*off, first_max_len(&pooled))? };
+                let to = unsafe { mem.out(*dst, shape[3], "a reduction result")? };
+                super::pool::max_pool_grad_column_sums(first_max, gy, shape, to)?;
+            }
+            Step::Reduce { op, src, dst, shape, reduced, from_maxima: None } => {
                 let n: usize = shape.iter().product();
                 let from = self.ptr(*src, mem, n)? as *const f32;
                 // SAFETY: `ptr` checked that `src` holds `n` elements.
@@ -1415,6 +1469,14 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     matches!(g.node(a).op, Op::Reduce { .. })
         && g.node(a).ty.dtype == DType::F32
         && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+}
+
+/// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
+fn pooled_shape(shape: &[usize]) -> [usize; 4] {
+    match *shape {
+        [n, h, w, c] => [n, h / 2, w / 2, c],
+        _ => [0; 4],
+    }
 }
 
 /// How many first-maximum masks a 2x2 max pool into `pooled` (`[N, OH, OW,
