@@ -364,9 +364,14 @@ fn bench_profile_lists_every_step_of_the_training_step() {
         let from_maxima = labels.iter().filter(|l| l.starts_with("Max pool grad") && l.contains("recorded maxima"));
         assert_eq!(from_maxima.count(), 2, "{labels:?}");
         assert_eq!(labels.iter().filter(|l| l.contains("max pool, only the pool stored")).count(), 2, "{labels:?}");
-        // The first layer's bias gradient is summed from the pooled gradient
-        // and the maxima, not from the gradient the pool's gradient wrote.
+        // The first layer's bias and weight gradients read its pool's
+        // gradient from the pooled gradient and the maxima, so that
+        // gradient is not written.
         assert!(labels.iter().any(|l| l.starts_with("reduce Sum 64x28x28x16 over [0, 1, 2] from the recorded maxima")));
+        assert!(labels
+            .iter()
+            .any(|l| l.starts_with("conv2d grad-filter 3x3x1x16") && l.contains("from the recorded maxima")));
+        assert!(labels.iter().any(|l| l.starts_with("Max pool grad 64x28x28x16 (not needed")), "{labels:?}");
     }
     let ms: Vec<f64> = rows.iter().map(|r| r["ms"].as_f64().expect("ms")).collect();
     assert!(ms.windows(2).all(|w| w[0] >= w[1]), "not slowest first: {ms:?}");

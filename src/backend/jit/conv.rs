@@ -30,7 +30,7 @@
 //! `cols[50176, 9] · w[9, 16]`.
 
 use super::conv_direct::{self as direct, Window};
-pub(super) use super::conv_direct::{PostOps, SendMasks, SendPtr};
+pub(super) use super::conv_direct::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
 
 /// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
@@ -260,6 +260,18 @@ impl Conv {
         }
     }
 
+    /// Whether `run` can read a weight gradient's output gradient from a
+    /// max pool's recorded maxima (`PostOps::grad_from_maxima`).
+    pub fn takes_grad_from_maxima(&self) -> bool {
+        self.kind == ConvKind::GradFilter && self.direct().is_some_and(|d| d.win.filter_reads_maxima())
+    }
+
+    /// The forward convolution's output shape `[N, OH, OW, O]` (its
+    /// gradient's, for the gradients).
+    pub fn forward_out_shape(&self) -> [usize; 4] {
+        self.y
+    }
+
     /// The result's shape (`[N, OH, OW, O]` for the forward convolution).
     pub fn out_shape(&self) -> [usize; 4] {
         match self.kind {
@@ -293,6 +305,7 @@ impl Conv {
             self.takes_post_ops() || (post.bias.is_none() && !post.relu && post.keep_where_positive.is_none())
         );
         debug_assert!(self.takes_max_pool() || post.max_pool.is_none());
+        debug_assert!(self.takes_grad_from_maxima() || post.grad_from_maxima.is_none());
         match self.direct() {
             // SAFETY: the caller's contract.
             Some(d) => unsafe { self.run_direct(&d, [a, b], dst, cols, post, threads) },
@@ -332,7 +345,7 @@ impl Conv {
         unsafe {
             match self.kind {
                 ConvKind::Forward => direct::forward(&d.win, src, b, dst, post, threads),
-                ConvKind::GradFilter => direct::grad_filter(&d.win, src, b, dst, threads),
+                ConvKind::GradFilter => direct::grad_filter(&d.win, src, b, post.grad_from_maxima, dst, threads),
                 ConvKind::GradInput => {
                     let flipped = &mut rest[..d.win.w_len()];
                     direct::flip_transpose(b, self.w, flipped);
@@ -549,8 +562,9 @@ mod tests {
     /// equals the interpreter's pooling of that result bit for bit (NaN
     /// lanes and ties included), at one and two threads; so do the pool's
     /// gradient computed from the first maxima it records (ReLU zeros make
-    /// ties, the output gradient holds `-0`, NaN and infinities) and that
-    /// gradient's column sums computed from the maxima.
+    /// ties, the output gradient holds `-0`, NaN and infinities), that
+    /// gradient's column sums computed from the maxima, and a weight
+    /// gradient that reads it from the maxima.
     #[test]
     fn max_pool_written_with_the_result_equals_pooling_it() {
         // (x, w, whether it pools): tiles of two rows, of one row and two
@@ -560,6 +574,7 @@ mod tests {
             ([2, 6, 8, 3], [3, 3, 3, 4], true),
             ([1, 4, 28, 1], [3, 3, 1, 16], true),
             ([1, 4, 6, 2], [3, 3, 2, 20], true),
+            ([2, 6, 4, 1], [3, 3, 1, 20], true),
             ([3, 2, 4, 2], [2, 2, 2, 5], false),
             ([1, 4, 5, 2], [3, 3, 2, 4], false),
         ];
@@ -633,6 +648,30 @@ mod tests {
                 max_pool_grad_column_sums(&first_max, &gy, &ty.shape, &mut sums).expect("the column sums");
                 let want_sums: Vec<f64> = want_sums.iter().map(|&v| f64::from(v)).collect();
                 same(&sums, &want_sums, &format!("{what} column sums"));
+                // The weight gradient that reads this gradient from the
+                // maxima equals the one that reads it written out.
+                let grad_filter = Op::Conv2dGradFilter {
+                    stride: [1, 1],
+                    padding: [1, 1, 1, 1],
+                    dilation: [1, 1],
+                    groups: 1,
+                    filter_shape: ws,
+                };
+                let filter = Conv::of(&grad_filter, &xs, &ty.shape, &ws).expect("lowered");
+                assert_eq!(filter.takes_grad_from_maxima(), xs[3] == 1, "{xs:?} {ws:?}");
+                if filter.takes_grad_from_maxima() {
+                    let from_maxima = super::MaximaGrad { pooled: &gy, first_max: &first_max };
+                    let [mut stored, mut read] = [0, 1].map(|_| vec![f32::NAN; ws.iter().product()]);
+                    let mut cols = vec![f32::NAN; filter.cols_len()];
+                    // SAFETY: the operands and buffers have the sizes `run` needs.
+                    pool.install(|| unsafe {
+                        filter.run(xv.as_ptr(), gx.as_ptr(), &mut stored, &mut cols, PostOps::default(), threads);
+                        let post = PostOps { grad_from_maxima: Some(from_maxima), ..PostOps::default() };
+                        filter.run(xv.as_ptr(), gx.as_ptr(), &mut read, &mut cols, post, threads)
+                    });
+                    let stored: Vec<f64> = stored.iter().map(|&v| f64::from(v)).collect();
+                    same(&read, &stored, &format!("{what} weight gradient"));
+                }
             }
         }
     }

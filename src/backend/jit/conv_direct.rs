@@ -117,6 +117,14 @@ impl Window {
         self.n * (self.oh / 2) * (self.ow / 2) * self.o.div_ceil(16)
     }
 
+    /// Whether `grad_filter` can read its output gradient from a max pool's
+    /// recorded maxima (`PostOps::grad_from_maxima`): the output has even
+    /// height and width, and the weight gradient takes every weight row in
+    /// one tile (`WHOLE_KERNEL`, the first layer of a grayscale CNN).
+    pub fn filter_reads_maxima(&self) -> bool {
+        self.pools() && (self.kh, self.kw * self.c) == WHOLE_KERNEL
+    }
+
     /// The offset in the source of output position `(n, oy, ox)`'s window.
     fn origin(&self, n: usize, oy: usize, ox: usize) -> usize {
         ((n * self.hp + oy * self.stride[0]) * self.wp + ox * self.stride[1]) * self.c
@@ -245,6 +253,20 @@ pub(super) struct PostOps<'a> {
     /// each pair of rows goes to a small buffer that the pool reads while
     /// it is in the L1 cache.
     pub pool_only: bool,
+    /// For a weight gradient (`grad_filter`): its output gradient is a 2x2
+    /// max pool's gradient that is not stored, read instead as `0 + gy` of
+    /// the pooled gradient where the recorded first maxima say and `0`
+    /// elsewhere (the values `pool::max_pool_grad_from_first_max` writes).
+    pub grad_from_maxima: Option<MaximaGrad<'a>>,
+}
+
+/// A 2x2 max pool's gradient given by its pooled gradient `pooled` (`[N,
+/// OH/2, OW/2, O]`) and the first maxima its forward pool recorded
+/// (`PostOps::first_max`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct MaximaGrad<'a> {
+    pub pooled: &'a [f32],
+    pub first_max: &'a [u64],
 }
 
 /// The first-maximum masks shared by the threads of one `forward`.
@@ -293,8 +315,19 @@ pub(super) unsafe fn forward(win: &Window, src: &[f32], w: &[f32], y: &mut [f32]
 /// # Safety
 /// As for `forward`, with `gy` holding the output's elements and `gw` the
 /// weights'.
-pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut [f32], threads: usize) {
+pub(super) unsafe fn grad_filter(
+    win: &Window,
+    src: &[f32],
+    gy: &[f32],
+    from_maxima: Option<MaximaGrad>,
+    gw: &mut [f32],
+    threads: usize,
+) {
     debug_assert!(win.fits() && src.len() >= win.src_len() && gy.len() >= win.y_len() && gw.len() >= win.w_len());
+    debug_assert!(from_maxima.is_none_or(|m| {
+        let sizes = m.pooled.len() >= win.y_len() / 4 && m.first_max.len() >= win.first_max_len();
+        sizes && win.filter_reads_maxima()
+    }));
     gw[..win.w_len()].fill(0.0);
     // A tile: kernel row `i`, weight rows `q0..q0+r` of that kernel row's
     // `KW·C`, one channel block.
@@ -323,7 +356,8 @@ pub(super) unsafe fn grad_filter(win: &Window, src: &[f32], gy: &[f32], gw: &mut
             for &(i, q0, r, o0, vectors, masks) in &tiles[lo..hi] {
                 let tile = FilterTile {
                     src: src.as_ptr().wrapping_add(i * win.wp * win.c + q0),
-                    gy: gy.as_ptr().wrapping_add(o0),
+                    gy: from_maxima.map_or(gy.as_ptr(), |m| m.pooled.as_ptr()).wrapping_add(o0),
+                    first_max: from_maxima.map(|m| m.first_max.as_ptr().wrapping_add(o0 / 16)),
                     dst: out.0.wrapping_add((i * run_len + q0) * win.o + o0),
                     masks,
                 };
@@ -482,8 +516,13 @@ fn masks_lanes(masks: [u16; 2], vectors: usize) -> bool {
 struct FilterTile {
     /// The tile's first weight row within the window of position 0.
     src: *const f32,
-    /// The output gradient's first channel of the tile, at position 0.
+    /// The output gradient's first channel of the tile, at position 0 (or
+    /// with `first_max`, the pooled gradient's).
     gy: *const f32,
+    /// The first maxima of the tile's first channel vector at pooled
+    /// position 0, when the output gradient is a max pool's gradient read
+    /// from them (`PostOps::grad_from_maxima`).
+    first_max: Option<*const u64>,
     /// The tile's first weight row and channel.
     dst: *mut f32,
     masks: [u16; 2],
@@ -585,11 +624,15 @@ unsafe fn filter_tile(win: &Window, t: &FilterTile, rows: std::ops::Range<usize>
         if r > win.kw * win.c {
             const ROWS: usize = WHOLE_KERNEL.0 * WHOLE_KERNEL.1;
             const SPLIT: usize = WHOLE_KERNEL.1;
-            return match (vectors, masks_lanes(t.masks, vectors)) {
-                (1, false) => filter_kernel_split::<ROWS, 1, SPLIT, false>(win, t, rows),
-                (1, true) => filter_kernel_split::<ROWS, 1, SPLIT, true>(win, t, rows),
-                (_, false) => filter_kernel_split::<ROWS, 2, SPLIT, false>(win, t, rows),
-                (_, true) => filter_kernel_split::<ROWS, 2, SPLIT, true>(win, t, rows),
+            return match (vectors, masks_lanes(t.masks, vectors), t.first_max.is_some()) {
+                (1, false, false) => filter_kernel_split::<ROWS, 1, SPLIT, false, false>(win, t, rows),
+                (1, true, false) => filter_kernel_split::<ROWS, 1, SPLIT, true, false>(win, t, rows),
+                (_, false, false) => filter_kernel_split::<ROWS, 2, SPLIT, false, false>(win, t, rows),
+                (_, true, false) => filter_kernel_split::<ROWS, 2, SPLIT, true, false>(win, t, rows),
+                (1, false, true) => filter_kernel_split::<ROWS, 1, SPLIT, false, true>(win, t, rows),
+                (1, true, true) => filter_kernel_split::<ROWS, 1, SPLIT, true, true>(win, t, rows),
+                (_, false, true) => filter_kernel_split::<ROWS, 2, SPLIT, false, true>(win, t, rows),
+                (_, true, true) => filter_kernel_split::<ROWS, 2, SPLIT, true, true>(win, t, rows),
             };
         }
         dispatch!(filter_kernel, r, vectors, masks_lanes(t.masks, vectors), (win, t, rows.clone()))
@@ -841,18 +884,26 @@ unsafe fn filter_kernel<const R: usize, const B: usize, const MASKED: bool>(
     rows: std::ops::Range<usize>,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { filter_kernel_split::<R, B, 0, MASKED>(win, t, rows) }
+    unsafe { filter_kernel_split::<R, B, 0, MASKED, false>(win, t, rows) }
 }
 
 /// `filter_kernel` for weight rows that span source rows: with `SPLIT > 0`,
 /// weight row `p` reads element `p % SPLIT` of source row `p / SPLIT` of
 /// each position's window (every weight row of a kernel whose `KW·C` is
 /// `SPLIT`); with `SPLIT = 0`, element `p` of its first row. Each weight
-/// element is one chain of multiply-adds over the positions in order.
+/// element is one chain of multiply-adds over the positions in order. With
+/// `FROM_MAXIMA` it reads the output gradient from a max pool's maxima
+/// (`FilterTile::first_max`): the same values, so the same sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn filter_kernel_split<const R: usize, const B: usize, const SPLIT: usize, const MASKED: bool>(
+unsafe fn filter_kernel_split<
+    const R: usize,
+    const B: usize,
+    const SPLIT: usize,
+    const MASKED: bool,
+    const FROM_MAXIMA: bool,
+>(
     win: &Window,
     t: &FilterTile,
     rows: std::ops::Range<usize>,
@@ -866,14 +917,33 @@ unsafe fn filter_kernel_split<const R: usize, const B: usize, const SPLIT: usize
             *v = unsafe { _mm512_maskz_loadu_ps(t.masks[b], t.dst.wrapping_add(p * o + 16 * b)) };
         }
     }
+    // With `FROM_MAXIMA`: the first maxima of each pooled position, and
+    // their pooled gradient, as `gy` and `first_max` advance by a pooled row.
+    let (pooled_row, vectors) = (win.ow / 2 * o, o.div_ceil(16));
+    let first_max = t.first_max.unwrap_or(std::ptr::null());
     for row in rows {
         let (n, oy) = (row / win.oh, row % win.oh);
-        let (src, gy) = (t.src.wrapping_add(win.origin(n, oy, 0)), t.gy.wrapping_add(row * win.ow * o));
+        let src = t.src.wrapping_add(win.origin(n, oy, 0));
+        let gy = match FROM_MAXIMA {
+            // `oh` is even: image row `row` lies in pooled row `row / 2`.
+            true => t.gy.wrapping_add(row / 2 * pooled_row),
+            false => t.gy.wrapping_add(row * win.ow * o),
+        };
+        let taps = first_max.wrapping_add(row / 2 * (win.ow / 2) * vectors);
         for ox in 0..win.ow {
             let mut gv: [__m512; B] = [_mm512_setzero_ps(); B];
             for (b, v) in gv.iter_mut().enumerate() {
-                // SAFETY: inside the output gradient.
-                *v = unsafe { load::<MASKED>(t.masks[b], gy.wrapping_add(ox * o + 16 * b)) };
+                *v = match FROM_MAXIMA {
+                    true => {
+                        // SAFETY: inside the pooled gradient and its masks.
+                        let pooled = unsafe { load::<MASKED>(t.masks[b], gy.wrapping_add(ox / 2 * o + 16 * b)) };
+                        let window = unsafe { *taps.add(ox / 2 * vectors + b) };
+                        let first = (window >> (16 * (2 * (oy % 2) + ox % 2))) as u16;
+                        _mm512_maskz_mov_ps(first, _mm512_add_ps(_mm512_setzero_ps(), pooled))
+                    }
+                    // SAFETY: inside the output gradient.
+                    false => unsafe { load::<MASKED>(t.masks[b], gy.wrapping_add(ox * o + 16 * b)) },
+                };
             }
             let src = src.wrapping_add(ox * step);
             for (p, acc) in acc.iter_mut().enumerate() {

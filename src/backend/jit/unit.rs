@@ -58,7 +58,7 @@
 
 use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
-use super::conv::{Conv, PostOps, SendMasks, SendPtr};
+use super::conv::{Conv, MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::sgemm;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
@@ -147,6 +147,9 @@ enum Step {
         xs: Vec<usize>,
         ys: Vec<usize>,
         first_max: Option<usize>,
+        /// Every reader of the gradient computes it from the maxima, so the
+        /// step writes nothing.
+        unread: bool,
     },
     /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
     Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
@@ -167,6 +170,11 @@ struct ConvPost {
     first_max: Option<usize>,
     /// With `max_pool`: only the pool is stored (`conv::PostOps::pool_only`).
     pool_only: bool,
+    /// For a weight gradient: its output gradient `b` is a max pool's
+    /// gradient written from recorded maxima, read instead from that
+    /// gradient's pooled gradient and masks' offset
+    /// (`conv::PostOps::grad_from_maxima`).
+    from_maxima: Option<(Ref, usize)>,
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
@@ -201,7 +209,14 @@ impl Step {
             }
             Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
-                reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
+                reads.extend(place(*a, na));
+                match post.from_maxima {
+                    Some((gy, off)) => {
+                        reads.extend(place(gy, nb / 4));
+                        reads.push(Place::FirstMax(off, off + first_max_len(&pooled_shape(&conv.forward_out_shape()))));
+                    }
+                    None => reads.extend(place(*b, nb)),
+                }
                 reads.extend(post.bias.and_then(|r| place(r, conv.out_channels())));
                 reads.extend(post.keep_where_positive.and_then(|r| place(r, ny)));
                 writes.extend([arena(*dst, ny), Place::Cols]);
@@ -265,10 +280,11 @@ impl Step {
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
             }
-            Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only) {
-                (Some(_), false) => format!("{} and 2x2 max pool", conv.label()),
-                (Some(_), true) => format!("{} and 2x2 max pool, only the pool stored", conv.label()),
-                (None, _) => conv.label(),
+            Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
+                (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),
+                (Some(_), true, _) => format!("{} and 2x2 max pool, only the pool stored", conv.label()),
+                (None, _, Some(_)) => format!("{} from the recorded maxima", conv.label()),
+                (None, _, None) => conv.label(),
             },
             Step::Interp(_) => "interpreted".to_string(),
             Step::Reduce { op, shape, reduced, from_maxima, .. } => {
@@ -276,9 +292,13 @@ impl Step {
                 let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
                 format!("reduce {op:?} {} over {axes:?}{from}", dims(shape))
             }
-            Step::Pool { params, grad, xs, first_max, .. } => {
+            Step::Pool { params, grad, xs, first_max, unread, .. } => {
                 let grad = if grad.is_some() { " grad" } else { "" };
-                let from = if first_max.is_some() { " from the recorded maxima" } else { "" };
+                let from = match (first_max.is_some(), unread) {
+                    (_, true) => " (not needed: its readers use the recorded maxima)",
+                    (true, false) => " from the recorded maxima",
+                    (false, false) => "",
+                };
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { rows, cols, .. } => format!("transpose {rows}x{cols}"),
@@ -662,6 +682,8 @@ impl JitUnit {
         // The max-pool gradients written from recorded maxima, by node: their
         // pooled gradient, masks (`Step::Reduce::from_maxima`) and step.
         let mut grads_from_maxima: HashMap<NodeId, (Ref, usize, usize)> = HashMap::new();
+        // How many steps read each of those gradients from the maxima.
+        let mut maxima_readers: HashMap<NodeId, usize> = HashMap::new();
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -747,7 +769,21 @@ impl JitUnit {
                                 max_pool: None,
                                 first_max: None,
                                 pool_only: false,
+                                from_maxima: None,
                             };
+                            // A weight gradient whose output gradient is a max
+                            // pool's gradient written from recorded maxima
+                            // reads it from those maxima.
+                            let mut post = post;
+                            if conv.takes_grad_from_maxima() {
+                                let grad = grads_from_maxima.get(&ins[1]);
+                                let y = conv.forward_out_shape();
+                                post.from_maxima =
+                                    grad.filter(|g| still_there(&steps, g, &y)).map(|&(gy, off, _)| (gy, off));
+                                if post.from_maxima.is_some() {
+                                    *maxima_readers.entry(ins[1]).or_default() += 1;
+                                }
+                            }
                             steps.push(Step::Conv { conv, a, b: bb, dst, post });
                         }
                         None => {
@@ -820,14 +856,13 @@ impl JitUnit {
                         && reduced == [true, true, true, false];
                     // Only while the pooled gradient is still there: the
                     // plan may reuse its bytes once the pool gradient ran.
-                    let kept = |&(gy, _, at): &(Ref, usize, usize)| {
-                        let pooled = place(gy, pooled_shape(&shape).iter().product());
-                        let overwrites =
-                            |s: &Step| s.access().writes.iter().any(|w| pooled.is_some_and(|p| w.overlaps(p)));
-                        !steps[at + 1..].iter().any(overwrites)
-                    };
-                    let from_maxima =
-                        grads_from_maxima.get(&input).filter(|g| bias_sums && kept(g)).map(|&(gy, off, _)| (gy, off));
+                    let from_maxima = grads_from_maxima
+                        .get(&input)
+                        .filter(|g| bias_sums && still_there(&steps, g, &shape))
+                        .map(|&(gy, off, _)| (gy, off));
+                    if from_maxima.is_some() {
+                        *maxima_readers.entry(input).or_default() += 1;
+                    }
                     steps.push(Step::Reduce { op: *op, src: b.get(input)?, dst, shape, reduced, from_maxima });
                     counts.native += 1;
                     if !tail.is_empty() {
@@ -896,7 +931,7 @@ impl JitUnit {
                                     if let (Some(off), Some(gy)) = (first_max, grad) {
                                         grads_from_maxima.insert(n, (gy, off, steps.len()));
                                     }
-                                    steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max })
+                                    steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false })
                                 }
                             }
                             counts.native += 1;
@@ -932,6 +967,14 @@ impl JitUnit {
             }
         }
         kernel_of.resize(steps.len(), current);
+        // A max-pool gradient that every reader computes from the maxima
+        // need not be written.
+        for (node, &(_, _, at)) in &grads_from_maxima {
+            let all = maxima_readers.get(node) == Some(&g.users(*node).len()) && !outputs.contains(node);
+            if let Step::Pool { unread, .. } = &mut steps[at] {
+                *unread = all;
+            }
+        }
         let steps_len = steps.len();
         // The steps' estimated work (about a nanosecond a unit): a small unit
         // runs on the calling thread (module `threads`).
@@ -1215,8 +1258,20 @@ impl JitUnit {
                     None => None,
                 };
                 let keep_where_positive = operand(post.keep_where_positive, ny)?;
-                let pool_only = post.pool_only;
-                let post = PostOps { bias, relu: post.relu, keep_where_positive, max_pool, first_max, pool_only };
+                let grad_from_maxima = match post.from_maxima {
+                    Some((gy, off)) => {
+                        let pooled = pooled_shape(&conv.forward_out_shape());
+                        Some(MaximaGrad {
+                            pooled: operand(Some(gy), pooled.iter().product())?.unwrap_or_default(),
+                            // SAFETY: the schedule orders the masks' writer before.
+                            first_max: unsafe { mem.first_max(off, first_max_len(&pooled))? },
+                        })
+                    }
+                    None => None,
+                };
+                let (relu, pool_only) = (post.relu, post.pool_only);
+                let post =
+                    PostOps { bias, relu, keep_where_positive, max_pool, first_max, pool_only, grad_from_maxima };
                 // SAFETY: `ptr` checked the operand sizes; `out` and
                 // `cols` have the sizes `run` needs.
                 unsafe { conv.run(pa, pb, out, cols, post, threads) };
@@ -1242,7 +1297,8 @@ impl JitUnit {
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
                 super::reduce::reduce(*op, from, shape, reduced, to);
             }
-            Step::Pool { params, x, grad, dst, xs, ys, first_max } => {
+            Step::Pool { unread: true, .. } => {}
+            Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false } => {
                 let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
                 if let (Some(off), Some(gy)) = (first_max, grad) {
                     let gy = self.ptr(*gy, mem, ny)? as *const f32;
@@ -1469,6 +1525,17 @@ fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     matches!(g.node(a).op, Op::Reduce { .. })
         && g.node(a).ty.dtype == DType::F32
         && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+}
+
+/// Whether the pooled gradient a max-pool gradient written from recorded
+/// maxima read (`(gy, masks, the step)`, see `grads_from_maxima`) still
+/// holds it after `steps`, for a later step to read instead of that
+/// gradient (of shape `grad`): the plan may reuse its bytes once the
+/// pool's gradient ran.
+fn still_there(steps: &[Step], &(gy, _, at): &(Ref, usize, usize), grad: &[usize]) -> bool {
+    let pooled = place(gy, pooled_shape(grad).iter().product());
+    let overwrites = |s: &Step| s.access().writes.iter().any(|w| pooled.is_some_and(|p| w.overlaps(p)));
+    !steps[at + 1..].iter().any(overwrites)
 }
 
 /// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
