@@ -789,10 +789,7 @@ unsafe fn max_pool_pair_kernel<const FIRST_MAX: bool>(
                 [top.wrapping_add(at), top.wrapping_add(at + o), bottom.wrapping_add(at), bottom.wrapping_add(at + o)]
                     // SAFETY: inside the output (the masked-off lanes are not read).
                     .map(|from| unsafe { _mm512_maskz_loadu_ps(mask, from) });
-            let mut m = _mm512_set1_ps(f32::NEG_INFINITY);
-            for v in taps {
-                m = super::simd::max_nan_16(m, v);
-            }
+            let m = super::simd::window_max_16(taps);
             // SAFETY: inside the pooled row (the masked-off lanes are not written).
             unsafe { _mm512_mask_storeu_ps(to.wrapping_add(px * o + 16 * b), mask, m) };
             if FIRST_MAX {

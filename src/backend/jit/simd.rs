@@ -79,3 +79,61 @@ pub(super) fn is_max_16(
     use std::arch::x86_64::{_mm512_cmp_ps_mask, _CMP_EQ_OQ, _CMP_UNORD_Q};
     _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, m) | (m_is_nan & _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v))
 }
+
+/// The `max_nan_16` fold from `-inf` over a 2x2 window's four vectors, in
+/// row-major order. Without NaN among them, three `vmaxps`: `max_ps(v, m)`
+/// is `v` where `v > m` and `m` otherwise (ties and signed zeros
+/// included), which is the fold's step; a NaN anywhere takes the fold.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) fn window_max_16(taps: [std::arch::x86_64::__m512; 4]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_max_ps, _mm512_set1_ps, _CMP_UNORD_Q};
+    let [a, b, c, d] = taps;
+    if _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(c, d) == 0 {
+        return _mm512_max_ps(d, _mm512_max_ps(c, _mm512_max_ps(b, a)));
+    }
+    taps.into_iter().fold(_mm512_set1_ps(f32::NEG_INFINITY), |m, v| max_nan_16(m, v))
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::{avx512, max_nan_16, window_max_16};
+    use std::arch::x86_64::{_mm512_loadu_ps, _mm512_set1_ps, _mm512_storeu_ps};
+
+    /// The window maximum equals the `max_nan` fold bit for bit on every
+    /// ordering of signed zeros, ties, infinities and NaN.
+    #[test]
+    fn window_max_is_the_max_nan_fold() {
+        if !avx512() {
+            return;
+        }
+        let values = [0.0, -0.0, 1.0, -1.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 2.5];
+        // Every window of four values from `values`, one per lane, 16 at a
+        // time; those without NaN first, so that whole vectors of them take
+        // the `vmaxps` path.
+        let mut windows: Vec<[f32; 4]> = (0..values.len().pow(4))
+            .map(|i| [0, 1, 2, 3].map(|t| values[i / values.len().pow(t) % values.len()]))
+            .collect();
+        windows.sort_by_key(|w| w.iter().any(|v| v.is_nan()));
+        for chunk in windows.chunks(16) {
+            let lanes = |t: usize| {
+                let mut v = [0.0f32; 16];
+                chunk.iter().enumerate().for_each(|(l, w)| v[l] = w[t]);
+                v
+            };
+            let [a, b, c, d] = [0, 1, 2, 3].map(lanes);
+            let (mut got, mut want) = ([0.0f32; 16], [0.0f32; 16]);
+            // SAFETY: `avx512()` holds; the arrays hold 16 lanes.
+            unsafe {
+                let taps = [a, b, c, d].map(|v| _mm512_loadu_ps(v.as_ptr()));
+                _mm512_storeu_ps(got.as_mut_ptr(), window_max_16(taps));
+                let fold = taps.into_iter().fold(_mm512_set1_ps(f32::NEG_INFINITY), |m, v| max_nan_16(m, v));
+                _mm512_storeu_ps(want.as_mut_ptr(), fold);
+            }
+            for (l, w) in chunk.iter().enumerate() {
+                assert_eq!(got[l].to_bits(), want[l].to_bits(), "window {w:?}");
+            }
+        }
+    }
+}
