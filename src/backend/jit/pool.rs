@@ -148,6 +148,35 @@ pub(super) fn pool_grad(
     Ok(())
 }
 
+/// The geometry of a 2x2 max pool's gradient computed from recorded first
+/// maxima: its input `x` (`[N, H, W, C]`, even `H` and `W`) and the masks
+/// per pooled position (one per vector of 16 channels).
+struct FromMaxima {
+    x: [usize; 4],
+    vectors: usize,
+}
+
+impl FromMaxima {
+    /// The geometry of `xs`, once the masks and the pooled gradient `gy`
+    /// are checked to cover it, `gx_len` (if given) to hold the input's
+    /// gradient, and the machine to have AVX-512 (the masks' only writer).
+    fn check(first_max: &[u64], gy: &[f32], xs: &[usize], gx_len: Option<usize>) -> Result<FromMaxima, Diagnostic> {
+        let internal =
+            |what: &str| Diagnostic::internal(format!("jit: a max-pool gradient from recorded maxima {what}"));
+        let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("needs a 4-d input"))?;
+        let (positions, vectors) = (n * (h / 2) * (w / 2), c.div_ceil(LANES));
+        let fits = h % 2 == 0
+            && w % 2 == 0
+            && first_max.len() >= positions * vectors
+            && gy.len() >= positions * c
+            && gx_len.is_none_or(|len| len >= n * h * w * c);
+        if !fits || !super::simd::avx512() {
+            return Err(internal("got buffers of the wrong sizes, or runs without AVX-512"));
+        }
+        Ok(FromMaxima { x: [n, h, w, c], vectors })
+    }
+}
+
 /// The gradient of a 2x2, stride-2, unpadded max pool of `x: xs` (even
 /// height and width) into `gx`, given the gradient `gy` of its result and
 /// the first-maximum masks a convolution recorded while pooling `x`
@@ -162,17 +191,8 @@ pub(super) fn max_pool_grad_from_first_max(
     gx: &mut [f32],
     threads: usize,
 ) -> Result<(), Diagnostic> {
-    let internal = |what: &str| Diagnostic::internal(format!("jit: the max-pool gradient from recorded maxima {what}"));
-    let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("needs a 4-d input"))?;
-    let (ph, pw, vectors) = (h / 2, w / 2, c.div_ceil(LANES));
-    let fits = h % 2 == 0
-        && w % 2 == 0
-        && first_max.len() >= n * ph * pw * vectors
-        && gy.len() >= n * ph * pw * c
-        && gx.len() >= n * h * w * c;
-    if !fits || !super::simd::avx512() {
-        return Err(internal("got buffers of the wrong sizes, or runs without AVX-512"));
-    }
+    let FromMaxima { x: [n, h, w, c], vectors } = FromMaxima::check(first_max, gy, xs, Some(gx.len()))?;
+    let (ph, pw) = (h / 2, w / 2);
     #[cfg(target_arch = "x86_64")]
     for_each_batch(&mut gx[..n * h * w * c], h * w * c, threads, |b, gx| {
         let (first_max, gy) = (&first_max[b * ph * pw * vectors..], &gy[b * ph * pw * c..]);
@@ -233,17 +253,11 @@ pub(super) fn max_pool_grad_column_sums(
     xs: &[usize],
     out: &mut [f32],
 ) -> Result<(), Diagnostic> {
-    let internal = |what: &str| Diagnostic::internal(format!("jit: the column sums from recorded maxima {what}"));
-    let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("need a 4-d input"))?;
-    let (ph, pw, vectors) = (h / 2, w / 2, c.div_ceil(LANES));
-    let fits = h % 2 == 0
-        && w % 2 == 0
-        && first_max.len() >= n * ph * pw * vectors
-        && gy.len() >= n * ph * pw * c
-        && out.len() >= c;
-    if !fits || !super::simd::avx512() {
-        return Err(internal("got buffers of the wrong sizes, or run without AVX-512"));
+    let FromMaxima { x: [n, h, w, c], .. } = FromMaxima::check(first_max, gy, xs, None)?;
+    if out.len() < c {
+        return Err(Diagnostic::internal("jit: column sums from recorded maxima into too few values"));
     }
+    let (ph, pw) = (h / 2, w / 2);
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `avx512()` holds and the sizes were checked above.
     unsafe {
