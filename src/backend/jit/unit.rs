@@ -18,9 +18,12 @@
 //!   kernel is a 2x2 max pool of that result (of even height and width),
 //!   writes the pool too, with no pooling step — and, when the unit also
 //!   takes that pool's gradient, records each window's first maximum,
-//!   which the gradient then reads instead of the result; `f32` pooling with
-//!   disjoint windows, reductions and matrix transposes run as native
-//!   loops (modules `pool`, `reduce`);
+//!   which the gradient then reads instead of the result (as do, while the
+//!   pooled gradient is in place, a bias gradient summing it and a
+//!   first-layer weight gradient, and then the gradient is not written);
+//!   a result nothing else reads is not stored, only its pool; `f32`
+//!   pooling with disjoint windows, reductions and matrix transposes run as
+//!   native loops (modules `pool`, `reduce`);
 //! - a contraction's product that only its epilogue reads is stored in an
 //!   output of the epilogue of the same size, which the epilogue then
 //!   overwrites in place (compiled code reads an element before it writes
