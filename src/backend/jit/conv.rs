@@ -476,8 +476,7 @@ mod tests {
     use super::super::reduce::reduce;
     use super::{Conv, PostOps, SendMasks, SendPtr};
     use crate::backend::interp::{eval_node, Tensor};
-    use crate::ir::ReduceOp;
-    use crate::ir::{DType, Op, TensorType};
+    use crate::ir::{DType, Op, ReduceOp, TensorType};
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {

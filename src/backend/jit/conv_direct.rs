@@ -114,7 +114,7 @@ impl Window {
     /// How many first-maximum masks a pooling `forward` records
     /// (`PostOps::first_max`): one per pooled position and channel vector.
     pub fn first_max_len(&self) -> usize {
-        self.n * (self.oh / 2) * (self.ow / 2) * self.o.div_ceil(16)
+        super::pool::first_max_len(&[self.n, self.oh / 2, self.ow / 2, self.o])
     }
 
     /// Whether `grad_filter` can read its output gradient from a max pool's

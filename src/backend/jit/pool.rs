@@ -148,6 +148,24 @@ pub(super) fn pool_grad(
     Ok(())
 }
 
+/// How many first-maximum masks a 2x2 max pool into `pooled` (`[N, OH, OW,
+/// C]`) records (`conv_direct::PostOps::first_max`): one per pooled
+/// position and vector of 16 channels, in that order.
+pub(super) fn first_max_len(pooled: &[usize]) -> usize {
+    match pooled.split_last() {
+        Some((c, positions)) => positions.iter().product::<usize>() * c.div_ceil(LANES),
+        None => 0,
+    }
+}
+
+/// The lanes of vector `v` (channels `16v..16v + 16`) among `c` channels.
+fn lanes_of(v: usize, c: usize) -> u16 {
+    match c - v * LANES {
+        whole if whole >= LANES => u16::MAX,
+        part => (1 << part) - 1,
+    }
+}
+
 /// The geometry of a 2x2 max pool's gradient computed from recorded first
 /// maxima: its input `x` (`[N, H, W, C]`, even `H` and `W`) and the masks
 /// per pooled position (one per vector of 16 channels).
@@ -164,16 +182,16 @@ impl FromMaxima {
         let internal =
             |what: &str| Diagnostic::internal(format!("jit: a max-pool gradient from recorded maxima {what}"));
         let [n, h, w, c] = <[usize; 4]>::try_from(xs).map_err(|_| internal("needs a 4-d input"))?;
-        let (positions, vectors) = (n * (h / 2) * (w / 2), c.div_ceil(LANES));
+        let pooled = [n, h / 2, w / 2, c];
         let fits = h % 2 == 0
             && w % 2 == 0
-            && first_max.len() >= positions * vectors
-            && gy.len() >= positions * c
+            && first_max.len() >= first_max_len(&pooled)
+            && gy.len() >= pooled.iter().product()
             && gx_len.is_none_or(|len| len >= n * h * w * c);
         if !fits || !super::simd::avx512() {
             return Err(internal("got buffers of the wrong sizes, or runs without AVX-512"));
         }
-        Ok(FromMaxima { x: [n, h, w, c], vectors })
+        Ok(FromMaxima { x: [n, h, w, c], vectors: c.div_ceil(LANES) })
     }
 }
 
@@ -221,7 +239,7 @@ unsafe fn max_grad_from_first_max_batch(first_max: &[u64], gy: &[f32], [h, w, c]
         for px in 0..w / 2 {
             let pooled = py * (w / 2) + px;
             for v in 0..vectors {
-                let lanes: __mmask16 = if (v + 1) * LANES <= c { u16::MAX } else { (1 << (c - v * LANES)) - 1 };
+                let lanes = lanes_of(v, c);
                 // SAFETY (every load and store): inside the batch element's
                 // buffers, the masked-off lanes neither read nor written.
                 let g = unsafe { _mm512_maskz_loadu_ps(lanes, gy.add(pooled * c + v * LANES)) };
@@ -278,7 +296,7 @@ unsafe fn max_grad_column_sums(first_max: &[u64], gy: &[f32], [rows, pw, c]: [us
     use std::arch::x86_64::*;
     let vectors = c.div_ceil(LANES);
     for v in 0..vectors {
-        let lanes: __mmask16 = if (v + 1) * LANES <= c { u16::MAX } else { (1 << (c - v * LANES)) - 1 };
+        let lanes = lanes_of(v, c);
         let mut sum = _mm512_setzero_ps();
         for row in 0..rows {
             // The image rows of this pooled row: taps 0 and 1, then 2 and 3.

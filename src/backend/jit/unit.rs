@@ -63,6 +63,7 @@ use super::carry::{CarryInputs, Resident};
 use super::codegen::KernelFn;
 use super::conv::{Conv, MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::sgemm;
+use super::pool::first_max_len;
 use super::schedule::{Access, Order, Place, Schedule, Scratch};
 use super::spec::Spec;
 use super::threads::{split_rows, PARALLEL_MIN_ELEMENTS, PARALLEL_MIN_UNIT_WORK, ROW_BLOCK};
@@ -1287,6 +1288,7 @@ impl JitUnit {
                 // SAFETY: the caller's contract (the schedule orders the
                 // masks' writer before).
                 let first_max = unsafe { mem.first_max(*off, first_max_len(&pooled))? };
+                // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, shape[3], "a reduction result")? };
                 super::pool::max_pool_grad_column_sums(first_max, gy, shape, to)?;
             }
@@ -1546,15 +1548,6 @@ fn pooled_shape(shape: &[usize]) -> [usize; 4] {
     match *shape {
         [n, h, w, c] => [n, h / 2, w / 2, c],
         _ => [0; 4],
-    }
-}
-
-/// How many first-maximum masks a 2x2 max pool into `pooled` (`[N, OH, OW,
-/// C]`) records: one per pooled position and vector of 16 channels.
-fn first_max_len(pooled: &[usize]) -> usize {
-    match pooled.split_last() {
-        Some((c, positions)) => positions.iter().product::<usize>() * c.div_ceil(16),
-        None => 0,
     }
 }
 
