@@ -1,21 +1,24 @@
-//! Transposes that only feed matrix products are not materialized: the
-//! product reads the transpose's source with its row and column strides
-//! exchanged (`gemm` takes any strides), the way XLA and oneDNN fold a
-//! transposed operand into the GEMM call.
+//! Transposes that only feed matrix products as their left operand are not
+//! materialized: the product reads the transpose's source with its row and
+//! column strides exchanged (`gemm` takes any strides), the way XLA and
+//! oneDNN fold a transposed operand into the GEMM call.
 //!
 //! Contract: [`foldable`] returns the transposes of a unit that
 //! `CompiledUnit::matmul_operand_transposes` lists (2-D `f32` transposes
-//! read only as an operand of unbatched matmuls that start a `Contraction`
-//! kernel), are not unit outputs, and whose source keeps its value until
+//! read only as the left operand of unbatched matmuls that start a
+//! `Contraction` kernel, or as the right operand of one-row products),
+//! are not unit outputs, and whose source keeps its value until
 //! the last of those matmuls has run: the source is an input or a fixed
 //! value, or it lives in the arena and no buffer sharing its bytes is
 //! written between the transpose's position and that matmul's (the memory
 //! plan keeps it alive that long). Skipping such a transpose and reading
 //! its source transposed gives the same products.
 //!
-//! Example: the backward pass of `x @ w` computes `gy @ transpose(w)`; the
-//! transpose of a `[256, 256]` weight is 65,536 copied elements per step
-//! that folding removes.
+//! Example: the backward pass of `x @ w` computes `transpose(x) @ gy`; the
+//! transpose of a `[64, 784]` batch is 50,176 copied elements per step that
+//! folding removes. Its other product, `gy @ transpose(w)`, reads a
+//! materialized transpose (module `transpose`): `gemm` packs a transposed
+//! right operand more slowly than the copy costs.
 
 use super::unit::Ref;
 use crate::ir::compiled::CompiledUnit;

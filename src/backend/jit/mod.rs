@@ -15,7 +15,8 @@
 //!
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
-//! reductions), `conv` and `pool` (native convolutions and pooling), `adam`
+//! reductions), `conv` and `pool` (native convolutions and pooling),
+//! `transpose` (native matrix transposes), `adam`
 //! (Adam's update as a native AVX-512 loop), `unit`
 //! (the executor of one unit), `schedule` (which steps may run at once),
 //! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif|asm`
@@ -39,6 +40,7 @@ mod schedule;
 mod simd;
 pub mod spec;
 mod threads;
+mod transpose;
 mod unit;
 
 pub use clif::{emit_kernels, Listing};

@@ -1341,7 +1341,7 @@ impl JitUnit {
                 let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, rows * cols, "a transpose result")? };
-                transpose(from, to, rows, cols);
+                super::transpose::transpose(from, to, rows, cols);
             }
             Step::Interp(nodes) => {
                 let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
@@ -1588,20 +1588,6 @@ fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
     let [n] = nodes else { return false };
     let node = g.node(*n);
     matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32
-}
-
-/// `to = from^T` for a row-major `rows × cols` `from`, in cache-sized tiles.
-fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
-    const T: usize = 32;
-    for r0 in (0..rows).step_by(T) {
-        for c0 in (0..cols).step_by(T) {
-            for r in r0..(r0 + T).min(rows) {
-                for c in c0..(c0 + T).min(cols) {
-                    to[c * rows + r] = from[r * cols + c];
-                }
-            }
-        }
-    }
 }
 
 /// The lowered geometry of an `f32` convolution node.
