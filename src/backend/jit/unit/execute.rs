@@ -1,0 +1,348 @@
+//! How a prepared unit's steps run: each step on its native loop, compiled
+//! code, `gemm` or the interpreter (`Step::run`), and all of them in
+//! schedule order on one thread or by dependency counting on a pool
+//! (`JitUnit::execute`, `Run`).
+//!
+//! Contract: `Step::run` touches only the places `Step::access` lists
+//! and computes the same values whatever runs beside it; a threaded run
+//! starts a step only when every step it waits for (module `schedule`) is
+//! done, continues on the same worker with the most critical step that
+//! this one made ready, and reports the failure of the earliest failed
+//! step. So a run's results are bit-identical at any thread count.
+//!
+//! Example: with two threads, the MLP's weight and input gradients of a
+//! layer (disjoint places) run at once, each as a `gemm` call.
+
+use super::mem::{arena_tensor, mask_tensor, store, store_mask, Mem};
+use super::recognize::pooled_shape;
+use super::step::{Arg, Ref, Step};
+use super::{internal, JitUnit};
+use crate::backend::interp::{eval_node, Tensor};
+use crate::backend::jit::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
+use crate::backend::jit::gemm::sgemm;
+use crate::backend::jit::pool::first_max_len;
+use crate::backend::jit::threads::{split_rows, PARALLEL_MIN_ELEMENTS};
+use crate::diag::Diagnostic;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+impl JitUnit {
+    /// Runs one step, timing it when profiling.
+    ///
+    /// # Safety
+    /// As for `step`.
+    unsafe fn timed_step(&self, i: usize, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
+        if !self.profiling.load(Ordering::Relaxed) {
+            // SAFETY: the caller's contract.
+            return unsafe { self.steps[i].run(mem, threads) };
+        }
+        let started = std::time::Instant::now();
+        // SAFETY: the caller's contract.
+        let result = unsafe { self.steps[i].run(mem, threads) };
+        self.step_nanos[i].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        result
+    }
+
+    /// Runs every step: in schedule order on one thread; with worker
+    /// threads, each step as soon as the steps it depends on are done
+    /// (module `schedule`).
+    pub(super) fn execute(&self, mem: Mem) -> Result<(), Diagnostic> {
+        let threads = if self.pool.is_some() { rayon::current_num_threads() } else { 1 };
+        // SAFETY (both calls): one step runs at a time.
+        let in_order = || (0..self.steps.len()).try_for_each(|i| unsafe { self.timed_step(i, mem, threads) });
+        if threads == 1 {
+            return in_order();
+        }
+        if !self.schedule.has_parallel_steps() {
+            return crate::backend::jit::threads::with_workers_awake(in_order);
+        }
+        let run = Run {
+            unit: self,
+            mem,
+            threads,
+            waits: self.schedule.waits.iter().map(|&w| AtomicU32::new(w)).collect(),
+            failed: Mutex::new(None),
+            stop: AtomicBool::new(false),
+        };
+        let run = &run;
+        crate::backend::jit::threads::with_workers_awake(|| {
+            rayon::scope(|s| {
+                let (first, rest) = self.schedule.roots.split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
+                for &r in rest {
+                    s.spawn(move |s| run.from(s, r as usize));
+                }
+                if let Some(&f) = first {
+                    run.from(s, f as usize);
+                }
+            })
+        });
+        let failed = match run.failed.lock() {
+            Ok(mut failed) => failed.take(),
+            Err(_) => return Err(internal("a step panicked")),
+        };
+        failed.map_or(Ok(()), |(_, d)| Err(d))
+    }
+}
+
+impl Step {
+    /// Runs this step on `threads` workers of the current pool.
+    ///
+    /// # Safety
+    /// No step that runs at the same time writes a place this step touches
+    /// or touches a place this step writes (the schedule's contract).
+    pub(super) unsafe fn run(&self, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
+        match self {
+            Step::Jit { f, args, rows, inner, .. } => {
+                let ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
+                let (rows, inner) = (*rows, *inner);
+                if threads > 1 && rows > 1 && rows * inner >= PARALLEL_MIN_ELEMENTS {
+                    let shared = Pointers(ptrs.as_ptr());
+                    let f = *f;
+                    rayon::scope(|s| {
+                        for (lo, hi) in split_rows(rows, threads) {
+                            let shared = &shared;
+                            // SAFETY: as below; disjoint row ranges write
+                            // disjoint output elements, and read-only
+                            // loads may be shared.
+                            s.spawn(move |_| unsafe { f(shared.0, lo, hi, inner) });
+                        }
+                    });
+                } else {
+                    // SAFETY: every pointer addresses at least the
+                    // elements the spec reads or writes (checked by
+                    // `ptr`), and the compiled function touches nothing
+                    // else.
+                    unsafe { f(ptrs.as_ptr(), 0, rows, inner) };
+                }
+            }
+            Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
+                let (m, k, n) = (*m, *k, *n);
+                let pa = mem.ptr(*a, batch * m * k)?;
+                let pb = mem.ptr(*b, batch * k * n)?;
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, batch * m * n, "a matmul result")? };
+                for bt in 0..*batch {
+                    let d = &mut out[bt * m * n..(bt + 1) * m * n];
+                    let (ma, mb) =
+                        (pa.wrapping_add(bt * m * k) as *const f32, pb.wrapping_add(bt * k * n) as *const f32);
+                    let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
+                    let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
+                    // SAFETY: `pa`/`pb` hold `batch` m×k and k×n
+                    // matrices (checked by `ptr`), row-major or, when
+                    // folded, stored transposed; `d` is m×n.
+                    unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
+                }
+            }
+            Step::Conv { conv, a, b, dst, post } => {
+                let (na, nb, ny) = conv.sizes();
+                let pa = mem.ptr(*a, na)?;
+                let pb = mem.ptr(*b, nb)?;
+                // A post-op operand of `len` values (`ptr` checks the length).
+                let operand = |r: Option<Ref>, len: usize| -> Result<Option<&[f32]>, Diagnostic> {
+                    let Some(r) = r else { return Ok(None) };
+                    // SAFETY: `ptr` checked that `r` holds `len` values.
+                    Ok(Some(unsafe { std::slice::from_raw_parts(mem.ptr(r, len)? as *const f32, len) }))
+                };
+                let bias = operand(post.bias, conv.out_channels())?;
+                // SAFETY: the caller's contract (a convolution writes the
+                // convolution scratch too).
+                let out = unsafe { mem.out(*dst, ny, "a convolution result")? };
+                let cols = unsafe { mem.cols(conv.cols_len())? };
+                let max_pool = match post.max_pool {
+                    // SAFETY: as for `out` (the plan gives the pool its own place).
+                    Some(off) => Some(SendPtr(unsafe { mem.out(off, ny / 4, "a pooled result")? }.as_mut_ptr())),
+                    None => None,
+                };
+                let first_max = match post.first_max {
+                    // SAFETY: as for `out` (the schedule orders the readers).
+                    Some(off) => Some(SendMasks(unsafe { mem.first_max(off, conv.first_max_len())? }.as_mut_ptr())),
+                    None => None,
+                };
+                let keep_where_positive = operand(post.keep_where_positive, ny)?;
+                let grad_from_maxima = match post.from_maxima {
+                    Some((gy, off)) => {
+                        let pooled = pooled_shape(&conv.forward_out_shape());
+                        Some(MaximaGrad {
+                            pooled: operand(Some(gy), pooled.iter().product())?.unwrap_or_default(),
+                            // SAFETY: the schedule orders the masks' writer before.
+                            first_max: unsafe { mem.first_max(off, first_max_len(&pooled))? },
+                        })
+                    }
+                    None => None,
+                };
+                let (relu, pool_only) = (post.relu, post.pool_only);
+                let post =
+                    PostOps { bias, relu, keep_where_positive, max_pool, first_max, pool_only, grad_from_maxima };
+                // SAFETY: `ptr` checked the operand sizes; `out` and
+                // `cols` have the sizes `run` needs.
+                unsafe { conv.run(pa, pb, out, cols, post, threads) };
+            }
+            Step::Reduce { dst, shape, from_maxima: Some((gy, off)), .. } => {
+                let pooled = pooled_shape(shape);
+                let gy = mem.ptr(*gy, pooled.iter().product())? as *const f32;
+                // SAFETY: `ptr` checked the size; the caller's contract.
+                let gy = unsafe { std::slice::from_raw_parts(gy, pooled.iter().product()) };
+                // SAFETY: the caller's contract (the schedule orders the
+                // masks' writer before).
+                let first_max = unsafe { mem.first_max(*off, first_max_len(&pooled))? };
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, shape[3], "a reduction result")? };
+                crate::backend::jit::pool::max_pool_grad_column_sums(first_max, gy, shape, to)?;
+            }
+            Step::Reduce { op, src, dst, shape, reduced, from_maxima: None } => {
+                let n: usize = shape.iter().product();
+                let from = mem.ptr(*src, n)? as *const f32;
+                // SAFETY: `ptr` checked that `src` holds `n` elements.
+                let from = unsafe { std::slice::from_raw_parts(from, n) };
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, m, "a reduction result")? };
+                crate::backend::jit::reduce::reduce(*op, from, shape, reduced, to);
+            }
+            Step::Pool { unread: true, .. } => {}
+            Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false } => {
+                let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                if let (Some(off), Some(gy)) = (first_max, grad) {
+                    let gy = mem.ptr(*gy, ny)? as *const f32;
+                    // SAFETY: `ptr` checked the size; the caller's contract.
+                    let (gy, out) =
+                        unsafe { (std::slice::from_raw_parts(gy, ny), mem.out(*dst, nx, "a pooling result")?) };
+                    // SAFETY: the schedule orders this read after the
+                    // convolution that writes the masks.
+                    let first_max = unsafe { mem.first_max(*off, first_max_len(ys))? };
+                    return crate::backend::jit::pool::max_pool_grad_from_first_max(first_max, gy, xs, out, threads);
+                }
+                let px = mem.ptr(*x, nx)? as *const f32;
+                let pg = match grad {
+                    Some(gy) => Some(mem.ptr(*gy, ny)? as *const f32),
+                    None => None,
+                };
+                let out_len = if grad.is_some() { nx } else { ny };
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, out_len, "a pooling result")? };
+                // SAFETY: `ptr` checked the sizes; the memory plan never
+                // places a kernel's output over its operands.
+                let xv = unsafe { std::slice::from_raw_parts(px, nx) };
+                match pg {
+                    Some(pg) => {
+                        let gy = unsafe { std::slice::from_raw_parts(pg, ny) };
+                        crate::backend::jit::pool::pool_grad(xv, gy, xs, ys, *params, out, threads)?
+                    }
+                    None => crate::backend::jit::pool::pool(xv, xs, ys, *params, out, threads)?,
+                }
+            }
+            Step::Transpose { src, dst, rows, cols } => {
+                let (rows, cols) = (*rows, *cols);
+                let from = mem.ptr(*src, rows * cols)? as *const f32;
+                // SAFETY: `ptr` checked that `src` holds rows × cols elements.
+                let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, rows * cols, "a transpose result")? };
+                crate::backend::jit::transpose::transpose(from, to, rows, cols);
+            }
+            Step::Interp(nodes) => {
+                let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
+                for node in nodes {
+                    let owned: Vec<Option<Tensor>> = node
+                        .args
+                        .iter()
+                        .zip(&node.arg_tys)
+                        .map(|(a, ty)| match a {
+                            Arg::Ref(Ref::Arena(off)) => Ok(Some(arena_tensor(mem, *off, ty)?)),
+                            Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(mem, *off, ty)?)),
+                            _ => Ok(None),
+                        })
+                        .collect::<Result<_, Diagnostic>>()?;
+                    let args: Vec<&Tensor> = node
+                        .args
+                        .iter()
+                        .zip(&owned)
+                        .map(|(a, o)| match (a, o) {
+                            (_, Some(t)) => Ok(t),
+                            (Arg::Local(l), None) => local.get(*l).ok_or_else(|| internal("local operand")),
+                            (Arg::Ref(r), None) => mem.tensor(*r),
+                        })
+                        .collect::<Result<_, _>>()?;
+                    let v = eval_node(&node.op, &args, &node.ty)
+                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
+                    match node.out {
+                        Some(Ref::Arena(off)) => store(mem, off, &v)?,
+                        Some(Ref::Mask(off)) => store_mask(mem, off, &v)?,
+                        // SAFETY: the caller's contract.
+                        Some(Ref::Table(t)) => unsafe { mem.set_table(t, v.clone())? },
+                        Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
+                        None => {}
+                    }
+                    local.push(v);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One threaded run of a unit's steps: each step runs once the steps it
+/// waits for are done (`waits` counts down), on whichever worker finishes
+/// the last of them.
+struct Run<'r> {
+    unit: &'r JitUnit,
+    mem: Mem<'r>,
+    threads: usize,
+    waits: Vec<AtomicU32>,
+    /// The failure of the earliest failed step (by index), if any.
+    failed: Mutex<Option<(usize, Diagnostic)>>,
+    /// Set on a failure: no further step starts.
+    stop: AtomicBool,
+}
+
+impl<'r> Run<'r> {
+    /// Runs step `i`, then every step it made ready: the most critical one
+    /// (the schedule's highest rank) on this thread, the others spawned
+    /// for idle workers to take.
+    fn from<'s>(&'s self, s: &rayon::Scope<'s>, mut i: usize)
+    where
+        'r: 's,
+    {
+        let sched = &self.unit.schedule;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            // SAFETY: every step that touches a place step `i` writes, or
+            // writes a place it reads, is ordered before or after it by the
+            // schedule; those before have counted `waits[i]` down to zero.
+            if let Err(d) = unsafe { self.unit.timed_step(i, self.mem, self.threads) } {
+                self.stop.store(true, Ordering::Relaxed);
+                if let Ok(mut failed) = self.failed.lock() {
+                    if failed.as_ref().is_none_or(|(j, _)| i < *j) {
+                        *failed = Some((i, d));
+                    }
+                }
+                return;
+            }
+            let mut next = None;
+            for &j in &sched.then[i] {
+                // Release publishes this step's writes; acquire (by the
+                // step that counts to zero) sees every predecessor's.
+                if self.waits[j as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    match next {
+                        None => next = Some(j as usize),
+                        Some(_) => s.spawn(move |s| self.from(s, j as usize)),
+                    }
+                }
+            }
+            match next {
+                Some(j) => i = j,
+                None => return,
+            }
+        }
+    }
+}
+
+/// The argument pointers of a compiled kernel, shared by the threads that
+/// run its rows.
+struct Pointers(*const *mut f32);
+
+// SAFETY: the pointers are only dereferenced by compiled kernels on
+// disjoint row ranges while the owning `execute` call waits for them.
+unsafe impl Sync for Pointers {}

@@ -1,0 +1,647 @@
+//! Lowering a compiled unit's kernels to steps (module `step`), kernel by
+//! kernel in schedule order: which code runs each kernel, and where the
+//! values it keeps to itself live.
+//!
+//! Contract: [`Lowering::kernel`] adds the steps of one kernel:
+//! - an `Elementwise` kernel whose [`Spec`] the code generator accepts runs
+//!   as Cranelift code, or, when it is exactly Adam's update (and the
+//!   machine has AVX-512), as the native loop of module `adam` (same bits);
+//! - a `Contraction` over an `f32` matmul is a `gemm` step (its transposed
+//!   left operand read through strides, module `fold`) and its epilogue a
+//!   compiled step; an `f32` convolution (or one of its gradients) a
+//!   `Step::Conv`, which applies a bias / ReLU / mask epilogue in
+//!   registers when that is the whole epilogue (`Spec::channel_post_ops`);
+//!   the product goes into an output of its epilogue of the same size when
+//!   the epilogue only reads it at the index it writes (`in_place_output`),
+//!   else to scratch;
+//! - a `Reduction`: its prologue compiled into scratch, the reduction
+//!   native (module `reduce`), the epilogue compiled;
+//! - a 2x2 max pool right after the direct convolution that writes its
+//!   input is written by that convolution (`ConvPost::max_pool`), which
+//!   records the windows' first maxima when the unit takes the pool's
+//!   gradient; that gradient, a bias gradient summing it and a one-channel
+//!   weight gradient then read the maxima (while the pooled gradient is
+//!   still in place, `still_there`), and a result nothing else reads is not
+//!   stored; other `f32` poolings and 2-D transposes run natively;
+//! - anything else (other dtypes, ops without a code template) runs node
+//!   by node on the reference interpreter, so every program runs.
+//!
+//! Scratch (values a kernel keeps to itself) goes after the arena, placed
+//! so that sharing bytes adds no wait to the schedule (module `schedule`).
+//!
+//! Example: an MLP layer's kernel `relu(x @ w + b)` lowers to
+//! `Step::Gemm` into the ReLU's buffer and a compiled `add, relu` step that
+//! overwrites it in place.
+
+use super::internal;
+use super::recognize::{
+    f32_conv, f32_pool, is_f32_matmul, is_f32_matrix_transpose, is_max_pool_2x2, max_pool_grads, native_reduce,
+    pooled_shape, split_anchor,
+};
+use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
+use super::StepCounts;
+use crate::backend::interp::{eval_node, Tensor, Values};
+use crate::backend::jit::codegen::KernelFn;
+use crate::backend::jit::schedule::{Order, Place, Schedule, Scratch};
+use crate::backend::jit::spec::Spec;
+use crate::backend::jit::threads::ROW_BLOCK;
+use crate::diag::Diagnostic;
+use crate::ir::compiled::{CompiledUnit, Kernel, KernelKind};
+use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
+use std::collections::{HashMap, HashSet};
+
+/// Compiles `spec` on this thread's compiler.
+fn compile(spec: &Spec) -> Result<KernelFn, Diagnostic> {
+    crate::backend::jit::with_compiler(|c| c.compile(spec)).map_err(internal)
+}
+
+pub(super) struct Builder<'a> {
+    pub(super) g: &'a Graph,
+    pub(super) loc: HashMap<NodeId, Ref>,
+    pub(super) fixed: Vec<Tensor>,
+    pub(super) tables: usize,
+    /// The nodes of the unit.
+    pub(super) in_unit: HashSet<NodeId>,
+    /// The executor's values of nodes outside the unit.
+    pub(super) values: &'a Values,
+}
+
+impl Builder<'_> {
+    /// `n`'s storage; a value computed outside the unit (by the executor)
+    /// is fixed on first use.
+    pub(super) fn get(&mut self, n: NodeId) -> Result<Ref, Diagnostic> {
+        if let Some(&r) = self.loc.get(&n) {
+            return Ok(r);
+        }
+        if self.in_unit.contains(&n) {
+            return Err(internal(format!("node {} has no storage", n.index())));
+        }
+        let v = self.values.get(&n).ok_or_else(|| internal(format!("outside value {} missing", n.index())))?;
+        self.fixed.push(v.clone());
+        let r = Ref::Fixed(self.fixed.len() - 1);
+        self.loc.insert(n, r);
+        Ok(r)
+    }
+
+    /// The spec of `nodes`, reading any `broadcast_to` computed outside the
+    /// unit as a broadcast of its (smaller) source rather than as the
+    /// materialized tensor: the optimizer hoists a broadcast of an invariant
+    /// value out of a training step, but streaming its full size every step
+    /// would cost more than the few lanes of a splat.
+    pub(super) fn analyze(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Option<Spec>, Diagnostic> {
+        let g = self.g;
+        let mut absorbed: Vec<NodeId> = Vec::new();
+        for &n in nodes {
+            for i in g.inputs(n) {
+                let widens = matches!(g.node(i).op, Op::BroadcastTo { .. })
+                    && !self.in_unit.contains(&i)
+                    && !absorbed.contains(&i)
+                    && g.inputs(i).first().is_some_and(|s| self.values.contains_key(s));
+                if widens {
+                    absorbed.push(i);
+                }
+            }
+        }
+        if !absorbed.is_empty() {
+            let members: Vec<NodeId> = absorbed.iter().chain(nodes).copied().collect();
+            if let Some(spec) = Spec::analyze(g, &members, outputs) {
+                for &a in &absorbed {
+                    self.get(g.inputs(a)[0])?;
+                }
+                return Ok(Some(spec));
+            }
+        }
+        Ok(Spec::analyze(g, nodes, outputs))
+    }
+
+    /// The arena offset of an output of the compiled epilogue `spec` where
+    /// the contraction `product` it reads may be stored: an `f32` output of
+    /// the product's size, when every read of the product is at the index
+    /// being written (compiled code loads an element's operands before it
+    /// stores its results, so the epilogue then overwrites the product in
+    /// place). The memory plan never puts an output of a contraction's
+    /// kernel over one of the kernel's inputs, so nothing else the step
+    /// reads is there. Only `plain` outputs qualify: not a unit output (a
+    /// new parameter or state may be written over the old one, which the
+    /// epilogue still reads).
+    pub(super) fn in_place_output(
+        &mut self,
+        spec: &Spec,
+        product: NodeId,
+        plain: &HashSet<NodeId>,
+    ) -> Result<Option<usize>, Diagnostic> {
+        let g = self.g;
+        let n = g.node(product).ty.numel();
+        let reads = spec.loads.iter().filter(|l| l.node == product);
+        if spec.numel() != n || !reads.clone().all(|l| spec.reads_at_index(l)) || reads.count() == 0 {
+            return Ok(None);
+        }
+        for &o in &spec.output_nodes {
+            let node = g.node(o);
+            if node.ty.dtype == DType::F32 && node.ty.numel() == n && plain.contains(&o) {
+                if let Ref::Arena(at) = self.get(o)? {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The interpreted steps of `nodes` with `outputs` leaving them.
+    pub(super) fn interp(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Step, Diagnostic> {
+        let local: HashMap<NodeId, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let mut out = Vec::with_capacity(nodes.len());
+        for &n in nodes {
+            let node = self.g.node(n);
+            let args = self
+                .g
+                .inputs(n)
+                .into_iter()
+                .map(|i| match local.get(&i) {
+                    Some(&l) => Ok(Arg::Local(l)),
+                    None => self.get(i).map(Arg::Ref),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let arg_tys = self.g.inputs(n).into_iter().map(|i| self.g.node(i).ty.clone()).collect();
+            let out_ref = if outputs.contains(&n) { Some(self.get(n)?) } else { None };
+            out.push(InterpNode {
+                op: node.op.clone(),
+                ty: node.ty.clone(),
+                span: node.span,
+                args,
+                arg_tys,
+                out: out_ref,
+            });
+        }
+        Ok(Step::Interp(out))
+    }
+
+    /// `nodes` (one iteration space) compiled when the code generator takes
+    /// them and every output is in the arena, else interpreted.
+    pub(super) fn part(
+        &mut self,
+        nodes: &[NodeId],
+        outputs: &[NodeId],
+        counts: &mut StepCounts,
+    ) -> Result<Step, Diagnostic> {
+        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
+        match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
+            Some(spec) => {
+                counts.jit += 1;
+                self.jit(&spec)
+            }
+            None => {
+                counts.interp += 1;
+                self.interp(nodes, outputs)
+            }
+        }
+    }
+
+    pub(super) fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
+        let spec = &spec.clone().in_rows_of(ROW_BLOCK);
+        let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
+        for l in &spec.loads {
+            args.push((self.get(l.node)?, self.g.node(l.node).ty.numel()));
+        }
+        for &o in &spec.output_nodes {
+            match self.get(o)? {
+                r @ (Ref::Arena(_) | Ref::Mask(_)) => args.push((r, spec.numel())),
+                r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
+            }
+        }
+        // Adam's update runs as a native loop with the same results (module
+        // `adam`), its arguments in that loop's order.
+        if let Some(order) = crate::backend::jit::adam::recognize(spec) {
+            let loads = order.iter().filter(|&&i| i < spec.loads.len()).count();
+            let args = order.iter().map(|&i| args[i]).collect();
+            let (rows, inner) = (spec.rows(), spec.inner);
+            return Ok(Step::Jit {
+                f: crate::backend::jit::adam::update_rows,
+                args,
+                loads,
+                rows,
+                inner,
+                kind: "adam update",
+            });
+        }
+        let f = compile(spec)?;
+        Ok(Step::Jit { f, args, loads: spec.loads.len(), rows: spec.rows(), inner: spec.inner, kind: "fused" })
+    }
+}
+
+/// Whether the pooled gradient a max-pool gradient written from recorded
+/// maxima read (`(gy, masks, the step)`, see `grads_from_maxima`) still
+/// holds it after `steps`, for a later step to read instead of that
+/// gradient (of shape `grad`): the plan may reuse its bytes once the
+/// pool's gradient ran.
+pub(super) fn still_there(steps: &[Step], &(gy, _, at): &(Ref, usize, usize), grad: &[usize]) -> bool {
+    let pooled = place(gy, pooled_shape(grad).iter().product());
+    let overwrites = |s: &Step| s.access().writes.iter().any(|w| pooled.is_some_and(|p| w.overlaps(p)));
+    !steps[at + 1..].iter().any(overwrites)
+}
+
+/// The steps of a unit as they are built, kernel by kernel in schedule
+/// order, with what later kernels need to know of earlier ones.
+pub(super) struct Lowering<'a> {
+    pub(super) b: Builder<'a>,
+    pub(super) steps: Vec<Step>,
+    pub(super) counts: StepCounts,
+    /// The places of the steps so far (for placing scratch, then the
+    /// schedule); `sync` catches it up with `steps`.
+    order: Order,
+    /// Values kept inside a kernel go to scratch after the arena, placed
+    /// so that sharing scratch bytes adds no wait to the schedule.
+    scratch: Scratch,
+    /// The largest convolution scratch a step needs (`Conv::cols_len`).
+    pub(super) cols: usize,
+    /// The transposes read through a matmul's strides (module `fold`).
+    folded: HashSet<NodeId>,
+    /// Kernel outputs in arena buffers of their own that only this run
+    /// reads (where a contraction may leave its product, `in_place_output`).
+    plain: HashSet<NodeId>,
+    /// The unit's outputs.
+    outputs: &'a [NodeId],
+    /// Where each fused max pool's first maxima go, by the pooled node.
+    first_max_at: HashMap<NodeId, usize>,
+    /// The size of the first-maximum buffer so far.
+    pub(super) first_max_end: usize,
+    /// Convolution results not stored, only their fused pools
+    /// (`ConvPost::pool_only`).
+    unstored: HashSet<NodeId>,
+    /// The max-pool gradients written from recorded maxima, by node: their
+    /// pooled gradient, masks (`Step::Reduce::from_maxima`) and step.
+    grads_from_maxima: HashMap<NodeId, (Ref, usize, usize)>,
+    /// How many steps read each of those gradients from the maxima.
+    maxima_readers: HashMap<NodeId, usize>,
+}
+
+impl<'a> Lowering<'a> {
+    /// Starts lowering `unit` with storage `b` (its values' places so far);
+    /// `buffers` are the planned buffers' byte offsets, `arena_floats` the
+    /// arena's size, after which scratch goes.
+    pub(super) fn new(
+        b: Builder<'a>,
+        unit: &CompiledUnit,
+        outputs: &'a [NodeId],
+        buffers: &HashMap<NodeId, usize>,
+        arena_floats: usize,
+    ) -> Lowering<'a> {
+        let folded = crate::backend::jit::fold::foldable(b.g, unit, outputs, &b.loc, buffers);
+        let plain = unit
+            .buffers
+            .iter()
+            .filter(|buf| buf.over_input.is_none() && !outputs.contains(&buf.node))
+            .map(|buf| buf.node)
+            .collect();
+        Lowering {
+            b,
+            steps: Vec::new(),
+            counts: StepCounts::default(),
+            order: Order::default(),
+            scratch: Scratch::new(arena_floats.div_ceil(16) * 16),
+            cols: 0,
+            folded,
+            plain,
+            outputs,
+            first_max_at: HashMap::new(),
+            first_max_end: 0,
+            unstored: HashSet::new(),
+            grads_from_maxima: HashMap::new(),
+            maxima_readers: HashMap::new(),
+        }
+    }
+
+    /// Adds the steps of kernel `k`.
+    pub(super) fn kernel(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        if let Some(last) = self.steps.len().checked_sub(1) {
+            self.scratch.release(last);
+        }
+        let g = self.b.g;
+        if k.kind == KernelKind::Layout && k.nodes.iter().all(|n| self.folded.contains(n)) {
+            self.counts.folded += 1;
+            return Ok(());
+        }
+        match k.kind {
+            KernelKind::Source => Ok(()),
+            KernelKind::Elementwise => match self.b.analyze(&k.nodes, &k.outputs)? {
+                Some(spec) if spec.numel() > 0 => {
+                    let step = self.b.jit(&spec)?;
+                    self.steps.push(step);
+                    self.counts.jit += 1;
+                    Ok(())
+                }
+                _ => self.interpreted(&k.nodes, &k.outputs),
+            },
+            KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
+                self.contraction(k)
+            }
+            KernelKind::Reduction => self.reduction(k),
+            KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => self.pool(k),
+            KernelKind::Layout if is_f32_matrix_transpose(g, &k.nodes) => self.transpose(k),
+            _ => self.interpreted(&k.nodes, &k.outputs),
+        }
+    }
+
+    /// Ends the lowering: marks the max-pool gradients that every reader
+    /// computes from the maxima (they need not be written), and returns the
+    /// schedule of the steps and the floats the arena needs with its
+    /// scratch.
+    pub(super) fn finish(&mut self) -> (Schedule, usize) {
+        let g = self.b.g;
+        for (node, &(_, _, at)) in &self.grads_from_maxima {
+            let all = self.maxima_readers.get(node) == Some(&g.users(*node).len()) && !self.outputs.contains(node);
+            if let Step::Pool { unread, .. } = &mut self.steps[at] {
+                *unread = all;
+            }
+        }
+        self.sync();
+        (std::mem::take(&mut self.order).finish(), self.scratch.end())
+    }
+
+    /// Catches `order` up with `steps`.
+    fn sync(&mut self) {
+        while self.order.len() < self.steps.len() {
+            self.order.push(self.steps[self.order.len()].access());
+        }
+    }
+
+    /// `nodes` on the interpreter.
+    fn interpreted(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<(), Diagnostic> {
+        let step = self.b.interp(nodes, outputs)?;
+        self.steps.push(step);
+        self.counts.interp += 1;
+        Ok(())
+    }
+
+    /// Operand `n` of a matmul: a folded transpose's readers take its
+    /// source, read transposed.
+    fn operand(&mut self, n: NodeId) -> Result<(Ref, bool), Diagnostic> {
+        match self.folded.contains(&n) {
+            true => Ok((self.b.get(self.b.g.inputs(n)[0])?, true)),
+            false => Ok((self.b.get(n)?, false)),
+        }
+    }
+
+    /// The places `nodes` read from outside (a folded transpose: its source).
+    fn outside(&self, nodes: &[NodeId]) -> Vec<Place> {
+        let g = self.b.g;
+        let sources = nodes.iter().flat_map(|&n| g.inputs(n)).filter(|i| !nodes.contains(i));
+        sources
+            .map(|i| if self.folded.contains(&i) { g.inputs(i)[0] } else { i })
+            .filter_map(|i| self.b.loc.get(&i).and_then(|&r| place(r, g.node(i).ty.numel())))
+            .collect()
+    }
+
+    /// Gives `n` a place in scratch if it has none; the kernel that keeps it
+    /// reads `reads` from outside.
+    fn scratch_for(&mut self, n: NodeId, reads: &[Place]) {
+        let len = self.b.g.node(n).ty.numel();
+        if let std::collections::hash_map::Entry::Vacant(e) = self.b.loc.entry(n) {
+            e.insert(Ref::Arena(self.scratch.take(len, &self.order, reads)));
+        }
+    }
+
+    /// A matmul or convolution with its epilogue.
+    fn contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let mm = k.nodes[0];
+        let epilogue = &k.nodes[1..];
+        let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
+        let epilogue_spec = match epilogue.is_empty() {
+            true => None,
+            false => self.b.analyze(epilogue, &outs)?.filter(|spec| spec.numel() > 0),
+        };
+        let mut in_place = false;
+        let dst = match self.b.loc.get(&mm) {
+            Some(Ref::Arena(off)) => *off,
+            _ => {
+                let plain = &self.plain;
+                match epilogue_spec.as_ref().map(|spec| self.b.in_place_output(spec, mm, plain)).transpose()? {
+                    // The product goes where the epilogue writes an output of
+                    // its size, which it then overwrites in place: one buffer
+                    // in the cache instead of two.
+                    Some(Some(at)) => {
+                        self.b.loc.insert(mm, Ref::Arena(at));
+                        self.counts.in_place += 1;
+                        in_place = true;
+                        at
+                    }
+                    _ => {
+                        self.sync();
+                        let reads = self.outside(&k.nodes);
+                        let at = self.scratch.take(g.node(mm).ty.numel(), &self.order, &reads);
+                        self.b.loc.insert(mm, Ref::Arena(at));
+                        at
+                    }
+                }
+            }
+        };
+        let ins = g.inputs(mm);
+        let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        let ((a, a_t), (bb, b_t)) = (self.operand(ins[0])?, self.operand(ins[1])?);
+        // A direct convolution applies a bias, ReLU and mask epilogue that
+        // writes only the product's place in registers, and the epilogue's
+        // own pass goes away.
+        let mut post_ops = None;
+        match f32_conv(g, mm) {
+            Some(conv) => {
+                self.cols = self.cols.max(conv.cols_len());
+                let is_zero = |n: NodeId| {
+                    let node = g.node(n);
+                    let constant = matches!(node.op, Op::Constant { .. });
+                    let value = constant.then(|| eval_node(&node.op, &[], &node.ty).ok()).flatten();
+                    value.is_some_and(|v| v.to_f64_vec().iter().all(|x| x.to_bits() == 0))
+                };
+                post_ops = epilogue_spec
+                    .as_ref()
+                    .filter(|_| in_place && conv.takes_post_ops())
+                    .and_then(|spec| spec.channel_post_ops(mm, conv.out_channels(), is_zero));
+                let mut place_of = |n: Option<NodeId>| n.map(|n| self.b.get(n)).transpose();
+                let mut post = ConvPost {
+                    bias: place_of(post_ops.and_then(|p| p.bias))?,
+                    relu: post_ops.is_some_and(|p| p.relu),
+                    keep_where_positive: place_of(post_ops.and_then(|p| p.keep_where_positive))?,
+                    max_pool: None,
+                    first_max: None,
+                    pool_only: false,
+                    from_maxima: None,
+                };
+                // A weight gradient whose output gradient is a max pool's
+                // gradient written from recorded maxima reads it from those
+                // maxima.
+                if conv.takes_grad_from_maxima() {
+                    let grad = self.grads_from_maxima.get(&ins[1]);
+                    let y = conv.forward_out_shape();
+                    post.from_maxima = grad.filter(|g| still_there(&self.steps, g, &y)).map(|&(gy, off, _)| (gy, off));
+                    if post.from_maxima.is_some() {
+                        *self.maxima_readers.entry(ins[1]).or_default() += 1;
+                    }
+                }
+                self.steps.push(Step::Conv { conv, a, b: bb, dst, post });
+            }
+            None => {
+                let r = sa.len();
+                self.steps.push(Step::Gemm {
+                    a,
+                    b: bb,
+                    a_t,
+                    b_t,
+                    dst,
+                    batch: sa[..r - 2].iter().product(),
+                    m: sa[r - 2],
+                    k: sa[r - 1],
+                    n: sb[r - 1],
+                });
+            }
+        }
+        self.counts.gemm += 1;
+        if !epilogue.is_empty() && post_ops.is_none() {
+            match epilogue_spec {
+                Some(spec) => {
+                    let step = self.b.jit(&spec)?;
+                    self.steps.push(step);
+                    self.counts.jit += 1;
+                }
+                None => self.interpreted(epilogue, &outs)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A reduction: its prologue compiled (into scratch), the reduction
+    /// native, the epilogue (an optimizer update, a normalization)
+    /// compiled; each part falls back to the interpreter.
+    fn reduction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let (head, tail) = split_anchor(g, &k.nodes);
+        let Some((&anchor, prologue)) = head.split_last().filter(|_| native_reduce(g, &head)) else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        self.sync();
+        let reads = self.outside(&k.nodes);
+        let input = g.inputs(anchor)[0];
+        if !prologue.is_empty() {
+            self.scratch_for(input, &reads);
+            let mut outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| prologue.contains(o)).collect();
+            if !outs.contains(&input) {
+                outs.push(input);
+            }
+            let step = self.b.part(prologue, &outs, &mut self.counts)?;
+            self.steps.push(step);
+        }
+        self.scratch_for(anchor, &reads);
+        let Ref::Arena(dst) = self.b.get(anchor)? else { return Err(internal("a reduction outside the arena")) };
+        let Op::Reduce { op, axes, .. } = &g.node(anchor).op else { unreachable!("native_reduce checked") };
+        let shape = g.node(input).ty.shape.clone();
+        let reduced: Vec<bool> = (0..shape.len()).map(|d| axes.contains(&d)).collect();
+        // The bias gradient of a max-pool gradient written from recorded
+        // maxima is summed from that gradient's operands.
+        let bias_sums =
+            *op == ReduceOp::Sum && prologue.is_empty() && shape.len() == 4 && reduced == [true, true, true, false];
+        // Only while the pooled gradient is still there: the plan may reuse
+        // its bytes once the pool gradient ran.
+        let from_maxima = self
+            .grads_from_maxima
+            .get(&input)
+            .filter(|g| bias_sums && still_there(&self.steps, g, &shape))
+            .map(|&(gy, off, _)| (gy, off));
+        if from_maxima.is_some() {
+            *self.maxima_readers.entry(input).or_default() += 1;
+        }
+        let src = self.b.get(input)?;
+        self.steps.push(Step::Reduce { op: *op, src, dst, shape, reduced, from_maxima });
+        self.counts.native += 1;
+        if !tail.is_empty() {
+            let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+            let step = self.b.part(&tail, &outs, &mut self.counts)?;
+            self.steps.push(step);
+        }
+        Ok(())
+    }
+
+    /// An `f32` pooling or pooling gradient: fused into the convolution
+    /// just before when that writes the pooled result, else native.
+    fn pool(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let ins = g.inputs(n);
+        let (Ref::Arena(dst), Some(params)) = (self.b.get(n)?, f32_pool(g, &k.nodes)) else {
+            if ins.first().is_some_and(|x| self.unstored.contains(x)) {
+                return Err(internal("a pooling reads a convolution result that is not stored"));
+            }
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        let grad = match ins.get(1) {
+            Some(&gy) => Some(self.b.get(gy)?),
+            None => None,
+        };
+        let xs = g.node(ins[0]).ty.shape.clone();
+        let ys = match ins.get(1) {
+            Some(&gy) => g.node(gy).ty.shape.clone(),
+            None => g.node(n).ty.shape.clone(),
+        };
+        let x = self.b.get(ins[0])?;
+        // The convolution just before, whose result this pools, writes the
+        // pool too (not yet in `order`, whose copy of its places would be
+        // stale).
+        let pooled = Place::Bytes(4 * dst, 4 * (dst + ys.iter().product::<usize>()));
+        let apart = |step: &Step| {
+            let access = step.access();
+            !access.reads.iter().chain(&access.writes).any(|p| p.overlaps(pooled))
+        };
+        let last = self.steps.len().checked_sub(1).filter(|&i| i >= self.order.len() && apart(&self.steps[i]));
+        let fused = last.and_then(|i| match &mut self.steps[i] {
+            Step::Conv { conv, dst: y, post, .. } => {
+                let pools = grad.is_none() && is_max_pool_2x2(&params) && post.max_pool.is_none();
+                let ours = x == Ref::Arena(*y) && xs == conv.out_shape() && conv.takes_max_pool();
+                (pools && ours).then_some((conv.first_max_len(), post))
+            }
+            _ => None,
+        });
+        // A max pool's gradient later in the unit reads the first maxima the
+        // fused pool records, not `x`.
+        let pooled_node = ins[0];
+        let first_max = match ins.get(1) {
+            Some(_) if is_max_pool_2x2(&params) => self.first_max_at.get(&pooled_node).copied(),
+            _ => None,
+        };
+        match fused {
+            Some((len, post)) => {
+                post.max_pool = Some(dst);
+                let grads = max_pool_grads(g, pooled_node, &self.b.in_unit);
+                if grads > 0 {
+                    post.first_max = Some(self.first_max_end);
+                    self.first_max_at.insert(pooled_node, self.first_max_end);
+                    self.first_max_end += len;
+                }
+                // Nothing else reads the result: the unit keeps only its pool.
+                let readers = g.users(pooled_node).len();
+                post.pool_only = readers == grads + 1 && !self.outputs.contains(&pooled_node);
+                if post.pool_only {
+                    self.unstored.insert(pooled_node);
+                }
+            }
+            None => {
+                if let (Some(off), Some(gy)) = (first_max, grad) {
+                    self.grads_from_maxima.insert(n, (gy, off, self.steps.len()));
+                }
+                self.steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false })
+            }
+        }
+        self.counts.native += 1;
+        Ok(())
+    }
+
+    /// A 2-D `f32` transpose, native when its result is in the arena.
+    fn transpose(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let src = g.inputs(n)[0];
+        let shape = &g.node(src).ty.shape;
+        let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
+        let src = self.b.get(src)?;
+        self.steps.push(Step::Transpose { src, dst, rows: shape[0], cols: shape[1] });
+        self.counts.native += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! A unit's storage and one run's view of it.
+//!
+//! Contract: [`State`] owns what a prepared unit keeps between runs: the
+//! arena (64-byte aligned, at the memory plan's offsets), the table of
+//! interpreted values, the convolutions' scratch and the fused pools'
+//! first maxima. [`Mem`] is that storage as raw parts plus the run's
+//! inputs and the unit's fixed values, shared by the steps of one run:
+//! each accessor checks bounds, and the `unsafe` ones leave to the caller
+//! (the schedule) that no two steps running at once touch the same place
+//! unless both only read it.
+//!
+//! Example: a matmul step takes its operands with `mem.ptr(a, m * k)` and
+//! its result with `mem.out(dst, m * n, "a matmul result")`.
+
+use super::internal;
+use super::step::Ref;
+use crate::backend::interp::{Data, Tensor};
+use crate::diag::Diagnostic;
+use crate::ir::{DType, TensorType};
+
+/// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub(super) struct Line(pub(super) [f32; 16]);
+
+pub(super) struct State {
+    pub(super) arena: Vec<Line>,
+    pub(super) table: Vec<Option<Tensor>>,
+    /// The convolutions' scratch: an im2col block, or the direct kernels'
+    /// padded source and flipped weights (`Conv::cols_len`).
+    pub(super) cols: Vec<f32>,
+    /// The first maxima that fused max pools record for their gradients
+    /// (`ConvPost::first_max`).
+    pub(super) first_max: Vec<u64>,
+}
+
+/// The storage of one run as raw parts, so that the steps the schedule
+/// runs at once can each borrow the places they touch: no two of them
+/// touch overlapping places unless both only read them (module `schedule`).
+#[derive(Clone, Copy)]
+pub(super) struct Mem<'a> {
+    arena: *mut f32,
+    floats: usize,
+    table: *mut Option<Tensor>,
+    tables: usize,
+    cols: *mut f32,
+    cols_len: usize,
+    first_max: *mut u64,
+    first_max_len: usize,
+    inputs: &'a [Tensor],
+    /// The unit's values fixed at `prepare` (`Ref::Fixed`).
+    fixed: &'a [Tensor],
+}
+
+// SAFETY: a `Mem` is shared only by the steps of one run, while the
+// caller holds the unit's state lock, and those steps touch disjoint
+// places or only read the same ones (the schedule's contract).
+unsafe impl Send for Mem<'_> {}
+unsafe impl Sync for Mem<'_> {}
+
+impl<'a> Mem<'a> {
+    pub(super) fn of(st: &'a mut State, inputs: &'a [Tensor], fixed: &'a [Tensor]) -> Mem<'a> {
+        Mem {
+            arena: st.arena.as_mut_ptr().cast::<f32>(),
+            // `Line` is `repr(C)` over `[f32; 16]`.
+            floats: st.arena.len() * 16,
+            table: st.table.as_mut_ptr(),
+            tables: st.table.len(),
+            cols: st.cols.as_mut_ptr(),
+            cols_len: st.cols.len(),
+            first_max: st.first_max.as_mut_ptr(),
+            first_max_len: st.first_max.len(),
+            inputs,
+            fixed,
+        }
+    }
+
+    /// A pointer to the `len` floats at `off`, if they lie in the arena.
+    pub(super) fn floats(self, off: usize, len: usize) -> Option<*mut f32> {
+        (off.checked_add(len)? <= self.floats).then(|| self.arena.wrapping_add(off))
+    }
+
+    /// A pointer to the `len` bytes at `off`, if they lie in the arena.
+    pub(super) fn bytes(self, off: usize, len: usize) -> Option<*mut u8> {
+        (off.checked_add(len)? <= self.floats * 4).then(|| self.arena.cast::<u8>().wrapping_add(off))
+    }
+
+    /// The floats `off..off + len` (`what` names them in the error).
+    ///
+    /// # Safety
+    /// Nothing else reads or writes them while the slice lives.
+    pub(super) unsafe fn out(self, off: usize, len: usize, what: &str) -> Result<&'a mut [f32], Diagnostic> {
+        let p = self.floats(off, len).ok_or_else(|| internal(format!("{what} does not fit in the arena")))?;
+        // SAFETY: in the arena (checked); exclusive by the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    /// The first `len` floats of the convolutions' scratch.
+    ///
+    /// # Safety
+    /// As for `out`.
+    pub(super) unsafe fn cols(self, len: usize) -> Result<&'a mut [f32], Diagnostic> {
+        if len > self.cols_len {
+            return Err(internal("convolution scratch too small"));
+        }
+        // SAFETY: `len` floats of the buffer; exclusive by the contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.cols, len) })
+    }
+
+    /// Masks `off..off + len` of the first-maximum buffer.
+    ///
+    /// # Safety
+    /// As for `out`.
+    pub(super) unsafe fn first_max(self, off: usize, len: usize) -> Result<&'a mut [u64], Diagnostic> {
+        if off + len > self.first_max_len {
+            return Err(internal("first-maximum buffer too small"));
+        }
+        // SAFETY: inside the buffer (checked); exclusive by the contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.first_max.add(off), len) })
+    }
+
+    /// Table entry `t`.
+    ///
+    /// # Safety
+    /// Nothing writes it while the reference lives.
+    pub(super) unsafe fn table(self, t: usize) -> Result<&'a Option<Tensor>, Diagnostic> {
+        if t >= self.tables {
+            return Err(internal("a table entry out of range"));
+        }
+        // SAFETY: in range; not written meanwhile (the caller's contract).
+        Ok(unsafe { &*self.table.add(t) })
+    }
+
+    /// Sets table entry `t`.
+    ///
+    /// # Safety
+    /// Nothing else reads or writes it meanwhile.
+    pub(super) unsafe fn set_table(self, t: usize, v: Tensor) -> Result<(), Diagnostic> {
+        if t >= self.tables {
+            return Err(internal("a table entry out of range"));
+        }
+        // SAFETY: in range; exclusive by the caller's contract.
+        unsafe { *self.table.add(t) = Some(v) };
+        Ok(())
+    }
+
+    /// The tensor at `r` (not in the arena).
+    pub(super) fn tensor(self, r: Ref) -> Result<&'a Tensor, Diagnostic> {
+        match r {
+            Ref::Input(p) => self.inputs.get(p).ok_or_else(|| internal(format!("input {p} is unbound"))),
+            Ref::Fixed(i) => self.fixed.get(i).ok_or_else(|| internal("fixed value")),
+            // SAFETY: a step reads a table entry only when the schedule
+            // lets no other step write it at the same time.
+            Ref::Table(t) => {
+                unsafe { self.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
+            }
+            Ref::Arena(_) | Ref::Mask(_) => Err(internal("an arena value read as a tensor")),
+        }
+    }
+
+    /// A pointer to `len` elements of `r`, as compiled code reads them:
+    /// `f32`, or a one_hot's `i32` labels, or `bool` as one byte (0 or 1).
+    pub(super) fn ptr(self, r: Ref, len: usize) -> Result<*mut f32, Diagnostic> {
+        let outside = || internal("a kernel operand lies outside the arena");
+        match r {
+            Ref::Arena(off) => self.floats(off, len).ok_or_else(outside),
+            Ref::Mask(off) => self.bytes(off, len).map(|p| p.cast::<f32>()).ok_or_else(outside),
+            r => {
+                let t = self.tensor(r)?;
+                match t.data() {
+                    Data::F32(a) if t.dtype() == DType::F32 => start(a.as_slice(), len),
+                    Data::I32(a) => start(a.as_slice(), len),
+                    Data::Bool(a) => start(a.as_slice(), len),
+                    _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
+                }
+            }
+        }
+    }
+}
+
+/// The `f32` tensor of type `ty` at element `off` of the arena.
+pub(super) fn arena_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    let n = ty.numel();
+    let p = mem.floats(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    // SAFETY: in the arena; the schedule lets no step write these floats
+    // while the reading step runs.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
+    Tensor::from_vec(DType::F32, &ty.shape, v.to_vec())
+}
+
+/// The `bool` tensor of type `ty` at byte `off` of the arena.
+pub(super) fn mask_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    let n = ty.numel();
+    let p = mem.bytes(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
+    // SAFETY: as in `arena_tensor`.
+    let v = unsafe { std::slice::from_raw_parts(p, n) };
+    Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
+}
+
+pub(super) fn store_mask(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+    let Data::Bool(a) = v.data() else { return Err(internal("a non-bool value stored as a mask")) };
+    let p = mem.bytes(off, a.len()).ok_or_else(|| internal("a kernel output lies outside the arena"))?;
+    // SAFETY: in the arena; only the writing step touches these bytes.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p, a.len()) };
+    for (d, &s) in dst.iter_mut().zip(a.iter()) {
+        *d = u8::from(s);
+    }
+    Ok(())
+}
+
+pub(super) fn store(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
+    let Data::F32(a) = v.data() else { return Err(internal("a non-f32 value stored in the arena")) };
+    // SAFETY: only the writing step (or a caller holding the lock with no
+    // step running) touches these floats.
+    let dst = unsafe { mem.out(off, a.len(), "a kernel output") }?;
+    for (d, s) in dst.iter_mut().zip(a.iter()) {
+        *d = *s;
+    }
+    Ok(())
+}
+
+/// The first of at least `len` row-major elements, as compiled code's
+/// pointer.
+fn start<T>(elements: Option<&[T]>, len: usize) -> Result<*mut f32, Diagnostic> {
+    let s = elements.ok_or_else(|| internal("a tensor is not row-major"))?;
+    if s.len() < len {
+        return Err(internal("a kernel operand is smaller than its type"));
+    }
+    Ok(s.as_ptr() as *mut f32)
+}

@@ -1,0 +1,366 @@
+//! The executor of one compilation unit (a training step, a metric over a
+//! batch, a `map` function) over one arena, following the optimizer's plan.
+//!
+//! Contract: [`JitUnit::prepare`] turns a `CompiledUnit` into a list of
+//! steps in the unit's schedule order, compiling what it can once: native
+//! loops, Cranelift code and `gemm` calls where they apply, the reference
+//! interpreter's `eval_node` for every other kernel, so every program runs
+//! (module `lower` says which runs what).
+//!
+//! Layout: `step` (the steps as data: operands, places, labels), `lower`
+//! (kernels to steps), `recognize` (which kernels run natively), `mem`
+//! (the storage and one run's view of it), `execute` (running a step, and
+//! all of them on one thread or a pool).
+//!
+//! Storage: every `f32` and `bool` kernel output lives in the arena at the
+//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus
+//! scratch for the values a kernel keeps to itself, module `schedule`);
+//! values of other dtypes are kept as interpreter tensors beside it; region
+//! inputs are read in place from the caller's tensors and values computed
+//! outside the unit are copied once, at `prepare`. [`JitUnit::run`] binds
+//! the inputs, runs the steps and reads the region outputs back as tensors.
+//!
+//! Threads: with one thread the steps run in schedule order; with a pool,
+//! each step runs as soon as the steps it depends on (by the places each
+//! reads and writes, module `schedule`) are done — dependency counting
+//! inside one rayon scope, the most critical ready step continuing on the
+//! same worker — and large kernels are split further (module `threads`);
+//! the other workers stay awake for the whole run.
+//! Every step computes the same values whatever runs beside it, so results
+//! are bit-identical at any thread count.
+//!
+//! Results equal the interpreter's up to rounding: a different summation
+//! order in matmul and the polynomial `exp`/`log`/`tanh` (module `poly`).
+//!
+//! Profiling: after [`JitUnit::set_profiling`], every step adds its wall
+//! time to a counter; [`JitUnit::profile`] reads them with a description
+//! of each step (`tfc bench --profile`).
+//!
+//! Example: `train.rs` prepares one `JitUnit` per batch size of a training
+//! step and calls `run` with `[batch…, step, params…, states…]` per batch.
+
+mod execute;
+mod lower;
+mod mem;
+mod recognize;
+mod step;
+
+pub(super) use recognize::split_anchor;
+pub(super) use step::Ref;
+
+use super::carry::{CarryInputs, Resident};
+use super::schedule::Schedule;
+use super::threads::PARALLEL_MIN_UNIT_WORK;
+use crate::backend::interp::{eval_node, Tensor, Values};
+use crate::diag::Diagnostic;
+use crate::ir::compiled::{CompiledUnit, KernelKind};
+use crate::ir::{DType, NodeId, Op, Program, TensorType};
+use lower::{Builder, Lowering};
+use mem::{arena_tensor, mask_tensor, store, Line, Mem, State};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use step::Step;
+
+/// How each kernel of a prepared unit runs (for reports and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepCounts {
+    pub jit: usize,
+    pub gemm: usize,
+    pub interp: usize,
+    /// Native transposes and reductions.
+    pub native: usize,
+    /// Transposes read through a matmul's strides instead of run.
+    pub folded: usize,
+    /// Contraction products stored in their epilogue's output, which the
+    /// epilogue then writes in place (`in_place_output`).
+    pub in_place: usize,
+    /// How often a threaded run can hand a step to another worker: the
+    /// steps beyond the first that start the run or that one step's end
+    /// makes ready (0: the steps form one chain).
+    pub forks: usize,
+}
+
+/// A unit ready to run many times.
+pub struct JitUnit {
+    pub name: String,
+    steps: Vec<Step>,
+    /// Which steps wait for which (threaded runs).
+    schedule: Schedule,
+    fixed: Vec<Tensor>,
+    outputs: Vec<(Ref, TensorType)>,
+    /// The element types of arena values read back as tensors.
+    state: Mutex<State>,
+    /// The worker threads (`None`: one thread).
+    pool: Option<Arc<rayon::ThreadPool>>,
+    /// Homes of the carried values (see `carry`), in carried order.
+    residents: Vec<Resident>,
+    pub arena_bytes: usize,
+    pub counts: StepCounts,
+    /// What each step is, for profiles: its kind, sizes and ops.
+    labels: Vec<String>,
+    /// Whether steps add their wall time to `step_nanos`.
+    profiling: AtomicBool,
+    step_nanos: Vec<AtomicU64>,
+}
+
+/// One step's share of a profile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepTime {
+    /// Its position in the schedule.
+    pub index: usize,
+    /// What it computes, e.g. `gemm 64x784 @ 784x256: matmul, add, relu`.
+    pub label: String,
+    /// Wall time summed over the runs since profiling started.
+    pub seconds: f64,
+}
+
+fn internal(msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::internal(format!("jit: {}", msg.into()))
+}
+
+/// The unit named like `region_name` in the program's compiled annotations.
+pub fn find_unit<'a>(p: &'a Program, name: &str) -> Option<&'a CompiledUnit> {
+    p.compiled.as_ref()?.units.iter().find(|u| u.name == name)
+}
+
+impl JitUnit {
+    /// Prepares `unit` of `program`: `slot_pos` maps each region input slot
+    /// to its position in `run`'s inputs; `values` holds every value the
+    /// unit reads from outside (the executor computed them already); the
+    /// last `carried` inputs are replaced by the last `carried` outputs
+    /// after each run and stay in the unit (module `carry`).
+    pub fn prepare(
+        program: &Program,
+        unit: &CompiledUnit,
+        slot_pos: &HashMap<usize, usize>,
+        values: &Values,
+        outputs: &[NodeId],
+        carried: usize,
+        threads: usize,
+    ) -> Result<JitUnit, Diagnostic> {
+        let g = &program.graph;
+        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values };
+        // Region inputs stay in the caller's tensors, so a new parameter the
+        // plan writes over its input (`over_input`) gets its own place after
+        // the planned arena; the runtime hands it back as an output.
+        let mut arena_end = unit.arena_bytes;
+        let buffers: HashMap<NodeId, usize> = unit
+            .buffers
+            .iter()
+            .map(|buf| match buf.over_input {
+                Some(_) => {
+                    let at = arena_end.div_ceil(64) * 64;
+                    arena_end = at + buf.bytes;
+                    (buf.node, at)
+                }
+                None => (buf.node, buf.offset),
+            })
+            .collect();
+        let mut slot_at: HashMap<usize, NodeId> = HashMap::new();
+        // Storage of every value that leaves a kernel.
+        for k in &unit.kernels {
+            for &n in &k.nodes {
+                let node = g.node(n);
+                let r = match &node.op {
+                    Op::Slot { slot, .. } if k.kind == KernelKind::Source => match slot_pos.get(slot) {
+                        Some(&p) => {
+                            slot_at.insert(p, n);
+                            Ref::Input(p)
+                        }
+                        None => return Err(internal(format!("slot {slot} of unit `{}` is not an input", unit.name))),
+                    },
+                    Op::Constant { .. } if k.kind == KernelKind::Source => {
+                        b.fixed.push(eval_node(&node.op, &[], &node.ty)?);
+                        Ref::Fixed(b.fixed.len() - 1)
+                    }
+                    // A contraction's product that only its epilogue reads
+                    // goes to scratch (below).
+                    _ if !k.outputs.contains(&n) => continue,
+                    _ => match buffers.get(&n) {
+                        Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
+                        Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
+                        _ => {
+                            b.tables += 1;
+                            Ref::Table(b.tables - 1)
+                        }
+                    },
+                };
+                b.loc.insert(n, r);
+            }
+        }
+        // Values computed outside the unit are fixed when first read (`get`).
+        let typed_outputs: Vec<(NodeId, TensorType)> = outputs.iter().map(|&o| (o, g.node(o).ty.clone())).collect();
+        for &(o, _) in typed_outputs.iter().rev().take(carried) {
+            b.get(o)?;
+        }
+        let over_input: HashMap<NodeId, NodeId> =
+            unit.buffers.iter().filter_map(|buf| Some((buf.node, buf.over_input?))).collect();
+        let carry =
+            CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
+        let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
+        let arena_floats = arena_end.div_ceil(4);
+        let mut lowering = Lowering::new(b, unit, outputs, &buffers, arena_floats);
+        // The kernel each step comes from (for its profile label).
+        let mut kernel_of: Vec<usize> = Vec::new();
+        let mut current = 0;
+        for &ki in &unit.order {
+            kernel_of.resize(lowering.steps.len(), current);
+            current = ki;
+            lowering.kernel(&unit.kernels[ki])?;
+        }
+        kernel_of.resize(lowering.steps.len(), current);
+        let (schedule, floats) = lowering.finish();
+        let Lowering { mut b, steps, mut counts, cols, first_max_end, .. } = lowering;
+        let steps_len = steps.len();
+        // The steps' estimated work (about a nanosecond a unit): a small unit
+        // runs on the calling thread (module `threads`).
+        let work: u64 = steps.iter().map(|s| s.access().cost).sum();
+        let labels = steps.iter().zip(&kernel_of).map(|(s, &ki)| s.label(g, &unit.kernels[ki].nodes)).collect();
+        let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
+        let lines = floats.div_ceil(16);
+        let state = State {
+            arena: vec![Line([0.0; 16]); lines],
+            table: vec![None; b.tables],
+            cols: vec![0.0; cols],
+            first_max: vec![0; first_max_end],
+        };
+        counts.forks = schedule.forks();
+        Ok(JitUnit {
+            name: unit.name.clone(),
+            steps,
+            schedule,
+            fixed: b.fixed,
+            outputs,
+            state: Mutex::new(state),
+            pool: match work < PARALLEL_MIN_UNIT_WORK {
+                true => None,
+                false => super::threads::pool(threads).map_err(internal)?,
+            },
+            residents,
+            arena_bytes: unit.arena_bytes,
+            counts,
+            step_nanos: (0..steps_len).map(|_| AtomicU64::new(0)).collect(),
+            labels,
+            profiling: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether runs use worker threads (false for one thread, and for a
+    /// unit too small to gain from them: `PARALLEL_MIN_UNIT_WORK`).
+    pub fn is_threaded(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// Starts (or stops) adding each step's wall time to its counter;
+    /// starting clears the counters.
+    pub fn set_profiling(&self, on: bool) {
+        if on {
+            self.step_nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
+        }
+        self.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// Each step's wall time since profiling started, in schedule order.
+    pub fn profile(&self) -> Vec<StepTime> {
+        let times = self.labels.iter().zip(&self.step_nanos).enumerate();
+        times
+            .map(|(index, (label, n))| StepTime {
+                index,
+                label: label.clone(),
+                seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
+            })
+            .collect()
+    }
+
+    /// Runs the unit on `inputs` (in region input order); returns the
+    /// region's outputs. A unit prepared with carried values takes them from
+    /// `inputs` too and returns them, through its residents.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        let head = inputs.len().saturating_sub(self.residents.len());
+        if !self.residents.is_empty() {
+            self.load_carried(&inputs[head..])?;
+        }
+        let mut out = self.run_head(&inputs[..head])?;
+        out.extend(self.read_carried()?);
+        Ok(out)
+    }
+
+    /// Runs the unit with its carried values where `load_carried` or the
+    /// previous run left them: `head` are the other inputs; returns the
+    /// outputs that are not carried.
+    pub fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut st = self.state()?;
+        let mem = Mem::of(&mut st, head, &self.fixed);
+        match &self.pool {
+            // Entered once per run: a fork-join from outside the pool costs
+            // ~4.5 µs, inside it ~0.13 µs.
+            Some(pool) => pool.install(|| self.execute(mem))?,
+            None => self.execute(mem)?,
+        }
+        for r in &self.residents {
+            let Some(from) = r.refresh_from else { continue };
+            match r.home {
+                Ref::Arena(at) => {
+                    let n = r.ty.numel();
+                    let src = mem.ptr(from, n)? as *const f32;
+                    // SAFETY: the steps are done; a home never overlaps the
+                    // planned buffers or tensors it is refreshed from, and
+                    // `ptr` checked `n` elements at `src`.
+                    let dst = unsafe { mem.out(at, n, "a carried value")? };
+                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, n) });
+                }
+                Ref::Table(t) => {
+                    let v = self.read(from, mem, &r.ty)?;
+                    // SAFETY: the steps are done.
+                    unsafe { mem.set_table(t, v)? };
+                }
+                other => return Err(internal(format!("a carried value lives in {other:?}"))),
+            }
+        }
+        let n = self.outputs.len() - self.residents.len();
+        self.outputs[..n].iter().map(|(r, ty)| self.read(*r, mem, ty)).collect()
+    }
+
+    /// Puts the carried values (in carried order) into their homes.
+    pub fn load_carried(&self, values: &[Tensor]) -> Result<(), Diagnostic> {
+        if values.len() != self.residents.len() {
+            return Err(internal(format!("{} carried values for {} homes", values.len(), self.residents.len())));
+        }
+        let mut st = self.state()?;
+        let mem = Mem::of(&mut st, &[], &self.fixed);
+        for (r, v) in self.residents.iter().zip(values) {
+            if v.ty() != r.ty {
+                return Err(internal(format!("a carried value of type {} for a home of {}", v.ty(), r.ty)));
+            }
+            match r.home {
+                Ref::Arena(at) => store(mem, at, v)?,
+                // SAFETY: nothing runs; the lock is held.
+                Ref::Table(t) => unsafe { mem.set_table(t, v.clone())? },
+                other => return Err(internal(format!("a carried value lives in {other:?}"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The carried values, as the last run left them.
+    pub fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut st = self.state()?;
+        let mem = Mem::of(&mut st, &[], &self.fixed);
+        self.residents.iter().map(|r| self.read(r.home, mem, &r.ty)).collect()
+    }
+
+    /// The value at `r` as a tensor of type `ty`.
+    fn read(&self, r: Ref, mem: Mem, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+        match r {
+            Ref::Arena(off) => arena_tensor(mem, off, ty),
+            Ref::Mask(off) => mask_tensor(mem, off, ty),
+            r => mem.tensor(r).cloned(),
+        }
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {
+        self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
+    }
+}

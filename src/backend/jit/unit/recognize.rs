@@ -1,0 +1,106 @@
+//! Which kernels a unit runs on native code: predicates over the graph
+//! that pick a kernel's step (module `lower`).
+//!
+//! Contract: each predicate is true only for kernels whose native step
+//! computes what the interpreter would (`f32` operands, the shapes and
+//! parameters the native loops take); anything else is compiled as a
+//! fused loop or interpreted.
+//!
+//! Example: `f32_pool(g, &[n])` is `Some(params)` for a lone `f32`
+//! `pool2d` node `n`, which then runs on module `pool`.
+
+use crate::backend::interp::PoolParams;
+use crate::backend::jit::conv::Conv;
+use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
+use std::collections::HashSet;
+
+/// The kernel's single anchor (reduction) with its in-kernel ancestors,
+/// in kernel order with the anchor last, and the remaining nodes.
+pub(in crate::backend::jit) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+    let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
+        return (Vec::new(), nodes.to_vec());
+    };
+    let members: HashSet<NodeId> = nodes.iter().copied().collect();
+    let mut before: HashSet<NodeId> = HashSet::new();
+    let mut stack = g.inputs(anchor);
+    while let Some(n) = stack.pop() {
+        if members.contains(&n) && before.insert(n) {
+            stack.extend(g.inputs(n));
+        }
+    }
+    let mut head: Vec<NodeId> = nodes.iter().copied().filter(|n| before.contains(n)).collect();
+    head.push(anchor);
+    let tail = nodes.iter().copied().filter(|n| !before.contains(n) && *n != anchor).collect();
+    (head, tail)
+}
+
+/// A reduction (the last of `head`) over `f32` values that `reduce.rs` runs.
+pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
+    let Some(&a) = head.last() else { return false };
+    matches!(g.node(a).op, Op::Reduce { .. })
+        && g.node(a).ty.dtype == DType::F32
+        && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+}
+
+/// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
+pub(super) fn pooled_shape(shape: &[usize]) -> [usize; 4] {
+    match *shape {
+        [n, h, w, c] => [n, h / 2, w / 2, c],
+        _ => [0; 4],
+    }
+}
+
+/// How many gradients of a 2x2 max pool of `x` the unit takes (`in_unit`:
+/// the unit's nodes): a pool fused into the convolution that writes `x`
+/// records its first maxima for them, and they read those instead of `x`.
+pub(super) fn max_pool_grads(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> usize {
+    let is_grad_of_x = |u: &NodeId| {
+        let grad = matches!(g.node(*u).op, Op::Pool2dGrad { .. });
+        let pool = grad && f32_pool(g, &[*u]).is_some_and(|p| is_max_pool_2x2(&p));
+        pool && g.inputs(*u).first() == Some(&x) && in_unit.contains(u)
+    };
+    g.users(x).iter().filter(|u| is_grad_of_x(u)).count()
+}
+
+/// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
+/// write with its result (`conv::PostOps::max_pool`).
+pub(super) fn is_max_pool_2x2(p: &PoolParams) -> bool {
+    p.kind == PoolKind::Max && p.size == [2, 2] && p.stride == [2, 2] && p.padding == [0; 4]
+}
+
+/// The parameters of a layout kernel that is one `f32` pooling or pooling
+/// gradient.
+pub(super) fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
+    let [n] = nodes else { return None };
+    let node = g.node(*n);
+    let f32s = node.ty.dtype == DType::F32 && g.inputs(*n).iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    match &node.op {
+        Op::Pool2d { kind, size, stride, padding } | Op::Pool2dGrad { kind, size, stride, padding } if f32s => {
+            Some(PoolParams { kind: *kind, size: *size, stride: *stride, padding: *padding })
+        }
+        _ => None,
+    }
+}
+
+/// A layout kernel that is one `f32` 2-D transpose.
+pub(super) fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
+    let [n] = nodes else { return false };
+    let node = g.node(*n);
+    matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32
+}
+
+/// The lowered geometry of an `f32` convolution node.
+pub(super) fn f32_conv(g: &Graph, n: NodeId) -> Option<Conv> {
+    let node = g.node(n);
+    let ins = g.inputs(n);
+    let all_f32 = node.ty.dtype == DType::F32 && ins.iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let [a, b] = ins.as_slice() else { return None };
+    Conv::of(&node.op, &g.node(*a).ty.shape, &g.node(*b).ty.shape, &node.ty.shape).filter(|_| all_f32)
+}
+
+pub(super) fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n);
+    matches!(node.op, Op::MatMul)
+        && node.ty.dtype == DType::F32
+        && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F32 && g.node(i).ty.shape.len() >= 2)
+}

@@ -1,0 +1,269 @@
+//! The steps a prepared unit runs, described as data: what each computes,
+//! where its operands and results live (`Ref`), which places it reads and
+//! writes (for the schedule) and its label in profiles.
+//!
+//! Contract: [`Step::access`] lists every place a step's run touches
+//! (module `execute` runs them): the schedule orders two steps exactly
+//! when one writes a place the other reads or writes, so a place missing
+//! here would be a data race. [`Step::label`] names the step's kind and
+//! sizes, then its kernel's ops.
+//!
+//! Example: the first layer of an MLP is
+//! `Step::Gemm { a: Ref::Input(0), b: Ref::Input(3), dst, m: 64, k: 784, n: 256, .. }`,
+//! which reads the two inputs and writes `64 * 256` floats of the arena at
+//! `dst`, labelled `gemm 64x784 @ 784x256: matmul, …`.
+
+use super::recognize::pooled_shape;
+use crate::backend::interp::PoolParams;
+use crate::backend::jit::codegen::KernelFn;
+use crate::backend::jit::conv::Conv;
+use crate::backend::jit::pool::first_max_len;
+use crate::backend::jit::schedule::{Access, Place};
+use crate::diag::Span;
+use crate::ir::{Graph, NodeId, Op, ReduceOp, TensorType};
+
+/// Where a value is during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::backend::jit) enum Ref {
+    /// `f32` elements at this element offset of the arena.
+    Arena(usize),
+    /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.
+    Mask(usize),
+    /// The caller's input at this position.
+    Input(usize),
+    /// A value fixed at `prepare` (computed outside the unit, or a constant).
+    Fixed(usize),
+    /// A tensor computed by an interpreted kernel in this run.
+    Table(usize),
+}
+
+/// An operand of an interpreted node.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Arg {
+    /// An earlier node of the same kernel.
+    Local(usize),
+    Ref(Ref),
+}
+
+/// A node the reference interpreter evaluates inside a `Step::Interp`.
+#[derive(Clone, Debug)]
+pub(super) struct InterpNode {
+    pub(super) op: Op,
+    pub(super) ty: TensorType,
+    pub(super) span: Span,
+    pub(super) args: Vec<Arg>,
+    /// The type of each operand (arena values are read back with it).
+    pub(super) arg_tys: Vec<TensorType>,
+    /// Where the value goes if it leaves the kernel.
+    pub(super) out: Option<Ref>,
+}
+
+/// One step of a prepared unit, in schedule order.
+pub(super) enum Step {
+    /// A compiled loop nest; `args` are its `loads` loads then its outputs;
+    /// `kind` says what made `f` (`fused`: Cranelift, `adam update`: the
+    /// native loop of module `adam`), for profiles.
+    Jit { f: KernelFn, args: Vec<(Ref, usize)>, loads: usize, rows: usize, inner: usize, kind: &'static str },
+    /// `dst = a @ b` (batched over leading dims) through `gemm`.
+    /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
+    /// source; only without batch dims).
+    Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// A convolution (or one of its gradients) on the direct kernels or
+    /// through im2col and `gemm` (module `conv`).
+    /// `post`: the epilogue it applies before storing (`conv::PostOps`).
+    Conv { conv: Conv, a: Ref, b: Ref, dst: usize, post: ConvPost },
+    /// Nodes evaluated by the reference interpreter.
+    Interp(Vec<InterpNode>),
+    /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
+    /// `from_maxima`: `src` is a max-pool gradient written from recorded
+    /// first maxima (`Step::Pool`), and the reduction its sums over every
+    /// axis but the channels, computed from that pool gradient's operands
+    /// (the pooled gradient, the masks' offset) instead of from `src`.
+    Reduce {
+        op: ReduceOp,
+        src: Ref,
+        dst: usize,
+        shape: Vec<usize>,
+        reduced: Vec<bool>,
+        from_maxima: Option<(Ref, usize)>,
+    },
+    /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
+    /// (module `pool`).
+    /// `first_max`: for a max pool's gradient, where the convolution that
+    /// wrote `x` recorded its windows' first maxima (`ConvPost::first_max`),
+    /// read instead of `x`.
+    Pool {
+        params: PoolParams,
+        x: Ref,
+        grad: Option<Ref>,
+        dst: usize,
+        xs: Vec<usize>,
+        ys: Vec<usize>,
+        first_max: Option<usize>,
+        /// Every reader of the gradient computes it from the maxima, so the
+        /// step writes nothing.
+        unread: bool,
+    },
+    /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
+    Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
+}
+
+/// A convolution's post-ops, by where their operands live.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ConvPost {
+    /// One value per output channel.
+    pub(super) bias: Option<Ref>,
+    pub(super) relu: bool,
+    /// Laid out as the result (`conv::PostOps::keep_where_positive`).
+    pub(super) keep_where_positive: Option<Ref>,
+    /// The arena offset of the result's 2x2 max pool, written as well.
+    pub(super) max_pool: Option<usize>,
+    /// With `max_pool`, where in the unit's first-maximum buffer the pool's
+    /// masks go (`conv::PostOps::first_max`), for its gradient to read.
+    pub(super) first_max: Option<usize>,
+    /// With `max_pool`: only the pool is stored (`conv::PostOps::pool_only`).
+    pub(super) pool_only: bool,
+    /// For a weight gradient: its output gradient `b` is a max pool's
+    /// gradient written from recorded maxima, read instead from that
+    /// gradient's pooled gradient and masks' offset
+    /// (`conv::PostOps::grad_from_maxima`).
+    pub(super) from_maxima: Option<(Ref, usize)>,
+}
+
+/// The place `len` elements of `r` occupy (none for values no step writes).
+pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
+    match r {
+        Ref::Arena(off) => Some(Place::Bytes(4 * off, 4 * (off + len))),
+        Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
+        Ref::Table(t) => Some(Place::Table(t)),
+        Ref::Input(_) | Ref::Fixed(_) => None,
+    }
+}
+
+impl Step {
+    /// The places this step reads and writes, and its rough cost (about a
+    /// nanosecond per unit on one core).
+    pub(super) fn access(&self) -> Access {
+        let mut acc = Access::default();
+        let (reads, writes, cost) = (&mut acc.reads, &mut acc.writes, &mut acc.cost);
+        let arena = |off: usize, len: usize| Place::Bytes(4 * off, 4 * (off + len));
+        match self {
+            Step::Jit { args, loads, rows, inner, .. } => {
+                for (i, &(r, len)) in args.iter().enumerate() {
+                    let to = if i < *loads { &mut *reads } else { &mut *writes };
+                    to.extend(place(r, len));
+                }
+                *cost = (rows * inner * args.len() / 8) as u64;
+            }
+            Step::Gemm { a, b, dst, batch, m, k, n, .. } => {
+                reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
+                writes.push(arena(*dst, batch * m * n));
+                *cost = (batch * m * k * n / 50) as u64;
+            }
+            Step::Conv { conv, a, b, dst, post } => {
+                let (na, nb, ny) = conv.sizes();
+                reads.extend(place(*a, na));
+                match post.from_maxima {
+                    Some((gy, off)) => {
+                        reads.extend(place(gy, nb / 4));
+                        reads.push(Place::FirstMax(off, off + first_max_len(&pooled_shape(&conv.forward_out_shape()))));
+                    }
+                    None => reads.extend(place(*b, nb)),
+                }
+                reads.extend(post.bias.and_then(|r| place(r, conv.out_channels())));
+                reads.extend(post.keep_where_positive.and_then(|r| place(r, ny)));
+                writes.extend([arena(*dst, ny), Place::Cols]);
+                writes.extend(post.max_pool.map(|off| arena(off, ny / 4)));
+                writes.extend(post.first_max.map(|off| Place::FirstMax(off, off + conv.first_max_len())));
+                *cost = (4 * (ny + conv.cols_len())) as u64;
+            }
+            Step::Interp(nodes) => {
+                for node in nodes {
+                    for (arg, ty) in node.args.iter().zip(&node.arg_tys) {
+                        if let Arg::Ref(r) = arg {
+                            reads.extend(place(*r, ty.numel()));
+                        }
+                    }
+                    writes.extend(node.out.and_then(|r| place(r, node.ty.numel())));
+                    *cost += 8 * node.ty.numel() as u64;
+                }
+            }
+            Step::Reduce { src, dst, shape, reduced, from_maxima, .. } => {
+                let n: usize = shape.iter().product();
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                match from_maxima {
+                    Some((gy, off)) => {
+                        let pooled = pooled_shape(shape);
+                        reads.extend(place(*gy, pooled.iter().product()));
+                        reads.push(Place::FirstMax(*off, off + first_max_len(&pooled)));
+                    }
+                    None => reads.extend(place(*src, n)),
+                }
+                writes.push(arena(*dst, m));
+                *cost = (n / 4) as u64;
+            }
+            Step::Pool { x, grad, dst, xs, ys, first_max, .. } => {
+                let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
+                match first_max {
+                    Some(off) => reads.push(Place::FirstMax(*off, off + first_max_len(ys))),
+                    None => reads.extend(place(*x, nx)),
+                }
+                reads.extend(grad.and_then(|g| place(g, ny)));
+                writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
+                *cost = nx as u64;
+            }
+            Step::Transpose { src, dst, rows, cols } => {
+                reads.extend(place(*src, rows * cols));
+                writes.push(arena(*dst, rows * cols));
+                *cost = (rows * cols / 2) as u64;
+            }
+        }
+        acc
+    }
+
+    /// What the step computes, for profiles: its kind and sizes, then the
+    /// ops of the kernel it comes from (`nodes`), e.g.
+    /// `gemm 64x784 @ 784x256: matmul, broadcast_to, add, relu, gt`.
+    pub(super) fn label(&self, g: &Graph, nodes: &[NodeId]) -> String {
+        let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
+        let what = match self {
+            Step::Jit { rows, inner, kind, .. } => format!("{kind} {rows}x{inner}"),
+            Step::Gemm { batch, m, k, n, a_t, b_t, .. } => {
+                let t = |on: &bool| if *on { "ᵀ" } else { "" };
+                let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
+                format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+            }
+            Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
+                (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),
+                (Some(_), true, _) => format!("{} and 2x2 max pool, only the pool stored", conv.label()),
+                (None, _, Some(_)) => format!("{} from the recorded maxima", conv.label()),
+                (None, _, None) => conv.label(),
+            },
+            Step::Interp(_) => "interpreted".to_string(),
+            Step::Reduce { op, shape, reduced, from_maxima, .. } => {
+                let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
+                let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
+                format!("reduce {op:?} {} over {axes:?}{from}", dims(shape))
+            }
+            Step::Pool { params, grad, xs, first_max, unread, .. } => {
+                let grad = if grad.is_some() { " grad" } else { "" };
+                let from = match (first_max.is_some(), unread) {
+                    (_, true) => " (not needed: its readers use the recorded maxima)",
+                    (true, false) => " from the recorded maxima",
+                    (false, false) => "",
+                };
+                format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
+            }
+            Step::Transpose { rows, cols, .. } => format!("transpose {rows}x{cols}"),
+        };
+        let mut ops: Vec<&str> = Vec::new();
+        for &n in nodes {
+            let name = g.node(n).op.name();
+            if !ops.contains(&name) {
+                ops.push(name);
+            }
+        }
+        let more = if ops.len() > 6 { ", …" } else { "" };
+        format!("{what}: {}{more}", ops[..ops.len().min(6)].join(", "))
+    }
+}
