@@ -30,7 +30,7 @@ impl JitUnit {
     /// Runs one step, timing it when profiling.
     ///
     /// # Safety
-    /// As for `step`.
+    /// As for `Step::run`.
     unsafe fn timed_step(&self, i: usize, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
         if !self.profiling.load(Ordering::Relaxed) {
             // SAFETY: the caller's contract.

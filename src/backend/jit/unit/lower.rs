@@ -55,10 +55,15 @@ fn compile(spec: &Spec) -> Result<KernelFn, Diagnostic> {
     crate::backend::jit::with_compiler(|c| c.compile(spec)).map_err(internal)
 }
 
+/// Where the unit's values live while its steps are built.
 pub(super) struct Builder<'a> {
     pub(super) g: &'a Graph,
+    /// Each value's storage, as far as known.
     pub(super) loc: HashMap<NodeId, Ref>,
+    /// The values fixed at `prepare` (`Ref::Fixed`): constants, and values
+    /// computed outside the unit.
     pub(super) fixed: Vec<Tensor>,
+    /// How many table entries (`Ref::Table`) are given out.
     pub(super) tables: usize,
     /// The nodes of the unit.
     pub(super) in_unit: HashSet<NodeId>,
@@ -88,7 +93,7 @@ impl Builder<'_> {
     /// materialized tensor: the optimizer hoists a broadcast of an invariant
     /// value out of a training step, but streaming its full size every step
     /// would cost more than the few lanes of a splat.
-    pub(super) fn analyze(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Option<Spec>, Diagnostic> {
+    fn analyze(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Option<Spec>, Diagnostic> {
         let g = self.g;
         let mut absorbed: Vec<NodeId> = Vec::new();
         for &n in nodes {
@@ -124,7 +129,7 @@ impl Builder<'_> {
     /// reads is there. Only `plain` outputs qualify: not a unit output (a
     /// new parameter or state may be written over the old one, which the
     /// epilogue still reads).
-    pub(super) fn in_place_output(
+    fn in_place_output(
         &mut self,
         spec: &Spec,
         product: NodeId,
@@ -148,7 +153,7 @@ impl Builder<'_> {
     }
 
     /// The interpreted steps of `nodes` with `outputs` leaving them.
-    pub(super) fn interp(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Step, Diagnostic> {
+    fn interp(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Step, Diagnostic> {
         let local: HashMap<NodeId, usize> = nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let mut out = Vec::with_capacity(nodes.len());
         for &n in nodes {
@@ -178,12 +183,7 @@ impl Builder<'_> {
 
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
-    pub(super) fn part(
-        &mut self,
-        nodes: &[NodeId],
-        outputs: &[NodeId],
-        counts: &mut StepCounts,
-    ) -> Result<Step, Diagnostic> {
+    fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
         let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
@@ -197,7 +197,9 @@ impl Builder<'_> {
         }
     }
 
-    pub(super) fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
+    /// The compiled step of `spec` (laid out in rows of `ROW_BLOCK`), or
+    /// Adam's native loop when `spec` is exactly Adam's update.
+    fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
         let spec = &spec.clone().in_rows_of(ROW_BLOCK);
         let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
         for l in &spec.loads {
