@@ -335,7 +335,7 @@ impl Conv {
         let src = match d.pad {
             Some([top, left]) => {
                 let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
-                direct::pad_into(a, dims, top, left, padded, d.win.hp, d.win.wp);
+                direct::pad_into(a, dims, [top, left], padded, [d.win.hp, d.win.wp], threads);
                 &*padded
             }
             None => a,
@@ -529,9 +529,11 @@ mod tests {
                 let (av, bv): (Vec<f32>, Vec<f32>) =
                     (av.iter().map(|&v| v as f32).collect(), bv.iter().map(|&v| v as f32).collect());
                 // im2col in blocks of several sizes, then `run` (the direct
-                // kernels where this machine has them) at one and two threads.
+                // kernels where this machine has them) at one, two and three
+                // threads, bit for bit the same at each.
                 let blocks = [1, 3, 7, m].map(|rows| (Some(rows), 1));
-                for (rows, threads) in blocks.into_iter().chain([(None, 1), (None, 2)]) {
+                let mut one_thread: Option<Vec<u32>> = None;
+                for (rows, threads) in blocks.into_iter().chain([(None, 1), (None, 2), (None, 3)]) {
                     let mut dst = vec![f32::NAN; expected.len()];
                     let mut cols = vec![f32::NAN; rows.map_or(conv.cols_len(), |r| r * k)];
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
@@ -551,6 +553,11 @@ mod tests {
                             "case {case}, {:?}, {rows:?} rows, {threads} threads: element {i} is {got}, not {want}",
                             conv.kind
                         );
+                    }
+                    if rows.is_none() {
+                        let bits: Vec<u32> = dst.iter().map(|v| v.to_bits()).collect();
+                        let first = one_thread.get_or_insert_with(|| bits.clone());
+                        assert!(*first == bits, "case {case}, {:?}: {threads} threads differ from one", conv.kind);
                     }
                 }
             }

@@ -2,14 +2,17 @@
 //! weight rows × channel vectors over the threads, each summing the output
 //! positions in order, in blocks of rows that stay in the L2 cache.
 //!
-//! Contract: `grad_filter` writes `gw` as the module docs say; a tile never
-//! splits a sum, so the results do not depend on the thread count. A
-//! one-channel 3x3 kernel (`WHOLE_KERNEL`) takes every weight row in one
-//! tile and can read its output gradient from a max pool's recorded maxima
-//! (`MaximaGrad`).
+//! Contract: `grad_filter` writes `gw` as the module docs say. Its sums do
+//! not depend on the thread count: the threads split the tiles, and a
+//! gradient of fewer tiles than `POSITION_PARTS` sums that many fixed parts
+//! of the positions separately (each one chain, in order) and adds them in
+//! order. A one-channel 3x3 kernel (`WHOLE_KERNEL`) takes every weight row
+//! in one tile and can read its output gradient from a max pool's recorded
+//! maxima (`MaximaGrad`).
 //!
 //! Example: the bench CNN's first-layer weight gradient, `3x3x1x16`, is one
-//! tile of 9 weight rows × one channel vector over 50,176 positions.
+//! tile of 9 weight rows × one channel vector over 50,176 positions, summed
+//! in four parts of 12,544 (which two threads share), then added.
 
 use super::{channel_blocks, exact_tiles, load, masks_lanes, tile_len, MaximaGrad, SendPtr, Window, WHOLE_KERNEL};
 use crate::backend::jit::threads::split_rows;
@@ -55,38 +58,68 @@ pub(in crate::backend::jit) unsafe fn grad_filter(
     }
     // Output rows in blocks that keep their sources and gradients in the
     // L2 cache across the tiles; every tile sums the blocks in order.
+    let rows = win.n * win.oh;
     let per_row = win.ow * win.o + win.kh * win.wp * win.c;
-    let block = (65_536 / per_row.max(1)).clamp(1, (win.n * win.oh).max(1));
-    let out = SendPtr(gw.as_mut_ptr());
+    let block = (65_536 / per_row.max(1)).clamp(1, rows.max(1));
+    // Fewer tiles than `POSITION_PARTS` (the whole-kernel tile of a first
+    // layer) would leave threads idle: the output rows are then summed in
+    // that many fixed parts, the first into `gw`, the others into copies
+    // added to it in order at the end. The parts depend on the shapes
+    // only, so the sums are the same at any thread count.
+    let parts = if tiles.len() < POSITION_PARTS { POSITION_PARTS.min(rows).max(1) } else { 1 };
+    let w_len = win.w_len();
+    let mut partial = vec![0.0f32; (parts - 1) * w_len];
+    let (out, partial_out) = (SendPtr(gw.as_mut_ptr()), SendPtr(partial.as_mut_ptr()));
+    // Work item `k`: tile `k % tiles.len()` over part `k / tiles.len()`;
+    // within a part, the row blocks outermost.
+    let t = tiles.len();
     let run = |lo: usize, hi: usize| {
-        let out = &out;
-        for r0 in (0..win.n * win.oh).step_by(block) {
-            let rows = r0..(r0 + block).min(win.n * win.oh);
-            for &(i, q0, r, o0, vectors, masks) in &tiles[lo..hi] {
-                let tile = FilterTile {
-                    src: src.as_ptr().wrapping_add(i * win.wp * win.c + q0),
-                    gy: from_maxima.map_or(gy.as_ptr(), |m| m.pooled.as_ptr()).wrapping_add(o0),
-                    first_max: from_maxima.map(|m| m.first_max.as_ptr().wrapping_add(o0 / 16)),
-                    dst: out.0.wrapping_add((i * run_len + q0) * win.o + o0),
-                    masks,
-                };
-                // SAFETY: the caller's contract; the tiles write disjoint
-                // weight rows or channels.
-                unsafe { filter_tile(win, &tile, rows.clone(), r, vectors) };
+        let (out, partial_out) = (&out, &partial_out);
+        for part in lo / t..hi.div_ceil(t) {
+            let base = match part {
+                0 => out.0,
+                _ => partial_out.0.wrapping_add((part - 1) * w_len),
+            };
+            let (first, last) = (rows * part / parts, rows * (part + 1) / parts);
+            for r0 in (first..last).step_by(block) {
+                for k in lo.max(part * t)..hi.min((part + 1) * t) {
+                    let (i, q0, r, o0, vectors, masks) = tiles[k % t];
+                    let tile = FilterTile {
+                        src: src.as_ptr().wrapping_add(i * win.wp * win.c + q0),
+                        gy: from_maxima.map_or(gy.as_ptr(), |m| m.pooled.as_ptr()).wrapping_add(o0),
+                        first_max: from_maxima.map(|m| m.first_max.as_ptr().wrapping_add(o0 / 16)),
+                        dst: base.wrapping_add((i * run_len + q0) * win.o + o0),
+                        masks,
+                    };
+                    // SAFETY: the caller's contract; the items write
+                    // disjoint weight rows or channels, or different
+                    // parts' copies.
+                    unsafe { filter_tile(win, &tile, r0..(r0 + block).min(last), r, vectors) };
+                }
             }
         }
     };
-    if threads > 1 && tiles.len() > 1 {
+    let items = tiles.len() * parts;
+    if threads > 1 && items > 1 {
         rayon::scope(|s| {
-            for (lo, hi) in split_rows(tiles.len(), threads) {
+            for (lo, hi) in split_rows(items, threads) {
                 let run = &run;
                 s.spawn(move |_| run(lo, hi));
             }
         });
     } else {
-        run(0, tiles.len());
+        run(0, items);
+    }
+    for copy in partial.chunks_exact(w_len.max(1)) {
+        for (g, p) in gw[..w_len].iter_mut().zip(copy) {
+            *g += p;
+        }
     }
 }
+
+/// How many parts of the output rows a weight gradient of fewer tiles sums
+/// separately, so that up to this many threads share it (`grad_filter`).
+const POSITION_PARTS: usize = 4;
 
 /// Where one weight-gradient tile reads and writes.
 struct FilterTile {

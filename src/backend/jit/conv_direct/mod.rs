@@ -9,12 +9,13 @@
 //!   ox·SX + j, c] · w[i, j, c, o]`, summed over `i`, then `j`, then `c`;
 //! - `grad_filter` writes `gw[i, j, c, o] = Σ_{n, oy, ox} src[n, oy·SY + i,
 //!   ox·SX + j, c] · gy[n, oy, ox, o]`, summed over the output positions in
-//!   order.
+//!   order (for a gradient of few tiles, in four fixed parts of the
+//!   positions, each in order, then added in order: `filter`).
 //!
 //! The sums are chains of fused multiply-adds in that fixed order, so the
 //! results do not depend on the thread count (threads split output rows,
-//! or the weight gradient's tiles, never a sum); they equal the
-//! interpreter's up to rounding. A stride-1 input gradient is a forward
+//! the weight gradient's tiles or its fixed parts, never a chain); they
+//! equal the interpreter's up to rounding. A stride-1 input gradient is a forward
 //! convolution of the padded output gradient with the flipped, transposed
 //! weights (`flip_transpose`), see `conv`.
 //!
@@ -136,29 +137,52 @@ impl Window {
 
 /// Copies `x: [n, h, w, c]` into `dst: [n, hp, wp, c]` at row `top` and
 /// column `left`, zero everywhere else (the parts of `x` beyond `dst` are
-/// left out).
+/// left out); `threads` share the images (a copy: the same bytes at any
+/// count).
 pub(super) fn pad_into(
     x: &[f32],
-    [n, h, w, c]: [usize; 4],
-    top: usize,
-    left: usize,
+    dims: [usize; 4],
+    [top, left]: [usize; 2],
     dst: &mut [f32],
-    hp: usize,
-    wp: usize,
+    [hp, wp]: [usize; 2],
+    threads: usize,
 ) {
-    let cols = w.min(wp.saturating_sub(left));
-    for b in 0..n {
-        for r in 0..hp {
-            let to = &mut dst[((b * hp + r) * wp) * c..((b * hp + r + 1) * wp) * c];
-            match r.checked_sub(top).filter(|&sr| sr < h) {
-                Some(sr) if cols > 0 => {
-                    let from = &x[((b * h + sr) * w) * c..((b * h + sr) * w + cols) * c];
-                    to[..left * c].fill(0.0);
-                    to[left * c..(left + cols) * c].copy_from_slice(from);
-                    to[(left + cols) * c..].fill(0.0);
-                }
-                _ => to.fill(0.0),
+    let [n, h, w, c] = dims;
+    let (image, padded) = (h * w * c, hp * wp * c);
+    if padded == 0 {
+        return;
+    }
+    let pad_images = |first: usize, to: &mut [f32]| {
+        for (i, to) in to.chunks_exact_mut(padded).enumerate() {
+            pad_image(&x[(first + i) * image..(first + i + 1) * image], [h, w, c], [top, left], to, wp);
+        }
+    };
+    if threads > 1 && n > 1 {
+        let mut rest = &mut dst[..n * padded];
+        rayon::scope(|s| {
+            for (lo, hi) in crate::backend::jit::threads::split_rows(n, threads) {
+                let (part, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) * padded);
+                rest = tail;
+                let pad_images = &pad_images;
+                s.spawn(move |_| pad_images(lo, part));
             }
+        });
+    } else {
+        pad_images(0, &mut dst[..n * padded]);
+    }
+}
+
+/// One image of `pad_into`: `x: [h, w, c]` into `to: [hp, wp, c]`.
+fn pad_image(x: &[f32], [h, w, c]: [usize; 3], [top, left]: [usize; 2], to: &mut [f32], wp: usize) {
+    let cols = w.min(wp.saturating_sub(left));
+    for (r, to) in to.chunks_exact_mut(wp * c).enumerate() {
+        match r.checked_sub(top).filter(|&sr| sr < h) {
+            Some(sr) if cols > 0 => {
+                to[..left * c].fill(0.0);
+                to[left * c..(left + cols) * c].copy_from_slice(&x[sr * w * c..(sr * w + cols) * c]);
+                to[(left + cols) * c..].fill(0.0);
+            }
+            _ => to.fill(0.0),
         }
     }
 }
