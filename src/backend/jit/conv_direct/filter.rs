@@ -73,6 +73,9 @@ pub(in crate::backend::jit) unsafe fn grad_filter(
     // Work item `k`: tile `k % tiles.len()` over part `k / tiles.len()`;
     // within a part, the row blocks outermost.
     let t = tiles.len();
+    if t == 0 {
+        return;
+    }
     let run = |lo: usize, hi: usize| {
         let (out, partial_out) = (&out, &partial_out);
         for part in lo / t..hi.div_ceil(t) {
