@@ -496,10 +496,11 @@ mod tests {
         // (x, w, stride, padding, dilation): SAME, strided, dilated, VALID,
         // two one-channel 3x3 kernels (one weight-gradient tile of nine
         // rows, over one and two channel vectors, the last masked), a row
-        // of 14 outputs in one forward tile of two channel vectors, and two
-        // whole channel vectors (plain loads, no lanes masked off).
+        // of 14 outputs in one forward tile of two channel vectors, two
+        // whole channel vectors (plain loads, no lanes masked off), and no
+        // output channels at all (no weight-gradient tiles).
         type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4], [usize; 2]);
-        let cases: [Case; 8] = [
+        let cases: [Case; 9] = [
             ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2], [1, 1]),
             ([2, 5, 6, 1], [2, 3, 1, 2], [1, 2], [1, 1, 2, 0], [2, 2]),
@@ -508,6 +509,7 @@ mod tests {
             ([1, 5, 9, 1], [3, 3, 1, 20], [1, 2], [0, 1, 1, 0], [1, 1]),
             ([1, 3, 14, 2], [3, 3, 2, 20], [1, 1], [1, 1, 1, 1], [1, 1]),
             ([1, 4, 5, 3], [3, 3, 3, 32], [1, 1], [1, 1, 1, 1], [1, 1]),
+            ([2, 4, 4, 1], [3, 3, 1, 0], [1, 1], [1, 1, 1, 1], [1, 1]),
         ];
         for (case, (xs, ws, stride, padding, dilation)) in cases.into_iter().enumerate() {
             let fwd = Op::Conv2d { stride, padding, dilation, groups: 1 };
