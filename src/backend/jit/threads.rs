@@ -104,6 +104,22 @@ pub(super) fn with_workers_awake<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Runs `run(lo, hi)` over `0..items` split into `threads` contiguous
+/// ranges (`split_rows`) at once on the current pool, or as one call on
+/// this thread for one thread or one item. `run` must give each range's
+/// results whatever the split (the callers' ranges write disjoint outputs).
+pub(super) fn in_ranges(items: usize, threads: usize, run: impl Fn(usize, usize) + Sync) {
+    if threads <= 1 || items <= 1 {
+        return run(0, items);
+    }
+    rayon::scope(|s| {
+        for (lo, hi) in split_rows(items, threads) {
+            let run = &run;
+            s.spawn(move |_| run(lo, hi));
+        }
+    });
+}
+
 /// `rows` split into at most `parts` contiguous, nearly equal ranges.
 pub(super) fn split_rows(rows: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
     let parts = parts.clamp(1, rows.max(1));
@@ -112,7 +128,7 @@ pub(super) fn split_rows(rows: usize, parts: usize) -> impl Iterator<Item = (usi
 
 #[cfg(test)]
 mod tests {
-    use super::{split_rows, with_workers_awake};
+    use super::{in_ranges, split_rows, with_workers_awake};
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
@@ -120,6 +136,18 @@ mod tests {
         assert_eq!(split_rows(49, 2).collect::<Vec<_>>(), vec![(0, 24), (24, 49)]);
         assert_eq!(split_rows(3, 8).collect::<Vec<_>>(), vec![(0, 1), (1, 2), (2, 3)]);
         assert_eq!(split_rows(0, 2).collect::<Vec<_>>(), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn ranges_run_every_item_once_at_any_thread_count() {
+        for (items, threads) in [(0, 1), (1, 3), (7, 1), (7, 2), (49, 3), (2, 8)] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+            let seen: Vec<AtomicUsize> = (0..items).map(|_| AtomicUsize::new(0)).collect();
+            pool.install(|| {
+                in_ranges(items, threads, |lo, hi| (lo..hi).for_each(|i| _ = seen[i].fetch_add(1, Ordering::Relaxed)))
+            });
+            assert!(seen.iter().all(|n| n.load(Ordering::Relaxed) == 1), "{items} items, {threads} threads");
+        }
     }
 
     /// The workers kept awake run the forks of `f` (nested too), and all

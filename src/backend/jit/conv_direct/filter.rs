@@ -15,7 +15,7 @@
 //! in four parts of 12,544 (which two threads share), then added.
 
 use super::{channel_blocks, exact_tiles, load, masks_lanes, tile_len, MaximaGrad, SendPtr, Window, WHOLE_KERNEL};
-use crate::backend::jit::threads::split_rows;
+use crate::backend::jit::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps,
@@ -102,17 +102,7 @@ pub(in crate::backend::jit) unsafe fn grad_filter(
             }
         }
     };
-    let items = tiles.len() * parts;
-    if threads > 1 && items > 1 {
-        rayon::scope(|s| {
-            for (lo, hi) in split_rows(items, threads) {
-                let run = &run;
-                s.spawn(move |_| run(lo, hi));
-            }
-        });
-    } else {
-        run(0, items);
-    }
+    in_ranges(t * parts, threads, run);
     for copy in partial.chunks_exact(w_len.max(1)) {
         for (g, p) in gw[..w_len].iter_mut().zip(copy) {
             *g += p;

@@ -12,7 +12,7 @@
 //! multiply-adds.
 
 use super::{channel_blocks, load, masks_lanes, tile_starts, PostOps, SendPtr, Window};
-use crate::backend::jit::threads::split_rows;
+use crate::backend::jit::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_kunpackw, _mm512_mask_storeu_ps,
@@ -50,16 +50,7 @@ pub(in crate::backend::jit) unsafe fn forward(
         // SAFETY: the caller's contract; the units' rows are disjoint.
         unsafe { forward_units(win, src.as_ptr(), w.as_ptr(), out.0, post, lo, hi) }
     };
-    if threads > 1 && units > 1 {
-        rayon::scope(|s| {
-            for (lo, hi) in split_rows(units, threads) {
-                let run = &run;
-                s.spawn(move |_| run(lo, hi));
-            }
-        });
-    } else {
-        run(0, units);
-    }
+    in_ranges(units, threads, run);
 }
 
 /// The output rows of one unit of `forward`'s work (the threads split

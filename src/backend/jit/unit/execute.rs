@@ -21,7 +21,7 @@ use crate::backend::interp::{eval_node, Tensor};
 use crate::backend::jit::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::jit::gemm::sgemm;
 use crate::backend::jit::pool::first_max_len;
-use crate::backend::jit::threads::{split_rows, PARALLEL_MIN_ELEMENTS};
+use crate::backend::jit::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
 use crate::diag::Diagnostic;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -94,26 +94,19 @@ impl Step {
         match self {
             Step::Jit { f, args, rows, inner, .. } => {
                 let ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
-                let (rows, inner) = (*rows, *inner);
-                if threads > 1 && rows > 1 && rows * inner >= PARALLEL_MIN_ELEMENTS {
-                    let shared = Pointers(ptrs.as_ptr());
-                    let f = *f;
-                    rayon::scope(|s| {
-                        for (lo, hi) in split_rows(rows, threads) {
-                            let shared = &shared;
-                            // SAFETY: as below; disjoint row ranges write
-                            // disjoint output elements, and read-only
-                            // loads may be shared.
-                            s.spawn(move |_| unsafe { f(shared.0, lo, hi, inner) });
-                        }
-                    });
-                } else {
-                    // SAFETY: every pointer addresses at least the
-                    // elements the spec reads or writes (checked by
-                    // `ptr`), and the compiled function touches nothing
-                    // else.
-                    unsafe { f(ptrs.as_ptr(), 0, rows, inner) };
-                }
+                let (f, rows, inner) = (*f, *rows, *inner);
+                let shared = Pointers(ptrs.as_ptr());
+                let threads = if rows * inner >= PARALLEL_MIN_ELEMENTS { threads } else { 1 };
+                in_ranges(rows, threads, |lo, hi| {
+                    // The whole `Sync` wrapper, not its raw field.
+                    let shared = &shared;
+                    // SAFETY: every pointer addresses at least the elements
+                    // the spec reads or writes (checked by `ptr`), and the
+                    // compiled function touches nothing else; disjoint row
+                    // ranges write disjoint output elements, and read-only
+                    // loads may be shared.
+                    unsafe { f(shared.0, lo, hi, inner) }
+                });
             }
             Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
                 let (m, k, n) = (*m, *k, *n);

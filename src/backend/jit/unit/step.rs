@@ -8,9 +8,10 @@
 //! here would be a data race. [`Step::label`] names the step's kind and
 //! sizes, then its kernel's ops.
 //!
-//! Example: the first layer of an MLP is
-//! `Step::Gemm { a: Ref::Input(0), b: Ref::Input(3), dst, m: 64, k: 784, n: 256, .. }`,
-//! which reads the two inputs and writes `64 * 256` floats of the arena at
+//! Example: the first layer of a training step's MLP is
+//! `Step::Gemm { a: Ref::Input(0), b: Ref::Arena(w), dst, m: 64, k: 784, n: 256, .. }`,
+//! which reads the batch (an input) and the first weight (carried in the
+//! arena, module `carry`) and writes `64 * 256` floats of the arena at
 //! `dst`, labelled `gemm 64x784 @ 784x256: matmul, …`.
 
 use super::recognize::pooled_shape;
