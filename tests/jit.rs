@@ -289,6 +289,36 @@ fn input_gradients_through_materialized_transposes_match_the_interpreter() {
     same_values(&jit, &interp).unwrap();
 }
 
+/// Attention's head split and merge (`[B, T, H, D] ↔ [B, H, T, D]`: the
+/// last axis stays), its transposed keys (the last two axes swap) and a
+/// full reversal of a rank-3 tensor (neither) all run as native transposes,
+/// through forward and backward, and train as on the interpreter.
+#[test]
+fn transposes_of_any_rank_run_natively_and_match_the_interpreter() {
+    let source = "use std.nn.{Dense}\nuse std.optim.sgd\n\
+        model M { q = Dense(6, 6)\n k = Dense(6, 6)\n\
+        fn heads(x) = transpose(reshape(x, [2, 5, 3, 2]), [0, 2, 1, 3])\n\
+        fn forward(x) {\n let s = heads(q(x)) @ transpose(heads(k(x)), [0, 1, 3, 2])\n\
+        let merged = reshape(transpose(softmax(s) @ heads(x), [0, 2, 1, 3]), [2, 5, 6])\n\
+        transpose(merged, [2, 1, 0])\n } }\n\
+        let net = M(seed = 5)\n\
+        let xs = normal([8, 5, 6], seed = 6)\n\
+        train net on from_tensors(xs) |> batch(2) {\n\
+            loss(x) = mean(square(net(x)))\n optimizer = sgd(lr = 0.1)\n epochs = 3\n}\n\
+        print(net.q.w)\nprint(net.k.b)\n";
+    let profile = first_step(source, 1, |unit| {
+        unit.set_profiling(true);
+        unit.profile().into_iter().map(|t| t.label).collect::<Vec<_>>()
+    });
+    for shape in ["transpose 2x5x3x2:", "transpose 2x3x5x2:", "transpose 6x5x2:"] {
+        assert!(profile.iter().any(|l| l.starts_with(shape)), "no {shape} in {profile:?}");
+    }
+    assert!(!profile.iter().any(|l| l.starts_with("interpreted: transpose")), "{profile:?}");
+    let interp = run(Path::new("step.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("step.tfl"), source, Backend::Jit, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
 #[test]
 fn jit_runs_are_bit_identical_run_to_run() {
     let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");

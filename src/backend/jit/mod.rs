@@ -16,7 +16,8 @@
 //! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
 //! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
 //! reductions), `conv` and `pool` (native convolutions and pooling),
-//! `transpose` (native matrix transposes), `adam`
+//! `transpose` (native matrix transposes), `permute` (transposes of
+//! any rank), `adam`
 //! (Adam's update as a native AVX-512 loop), `unit`
 //! (the executor of one unit), `schedule` (which steps may run at once),
 //! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif|asm`
@@ -33,6 +34,7 @@ mod conv;
 mod conv_direct;
 mod fold;
 mod gemm;
+mod permute;
 mod poly;
 mod pool;
 mod reduce;

@@ -55,13 +55,28 @@ impl Tracer<'_> {
                 .label(x.span, x.ty.to_string())
                 .label(w.span, w.ty.to_string())
             })?;
-        let mut xs = batch.clone();
-        xs.extend_from_slice(&x.ty.shape[rx - 2..]);
-        let mut ws = batch.clone();
-        ws.extend_from_slice(&w.ty.shape[rw - 2..]);
-        let x = self.broadcast_to(&x, &xs, span)?;
-        let w = self.broadcast_to(&w, &ws, span)?;
-        let mut out = self.node(Op::MatMul, &[&x, &w], span)?;
+        let mut out = if rw == 2 && rx > 2 {
+            // A batch of rows times one matrix (a dense layer over a
+            // sequence, `[B, T, D] @ [D, E]`) is one product of all the rows,
+            // `[B·T, D] @ [D, E]`: the matrix is not broadcast to every batch
+            // element, and its gradient is one product instead of a batch of
+            // products summed (what XLA's `dot_general` does).
+            let (m, n) = (x.ty.shape[rx - 2], w.ty.shape[1]);
+            let rows = x.ty.shape[..rx - 1].iter().product();
+            let flat = self.reshape(&x, vec![rows, k1], span)?;
+            let product = self.node(Op::MatMul, &[&flat, &w], span)?;
+            let mut shape = batch.clone();
+            shape.extend([m, n]);
+            self.reshape(&product, shape, span)?
+        } else {
+            let mut xs = batch.clone();
+            xs.extend_from_slice(&x.ty.shape[rx - 2..]);
+            let mut ws = batch.clone();
+            ws.extend_from_slice(&w.ty.shape[rw - 2..]);
+            let x = self.broadcast_to(&x, &xs, span)?;
+            let w = self.broadcast_to(&w, &ws, span)?;
+            self.node(Op::MatMul, &[&x, &w], span)?
+        };
         let mut shape = out.ty.shape.clone();
         if wv {
             shape.pop();

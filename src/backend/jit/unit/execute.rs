@@ -224,14 +224,14 @@ impl Step {
                     None => crate::backend::jit::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
-            Step::Transpose { src, dst, rows, cols } => {
-                let (rows, cols) = (*rows, *cols);
-                let from = mem.ptr(*src, rows * cols)? as *const f32;
-                // SAFETY: `ptr` checked that `src` holds rows × cols elements.
-                let from = unsafe { std::slice::from_raw_parts(from, rows * cols) };
+            Step::Transpose { src, dst, perm, .. } => {
+                let n = perm.numel();
+                let from = mem.ptr(*src, n)? as *const f32;
+                // SAFETY: `ptr` checked that `src` holds `n` elements.
+                let from = unsafe { std::slice::from_raw_parts(from, n) };
                 // SAFETY: the caller's contract.
-                let to = unsafe { mem.out(*dst, rows * cols, "a transpose result")? };
-                crate::backend::jit::transpose::transpose(from, to, rows, cols);
+                let to = unsafe { mem.out(*dst, n, "a transpose result")? };
+                perm.apply(from, to);
             }
             Step::Interp(nodes) => {
                 let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());

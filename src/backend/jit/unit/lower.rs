@@ -35,8 +35,8 @@
 
 use super::internal;
 use super::recognize::{
-    f32_conv, f32_pool, is_f32_matmul, is_f32_matrix_transpose, is_max_pool_2x2, max_pool_grads, native_reduce,
-    pooled_shape, split_anchor,
+    f32_conv, f32_pool, f32_transpose, is_f32_matmul, is_max_pool_2x2, max_pool_grads, native_reduce, pooled_shape,
+    split_anchor,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use super::StepCounts;
@@ -339,7 +339,7 @@ impl<'a> Lowering<'a> {
             }
             KernelKind::Reduction => self.reduction(k),
             KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => self.pool(k),
-            KernelKind::Layout if is_f32_matrix_transpose(g, &k.nodes) => self.transpose(k),
+            KernelKind::Layout if f32_transpose(g, &k.nodes).is_some() => self.transpose(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -638,11 +638,12 @@ impl<'a> Lowering<'a> {
     fn transpose(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
+        let Some(perm) = f32_transpose(g, &k.nodes) else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = g.inputs(n)[0];
-        let shape = &g.node(src).ty.shape;
+        let shape = g.node(src).ty.shape.clone();
         let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = self.b.get(src)?;
-        self.steps.push(Step::Transpose { src, dst, rows: shape[0], cols: shape[1] });
+        self.steps.push(Step::Transpose { src, dst, shape, perm });
         self.counts.native += 1;
         Ok(())
     }

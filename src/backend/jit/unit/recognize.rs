@@ -11,6 +11,7 @@
 
 use crate::backend::interp::PoolParams;
 use crate::backend::jit::conv::Conv;
+use crate::backend::jit::permute::Permutation;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use std::collections::HashSet;
 
@@ -82,11 +83,14 @@ pub(super) fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     }
 }
 
-/// A layout kernel that is one `f32` 2-D transpose.
-pub(super) fn is_f32_matrix_transpose(g: &Graph, nodes: &[NodeId]) -> bool {
-    let [n] = nodes else { return false };
+/// A layout kernel that is one `f32` transpose (any rank), as the
+/// permutation module `permute` runs.
+pub(super) fn f32_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> {
+    let [n] = nodes else { return None };
     let node = g.node(*n);
-    matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32
+    let Op::Transpose { perm } = &node.op else { return None };
+    let source = &g.node(*g.inputs(*n).first()?).ty;
+    (node.ty.dtype == DType::F32 && source.dtype == DType::F32).then(|| Permutation::of(&source.shape, perm))
 }
 
 /// The lowered geometry of an `f32` convolution node.

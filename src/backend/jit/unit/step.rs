@@ -18,6 +18,7 @@ use super::recognize::pooled_shape;
 use crate::backend::interp::PoolParams;
 use crate::backend::jit::codegen::KernelFn;
 use crate::backend::jit::conv::Conv;
+use crate::backend::jit::permute::Permutation;
 use crate::backend::jit::pool::first_max_len;
 use crate::backend::jit::schedule::{Access, Place};
 use crate::diag::Span;
@@ -105,8 +106,9 @@ pub(super) enum Step {
         /// step writes nothing.
         unread: bool,
     },
-    /// `dst = transpose(src)` of a `rows × cols` `f32` matrix.
-    Transpose { src: Ref, dst: usize, rows: usize, cols: usize },
+    /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
+    /// (`perm` in its essential form, module `permute`).
+    Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation },
 }
 
 /// A convolution's post-ops, by where their operands live.
@@ -213,10 +215,11 @@ impl Step {
                 writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
                 *cost = nx as u64;
             }
-            Step::Transpose { src, dst, rows, cols } => {
-                reads.extend(place(*src, rows * cols));
-                writes.push(arena(*dst, rows * cols));
-                *cost = (rows * cols / 2) as u64;
+            Step::Transpose { src, dst, perm, .. } => {
+                let n = perm.numel();
+                reads.extend(place(*src, n));
+                writes.push(arena(*dst, n));
+                *cost = (n / 2) as u64;
             }
         }
         acc
@@ -255,7 +258,7 @@ impl Step {
                 };
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
-            Step::Transpose { rows, cols, .. } => format!("transpose {rows}x{cols}"),
+            Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
         };
         let mut ops: Vec<&str> = Vec::new();
         for &n in nodes {
