@@ -28,7 +28,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tfc::backend::Backend;
+use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
 use tfc::runtime::exec::{Executor, RunOptions};
 

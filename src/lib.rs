@@ -1,11 +1,16 @@
 //! tfc: a compiler for deep-learning programs written in `.tfl`.
 //!
-//! Modules are listed in the order data flows through them: source text is
-//! parsed (`syntax`), names are resolved (`sema`), the program is traced into
-//! the graph IR with every shape and dtype checked (`trace`, `ir`), and the
-//! reference interpreter executes it (`backend::interp`). `driver` owns the
-//! session (source files, std modules), `repl` the interactive session and
-//! `cli` the command line.
+//! Modules are listed in the order data flows through them, each using only
+//! the ones above it (docs/ARCHITECTURE.md has the table; `tests/tidy.rs`
+//! enforces it): diagnostics and the small shared pieces first; then source
+//! text is parsed (`syntax`) and its names resolved (`sema`); the graph IR
+//! (`ir`) and the values and op semantics on it (`tensor`); the tracer
+//! builds the IR from the program with every shape and dtype checked
+//! (`trace`, with `autodiff` and the embedded `stdlib`); the optimizer
+//! plans it (`passes`); backends run its regions (`backend`: the reference
+//! interpreter and the CPU backend); `runtime` performs the program's
+//! effects; `driver` owns a session (source files, the pipeline); `repl`
+//! and `cli` face the user.
 
 pub mod autodiff;
 pub mod backend;
@@ -21,4 +26,5 @@ pub mod runtime;
 pub mod sema;
 pub mod stdlib;
 pub mod syntax;
+pub mod tensor;
 pub mod trace;

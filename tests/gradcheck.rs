@@ -31,10 +31,10 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use tfc::autodiff::gradients;
-use tfc::backend::interp::evaluate;
 use tfc::diag::Span;
 use tfc::ir::infer::infer;
 use tfc::ir::{BinaryOp, DType, Graph, Literal, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp};
+use tfc::tensor::evaluate;
 
 const H: f64 = 1e-6;
 const TOL: f64 = 1e-6;

@@ -13,7 +13,7 @@
 //! directory so their checkpoints do not touch `examples/out`.
 
 use std::path::{Path, PathBuf};
-use tfc::backend::Backend;
+use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
 use tfc::runtime::exec::{execute, RunOptions};
 
@@ -183,13 +183,13 @@ fn every_example_prints_the_same_values_on_jit_and_interp() {
 }
 
 /// How the JIT runs the kernels of the first training step of `source`.
-fn step_counts(source: &str) -> tfc::backend::jit::StepCounts {
-    first_step(source, 1, |unit| unit.counts)
+fn step_counts(source: &str) -> tfc::backend::StepCounts {
+    first_step(source, 1, |unit| unit.counts())
 }
 
 /// `what` of the JIT unit of the first training step of `source`, prepared
 /// for `threads` worker threads.
-fn first_step<T>(source: &str, threads: usize, what: impl Fn(&tfc::backend::jit::JitUnit) -> T) -> T {
+fn first_step<T>(source: &str, threads: usize, what: impl Fn(&dyn tfc::backend::PreparedUnit) -> T) -> T {
     let mut session = Session::new();
     let file = session.add_source("step.tfl", source);
     let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
@@ -202,7 +202,40 @@ fn first_step<T>(source: &str, threads: usize, what: impl Fn(&tfc::backend::jit:
     let options = RunOptions { backend: Backend::Jit, threads, ..RunOptions::default() };
     let mut ex = tfc::runtime::exec::Executor::new(&program, &mut out, options).unwrap();
     let region = ex.compile_region(&plan.steps[0].1).expect("the step prepares");
-    what(region.jit().expect("the step runs on the JIT"))
+    let unit = region.unit();
+    assert_eq!(unit.backend(), "jit");
+    what(unit)
+}
+
+/// The runtime finds a region's compiled unit by the region's id; a plan
+/// that has no unit of that id, or a unit of other nodes, is an error —
+/// never a quiet run on the interpreter.
+#[test]
+fn a_broken_region_to_unit_join_is_an_error() {
+    let source = "use std.optim.sgd\nmodel S { param w: f32[1] = ones()\n fn forward(x) = x * w }\nlet net = S()\n\
+        train net on from_tensors([1.0, 2.0, 3.0, 4.0]) |> batch(2) {\n\
+            loss(x) = mean(square(net(x)))\n optimizer = sgd(lr = 0.1)\n epochs = 1\n}\nprint(net.w)\n";
+    let mut session = Session::new();
+    let file = session.add_source("join.tfl", source);
+    let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
+    let run = |p: &tfc::ir::Program| {
+        let mut out = Vec::new();
+        let options = RunOptions { backend: Backend::Jit, ..RunOptions::default() };
+        tfc::runtime::exec::execute(p, &mut out, options).map(|_| String::from_utf8(out).unwrap())
+    };
+    assert_eq!(run(&program).expect("the intact plan runs"), "f32[1] [-0.75]\n");
+    fn step(p: &mut tfc::ir::Program) -> &mut tfc::ir::compiled::CompiledUnit {
+        let units = &mut p.compiled.as_mut().expect("a plan").units;
+        units.iter_mut().find(|u| u.name.contains("step")).expect("a step unit")
+    }
+    let mut renumbered = program.clone();
+    step(&mut renumbered).region = Some(tfc::ir::plan::RegionId(9999));
+    let e = run(&renumbered).expect_err("a unit of another region's id must not run");
+    assert!(e.message.contains("no compilation unit for region"), "{}", e.message);
+    let mut emptied = program.clone();
+    step(&mut emptied).kernels.pop();
+    let e = run(&emptied).expect_err("a unit of other nodes must not run");
+    assert!(e.message.contains("plans") && e.message.contains("nodes but region"), "{}", e.message);
 }
 
 /// A small training step (a 64-128-10 MLP's) runs on the calling thread
@@ -444,9 +477,11 @@ fn bench_profile_lists_every_step_of_the_training_step() {
     // then reads faster.
     assert!(text.contains("gemm 784x64ᵀ @ 64x256") && !text.contains("transpose 64x"), "{text}");
     assert!(text.contains("transpose 256x256") && text.contains("gemm 64x256 @ 256x256: matmul, broadcast_to, select"));
+    // The interpreter profiles its nodes the same way.
     let interp = tfc(&["bench", "examples/bench/mlp.tfl", "--steps", "1", "--backend", "interp", "--profile"]);
-    assert!(!interp.status.success());
-    assert!(String::from_utf8_lossy(&interp.stderr).contains("`--profile` needs the JIT backend"));
+    assert!(interp.status.success(), "{}", String::from_utf8_lossy(&interp.stderr));
+    let text = String::from_utf8_lossy(&interp.stdout);
+    assert!(text.contains("interpreted: matmul f32[64, 256]"), "{text}");
 }
 
 /// Machines without AVX-512 run convolutions through im2col and `gemm`

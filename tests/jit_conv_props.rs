@@ -37,7 +37,7 @@
 //! property keep the file well under a minute in a debug build.
 
 use proptest::prelude::*;
-use tfc::backend::Backend;
+use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
 use tfc::runtime::exec::{execute, Executor, RunOptions};
 
@@ -58,7 +58,7 @@ fn run(source: &str, backend: Backend) -> String {
 }
 
 /// How the JIT runs the program's training step.
-fn step_counts(source: &str) -> tfc::backend::jit::StepCounts {
+fn step_counts(source: &str) -> tfc::backend::StepCounts {
     let mut session = Session::new();
     let file = session.add_source("prop.tfl", source);
     let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
@@ -70,7 +70,7 @@ fn step_counts(source: &str) -> tfc::backend::jit::StepCounts {
     let options = RunOptions { backend: Backend::Jit, ..RunOptions::default() };
     let mut ex = Executor::new(&program, &mut out, options).expect("an executor");
     let region = ex.compile_region(&plan.steps[0].1).expect("the step prepares");
-    region.jit().expect("the step runs on the JIT").counts
+    region.unit().counts()
 }
 
 /// The values of each printed tensor (one per line: `f32[…] [[…]]`).

@@ -8,12 +8,12 @@
 //! that absolute error into a small result (`exp(a) - exp(b)`).
 
 use proptest::prelude::*;
-use tfc::backend::interp::{eval_node, Tensor};
 use tfc::backend::jit::spec::Spec;
 use tfc::backend::jit::with_compiler;
 use tfc::diag::Span;
 use tfc::ir::infer::infer;
 use tfc::ir::{BinaryOp, DType, Graph, NodeId, Op, TensorType, UnaryOp};
+use tfc::tensor::{eval_node, Tensor};
 
 fn add(g: &mut Graph, op: Op, inputs: &[NodeId]) -> NodeId {
     let types: Vec<TensorType> = inputs.iter().map(|&i| g.node(i).ty.clone()).collect();

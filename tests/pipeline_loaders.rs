@@ -186,8 +186,8 @@ fn npy_and_npz_corruptions_name_the_file_and_byte() {
 }
 
 fn safetensors(d: &std::path::Path, name: &str) {
-    use tfc::backend::interp::Tensor;
     use tfc::ir::{DType, Literal, TensorType};
+    use tfc::tensor::Tensor;
     let x = Tensor::from_literal(
         &Literal::Float(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
         &TensorType::new(DType::F32, vec![3, 2]),

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tfc::backend::interp::Tensor;
 use tfc::ir::{DType, Literal, TensorType};
+use tfc::tensor::Tensor;
 
 const DIGITS: &[u8] = include_bytes!("../examples/data/digits.csv.gz");
 
@@ -193,7 +193,7 @@ fn training_twice_gives_bit_identical_weights() {
     let mut out = Vec::new();
     let options = tfc::runtime::exec::RunOptions {
         base_dir: session.base_dir(id),
-        backend: tfc::backend::Backend::Jit,
+        backend: tfc::backend::BackendKind::Jit,
         ..Default::default()
     };
     tfc::runtime::exec::execute(&compiled, &mut out, options).expect("the program runs");

@@ -21,13 +21,13 @@
 //! Contract: deterministic losses (the same numbers every run, and at any
 //! `--threads`).
 
-use crate::backend::interp::Tensor;
-use crate::backend::Backend;
+use crate::backend::BackendKind;
 use crate::diag::{Code, Diagnostic};
 use crate::driver::Session;
 use crate::ir::plan::TrainPlan;
 use crate::ir::{DType, Effect, Literal, TensorType};
 use crate::runtime::exec::{Carry, Executor, RunOptions};
+use crate::tensor::Tensor;
 use std::path::Path;
 use std::time::Instant;
 
@@ -37,7 +37,7 @@ pub struct BenchArgs<'a> {
     pub steps: usize,
     pub warmup: usize,
     pub threads: usize,
-    pub backend: Backend,
+    pub backend: BackendKind,
     pub json: bool,
     /// Time each step of the compiled unit (`"profile"` in the JSON).
     pub profile: bool,
@@ -117,16 +117,13 @@ fn bench_train(
     let compiled = ex.compile_region_carrying(region, carried.len())?;
     let mut carry = Carry::new(std::mem::take(&mut carried));
     let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
-    let arena_bytes = crate::backend::jit::find_unit(ex.program, &name).map_or(0, |u| u.arena_bytes);
+    let arena_bytes = compiled.unit().arena_bytes();
     let mut times = Vec::with_capacity(args.steps);
     let step_at = batch.len();
     let mut head = batch;
     head.push(Tensor::from_literal(&Literal::Float(vec![0.0]), &TensorType::scalar(DType::F32))?);
     let (mut loss_first, mut loss_last) = (None, f64::NAN);
-    let profiled = compiled.jit().filter(|_| args.profile);
-    if args.profile && profiled.is_none() {
-        return Err(Diagnostic::new(Code::BadValue, "`--profile` needs the JIT backend (`--backend jit`)"));
-    }
+    let profiled = Some(compiled.unit()).filter(|_| args.profile);
     for step in 1..=args.warmup + args.steps {
         crate::runtime::interrupt::check()?;
         if step == args.warmup + 1 {
@@ -159,10 +156,7 @@ fn bench_train(
     }
     times.sort_by(f64::total_cmp);
     let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    let backend = match args.backend {
-        Backend::Interp => "interp",
-        Backend::Jit => "jit",
-    };
+    let backend = compiled.unit().backend();
     let mut json = serde_json::json!({
         "name": name,
         "backend": backend,

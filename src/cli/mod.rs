@@ -40,8 +40,8 @@ enum Command {
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
         /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
-        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Jit)]
-        backend: crate::backend::Backend,
+        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
+        backend: crate::backend::BackendKind,
         /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
@@ -67,8 +67,8 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
         /// Which backend runs the steps.
-        #[arg(long, value_enum, default_value_t = crate::backend::Backend::Jit)]
-        backend: crate::backend::Backend,
+        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
+        backend: crate::backend::BackendKind,
         /// Print one JSON object per train block (else one line of text).
         #[arg(long)]
         json: bool,
@@ -172,11 +172,11 @@ pub fn main() -> ExitCode {
 /// The optimizer passes `tfc run` uses. `-O0` rewrites nothing; the JIT
 /// still needs kernels, a schedule and a memory plan, so with it `-O0` keeps
 /// the annotating passes except fusion (one kernel per node).
-fn run_passes(optimize: bool, backend: crate::backend::Backend) -> crate::passes::Options {
+fn run_passes(optimize: bool, backend: crate::backend::BackendKind) -> crate::passes::Options {
     let mut opts = crate::passes::Options::default();
     if !optimize {
         let keep: &[&str] =
-            if backend == crate::backend::Backend::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
+            if backend == crate::backend::BackendKind::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
         opts.disabled = crate::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
     }
     opts

@@ -67,6 +67,9 @@ pub struct Buffer {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompiledUnit {
     pub name: String,
+    /// The region this unit runs (`None`: the main unit, the program's
+    /// statements). Backends find a region's unit by this id.
+    pub region: Option<super::plan::RegionId>,
     /// Primitive ops in the unit before optimization.
     pub ops_before: usize,
     /// Primitive ops in the unit after the rewriting passes.

@@ -12,6 +12,7 @@ pub mod plan;
 pub mod plan_print;
 pub mod print;
 mod program;
+pub mod regions;
 #[cfg(test)]
 mod test_graphs;
 mod types;

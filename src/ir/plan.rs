@@ -16,9 +16,20 @@ use std::sync::Arc;
 /// types), read `outputs`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Region {
+    /// Which region this is: the optimizer's compilation unit of the region
+    /// carries the same id (`CompiledUnit::region`), which is how a backend
+    /// finds the plan of the region it runs. Copies of one region (a `map`
+    /// behind two datasets) share it, and so share one unit.
+    pub id: RegionId,
     pub inputs: Vec<(usize, TensorType)>,
     pub outputs: Vec<NodeId>,
 }
+
+/// A region's identity, unique in its program (the tracer numbers regions
+/// as it creates them; `vectorize_maps` numbers its batched regions after
+/// the largest id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub usize);
 
 /// Host data whose first axis enumerates elements, one tensor per part of
 /// the element (e.g. features and labels of a CSV file).

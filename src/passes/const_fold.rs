@@ -50,10 +50,10 @@
 //! print %1
 //! ```
 
-use crate::backend::interp::{eval_node, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
+use crate::tensor::{eval_node, Tensor};
 use std::collections::HashSet;
 
 /// The largest value (in elements) the pass creates or reads.

@@ -361,6 +361,7 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
             .map_err(|why| Diagnostic::new(crate::diag::Code::Internal, format!("fusion failed: {why}")))?;
         compiled.push(CompiledUnit {
             name: unit.name.clone(),
+            region: unit.region,
             ops_after: unit.nodes.len(),
             kernels,
             updates: unit.updates.clone(),

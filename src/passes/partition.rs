@@ -72,6 +72,7 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
         .into_iter()
         .map(|unit| CompiledUnit {
             name: unit.name,
+            region: unit.region,
             updates: unit.updates,
             ops_before: unit.nodes.len(),
             ops_after: unit.nodes.len(),

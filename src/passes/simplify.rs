@@ -32,11 +32,11 @@
 //!
 //! Example: `neg(neg(transpose(transpose(x)))) * 1.0` becomes `x`.
 
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::{BinaryOp, DType, Literal, NodeId, Op, Program, UnaryOp};
 use crate::passes::const_fold::remove_unused;
 use crate::passes::PassCtx;
+use crate::tensor::Tensor;
 
 /// What a rule does to the node it matched.
 pub enum Rewrite {
@@ -377,10 +377,10 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::interp::evaluate;
     use crate::diag::Span;
     use crate::ir::infer::infer;
     use crate::ir::{Graph, TensorType};
+    use crate::tensor::evaluate;
 
     fn node(g: &mut Graph, op: Op, inputs: &[NodeId]) -> NodeId {
         let types: Vec<TensorType> = inputs.iter().map(|&i| g.node(i).ty.clone()).collect();

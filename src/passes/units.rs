@@ -10,7 +10,7 @@
 //! reads is one of the unit's inputs.
 
 use super::splat_copies::is_splat;
-use crate::ir::plan::{Region, Source, Transform};
+use crate::ir::plan::{Region, RegionId, Source, Transform};
 use crate::ir::{Effect, Graph, NodeId, Op, Program};
 use std::collections::{HashMap, HashSet};
 
@@ -18,6 +18,8 @@ use std::collections::{HashMap, HashSet};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Unit {
     pub name: String,
+    /// The region it runs (`None`: the main unit).
+    pub region: Option<RegionId>,
     /// The unit's nodes in execution order.
     pub nodes: Vec<NodeId>,
     /// Values the unit reads from outside (captured values, region slots).
@@ -30,30 +32,7 @@ pub struct Unit {
     pub updates: Vec<(NodeId, NodeId)>,
 }
 
-/// The nodes of `region` that depend on its input slots, in topological
-/// order (`order` gives each node's position).
-pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec<NodeId> {
-    let slots: HashSet<usize> = region.inputs.iter().map(|(s, _)| *s).collect();
-    let mut needed: HashSet<NodeId> = HashSet::new();
-    let mut stack: Vec<NodeId> = region.outputs.clone();
-    while let Some(n) = stack.pop() {
-        if g.contains(n) && needed.insert(n) {
-            stack.extend(g.inputs(n));
-        }
-    }
-    let mut sorted: Vec<NodeId> = needed.into_iter().collect();
-    sorted.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
-    let mut vary: HashSet<NodeId> = HashSet::new();
-    let mut out = Vec::new();
-    for n in sorted {
-        let is_input = matches!(&g.node(n).op, Op::Slot { slot, .. } if slots.contains(slot));
-        if is_input || g.inputs(n).iter().any(|i| vary.contains(i)) {
-            vary.insert(n);
-            out.push(n);
-        }
-    }
-    out
-}
+pub use crate::ir::regions::varying;
 
 /// The nodes of the unit of `region`: its `varying` nodes, plus every
 /// broadcast of a one-element value (a splat) that only those nodes read
@@ -146,8 +125,19 @@ pub fn units(p: &Program) -> Vec<Unit> {
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
     let mut owner: HashMap<NodeId, usize> = HashMap::new();
-    let mut units = vec![Unit { name: "main".into(), nodes: vec![], inputs: vec![], outputs: vec![], updates: vec![] }];
+    let mut units = vec![Unit {
+        name: "main".into(),
+        region: None,
+        nodes: vec![],
+        inputs: vec![],
+        outputs: vec![],
+        updates: vec![],
+    }];
     for NamedRegion { name, region, updates } in regions(p) {
+        // Copies of one region (a `map` behind two datasets) are one unit.
+        if units.iter().any(|u| u.region == Some(region.id)) {
+            continue;
+        }
         let nodes = unit_nodes(g, region, &rank, &roots);
         let idx = units.len();
         for &n in &nodes {
@@ -160,7 +150,7 @@ pub fn units(p: &Program) -> Vec<Unit> {
             updates.iter().filter_map(|&(slot, out)| Some((slot_node(slot)?, *region.outputs.get(out)?))).collect();
         let mut outputs = region.outputs.clone();
         outputs.dedup();
-        units.push(Unit { name, nodes: vec![], inputs: vec![], outputs, updates });
+        units.push(Unit { name, region: Some(region.id), nodes: vec![], inputs: vec![], outputs, updates });
     }
     for &n in &order {
         let u = owner.get(&n).copied().unwrap_or(0);

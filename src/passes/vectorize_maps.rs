@@ -28,19 +28,22 @@
 //! 28] → f32[64, 784]) |> parallel(auto)`.
 
 use crate::diag::{Diagnostic, Span};
-use crate::ir::plan::{Dataset, Region, Transform};
+use crate::ir::plan::{Dataset, Region, RegionId, Transform};
 use crate::ir::{BinaryOp, Effect, Graph, NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
 use std::collections::HashMap;
 
 pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     let mut next_slot = max_slot(p) + 1;
+    let mut next_region = crate::passes::units::regions(p).iter().map(|r| r.region.id.0).max().unwrap_or(0);
     let Program { graph, effects, .. } = p;
     for d in datasets_mut(effects) {
         // Each rewrite removes a `Map`, so this ends.
         while let Some((at, batch_at, n)) = candidate(graph, d) {
             let Transform::Map(element) = d.transforms[at].clone() else { break };
-            let Some(batched) = batch_region(graph, &element, n, &mut next_slot) else { break };
+            next_region += 1;
+            let id = RegionId(next_region);
+            let Some(batched) = batch_region(graph, &element, n, id, &mut next_slot) else { break };
             let parallel = match d.transforms.get(at + 1) {
                 Some(Transform::Parallel(w)) => Some(*w),
                 _ => None,
@@ -132,7 +135,7 @@ fn batched_op(op: &Op, n: usize) -> Option<Op> {
 /// The batched copy of `element` for batches of `n`: new slots of type
 /// `[n, …]` for its inputs, and a batched node for each node that depends
 /// on them. Values that do not depend on the element are broadcast.
-fn batch_region(g: &mut Graph, element: &Region, n: usize, next_slot: &mut usize) -> Option<Region> {
+fn batch_region(g: &mut Graph, element: &Region, n: usize, id: RegionId, next_slot: &mut usize) -> Option<Region> {
     let batched_ty = |t: &TensorType| TensorType::new(t.dtype, std::iter::once(n).chain(t.shape.clone()).collect());
     let mut slots: HashMap<usize, (usize, TensorType)> = HashMap::new();
     let inputs: Vec<(usize, TensorType)> = element
@@ -189,7 +192,7 @@ fn batch_region(g: &mut Graph, element: &Region, n: usize, next_slot: &mut usize
             operand(g, &batched, o, n, span)
         })
         .collect::<Option<_>>()?;
-    Some(Region { inputs, outputs })
+    Some(Region { id, inputs, outputs })
 }
 
 /// The batched value of `id`: its batched node, or — for a value the same

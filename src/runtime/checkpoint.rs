@@ -9,9 +9,9 @@
 //! and reports all differences at once; it never accepts a truncated file.
 
 use super::loaders::{decode, Scalar};
-use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{DType, TensorType};
+use crate::tensor::Tensor;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;

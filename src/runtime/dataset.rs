@@ -9,11 +9,11 @@
 //! without a count is one pass (the training loop repeats epochs itself).
 
 use super::exec::Executor;
-use crate::backend::interp::host::stack;
-use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{Dataset, ReducePlan};
 use crate::ir::{DType, Literal, TensorType};
+use crate::tensor::host::stack;
+use crate::tensor::Tensor;
 
 pub use super::pipeline::Element;
 

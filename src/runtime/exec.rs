@@ -8,34 +8,28 @@
 //! taken from the main context (computed once), the rest are recomputed for
 //! every binding. Results are the reference interpreter's.
 
-use crate::backend::interp::{assert_close, eval_node, print_item, Tensor, Values};
+use crate::backend::interp::{assert_close, check_finite, print_item};
+use crate::backend::{Backend, BackendKind, Prepare, PreparedUnit};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::Region;
 use crate::ir::{Effect, Graph, NodeId, Op, Program};
+use crate::tensor::{eval_node, Tensor, Values};
 use std::collections::{HashMap, HashSet};
 
-/// A region prepared for repeated evaluation.
+/// A region prepared for repeated evaluation on the selected backend.
 pub struct CompiledRegion {
-    /// Region input slot → its position in the bound inputs.
-    slot_pos: HashMap<usize, usize>,
-    /// The nodes that depend on the inputs, in evaluation order.
-    order: Vec<NodeId>,
-    outputs: Vec<NodeId>,
-    /// The region prepared for the JIT backend (`--backend jit`); `None`
-    /// runs it on the interpreter.
-    jit: Option<crate::backend::jit::JitUnit>,
-    /// How many trailing inputs the trailing outputs replace (see [`Carry`]).
-    carried: usize,
+    unit: Box<dyn PreparedUnit>,
 }
 
 /// The values a region carries from run to run — a training step's
 /// parameters and optimizer states, its last inputs, which its last outputs
-/// replace. On the JIT they stay inside the unit between steps (no copy in
-/// or out); `values` is brought up to date only when asked ([`Executor::carried`]).
+/// replace. They stay inside the prepared unit between steps (no copy in
+/// or out); `values` is brought up to date only when asked
+/// ([`Carry::values`]).
 pub struct Carry<'r> {
     values: Vec<Tensor>,
     /// The unit whose copy is newer than `values`.
-    holder: Option<&'r crate::backend::jit::JitUnit>,
+    holder: Option<&'r dyn PreparedUnit>,
 }
 
 impl<'r> Carry<'r> {
@@ -56,12 +50,17 @@ impl<'r> Carry<'r> {
         self.values()?;
         Ok(self.values)
     }
+
+    /// Whether `unit` holds the current values.
+    fn held_by(&self, unit: &dyn PreparedUnit) -> bool {
+        self.holder.is_some_and(|h| std::ptr::addr_eq(h, unit))
+    }
 }
 
 impl CompiledRegion {
-    /// How the JIT runs this region's kernels (`None`: on the interpreter).
-    pub fn jit(&self) -> Option<&crate::backend::jit::JitUnit> {
-        self.jit.as_ref()
+    /// The prepared unit that runs this region.
+    pub fn unit(&self) -> &dyn PreparedUnit {
+        self.unit.as_ref()
     }
 }
 
@@ -105,7 +104,10 @@ pub struct RunOptions {
     /// Report run-time choices (the input pipeline's tuning) on stderr.
     pub verbose: bool,
     /// Which backend evaluates regions (training steps, metrics, `map`s).
-    pub backend: crate::backend::Backend,
+    pub backend: BackendKind,
+    /// A kernel that the backend would run on the host interpreter is an
+    /// error (`--strict`) instead of a planned, reported fallback.
+    pub strict: bool,
     /// Worker threads of the JIT backend (0 or 1: the calling thread only).
     pub threads: usize,
 }
@@ -298,14 +300,33 @@ impl<'p> Executor<'p> {
         // computed once now.
         let program = self.program;
         let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
-        let order = crate::passes::units::unit_nodes(g, region, &self.rank, roots);
-        let varying: HashSet<NodeId> = order.iter().copied().collect();
+        let nodes = crate::passes::units::unit_nodes(g, region, &self.rank, roots);
+        let varying: HashSet<NodeId> = nodes.iter().copied().collect();
         let mut invariant: Vec<NodeId> =
-            order.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
+            nodes.iter().flat_map(|&n| g.inputs(n)).filter(|i| !varying.contains(i)).collect();
         invariant.extend(region.outputs.iter().copied().filter(|o| !varying.contains(o)));
         self.demand(&invariant)?;
-        let jit = self.prepare_jit(region, &slot_pos, &varying, carried)?;
-        Ok(CompiledRegion { slot_pos, order, outputs: region.outputs.clone(), jit, carried })
+        let request = Prepare {
+            program,
+            region,
+            nodes: &nodes,
+            slot_pos: &slot_pos,
+            outside: &self.values,
+            carried,
+            threads: self.options.threads,
+            check_numerics: self.options.check_numerics,
+            strict: self.options.strict,
+        };
+        Ok(CompiledRegion { unit: self.backend().prepare(&request)? })
+    }
+
+    /// The backend that runs regions: the selected one, or the interpreter
+    /// under `--check-numerics` (which checks every op's result).
+    fn backend(&self) -> &'static dyn Backend {
+        match self.options.check_numerics {
+            true => BackendKind::Interp.get(),
+            false => self.options.backend.get(),
+        }
     }
 
     /// Runs `r` with `head` as its first inputs and `carry` as the rest;
@@ -316,117 +337,28 @@ impl<'p> Executor<'p> {
         head: &[Tensor],
         carry: &mut Carry<'r>,
     ) -> Result<Vec<Tensor>, Diagnostic> {
-        if let Some(jit) = &r.jit {
-            super::interrupt::check()?;
-            if !carry.holder.is_some_and(|h| std::ptr::eq(h, jit)) {
-                jit.load_carried(carry.values()?)?;
-                carry.holder = Some(jit);
-            }
-            return jit.run_head(head);
+        super::interrupt::check()?;
+        let unit = r.unit.as_ref();
+        if !carry.held_by(unit) {
+            unit.load_carried(carry.values()?)?;
+            carry.holder = Some(unit);
         }
-        let mut inputs = head.to_vec();
-        carry.values()?;
-        inputs.append(&mut carry.values);
-        let mut out = self.run_region(r, &inputs)?;
-        carry.values = out.split_off(out.len().saturating_sub(r.carried));
-        Ok(out)
-    }
-
-    /// The JIT executor of `region`'s compilation unit, when the JIT backend
-    /// is selected (`--check-numerics` keeps the interpreter, which checks
-    /// every op).
-    fn prepare_jit(
-        &self,
-        region: &Region,
-        slot_pos: &HashMap<usize, usize>,
-        varying: &HashSet<NodeId>,
-        carried: usize,
-    ) -> Result<Option<crate::backend::jit::JitUnit>, Diagnostic> {
-        if self.options.backend != crate::backend::Backend::Jit || self.options.check_numerics {
-            return Ok(None);
-        }
-        let p = self.program;
-        let name =
-            crate::passes::units::regions(p).into_iter().find(|r| std::ptr::eq(r.region, region)).map(|r| r.name);
-        let Some(unit) = name.and_then(|n| crate::backend::jit::find_unit(p, &n)) else { return Ok(None) };
-        // A region shared by two plans (one `map` behind two datasets) is
-        // one unit under the first plan's name; the other's unit is empty.
-        let nodes: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
-        if &nodes != varying {
-            return Ok(None);
-        }
-        crate::backend::jit::JitUnit::prepare(
-            p,
-            unit,
-            slot_pos,
-            &self.values,
-            &region.outputs,
-            carried,
-            self.options.threads,
-        )
-        .map(Some)
+        unit.run_head(head)
     }
 
     /// Evaluates a compiled region with its inputs bound.
     pub fn run_region(&self, r: &CompiledRegion, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
-        if let Some(jit) = &r.jit {
-            super::interrupt::check()?;
-            return jit.run(inputs);
-        }
-        let g = self.graph();
-        let mut local: Values = Values::with_capacity(r.order.len());
-        for &n in &r.order {
-            super::interrupt::check()?;
-            let node = g.node(n);
-            let value = match &node.op {
-                Op::Slot { slot, .. } => {
-                    let pos = r.slot_pos.get(slot).copied().unwrap_or(usize::MAX);
-                    inputs
-                        .get(pos)
-                        .cloned()
-                        .ok_or_else(|| Diagnostic::internal(format!("runtime: region input slot {slot} is unbound")))?
-                }
-                op => {
-                    let ids = g.inputs(n);
-                    let args = ids
-                        .iter()
-                        .map(|i| {
-                            local
-                                .get(i)
-                                .or_else(|| self.values.get(i))
-                                .ok_or_else(|| Diagnostic::internal("runtime: region operand missing"))
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    eval_node(op, &args, &node.ty)
-                        .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
-                }
-            };
-            self.check_numerics(n, &value)?;
-            local.insert(n, value);
-        }
-        r.outputs
-            .iter()
-            .map(|o| {
-                local
-                    .get(o)
-                    .or_else(|| self.values.get(o))
-                    .cloned()
-                    .ok_or_else(|| Diagnostic::internal("runtime: region output missing"))
-            })
-            .collect()
+        super::interrupt::check()?;
+        r.unit.run(inputs)
     }
 
     /// With `--check-numerics`, the first NaN or infinity is an error at the
     /// op that produced it.
     fn check_numerics(&self, n: NodeId, value: &Tensor) -> Result<(), Diagnostic> {
-        if !self.options.check_numerics || !value.dtype().is_float() {
+        if !self.options.check_numerics {
             return Ok(());
         }
         let node = self.graph().node(n);
-        if value.to_f64_vec().iter().any(|x| !x.is_finite()) {
-            return Err(Diagnostic::new(Code::Runtime, format!("`{}` produced a NaN or infinity", node.op.name()))
-                .label(node.span, format!("first non-finite value computed here ({})", node.ty)));
-        }
-        Ok(())
+        check_finite(&node.op, node.span, &node.ty, value)
     }
 }

@@ -11,10 +11,10 @@
 
 use super::dataset::reduce_mean;
 use super::exec::{Carry, CompiledRegion, Executor};
-use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::TrainPlan;
 use crate::ir::{DType, Literal, TensorType};
+use crate::tensor::Tensor;
 use std::io::{IsTerminal, Write};
 use std::time::Instant;
 

@@ -42,6 +42,7 @@ pub struct Live {
     graph: Graph,
     modules: rustc_hash::FxHashMap<String, Rc<Scope>>,
     next_slot: usize,
+    next_region: usize,
     csv_cache: CsvCache,
     /// The session's own bindings; its parent is the prelude.
     session: Rc<Scope>,
@@ -69,6 +70,7 @@ impl Live {
             graph: tracer.graph,
             modules: tracer.modules,
             next_slot: tracer.next_slot,
+            next_region: tracer.next_region,
             csv_cache: tracer.csv_cache,
             session: Scope::child(&prelude),
         })
@@ -121,6 +123,7 @@ impl Live {
         tracer.modules = std::mem::take(&mut self.modules);
         tracer.csv_cache = std::mem::take(&mut self.csv_cache);
         tracer.next_slot = self.next_slot;
+        tracer.next_region = self.next_region;
         tracer.kept_below = tracer.graph.node_bound();
         let (last, init) = match stmts.split_last() {
             Some((last, init)) if matches!(last.kind, ast::StmtKind::Expr(_)) => (Some(last), init),
@@ -155,6 +158,7 @@ impl Live {
         self.modules = tracer.modules;
         self.csv_cache = tracer.csv_cache;
         self.next_slot = tracer.next_slot;
+        self.next_region = tracer.next_region;
         let traced = Traced { effects: tracer.effects, value, scope, snapshot };
         let mut diags = tracer.diags;
         if diags.is_empty() {

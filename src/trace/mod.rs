@@ -77,6 +77,8 @@ pub struct Tracer<'s> {
     pub(crate) model_path: Option<(u64, String)>,
     /// The last slot number handed out (slots are unique per program).
     pub(crate) next_slot: usize,
+    /// The last region id handed out (`Tracer::new_region`).
+    pub(crate) next_region: usize,
     /// Directory that relative data paths resolve against.
     pub(crate) base_dir: std::path::PathBuf,
     /// CSV files already read while checking, by path and label column.
@@ -138,6 +140,7 @@ impl<'s> Tracer<'s> {
             param_context: None,
             model_path: None,
             next_slot: 0,
+            next_region: 0,
             base_dir: base_dir.to_path_buf(),
             csv_cache: Default::default(),
             training: false,

@@ -203,7 +203,7 @@ impl Tracer<'_> {
         let mut outputs = vec![loss.id];
         outputs.extend(new_params);
         outputs.extend(new_states);
-        Ok(Region { inputs, outputs })
+        Ok(Region { id: self.new_region(), inputs, outputs })
     }
 
     fn loss_value(
@@ -390,6 +390,11 @@ impl Tracer<'_> {
         for (_, region) in &mut reduce.regions {
             region.inputs.extend(param_inputs.iter().cloned());
         }
+        // The metric was traced once for every batch size, so its regions
+        // read the same parameter slots: each gets its own copies, so that
+        // each is one compilation unit of its own.
+        let mut regions: Vec<&mut Region> = reduce.regions.iter_mut().map(|(_, r)| r).collect();
+        crate::ir::regions::unshare(&mut self.graph, &mut regions);
         Ok(EvalPlan {
             name: name.to_string(),
             reduce,

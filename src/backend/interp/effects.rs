@@ -12,10 +12,10 @@
 //!
 //! Example: `execute(&program, &mut std::io::stdout())`.
 
-use super::{Tensor, Values};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::{NodeId, PrintItem, Program};
 use crate::runtime::format::{format_float, format_tensor};
+use crate::tensor::{Tensor, Values};
 
 /// Runs `program` with the reference interpreter, writing printed lines to
 /// `out` (relative data paths resolve against the current directory).
@@ -60,7 +60,7 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) ->
     let mismatches = (0..a.len()).filter(|&i| !close(a[i], b[i])).count();
     // f64::max ignores NaN, so the largest difference is over the comparable elements.
     let largest = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
-    let index = super::tensor::unravel(first, actual.shape());
+    let index = crate::tensor::unravel(first, actual.shape());
     let at = if index.is_empty() { String::new() } else { format!(" at index {index:?}") };
     Err(fail(format!(
         "assert_close failed{at}: actual {} but expected {} (tolerance {tol} · (1 + |expected|))",

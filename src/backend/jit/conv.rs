@@ -475,8 +475,8 @@ mod tests {
     use super::super::pool::{max_pool_grad_column_sums, max_pool_grad_from_first_max};
     use super::super::reduce::reduce;
     use super::{Conv, PostOps, SendMasks, SendPtr};
-    use crate::backend::interp::{eval_node, Tensor};
     use crate::ir::{DType, Op, ReduceOp, TensorType};
+    use crate::tensor::{eval_node, Tensor};
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {

@@ -47,7 +47,11 @@ mod unit;
 
 pub use clif::{emit_kernels, Listing};
 pub use codegen::{Compiler, KernelFn};
-pub use unit::{find_unit, JitUnit, StepCounts};
+pub use unit::JitUnit;
+
+use crate::backend::{Backend, Prepare, PreparedUnit, StepCounts, StepTime};
+use crate::diag::Diagnostic;
+use crate::tensor::Tensor;
 
 use std::cell::RefCell;
 
@@ -67,4 +71,81 @@ pub fn with_compiler<T>(f: impl FnOnce(&mut Compiler) -> Result<T, String>) -> R
             None => Err("the code generator is unavailable".into()),
         }
     })
+}
+
+/// The CPU backend.
+pub struct JitBackend;
+
+impl Backend for JitBackend {
+    fn name(&self) -> &'static str {
+        "jit"
+    }
+
+    /// Prepares the region's compilation unit, found by the region's id;
+    /// a program without one (not optimized) or a unit of other nodes than
+    /// the region's is an error, never a quiet run on the interpreter.
+    fn prepare(&self, r: &Prepare<'_>) -> Result<Box<dyn PreparedUnit>, Diagnostic> {
+        let id = r.region.id.0;
+        let unit = r.plan().ok_or_else(|| {
+            Diagnostic::internal(format!(
+                "jit: the plan has no compilation unit for region {id} (the program was not optimized, or its \
+                 plan belongs to another program)"
+            ))
+        })?;
+        let planned: std::collections::HashSet<_> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let wanted: std::collections::HashSet<_> = r.nodes.iter().copied().collect();
+        if planned != wanted {
+            return Err(Diagnostic::internal(format!(
+                "jit: unit `{}` plans {} nodes but region {id} runs {} others",
+                unit.name,
+                planned.len(),
+                wanted.len()
+            )));
+        }
+        let prepared =
+            JitUnit::prepare(r.program, unit, r.slot_pos, r.outside, &r.region.outputs, r.carried, r.threads)?;
+        Ok(Box::new(prepared))
+    }
+}
+
+impl PreparedUnit for JitUnit {
+    fn backend(&self) -> &'static str {
+        "jit"
+    }
+
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        JitUnit::run(self, inputs)
+    }
+
+    fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        JitUnit::run_head(self, head)
+    }
+
+    fn load_carried(&self, values: &[Tensor]) -> Result<(), Diagnostic> {
+        JitUnit::load_carried(self, values)
+    }
+
+    fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
+        JitUnit::read_carried(self)
+    }
+
+    fn counts(&self) -> StepCounts {
+        self.counts
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    fn is_threaded(&self) -> bool {
+        JitUnit::is_threaded(self)
+    }
+
+    fn set_profiling(&self, on: bool) {
+        JitUnit::set_profiling(self, on)
+    }
+
+    fn profile(&self) -> Vec<StepTime> {
+        JitUnit::profile(self)
+    }
 }

@@ -31,11 +31,11 @@
 //! channel and `0` elsewhere.
 
 use super::simd::wide;
-use crate::backend::interp::{pool_grad_slices, pool_slices, PoolParams};
 use crate::diag::Diagnostic;
 use crate::ir::infer::window_output;
 use crate::ir::DType;
 use crate::ir::PoolKind;
+use crate::tensor::{pool_grad_slices, pool_slices, PoolParams};
 
 /// Channels processed together; a multiple of every vector width.
 const LANES: usize = 16;
@@ -488,8 +488,8 @@ fn for_each_batch(out: &mut [f32], per: usize, threads: usize, f: impl Fn(usize,
 #[cfg(test)]
 mod tests {
     use super::{pool, pool_grad_batch, Disjoint};
-    use crate::backend::interp::{pool_grad_slices, pool_slices, PoolParams};
     use crate::ir::PoolKind;
+    use crate::tensor::{pool_grad_slices, pool_slices, PoolParams};
 
     /// The native max pool and its gradient against the interpreter's, bit
     /// for bit, over 16-channel groups and a remainder, with ties, signed

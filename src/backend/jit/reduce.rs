@@ -144,8 +144,8 @@ fn finish(op: ReduceOp, out: &mut [f32], count: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::interp::{eval_node, Tensor};
     use crate::ir::{DType, Op, TensorType};
+    use crate::tensor::{eval_node, Tensor};
 
     /// Every op over every subset of axes of a few shapes, against the
     /// interpreter, bit for bit (NaN included).

@@ -9,9 +9,9 @@
 
 use super::raw::{decode, Scalar};
 use super::{fail, Path};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::{DType, TensorType};
+use crate::tensor::Tensor;
 
 /// The type of the file's data as `dtype` (and the data when `data`).
 /// `b` is the file, or (when only the type is wanted) a prefix of it that

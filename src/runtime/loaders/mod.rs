@@ -19,10 +19,10 @@ mod npy;
 mod raw;
 mod zip;
 
-use crate::backend::interp::Tensor;
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::{FileFormat, FileSource};
 use crate::ir::{DType, TensorType};
+use crate::tensor::Tensor;
 use std::io::Read;
 use std::path::Path;
 

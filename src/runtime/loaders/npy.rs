@@ -11,9 +11,9 @@
 
 use super::raw::{decode, Scalar};
 use super::{fail, Path};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::TensorType;
+use crate::tensor::Tensor;
 
 /// The array in `b` (`what` prefixes positions: "`x.npy` in " for an archive member).
 pub fn read(path: &Path, what: &str, b: &[u8], data: bool) -> Result<(TensorType, Option<Tensor>), Diagnostic> {

@@ -7,9 +7,9 @@
 //! round to nearest), so `decode(bytes_of_u8_pixels, U8, false, F32, ..)`
 //! gives the pixel values as floats.
 
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::DType;
+use crate::tensor::Tensor;
 
 /// A stored number type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

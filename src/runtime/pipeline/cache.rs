@@ -10,10 +10,10 @@
 
 use super::stages::stream;
 use super::{Ctx, Element, Item, Iter};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::plan::Dataset;
 use crate::ir::NodeId;
+use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

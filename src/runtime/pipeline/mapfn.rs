@@ -13,11 +13,11 @@
 
 use super::stages::element_key;
 use super::Element;
-use crate::backend::interp::host::{index_first, stack};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::plan::Transform;
 use crate::runtime::exec::{CompiledRegion, Executor};
+use crate::tensor::host::{index_first, stack};
+use crate::tensor::Tensor;
 
 pub(super) struct MapFn {
     /// The function, on each element (or, batched, on whole batches).

@@ -38,10 +38,10 @@ mod stages;
 pub use ahead::{for_each_ahead, Ahead};
 
 use super::exec::{Executor, RunOptions};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::plan::{Dataset, Source};
 use crate::ir::Program;
+use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -11,11 +11,11 @@
 use super::mapfn::MapFn;
 use super::queue::Queue;
 use super::{executor, position, source_key, Ctx, Element, Item, Iter};
-use crate::backend::interp::host::{index_first, stack, take_rows};
-use crate::backend::interp::Tensor;
 use crate::diag::Diagnostic;
 use crate::ir::plan::{Dataset, Source, Transform};
 use crate::ir::{DType, Literal, TensorType};
+use crate::tensor::host::{index_first, stack, take_rows};
+use crate::tensor::Tensor;
 use std::sync::Arc;
 use std::thread::Scope;
 

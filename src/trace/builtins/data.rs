@@ -8,7 +8,7 @@
 //! shapes and count come from them.
 
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, FileFormat, FileSource, Region, Source, Transform};
+use crate::ir::plan::{Dataset, FileFormat, FileSource, Region, RegionId, Source, Transform};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
@@ -430,7 +430,7 @@ impl Tracer<'_> {
             outputs.push(o.id);
             types.push(o.ty);
         }
-        Ok((Region { inputs, outputs }, types))
+        Ok((Region { id: self.new_region(), inputs, outputs }, types))
     }
 
     /// Fresh slot nodes for values of `types`: the region inputs and the
@@ -475,6 +475,12 @@ impl Tracer<'_> {
     pub(crate) fn new_slot(&mut self) -> usize {
         self.next_slot += 1;
         self.next_slot
+    }
+
+    /// A region id unique in the program (`Region::id`).
+    pub(crate) fn new_region(&mut self) -> RegionId {
+        self.next_region += 1;
+        RegionId(self.next_region)
     }
 
     fn collect_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {

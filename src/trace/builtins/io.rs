@@ -68,7 +68,8 @@ impl Tracer<'_> {
                 .into());
             }
             let o = self.cast(&o, DType::F32, a.span)?;
-            regions.push((size.unwrap_or(0), Region { inputs, outputs: vec![o.id] }));
+            let id = self.new_region();
+            regions.push((size.unwrap_or(0), Region { id, inputs, outputs: vec![o.id] }));
         }
         let plan = ReducePlan { data: (*d).clone(), regions };
         let slot = self.new_slot();

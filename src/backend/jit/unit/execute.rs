@@ -17,12 +17,12 @@ use super::mem::{arena_tensor, mask_tensor, store, store_mask, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Ref, Step};
 use super::{internal, JitUnit};
-use crate::backend::interp::{eval_node, Tensor};
 use crate::backend::jit::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::jit::gemm::sgemm;
 use crate::backend::jit::pool::first_max_len;
 use crate::backend::jit::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
 use crate::diag::Diagnostic;
+use crate::tensor::{eval_node, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 

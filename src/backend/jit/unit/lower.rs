@@ -39,15 +39,15 @@ use super::recognize::{
     split_anchor,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
-use super::StepCounts;
-use crate::backend::interp::{eval_node, Tensor, Values};
 use crate::backend::jit::codegen::KernelFn;
 use crate::backend::jit::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::jit::spec::Spec;
 use crate::backend::jit::threads::ROW_BLOCK;
+use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, Kernel, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
+use crate::tensor::{eval_node, Tensor, Values};
 use std::collections::{HashMap, HashSet};
 
 /// Compiles `spec` on this thread's compiler.

@@ -14,9 +14,9 @@
 
 use super::internal;
 use super::step::Ref;
-use crate::backend::interp::{Data, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{DType, TensorType};
+use crate::tensor::{Data, Tensor};
 
 /// 64-byte aligned storage (the memory plan's offsets are 64-byte multiples).
 #[derive(Clone, Copy)]

@@ -51,35 +51,17 @@ pub(super) use step::Ref;
 use super::carry::{CarryInputs, Resident};
 use super::schedule::Schedule;
 use super::threads::PARALLEL_MIN_UNIT_WORK;
-use crate::backend::interp::{eval_node, Tensor, Values};
+use crate::backend::{StepCounts, StepTime};
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, NodeId, Op, Program, TensorType};
+use crate::tensor::{eval_node, Tensor, Values};
 use lower::{Builder, Lowering};
 use mem::{arena_tensor, mask_tensor, store, Line, Mem, State};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use step::Step;
-
-/// How each kernel of a prepared unit runs (for reports and tests).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StepCounts {
-    pub jit: usize,
-    pub gemm: usize,
-    pub interp: usize,
-    /// Native transposes and reductions.
-    pub native: usize,
-    /// Transposes read through a matmul's strides instead of run.
-    pub folded: usize,
-    /// Contraction products stored in their epilogue's output, which the
-    /// epilogue then writes in place (`in_place_output`).
-    pub in_place: usize,
-    /// How often a threaded run can hand a step to another worker: the
-    /// steps beyond the first that start the run or that one step's end
-    /// makes ready (0: the steps form one chain).
-    pub forks: usize,
-}
 
 /// A unit ready to run many times.
 pub struct JitUnit {
@@ -104,24 +86,8 @@ pub struct JitUnit {
     step_nanos: Vec<AtomicU64>,
 }
 
-/// One step's share of a profile.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StepTime {
-    /// Its position in the schedule.
-    pub index: usize,
-    /// What it computes, e.g. `gemm 64x784 @ 784x256: matmul, add, relu`.
-    pub label: String,
-    /// Wall time summed over the runs since profiling started.
-    pub seconds: f64,
-}
-
 fn internal(msg: impl Into<String>) -> Diagnostic {
     Diagnostic::internal(format!("jit: {}", msg.into()))
-}
-
-/// The unit named like `region_name` in the program's compiled annotations.
-pub fn find_unit<'a>(p: &'a Program, name: &str) -> Option<&'a CompiledUnit> {
-    p.compiled.as_ref()?.units.iter().find(|u| u.name == name)
 }
 
 impl JitUnit {

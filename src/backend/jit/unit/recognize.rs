@@ -9,10 +9,10 @@
 //! Example: `f32_pool(g, &[n])` is `Some(params)` for a lone `f32`
 //! `pool2d` node `n`, which then runs on module `pool`.
 
-use crate::backend::interp::PoolParams;
 use crate::backend::jit::conv::Conv;
 use crate::backend::jit::permute::Permutation;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
+use crate::tensor::PoolParams;
 use std::collections::HashSet;
 
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,

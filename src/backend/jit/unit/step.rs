@@ -15,7 +15,6 @@
 //! `dst`, labelled `gemm 64x784 @ 784x256: matmul, …`.
 
 use super::recognize::pooled_shape;
-use crate::backend::interp::PoolParams;
 use crate::backend::jit::codegen::KernelFn;
 use crate::backend::jit::conv::Conv;
 use crate::backend::jit::permute::Permutation;
@@ -23,6 +22,7 @@ use crate::backend::jit::pool::first_max_len;
 use crate::backend::jit::schedule::{Access, Place};
 use crate::diag::Span;
 use crate::ir::{Graph, NodeId, Op, ReduceOp, TensorType};
+use crate::tensor::PoolParams;
 
 /// Where a value is during a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! elements along the first axis, stacking elements into a batch, and
 //! gathering a batch of rows.
 
-use super::tensor::{Data, Tensor};
+use super::value::{Data, Tensor};
 use crate::diag::Diagnostic;
 use ndarray::{ArrayD, Axis};
 

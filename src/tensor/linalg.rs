@@ -19,7 +19,7 @@
 //!
 //! Example: `matmul(i32[2, 2] [[1, 2], [3, 4]], i32[2, 2] [[5, 6], [7, 8]])` is `[[19, 22], [43, 50]]`.
 
-use super::tensor::{array, array_from, flat, Data, Elem, Tensor};
+use super::value::{array, array_from, flat, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::infer::window_output;
 

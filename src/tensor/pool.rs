@@ -15,7 +15,7 @@
 //! Example: max pooling `-[[1, 2, 3], [4, 5, 6], [7, 8, 9]]` with a 2x2 window,
 //! stride 2 and padding `[0, 1, 0, 1]` gives `[[-1, -3], [-7, -9]]`.
 
-use super::tensor::{array, array_from, flat, runtime, Data, Elem, Tensor};
+use super::value::{array, array_from, flat, runtime, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::infer::window_output;
 use crate::ir::PoolKind;

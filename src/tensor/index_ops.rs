@@ -18,7 +18,7 @@
 //!
 //! Example: `slice(f32[5] [0, 1, 2, 3, 4], start [4], step [-2], len [3])` is `f32[3] [4, 2, 0]`.
 
-use super::tensor::{array, array_from, flat, runtime, scalar_for, strides, unravel, Data, Elem, Tensor};
+use super::value::{array, array_from, flat, runtime, scalar_for, strides, unravel, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::DType;
 

@@ -58,23 +58,23 @@ impl Data {
 macro_rules! with_elem {
     ($data:expr, $T:ident => $body:expr) => {
         match $data {
-            $crate::backend::interp::tensor::Data::F32(_) => {
+            $crate::tensor::Data::F32(_) => {
                 type $T = f32;
                 $body
             }
-            $crate::backend::interp::tensor::Data::F64(_) => {
+            $crate::tensor::Data::F64(_) => {
                 type $T = f64;
                 $body
             }
-            $crate::backend::interp::tensor::Data::I32(_) => {
+            $crate::tensor::Data::I32(_) => {
                 type $T = i32;
                 $body
             }
-            $crate::backend::interp::tensor::Data::I64(_) => {
+            $crate::tensor::Data::I64(_) => {
                 type $T = i64;
                 $body
             }
-            $crate::backend::interp::tensor::Data::Bool(_) => {
+            $crate::tensor::Data::Bool(_) => {
                 type $T = bool;
                 $body
             }

@@ -18,7 +18,7 @@
 //!
 //! Example: `binary(BinaryOp::Div, i32 [-7], i32 [2])` is `[-4]`.
 
-use super::tensor::{array, array_from, floor_div, runtime, Data, Elem, FloorDivInt, OddF32, Tensor};
+use super::value::{array, array_from, floor_div, runtime, Data, Elem, FloorDivInt, OddF32, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{BinaryOp, DType, UnaryOp};
 use ndarray::ArrayD;

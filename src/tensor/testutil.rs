@@ -3,7 +3,7 @@
 //! `ir::infer` as the tracer would, evaluated by `evaluate`.
 
 use super::evaluate;
-use super::tensor::Tensor;
+use super::value::Tensor;
 use crate::diag::{Diagnostic, Span};
 use crate::ir::{infer::infer, DType, Graph, Literal, Op, TensorType};
 

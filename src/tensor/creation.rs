@@ -10,7 +10,7 @@
 //!
 //! Example: `iota(i32[2, 3], axis 1)` is `[[0, 1, 2], [0, 1, 2]]`.
 
-use super::tensor::{scalar_for, strides, Tensor};
+use super::value::{scalar_for, strides, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{DType, Distribution, TensorType};
 use crate::rng;

@@ -13,7 +13,7 @@
 //!
 //! Example: `reduce(Sum, f32[2, 3] [[1, 2, 3], [4, 5, 6]], axes [1])` is `f32[2] [6, 15]`.
 
-use super::tensor::{array, array_from, runtime, strides, unravel, Data, Elem, Tensor};
+use super::value::{array, array_from, runtime, strides, unravel, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::ReduceOp;
 

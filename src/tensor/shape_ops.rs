@@ -9,7 +9,7 @@
 //! Example: `transpose(f32[2, 3] [[1, 2, 3], [4, 5, 6]], [1, 0])` is
 //! `f32[3, 2] [[1, 4], [2, 5], [3, 6]]`.
 
-use super::tensor::{array, array_from, flat, Data, Elem, Tensor};
+use super::value::{array, array_from, flat, Data, Elem, Tensor};
 use crate::diag::Diagnostic;
 use ndarray::{ArrayView, Axis, IxDyn};
 
@@ -60,7 +60,7 @@ fn broadcast_rows<T: Copy>(src: &[T], from: &[usize], to: &[usize]) -> Vec<T> {
         outer -= 1;
     }
     // Source strides of the outer dims, 0 along broadcast ones.
-    let full = super::tensor::strides(&padded);
+    let full = super::value::strides(&padded);
     let step: Vec<usize> = (0..outer).map(|d| if padded[d] == 1 { 0 } else { full[d] }).collect();
     let blocks: usize = to[..outer].iter().product();
     let mut out = Vec::with_capacity(blocks * run);
