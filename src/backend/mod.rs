@@ -54,6 +54,15 @@ impl BackendKind {
     pub fn name(self) -> &'static str {
         self.get().name()
     }
+
+    /// What the optimizer plans for when this backend runs the program
+    /// (the interpreter follows no plan, so any will do for it).
+    pub fn target(self) -> crate::ir::target::Target {
+        match self {
+            BackendKind::Interp => crate::ir::target::Target::ANY,
+            BackendKind::Jit => jit::TARGET,
+        }
+    }
 }
 
 /// What a backend needs to prepare one region.
@@ -130,8 +139,12 @@ pub trait PreparedUnit: Send + Sync {
 pub struct StepCounts {
     pub jit: usize,
     pub gemm: usize,
-    /// Kernels run node by node on the host interpreter.
+    /// Kernels run (wholly or partly) node by node on the host interpreter.
     pub interp: usize,
+    /// Of those, the kernels the plan put on the backend's own device: a
+    /// disagreement between the plan (`ir::target`) and the backend, which
+    /// `--strict` refuses like any host kernel (0 in every test).
+    pub unplanned: usize,
     /// Native transposes and reductions.
     pub native: usize,
     /// Transposes read through a matmul's strides instead of run.

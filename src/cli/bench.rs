@@ -41,6 +41,8 @@ pub struct BenchArgs<'a> {
     pub json: bool,
     /// Time each step of the compiled unit (`"profile"` in the JSON).
     pub profile: bool,
+    /// Host-interpreted kernels are errors (`--strict`).
+    pub strict: bool,
 }
 
 pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnostic>> {
@@ -49,14 +51,17 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
     }
     let started = Instant::now();
     let id = session.load_file(args.file)?;
-    let program = session.compile(id, &crate::passes::Options::default())?;
+    let passes = crate::passes::Options { target: args.backend.target(), ..crate::passes::Options::default() };
+    let program = session.compile(id, &passes)?;
     let front_ms = started.elapsed().as_secs_f64() * 1e3;
     let options = RunOptions {
         base_dir: session.base_dir(id),
         backend: args.backend,
         threads: args.threads,
+        strict: args.strict,
         ..RunOptions::default()
     };
+    super::refuse_host_kernels(&program, &options)?;
     crate::runtime::interrupt::install();
     let mut sink = std::io::sink();
     let mut ex = Executor::new(&program, &mut sink, options).map_err(|d| vec![d])?;

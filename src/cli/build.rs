@@ -48,7 +48,9 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         return Err(vec![Diagnostic::new(Code::BadValue, format!("there is no pass named `{bad}`"))
             .help(format!("the passes are: {}", crate::passes::names().join(", ")))]);
     }
-    let mut opts = crate::passes::Options { disabled: args.disable_pass.clone(), verify: false };
+    // Planned for the default backend (the CPU's).
+    let target = crate::backend::BackendKind::Jit.target();
+    let mut opts = crate::passes::Options { disabled: args.disable_pass.clone(), verify: false, target };
     if args.no_opt {
         opts.disabled = crate::passes::names().iter().map(|s| s.to_string()).collect();
     }

@@ -45,6 +45,9 @@ enum Command {
         /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
+        /// Refuse to run a training step, metric or map function with a kernel the backend would leave to the host interpreter.
+        #[arg(long)]
+        strict: bool,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -72,10 +75,12 @@ enum Command {
         /// Print one JSON object per train block (else one line of text).
         #[arg(long)]
         json: bool,
-        /// Also time every step of the compiled training step (JIT only)
-        /// and list them, slowest first.
+        /// Also time every step of the training step and list them, slowest first.
         #[arg(long)]
         profile: bool,
+        /// Refuse to run a training step with a kernel the backend would leave to the host interpreter.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -128,17 +133,18 @@ pub fn main() -> ExitCode {
     let mut session = Session::new();
     let result = match &cli.command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, verbose, opt_level, backend, threads } => {
+        Command::Run { file, check_numerics, verbose, opt_level, backend, threads, strict } => {
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 verbose: *verbose,
                 backend: *backend,
                 threads: threads_or_cores(*threads),
+                strict: *strict,
                 ..Default::default()
             };
             run(&mut session, file, options, opt_level.is_none())
         }
-        Command::Bench { file, steps, warmup, threads, backend, json, profile } => {
+        Command::Bench { file, steps, warmup, threads, backend, json, profile, strict } => {
             let args = bench::BenchArgs {
                 file,
                 steps: *steps,
@@ -147,6 +153,7 @@ pub fn main() -> ExitCode {
                 backend: *backend,
                 json: *json,
                 profile: *profile,
+                strict: *strict,
             };
             bench::bench(&mut session, &args)
         }
@@ -173,7 +180,7 @@ pub fn main() -> ExitCode {
 /// still needs kernels, a schedule and a memory plan, so with it `-O0` keeps
 /// the annotating passes except fusion (one kernel per node).
 fn run_passes(optimize: bool, backend: crate::backend::BackendKind) -> crate::passes::Options {
-    let mut opts = crate::passes::Options::default();
+    let mut opts = crate::passes::Options { target: backend.target(), ..crate::passes::Options::default() };
     if !optimize {
         let keep: &[&str] =
             if backend == crate::backend::BackendKind::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
@@ -206,6 +213,7 @@ fn run(
 ) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(file)?;
     let program = session.compile(id, &run_passes(optimize, options.backend))?;
+    refuse_host_kernels(&program, &options)?;
     let options = crate::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..options };
     crate::runtime::interrupt::install();
     let stdout = std::io::stdout();
@@ -213,6 +221,23 @@ fn run(
     let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);
     let _ = out.flush();
     result
+}
+
+/// Under `--strict`, every kernel of a region that the plan leaves to the
+/// host interpreter is an error at its line, before anything runs.
+pub(crate) fn refuse_host_kernels(
+    program: &crate::ir::Program,
+    options: &crate::runtime::exec::RunOptions,
+) -> Result<(), Vec<Diagnostic>> {
+    let found = match options.strict {
+        true => crate::passes::partition::host_kernels(program),
+        false => Vec::new(),
+    };
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(found)
+    }
 }
 
 /// `--threads`, or the machine's cores when it is not given.

@@ -7,11 +7,31 @@ use super::graph::{Graph, NodeId};
 use super::{DType, Op};
 use std::collections::HashMap;
 
-/// Where a kernel runs. Only the CPU exists today; the GPU backend adds a
-/// variant, and `partition` places kernels and inserts transfers.
+/// Where a kernel runs. The GPU backend adds a variant, and `partition`
+/// places kernels and inserts transfers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
+    /// The target's own code (the CPU backend's native kernels).
     Cpu,
+    /// The host interpreter, node by node: a kernel the target has no code
+    /// for (`ir::target::Target::host_reason`), or a statement of the main
+    /// unit. It shares the CPU's memory, so no transfer is needed.
+    Host,
+}
+
+impl Device {
+    /// The device whose arena holds this device's buffers: the host
+    /// interpreter's are in the CPU's (one memory, one arena).
+    pub fn arena(self) -> Device {
+        match self {
+            Device::Cpu | Device::Host => Device::Cpu,
+        }
+    }
+
+    /// Whether values move between `self` and `other` without a transfer.
+    pub fn shares_memory_with(self, other: Device) -> bool {
+        self.arena() == other.arena()
+    }
 }
 
 /// The iteration structure of a kernel (what code a backend generates).
@@ -42,6 +62,11 @@ pub struct Kernel {
     /// the program); each gets a buffer.
     pub outputs: Vec<NodeId>,
     pub device: Device,
+    /// Why the kernel runs wholly (`device` is `Host`) or partly (a product
+    /// on the CPU, its epilogue interpreted) on the host interpreter in a
+    /// region's unit: what the target answered
+    /// (`ir::target::Target::host_reason`).
+    pub why_host: Option<String>,
 }
 
 /// A buffer of the memory plan: a kernel output placed at `offset` in its

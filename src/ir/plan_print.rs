@@ -30,13 +30,13 @@ pub fn print_compiled(p: &Program) -> String {
     let numbering = Numbering::of_program(p);
     let mut out = String::new();
     for u in &c.units {
-        print_unit(&mut out, u, &numbering);
+        print_unit(&mut out, u, &numbering, &p.graph);
     }
     let _: &Compiled = c;
     out
 }
 
-fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering) {
+fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: &super::graph::Graph) {
     let _ = writeln!(
         out,
         "unit {}: ops {} -> {}, kernels {}, arena {} bytes (naive {}, lower bound {})",
@@ -54,10 +54,18 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering) {
         let nodes: Vec<String> = kernel.nodes.iter().map(|&n| numbering.name(n)).collect();
         let outs: Vec<String> = kernel.outputs.iter().map(|&n| numbering.name(n)).collect();
         let deps = u.deps.get(k).map(|d| format!(" deps={d}")).unwrap_or_default();
+        let mut dtypes: Vec<String> = kernel.outputs.iter().map(|&n| graph.node(n).ty.dtype.to_string()).collect();
+        dtypes.dedup();
+        let why = match (&kernel.why_host, kernel.device) {
+            (Some(w), super::compiled::Device::Host) => format!(" ({w})"),
+            (Some(w), _) => format!(" (partly on Host: {w})"),
+            (None, _) => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  [{pos}] k{k} {:?} on {:?}{deps}: [{}] -> [{}]",
+            "  [{pos}] k{k} {:?} {} on {:?}{why}{deps}: [{}] -> [{}]",
             kernel.kind,
+            dtypes.join("/"),
             kernel.device,
             nodes.join(", "),
             outs.join(", ")

@@ -300,7 +300,7 @@ fn unit_kernels(
             .copied()
             .filter(|&n| roots.contains(&n) || g.users(n).iter().any(|u| !inside.contains(u)))
             .collect();
-        kernels.push(Kernel { kind, nodes, outputs, device: Device::Cpu });
+        kernels.push(Kernel { kind, nodes, outputs, device: Device::Cpu, why_host: None });
     }
     Ok(kernels)
 }

@@ -162,7 +162,7 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             values.push(Value {
                 node,
                 kernel: k,
-                device: kernel.device,
+                device: kernel.device.arena(),
                 bytes: ty.size_bytes(),
                 ty,
                 readers,
@@ -565,7 +565,7 @@ mod tests {
     pub(crate) fn compile(source: &str) -> Program {
         let mut session = crate::driver::Session::new();
         let file = session.add_source("case.tfl", source);
-        let opts = Options { verify: true, disabled: vec!["fuse".into()] };
+        let opts = Options { verify: true, disabled: vec!["fuse".into()], ..Options::default() };
         match session.compile(file, &opts) {
             Ok(p) => p,
             Err(d) => panic!("{}", crate::diag::render(&d, &session.sources, false)),

@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 pub struct PassCtx {
     /// Check the verifier and postconditions after every pass.
     pub verify: bool,
+    /// The machine the plan is for (`partition` asks it where kernels run).
+    pub target: crate::ir::target::Target,
 }
 
 /// A pass: its name (also the `--dump-after`/`--disable-pass` value and the
@@ -70,6 +72,8 @@ pub struct Options {
     pub disabled: Vec<String>,
     /// Verify after every pass (always on in debug builds and tests).
     pub verify: bool,
+    /// The machine to plan for (default: one that runs every kernel).
+    pub target: crate::ir::target::Target,
 }
 
 /// How long each pass took.
@@ -81,7 +85,7 @@ pub struct Timings {
 /// Runs the pipeline; `after` is called with each pass's name and output
 /// (for `--dump-after`).
 pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Program)) -> Result<Timings, Diagnostic> {
-    let ctx = PassCtx { verify: opts.verify || cfg!(debug_assertions) };
+    let ctx = PassCtx { verify: opts.verify || cfg!(debug_assertions), target: opts.target };
     let mut timings = Timings::default();
     // Ops per unit before any rewrite, for the report (`ops_before`).
     let before: Vec<(String, usize)> = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();

@@ -39,22 +39,47 @@ use crate::ir::{NodeId, Op, Program};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
 
-pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
+pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);
+    let g = &p.graph;
     if let Some(c) = p.compiled.as_mut() {
         for u in &mut c.units {
+            let main = u.region.is_none();
             for k in &mut u.kernels {
-                k.device = place(k);
+                let host = if main { None } else { (ctx.target.host_reason)(g, k) };
+                k.device = match (main && ctx.target.statements_on_host) || host.as_ref().is_some_and(|h| h.whole) {
+                    true => Device::Host,
+                    false => Device::Cpu,
+                };
+                k.why_host = host.map(|h| h.why);
             }
         }
     }
     Ok(())
 }
 
-/// The device of a kernel. Everything runs on the CPU today; a GPU backend
-/// decides here (and inserts transfers for edges that cross devices).
-fn place(_k: &Kernel) -> Device {
-    Device::Cpu
+/// Every kernel of a region's unit that the plan puts (wholly or partly)
+/// on the host interpreter, as an error at its first node's line naming
+/// why: what `--strict` reports before anything runs.
+pub fn host_kernels(p: &Program) -> Vec<Diagnostic> {
+    let Some(c) = &p.compiled else { return Vec::new() };
+    let mut found = Vec::new();
+    for u in c.units.iter().filter(|u| u.region.is_some()) {
+        for k in u.kernels.iter().filter(|k| k.why_host.is_some() && k.kind != KernelKind::Source) {
+            let Some(&first) = k.nodes.first() else { continue };
+            let node = p.graph.node(first);
+            let why = k.why_host.as_deref().unwrap_or("the plan puts it on the host");
+            found.push(
+                Diagnostic::new(
+                    crate::diag::Code::Unsupported,
+                    format!("`{}` would run on the host interpreter in `{}`: {why}", node.op.name(), u.name),
+                )
+                .label(node.span, format!("{} runs only on the host interpreter", node.ty))
+                .help("run without `--strict` to let the host interpreter run it, or use `--backend interp`"),
+            );
+        }
+    }
+    found
 }
 
 /// Gives `p` kernels when no earlier pass did: [`trivial_kernels`].
@@ -84,6 +109,7 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
                     nodes: vec![n],
                     outputs: vec![n],
                     device: Device::Cpu,
+                    why_host: None,
                 })
                 .collect(),
             ..Default::default()
@@ -298,7 +324,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
                 }
             }
             for &pred in &g.preds[k] {
-                if u.kernels[pred].device != kernel.device {
+                if !u.kernels[pred].device.shares_memory_with(kernel.device) {
                     return Err(format!(
                         "kernel {k} of unit `{}` on {:?} reads kernel {pred} on {:?} without a transfer",
                         u.name, kernel.device, u.kernels[pred].device

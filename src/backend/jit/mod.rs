@@ -76,6 +76,10 @@ pub fn with_compiler<T>(f: impl FnOnce(&mut Compiler) -> Result<T, String>) -> R
 /// The CPU backend.
 pub struct JitBackend;
 
+/// What the optimizer plans for when the CPU backend runs the program.
+pub const TARGET: crate::ir::target::Target =
+    crate::ir::target::Target { name: "cpu", host_reason: unit::host_reason, statements_on_host: true };
+
 impl Backend for JitBackend {
     fn name(&self) -> &'static str {
         "jit"
@@ -104,6 +108,24 @@ impl Backend for JitBackend {
         }
         let prepared =
             JitUnit::prepare(r.program, unit, r.slot_pos, r.outside, &r.region.outputs, r.carried, r.threads)?;
+        // The plan said ahead of time which kernels the interpreter runs
+        // (`host_reason`); a kernel it placed here that the lowering could
+        // not compile after all is a disagreement, never a quiet fallback.
+        if let Some((op, span, _)) = prepared.interpreted.iter().find(|(_, _, planned)| !planned) {
+            return Err(Diagnostic::internal(format!(
+                "jit: `{op}` in `{}` fell back to the interpreter although the plan has it on the CPU",
+                unit.name
+            ))
+            .label(*span, "here"));
+        }
+        if let Some((op, span, _)) = prepared.interpreted.first().filter(|_| r.strict) {
+            return Err(Diagnostic::new(
+                crate::diag::Code::Unsupported,
+                format!("`{op}` would run on the host interpreter in `{}`", unit.name),
+            )
+            .label(*span, "runs only on the host interpreter")
+            .help("run without `--strict` to let the host interpreter run it, or use `--backend interp`"));
+        }
         Ok(Box::new(prepared))
     }
 }

@@ -45,7 +45,7 @@ use crate::backend::jit::spec::Spec;
 use crate::backend::jit::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
-use crate::ir::compiled::{CompiledUnit, Kernel, KernelKind};
+use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
 use crate::tensor::{eval_node, Tensor, Values};
 use std::collections::{HashMap, HashSet};
@@ -275,6 +275,9 @@ pub(super) struct Lowering<'a> {
     grads_from_maxima: HashMap<NodeId, (Ref, usize, usize)>,
     /// How many steps read each of those gradients from the maxima.
     maxima_readers: HashMap<NodeId, usize>,
+    /// The first node of each kernel that runs (partly) on the
+    /// interpreter, and whether the plan said so (`Device::Host`).
+    pub(super) interpreted_kernels: Vec<(Option<NodeId>, bool)>,
 }
 
 impl<'a> Lowering<'a> {
@@ -310,14 +313,36 @@ impl<'a> Lowering<'a> {
             unstored: HashSet::new(),
             grads_from_maxima: HashMap::new(),
             maxima_readers: HashMap::new(),
+            interpreted_kernels: Vec::new(),
         }
     }
 
-    /// Adds the steps of kernel `k`.
+    /// Adds the steps of kernel `k`: on the interpreter where the plan put
+    /// it on the host, else native or compiled code (and the interpreter
+    /// for any part that has none, which the CPU's target should have said:
+    /// such a kernel counts as `unplanned`).
     pub(super) fn kernel(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         if let Some(last) = self.steps.len().checked_sub(1) {
             self.scratch.release(last);
         }
+        if k.device == Device::Host {
+            self.interpreted_kernels.push((k.nodes.first().copied(), true));
+            return self.interpreted(&k.nodes, &k.outputs);
+        }
+        let before = self.counts.interp;
+        self.native_kernel(k)?;
+        if self.counts.interp > before {
+            // What the CPU's target answers for this kernel (the plan's
+            // answer, when it was made for the CPU; a plan made for another
+            // target did not ask).
+            let planned = k.why_host.is_some() || super::recognize::host_reason(self.b.g, k).is_some();
+            self.counts.unplanned += usize::from(!planned);
+            self.interpreted_kernels.push((k.nodes.first().copied(), planned));
+        }
+        Ok(())
+    }
+
+    fn native_kernel(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         if k.kind == KernelKind::Layout && k.nodes.iter().all(|n| self.folded.contains(n)) {
             self.counts.folded += 1;

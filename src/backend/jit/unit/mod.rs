@@ -45,7 +45,7 @@ mod mem;
 mod recognize;
 mod step;
 
-pub(super) use recognize::split_anchor;
+pub(super) use recognize::{host_reason, split_anchor};
 pub(super) use step::Ref;
 
 use super::carry::{CarryInputs, Resident};
@@ -83,6 +83,9 @@ pub struct JitUnit {
     labels: Vec<String>,
     /// Whether steps add their wall time to `step_nanos`.
     profiling: AtomicBool,
+    /// The kernels run (partly) on the interpreter: the op and line of each
+    /// one's first node, and whether the plan put it on the host.
+    pub interpreted: Vec<(String, crate::diag::Span, bool)>,
     step_nanos: Vec<AtomicU64>,
 }
 
@@ -178,7 +181,7 @@ impl JitUnit {
         }
         kernel_of.resize(lowering.steps.len(), current);
         let (schedule, floats) = lowering.finish();
-        let Lowering { mut b, steps, mut counts, cols, first_max_end, .. } = lowering;
+        let Lowering { mut b, steps, mut counts, cols, first_max_end, interpreted_kernels, .. } = lowering;
         let steps_len = steps.len();
         // The steps' estimated work (about a nanosecond a unit): a small unit
         // runs on the calling thread (module `threads`).
@@ -210,6 +213,14 @@ impl JitUnit {
             step_nanos: (0..steps_len).map(|_| AtomicU64::new(0)).collect(),
             labels,
             profiling: AtomicBool::new(false),
+            interpreted: interpreted_kernels
+                .into_iter()
+                .map(|(n, planned)| {
+                    let node = n.map(|n| g.node(n));
+                    let op = node.map_or("?", |node| node.op.name()).to_string();
+                    (op, node.map(|node| node.span).unwrap_or_default(), planned)
+                })
+                .collect(),
         })
     }
 

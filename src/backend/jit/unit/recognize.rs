@@ -11,6 +11,9 @@
 
 use crate::backend::jit::conv::Conv;
 use crate::backend::jit::permute::Permutation;
+use crate::backend::jit::spec::Spec;
+use crate::ir::compiled::{Kernel, KernelKind};
+use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use crate::tensor::PoolParams;
 use std::collections::HashSet;
@@ -107,4 +110,65 @@ pub(super) fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
     matches!(node.op, Op::MatMul)
         && node.ty.dtype == DType::F32
         && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F32 && g.node(i).ty.shape.len() >= 2)
+}
+
+/// Why the CPU backend runs kernel `k` (or a part of it) on the host
+/// interpreter, or `None` when every part has native or compiled code —
+/// the same choices `lower` makes, from the graph alone, so that the
+/// plan's devices (`ir::target::Target::host_reason`) say ahead of time
+/// what the lowering then does.
+pub(in crate::backend::jit) fn host_reason(g: &Graph, k: &Kernel) -> Option<HostPart> {
+    // What `Builder::analyze` accepts: the nodes as they are, or reading
+    // the broadcasts they take from other kernels as their sources.
+    let analyzable = |nodes: &[NodeId], outputs: &[NodeId]| {
+        let fits = |members: &[NodeId]| Spec::analyze(g, members, outputs).is_some_and(|s| s.numel() > 0);
+        let mut widened: Vec<NodeId> = nodes.iter().flat_map(|&n| g.inputs(n)).collect();
+        widened.retain(|i| matches!(g.node(*i).op, Op::BroadcastTo { .. }) && !k.nodes.contains(i));
+        widened.sort_unstable();
+        widened.dedup();
+        fits(nodes) || (!widened.is_empty() && fits(&[widened, nodes.to_vec()].concat()))
+    };
+    let compiled = |nodes: &[NodeId], outputs: &[NodeId]| {
+        let stored = outputs.iter().all(|&o| matches!(g.node(o).ty.dtype, DType::F32 | DType::Bool));
+        stored && analyzable(nodes, outputs)
+    };
+    let outputs_in = |part: &[NodeId]| k.outputs.iter().copied().filter(|o| part.contains(o)).collect::<Vec<_>>();
+    // The nodes left to the interpreter, and whether that is all of them.
+    let (host, whole): (Vec<NodeId>, bool) = match k.kind {
+        KernelKind::Source => (Vec::new(), false),
+        KernelKind::Elementwise => (if analyzable(&k.nodes, &k.outputs) { vec![] } else { k.nodes.clone() }, true),
+        KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
+            let epilogue = &k.nodes[1..];
+            let native = epilogue.is_empty() || analyzable(epilogue, &outputs_in(epilogue));
+            (if native { vec![] } else { epilogue.to_vec() }, false)
+        }
+        KernelKind::Reduction => {
+            let (head, tail) = split_anchor(g, &k.nodes);
+            match head.split_last().filter(|_| native_reduce(g, &head)) {
+                Some((&anchor, prologue)) => {
+                    let mut outs = outputs_in(prologue);
+                    outs.extend(g.inputs(anchor).first().filter(|i| !outs.contains(i)));
+                    let mut host = Vec::new();
+                    if !prologue.is_empty() && !compiled(prologue, &outs) {
+                        host.extend_from_slice(prologue);
+                    }
+                    if !tail.is_empty() && !compiled(&tail, &outputs_in(&tail)) {
+                        host.extend_from_slice(&tail);
+                    }
+                    (host, false)
+                }
+                None => (k.nodes.clone(), true),
+            }
+        }
+        KernelKind::Layout => {
+            let native = f32_pool(g, &k.nodes).is_some() || f32_transpose(g, &k.nodes).is_some();
+            (if native { vec![] } else { k.nodes.clone() }, true)
+        }
+        KernelKind::Contraction => (k.nodes.clone(), true),
+    };
+    // Name the op most likely to be the cause: the first that is not a
+    // plain f32 op, else the first left to the interpreter.
+    let odd = host.iter().find(|&&n| g.node(n).ty.dtype != DType::F32).or(host.first())?;
+    let node = g.node(*odd);
+    Some(HostPart { whole, why: format!("no CPU kernel for `{}` on {}", node.op.name(), node.ty) })
 }

@@ -1,0 +1,60 @@
+//! What the optimizer knows of the machine it plans for: the facts of a
+//! backend that shape the plan, as data in the pass context
+//! (`passes::PassCtx::target`), so that passes depend on no backend.
+//!
+//! Contract: `host_reason(graph, kernel)` is `None` when the target's
+//! device computes the kernel with its own code, or the part of it that
+//! must run on the host interpreter and why — `passes::partition` then
+//! places a wholly interpreted kernel on `Device::Host` and records the
+//! reason on a partly interpreted one (a product on the CPU whose epilogue
+//! is interpreted), `tfc build --emit plan` shows both, and `--strict`
+//! refuses both. A backend's answer must agree with what it then
+//! does (the CPU backend counts any kernel it interprets that the plan put
+//! on its own device, and `--strict` fails on it).
+//!
+//! Example: the CPU backend's target (`backend::jit::TARGET`) answers
+//! `Some(HostPart { whole: true, why: "no CPU kernel for `gather` on
+//! f32[16, 32, 64]" })` for an embedding lookup.
+
+use super::compiled::Kernel;
+use super::graph::Graph;
+
+/// A machine the optimizer plans for.
+#[derive(Clone, Copy)]
+pub struct Target {
+    /// Its name in plans and diagnostics (`cpu`).
+    pub name: &'static str,
+    /// Which part of a kernel cannot run on the target's device, and why
+    /// (see the module docs).
+    pub host_reason: fn(&Graph, &Kernel) -> Option<HostPart>,
+    /// Whether the main unit (the program's statements, run once) runs on
+    /// the host interpreter rather than on the target's device.
+    pub statements_on_host: bool,
+}
+
+/// The part of a kernel a target leaves to the host interpreter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostPart {
+    /// The whole kernel (else only some of its nodes, the rest native).
+    pub whole: bool,
+    /// Why, naming the op (`no CPU kernel for `gather` on f32[16, 64]`).
+    pub why: String,
+}
+
+impl Target {
+    /// A target that claims every kernel: what a plan made without a
+    /// backend in mind (library callers, the pass tests) assumes.
+    pub const ANY: Target = Target { name: "any", host_reason: |_, _| None, statements_on_host: false };
+}
+
+impl Default for Target {
+    fn default() -> Target {
+        Target::ANY
+    }
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Target({})", self.name)
+    }
+}
