@@ -114,7 +114,7 @@ fn stage_run(source: &str) -> String {
         Err(d) => panic!("a run case must check:\n{}", render(&d, &session.sources, false)),
     };
     let mut out = Vec::new();
-    if let Err(d) = tfc::backend::interp::execute(&program, &mut out) {
+    if let Err(d) = tfc::runtime::exec::execute(&program, &mut out, Default::default()) {
         panic!("a run case must run:\n{}", render(&[d], &session.sources, false));
     }
     // Differential test: the optimized program prints exactly the same
@@ -125,7 +125,7 @@ fn stage_run(source: &str) -> String {
         panic!("the optimizer failed:\n{}", render(&[d], &session.sources, false));
     }
     let mut out_opt = Vec::new();
-    if let Err(d) = tfc::backend::interp::execute(&optimized, &mut out_opt) {
+    if let Err(d) = tfc::runtime::exec::execute(&optimized, &mut out_opt, Default::default()) {
         panic!("the optimized program failed:\n{}", render(&[d], &session.sources, false));
     }
     assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&out_opt), "optimized output differs from -O0");

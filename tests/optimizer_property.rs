@@ -116,7 +116,7 @@ fn build(steps: &[Step]) -> Program {
 
 fn output(p: &Program) -> String {
     let mut out = Vec::new();
-    match tfc::backend::interp::execute(p, &mut out) {
+    match tfc::runtime::exec::execute(p, &mut out, Default::default()) {
         Ok(()) => String::from_utf8_lossy(&out).into_owned(),
         Err(d) => format!("error: {}", d.message),
     }

@@ -28,7 +28,7 @@ print(net.l2.w)
 "#;
 
 fn checkpoint_epoch(path: &std::path::Path) -> Option<u64> {
-    let file = tfc::runtime::checkpoint::SafeFile::read(path).ok()?;
+    let file = tfc::io::checkpoint::SafeFile::read(path).ok()?;
     file.metadata().get("epoch")?.parse().ok()
 }
 

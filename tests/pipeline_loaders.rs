@@ -194,7 +194,7 @@ fn safetensors(d: &std::path::Path, name: &str) {
     )
     .expect("tensor");
     let y = Tensor::from_literal(&Literal::Int(vec![0, 1, 2]), &TensorType::new(DType::I32, vec![3])).expect("tensor");
-    tfc::runtime::checkpoint::save(&d.join(name), &[("x".into(), &x), ("y".into(), &y)], &[]).expect("save");
+    tfc::io::checkpoint::save(&d.join(name), &[("x".into(), &x), ("y".into(), &y)], &[]).expect("save");
 }
 
 #[test]

@@ -235,7 +235,7 @@ fn run(name: &str, source: &str) -> Vec<String> {
         panic!("{name}: the program does not check:\n{}\n{source}", render(&d, &session.sources, false))
     });
     let mut out = Vec::new();
-    if let Err(d) = tfc::backend::interp::execute(&program, &mut out) {
+    if let Err(d) = tfc::runtime::exec::execute(&program, &mut out, Default::default()) {
         panic!("{name}: the program failed:\n{}", render(&[d], &session.sources, false));
     }
     String::from_utf8(out).expect("utf-8 output").lines().map(str::to_string).collect()

@@ -255,7 +255,7 @@ fn small_mlp_checkpoint_entries() -> Vec<(String, TensorType)> {
 
 /// The epoch recorded in a complete checkpoint, or `None` while there is none.
 fn checkpoint_epoch(path: &Path) -> Option<u64> {
-    let (_, meta) = tfc::runtime::checkpoint::load(path, &[]).ok()?;
+    let (_, meta) = tfc::io::checkpoint::load(path, &[]).ok()?;
     meta.get("epoch")?.parse().ok()
 }
 
@@ -315,7 +315,7 @@ fn a_run_killed_during_checkpointing_resumes_to_the_same_weights() {
 
         // What is on disk is a complete checkpoint of a finished epoch:
         // every tensor with its full data, the step and epoch in its metadata.
-        let (tensors, meta) = tfc::runtime::checkpoint::load(&ck, &small_mlp_checkpoint_entries())
+        let (tensors, meta) = tfc::io::checkpoint::load(&ck, &small_mlp_checkpoint_entries())
             .unwrap_or_else(|d| panic!("the checkpoint is damaged after kill -9: {}", d.message));
         assert_eq!(tensors.len(), 12);
         let epoch: u64 = meta["epoch"].parse().expect("an epoch number");
@@ -355,7 +355,7 @@ fn write_guard_checkpoint(dir: &Path) -> Vec<u8> {
     let ty = TensorType::new(DType::F32, vec![2, 3]);
     let w = Tensor::from_literal(&Literal::Float(vec![0.5, -1.0, 2.0, 0.25, 3.0, -4.5]), &ty).expect("a tensor");
     let path = dir.join("ck.safetensors");
-    tfc::runtime::checkpoint::save(&path, &[("l.w".to_string(), &w)], &[("epoch".into(), "1".into())])
+    tfc::io::checkpoint::save(&path, &[("l.w".to_string(), &w)], &[("epoch".into(), "1".into())])
         .expect("write the guard checkpoint");
     read(&path)
 }

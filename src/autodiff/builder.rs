@@ -31,7 +31,7 @@ impl Builder<'_> {
     /// A tensor of `ty` filled with `value`.
     pub fn full(&mut self, value: f64, ty: &TensorType) -> BResult<NodeId> {
         let lit = if ty.dtype.is_float() {
-            Literal::Float(vec![crate::trace::round_to(value, ty.dtype)])
+            Literal::Float(vec![ty.dtype.round(value)])
         } else {
             Literal::Int(vec![value as i64])
         };

@@ -62,11 +62,11 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
         ..RunOptions::default()
     };
     super::refuse_host_kernels(&program, &options)?;
-    crate::runtime::interrupt::install();
+    crate::interrupt::install();
     let mut sink = std::io::sink();
     let mut ex = Executor::new(&program, &mut sink, options).map_err(|d| vec![d])?;
     for effect in &program.effects {
-        crate::runtime::interrupt::check().map_err(|d| vec![d])?;
+        crate::interrupt::check().map_err(|d| vec![d])?;
         match effect {
             Effect::Train(plan) => {
                 let r = bench_train(&mut ex, plan, args, front_ms).map_err(|d| vec![d])?;
@@ -130,7 +130,7 @@ fn bench_train(
     let (mut loss_first, mut loss_last) = (None, f64::NAN);
     let profiled = Some(compiled.unit()).filter(|_| args.profile);
     for step in 1..=args.warmup + args.steps {
-        crate::runtime::interrupt::check()?;
+        crate::interrupt::check()?;
         if step == args.warmup + 1 {
             profiled.inspect(|unit| unit.set_profiling(true));
         }

@@ -215,7 +215,7 @@ fn run(
     let program = session.compile(id, &run_passes(optimize, options.backend))?;
     refuse_host_kernels(&program, &options)?;
     let options = crate::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..options };
-    crate::runtime::interrupt::install();
+    crate::interrupt::install();
     let stdout = std::io::stdout();
     let mut out = std::io::LineWriter::new(stdout.lock());
     let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);

@@ -15,6 +15,18 @@ pub enum DType {
 }
 
 impl DType {
+    /// `x` rounded to the nearest value of this float type (nearest even);
+    /// other types leave it as it is. How float literals and compile-time
+    /// constants get their stored value.
+    pub fn round(self, x: f64) -> f64 {
+        match self {
+            DType::F32 => x as f32 as f64,
+            DType::F16 => crate::half::round_f16(x as f32) as f64,
+            DType::BF16 => crate::half::round_bf16(x as f32) as f64,
+            _ => x,
+        }
+    }
+
     pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
 
     pub fn name(self) -> &'static str {

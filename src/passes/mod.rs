@@ -91,7 +91,7 @@ pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Pr
     let before: Vec<(String, usize)> = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
     for pass in PIPELINE {
         // Between passes is a safe point for Ctrl-C (E0403).
-        crate::runtime::interrupt::check()?;
+        crate::interrupt::check()?;
         if opts.disabled.iter().any(|d| d == pass.name) {
             continue;
         }

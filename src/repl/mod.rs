@@ -63,7 +63,7 @@ pub fn main(file: Option<&Path>) -> ExitCode {
 }
 
 fn session(file: Option<&Path>) -> ExitCode {
-    crate::runtime::interrupt::install();
+    crate::interrupt::install();
     let interactive = std::io::stdin().is_terminal();
     let color = interactive && std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let mut repl = match Repl::new() {
@@ -105,12 +105,12 @@ fn process(repl: &mut Repl, text: &str, name: &str, color: bool) -> (bool, Flow)
     // Re-armed before each entry, so a Ctrl-C while it compiles stops it at
     // its first safe point, and after, so a Ctrl-C that came after the last
     // safe point is not taken for the "second Ctrl-C" of the next entry.
-    crate::runtime::interrupt::clear();
+    crate::interrupt::clear();
     let result = match trimmed.strip_prefix(':') {
         Some(cmd) => commands::run(repl, cmd, name, &mut out),
         None => repl.run_entry(text, name, &mut out).map(|_| Flow::Continue),
     };
-    crate::runtime::interrupt::clear();
+    crate::interrupt::clear();
     let _ = out.flush();
     match result {
         Ok(flow) => (true, flow),

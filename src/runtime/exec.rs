@@ -8,7 +8,8 @@
 //! taken from the main context (computed once), the rest are recomputed for
 //! every binding. Results are the reference interpreter's.
 
-use crate::backend::interp::{assert_close, check_finite, print_item};
+use super::effects::{assert_close, print_item};
+use crate::backend::interp::check_finite;
 use crate::backend::{Backend, BackendKind, Prepare, PreparedUnit};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::Region;
@@ -116,7 +117,7 @@ pub struct RunOptions {
 pub fn execute(program: &Program, out: &mut dyn std::io::Write, options: RunOptions) -> Result<(), Diagnostic> {
     let mut ex = Executor::new(program, out, options)?;
     for effect in &program.effects {
-        super::interrupt::check()?;
+        crate::interrupt::check()?;
         ex.run_effect(effect)?;
     }
     Ok(())
@@ -213,13 +214,14 @@ impl<'p> Executor<'p> {
                     .map(|(n, id)| Ok((n.clone(), self.value(*id)?)))
                     .collect::<Result<_, Diagnostic>>()?;
                 let path = self.resolve_path(path);
-                super::checkpoint::save(&path, &named, &[]).map_err(|d| d.label(*span, "while saving"))
+                crate::io::checkpoint::save(&path, &named, &[]).map_err(|d| d.label(*span, "while saving"))
             }
             Effect::Load { tensors, path, span } => {
                 let path = self.resolve_path(path);
                 let want: Vec<(String, crate::ir::TensorType)> =
                     tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
-                let (loaded, _) = super::checkpoint::load(&path, &want).map_err(|d| d.label(*span, "while loading"))?;
+                let (loaded, _) =
+                    crate::io::checkpoint::load(&path, &want).map_err(|d| d.label(*span, "while loading"))?;
                 for ((_, _, slot), t) in tensors.iter().zip(loaded) {
                     self.slots.insert(*slot, t);
                 }
@@ -337,7 +339,7 @@ impl<'p> Executor<'p> {
         head: &[Tensor],
         carry: &mut Carry<'r>,
     ) -> Result<Vec<Tensor>, Diagnostic> {
-        super::interrupt::check()?;
+        crate::interrupt::check()?;
         let unit = r.unit.as_ref();
         if !carry.held_by(unit) {
             unit.load_carried(carry.values()?)?;
@@ -348,7 +350,7 @@ impl<'p> Executor<'p> {
 
     /// Evaluates a compiled region with its inputs bound.
     pub fn run_region(&self, r: &CompiledRegion, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
-        super::interrupt::check()?;
+        crate::interrupt::check()?;
         r.unit.run(inputs)
     }
 

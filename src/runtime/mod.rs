@@ -2,12 +2,9 @@
 //! element or batch, dataset pipelines, the training loop, checkpoints —
 //! and formats printed values (§11).
 
-pub mod checkpoint;
-pub mod csv;
 pub mod dataset;
+pub mod effects;
 pub mod exec;
 pub mod format;
-pub mod interrupt;
-pub mod loaders;
 pub mod pipeline;
 pub mod train;

@@ -91,7 +91,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             }
             // A step boundary is a safe point: parameters and the last
             // checkpoint are consistent here.
-            super::interrupt::check().map_err(|d| d.label(plan.span, format!("stopped before step {}", step + 1)))?;
+            crate::interrupt::check().map_err(|d| d.label(plan.span, format!("stopped before step {}", step + 1)))?;
             let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
             let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
                 return Err(Diagnostic::internal(format!(
@@ -191,7 +191,8 @@ fn save_checkpoint(
         ("epoch".to_string(), epoch.to_string()),
         ("format".to_string(), "tfc-checkpoint-1".to_string()),
     ];
-    super::checkpoint::save(path, &named, &meta).map_err(|d| d.label(plan.span, "while checkpointing this training"))
+    crate::io::checkpoint::save(path, &named, &meta)
+        .map_err(|d| d.label(plan.span, "while checkpointing this training"))
 }
 
 type Restored = (Vec<Tensor>, Vec<Tensor>, u64, u64);
@@ -206,7 +207,7 @@ fn load_checkpoint(
         plan.params.iter().zip(params).map(|((n, _), t)| (n.clone(), t.ty())).collect();
     want.extend(plan.states.iter().zip(states).map(|((n, _), t)| (format!("optimizer/{n}"), t.ty())));
     let (mut loaded, meta) =
-        super::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
+        crate::io::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
     let number = |k: &str| -> Result<u64, Diagnostic> {
         meta.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| {
             Diagnostic::new(

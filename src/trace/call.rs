@@ -169,7 +169,7 @@ impl Tracer<'_> {
             .into());
         }
         // A safe point for Ctrl-C: a long trace is long because of calls.
-        crate::runtime::interrupt::check()?;
+        crate::interrupt::check()?;
         let scope = Scope::child(&c.env);
         // The name used in messages; a plain function's is borrowed, as
         // nearly every call succeeds and never prints it.

@@ -260,8 +260,8 @@ impl Tracer<'_> {
         for (v, span) in &flat {
             match (v, dtype) {
                 (Value::Bool(b), DType::Bool) => bools.push(*b),
-                (Value::Int(i), DType::F32) => floats.push(super::tensor::round_to(*i as f64, dtype)),
-                (Value::Float(x), DType::F32) => floats.push(super::tensor::round_to(*x, dtype)),
+                (Value::Int(i), DType::F32) => floats.push(dtype.round(*i as f64)),
+                (Value::Float(x), DType::F32) => floats.push(dtype.round(*x)),
                 (Value::Int(i), DType::I32) => {
                     super::tensor::check_int_fits(*i, dtype, *span)?;
                     ints.push(*i)

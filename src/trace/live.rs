@@ -309,7 +309,7 @@ fn interrupted(diags: &mut Vec<Diagnostic>) -> bool {
     if diags.iter().any(|d| d.code == Code::Interrupted) {
         return true;
     }
-    match crate::runtime::interrupt::check() {
+    match crate::interrupt::check() {
         Ok(()) => false,
         Err(d) => {
             diags.push(d);

@@ -26,7 +26,6 @@ mod value;
 
 pub use builtins::elements_text as data_elements_text;
 pub use live::{Live, Traced};
-pub use tensor::round_to;
 pub use value::Value;
 
 /// Names of every built-in operation.

@@ -72,7 +72,7 @@ impl Tracer<'_> {
     /// A scalar constant of `dtype` holding `x`.
     pub(crate) fn scalar(&mut self, x: f64, dtype: DType, span: Span) -> TResult<Operand> {
         let value = match dtype {
-            d if d.is_float() => Literal::Float(vec![round_to(x, d)]),
+            d if d.is_float() => Literal::Float(vec![d.round(x)]),
             DType::Bool => Literal::Bool(vec![x != 0.0]),
             _ => return self.int_scalar(x as i64, dtype, span),
         };
@@ -297,17 +297,6 @@ fn literal_dtype_error(kind: &str, lit: &str, dtype: DType, span: Span) -> Fail 
         .label(span, format!("a {kind} literal"))
         .help(help)
         .into()
-}
-
-/// Rounds a float to the precision of `dtype`, so constants hold exactly the
-/// value the program will see.
-pub fn round_to(x: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => x as f32 as f64,
-        DType::F16 => crate::half::round_f16(x as f32) as f64,
-        DType::BF16 => crate::half::round_bf16(x as f32) as f64,
-        _ => x,
-    }
 }
 
 /// The operator as messages quote it, backquotes included (a constant, so

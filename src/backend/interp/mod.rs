@@ -14,10 +14,6 @@
 //! Example: `BackendKind::Interp.get().prepare(&request)?.run(&inputs)?`
 //! (the runtime does this for every region under `--backend interp`).
 
-mod effects;
-
-pub use effects::{assert_close, execute, print_item};
-
 use super::{Backend, Prepare, PreparedUnit, StepCounts, StepTime};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::{NodeId, Op, TensorType};
@@ -128,7 +124,7 @@ impl PreparedUnit for InterpUnit {
         let mut local: Vec<Tensor> = Vec::with_capacity(self.nodes.len());
         let get = |local: &[Tensor], a: Operand| operand_value(inputs, &self.fixed, local, a).cloned();
         for (i, node) in self.nodes.iter().enumerate() {
-            crate::runtime::interrupt::check()?;
+            crate::interrupt::check()?;
             let start = profiling.then(std::time::Instant::now);
             let value = match (&node.op, node.args.as_slice()) {
                 (Op::Slot { .. }, [input]) => get(&local, *input)?,

@@ -163,12 +163,12 @@ fn write(path: &Path, fingerprint: &str, elems: &[Element]) -> Result<(), Diagno
         ("elements".to_string(), elems.len().to_string()),
         ("parts".to_string(), parts.to_string()),
     ];
-    crate::runtime::checkpoint::save(path, &named, &meta)
+    crate::io::checkpoint::save(path, &named, &meta)
 }
 
 /// The cached elements, if `path` is a complete cache of this plan.
 fn read(path: &Path, fingerprint: &str) -> Option<Vec<Element>> {
-    let file = crate::runtime::checkpoint::SafeFile::read(path).ok()?;
+    let file = crate::io::checkpoint::SafeFile::read(path).ok()?;
     let meta = file.metadata();
     if meta.get("format").map(String::as_str) != Some("tfc-cache-1")
         || meta.get("plan").map(String::as_str) != Some(fingerprint)

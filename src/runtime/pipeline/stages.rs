@@ -103,7 +103,7 @@ fn columns(ctx: &Ctx<'_>, src: &Source) -> Result<Arc<Vec<Tensor>>, Diagnostic> 
     }
     let cols: Vec<Tensor> = match src {
         Source::Host(h) => h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?,
-        Source::File(f) => crate::runtime::loaders::load(f)?,
+        Source::File(f) => crate::io::loaders::load(f)?,
         Source::Range(n) => {
             let lit = Literal::Int((0..*n as i64).collect());
             vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
@@ -134,7 +134,7 @@ fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, 
             if cancel.load(std::sync::atomic::Ordering::Relaxed) {
                 return None;
             }
-            Some(crate::runtime::interrupt::check().map(|()| i))
+            Some(crate::interrupt::check().map(|()| i))
         });
         return Ok(Some((columns, Box::new(rows))));
     }

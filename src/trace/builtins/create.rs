@@ -88,7 +88,7 @@ impl Tracer<'_> {
                 }
                 let n = num as usize;
                 let step = if n > 1 { (stop - start) / (n - 1) as f64 } else { 0.0 };
-                let values = (0..n).map(|i| crate::trace::tensor::round_to(start + step * i as f64, dtype)).collect();
+                let values = (0..n).map(|i| dtype.round(start + step * i as f64)).collect();
                 Ok(tensor(self.constant(Literal::Float(values), TensorType::new(dtype, vec![n]), span)?))
             }
             _ => self.random(a),

@@ -75,7 +75,7 @@ impl Tracer<'_> {
             Some(h) => h.clone(),
             None => {
                 let h = std::sync::Arc::new(
-                    crate::runtime::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?,
+                    crate::io::csv::load_csv(&full, label).map_err(|d| d.label(a.span_of(0), "loaded here"))?,
                 );
                 self.csv_cache.insert(key, h.clone());
                 h
@@ -120,8 +120,7 @@ impl Tracer<'_> {
         };
         let paths: Vec<std::path::PathBuf> = paths.iter().map(|p| self.base_dir.join(p)).collect();
         let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
-        let columns =
-            crate::runtime::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
+        let columns = crate::io::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
         let n = columns.first().map(|t| t.shape[0]).unwrap_or(0);
         let element = columns.iter().map(|t| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
         Ok(dataset(Dataset {

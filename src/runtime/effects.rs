@@ -1,5 +1,4 @@
-//! Running a whole `Program`: evaluate its graph, then perform its effects
-//! (`print`, `assert_close`) in order.
+//! What the `print` and `assert_close` effects do with computed values.
 //!
 //! Contract:
 //! - `print` writes exactly one line: the item in §11 format
@@ -10,18 +9,13 @@
 //!   E0401 diagnostic labelled at the statement's span, naming the first
 //!   differing index, both values, and the largest difference.
 //!
-//! Example: `execute(&program, &mut std::io::stdout())`.
+//! Example: `print_item(&PrintItem::Tensor(id), false, &values)?` is the
+//! line `print(x)` writes.
 
+use super::format::{format_float, format_tensor};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::{NodeId, PrintItem, Program};
-use crate::runtime::format::{format_float, format_tensor};
+use crate::ir::{NodeId, PrintItem};
 use crate::tensor::{Tensor, Values};
-
-/// Runs `program` with the reference interpreter, writing printed lines to
-/// `out` (relative data paths resolve against the current directory).
-pub fn execute(program: &Program, out: &mut dyn std::io::Write) -> Result<(), Diagnostic> {
-    crate::runtime::exec::execute(program, out, crate::runtime::exec::RunOptions::default())
-}
 
 fn value(values: &Values, id: NodeId) -> Result<&Tensor, Diagnostic> {
     values.get(&id).ok_or_else(|| Diagnostic::internal(format!("interpreter: node {id:?} has no value")))
@@ -74,7 +68,11 @@ pub fn assert_close(actual: &Tensor, expected: &Tensor, tol: f64, span: Span) ->
 mod tests {
     use super::*;
     use crate::diag::FileId;
-    use crate::ir::{infer::infer, BinaryOp, DType, Effect, Literal, Op, TensorType};
+    use crate::ir::{infer::infer, BinaryOp, DType, Effect, Literal, Op, Program, TensorType};
+
+    fn execute(p: &Program, out: &mut dyn std::io::Write) -> Result<(), Diagnostic> {
+        crate::runtime::exec::execute(p, out, Default::default())
+    }
 
     /// A program: x = [1, 2.5], y = x + x; print y, (y, "ok"); assert_close(y, expected).
     fn program(expected: Vec<f64>) -> (Program, Span) {
