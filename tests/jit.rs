@@ -352,6 +352,32 @@ fn transposes_of_any_rank_run_natively_and_match_the_interpreter() {
     same_values(&jit, &interp).unwrap();
 }
 
+/// An embedding's lookup and its gradient (gather, scatter-add into the
+/// table with repeated ids) run natively and train as on the interpreter;
+/// an id out of range is the interpreter's E0402 at the lookup's line.
+#[test]
+fn embeddings_gather_and_scatter_natively_and_match_the_interpreter() {
+    let source = "use std.nn.{Embedding}\nuse std.optim.sgd\n\
+        model M { e = Embedding(7, 5)\n fn forward(ids) = sum(square(e(ids))) }\nlet net = M(seed = 2)\n\
+        let ids = [[0, 3, 3], [6, 1, 0], [2, 2, 2], [5, 4, 6]]\n\
+        train net on from_tensors(ids) |> batch(2) {\n\
+            loss(i) = net(i)\n optimizer = sgd(lr = 0.1)\n epochs = 3\n}\nprint(net.e.table)\n";
+    let profile = first_step(source, 1, |unit| {
+        unit.set_profiling(true);
+        unit.profile().into_iter().map(|t| t.label).collect::<Vec<_>>()
+    });
+    assert!(profile.iter().any(|l| l.starts_with("gather 6 of 1x7x5 rows")), "{profile:?}");
+    assert!(profile.iter().any(|l| l.starts_with("scatter_add 6 rows into 1x7x5")), "{profile:?}");
+    assert!(!profile.iter().any(|l| l.starts_with("interpreted")), "{profile:?}");
+    let interp = run(Path::new("emb.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("emb.tfl"), source, Backend::Jit, true).unwrap();
+    assert_eq!(jit, interp, "a gather and a scatter-add are exact");
+    let bad = source.replace("[5, 4, 6]]", "[5, 4, 7]]");
+    let e = run(Path::new("emb.tfl"), &bad, Backend::Jit, true).expect_err("id 7 is out of range");
+    assert!(e.contains("E0402") || e.contains("Runtime"), "{e}");
+    assert!(e.contains("gather index 7 is out of range for axis 0 of size 7"), "{e}");
+}
+
 #[test]
 fn jit_runs_are_bit_identical_run_to_run() {
     let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");

@@ -95,15 +95,40 @@ pub fn gather(params: &Tensor, indices: &Tensor, axis: usize) -> Result<Data, Di
     out_shape.extend_from_slice(&p_shape[axis + 1..]);
     with_elem!(params.data(), T => {
         let values = flat(array::<T>(params)?);
-        let mut out = Vec::with_capacity(outer * idx.len() * inner);
-        for o in 0..outer {
-            for &i in &idx {
-                let base = (o * n + i as usize) * inner;
-                out.extend_from_slice(&values[base..base + inner]);
-            }
-        }
+        let mut out = vec![T::zero(); outer * idx.len() * inner];
+        gather_rows(&values, &idx, [outer, n, inner], &mut out);
         Ok(T::wrap(array_from(&out_shape, out)?))
     })
+}
+
+/// The loops of `gather` over flat data viewed as `[outer, n, inner]`:
+/// `out[o, p, ..] = values[o, idx[p], ..]`. The indices must be in range
+/// (`check_indices`). Shared with the CPU backend's native gather.
+pub fn gather_rows<T: Copy>(values: &[T], idx: &[i64], [outer, n, inner]: [usize; 3], out: &mut [T]) {
+    let mut at = 0;
+    for o in 0..outer {
+        for &i in idx {
+            let base = (o * n + i as usize) * inner;
+            out[at..at + inner].copy_from_slice(&values[base..base + inner]);
+            at += inner;
+        }
+    }
+}
+
+/// The loops of `scatter_add` over flat updates viewed as `[outer,
+/// idx.len(), inner]` into `out` of `[outer, dim, inner]`: zeros, then
+/// every update row added at its index, in index order (so the sums are
+/// the same at every run). Shared with the CPU backend's native scatter.
+pub fn scatter_add_rows<T: Elem>(values: &[T], idx: &[i64], [outer, dim, inner]: [usize; 3], out: &mut [T]) {
+    out.fill(T::zero());
+    for o in 0..outer {
+        for (p, &i) in idx.iter().enumerate() {
+            let (to, from) = ((o * dim + i as usize) * inner, (o * idx.len() + p) * inner);
+            for k in 0..inner {
+                out[to + k] = out[to + k].add(values[from + k]);
+            }
+        }
+    }
 }
 
 /// The adjoint of `gather` along `axis` (see the module doc): zeros of
@@ -129,20 +154,13 @@ pub fn scatter_add(indices: &Tensor, updates: &Tensor, axis: usize, dim: usize) 
     with_elem!(updates.data(), T => {
         let values = flat(array::<T>(updates)?);
         let mut out = vec![T::zero(); outer * dim * inner];
-        for o in 0..outer {
-            for (p, &i) in idx.iter().enumerate() {
-                let (to, from) = ((o * dim + i as usize) * inner, (o * idx.len() + p) * inner);
-                for k in 0..inner {
-                    out[to + k] = out[to + k].add(values[from + k]);
-                }
-            }
-        }
+        scatter_add_rows(&values, &idx, [outer, dim, inner], &mut out);
         Ok(T::wrap(array_from(&out_shape, out)?))
     })
 }
 
 /// A runtime error (E0402) for the first index outside `[0, n)`.
-fn check_indices(idx: &[i64], indices: &Tensor, axis: usize, n: usize, op: &str) -> Result<(), Diagnostic> {
+pub fn check_indices(idx: &[i64], indices: &Tensor, axis: usize, n: usize, op: &str) -> Result<(), Diagnostic> {
     for (j, &i) in idx.iter().enumerate() {
         if i < 0 || i >= n as i64 {
             let at = unravel(j, indices.shape());

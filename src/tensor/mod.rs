@@ -38,7 +38,7 @@ mod creation;
 mod elementwise;
 pub mod host;
 
-mod index_ops;
+pub mod index_ops;
 mod linalg;
 mod pool;
 mod reduce;

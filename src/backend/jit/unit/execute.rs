@@ -224,6 +224,26 @@ impl Step {
                     None => crate::backend::jit::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
+            Step::Gather { params, ids, dst, dims, count, axis, span } => {
+                let [outer, n, inner] = *dims;
+                let idx = indices(mem, *ids, *axis, n, "gather", *span)?;
+                let from = mem.ptr(*params, outer * n * inner)? as *const f32;
+                // SAFETY: `ptr` checked that `params` holds the elements.
+                let from = unsafe { std::slice::from_raw_parts(from, outer * n * inner) };
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, outer * count * inner, "a gather result")? };
+                crate::tensor::index_ops::gather_rows(from, &idx, *dims, to);
+            }
+            Step::ScatterAdd { ids, updates, dst, dims, count, axis, span } => {
+                let [outer, dim, inner] = *dims;
+                let idx = indices(mem, *ids, *axis, dim, "scatter_add", *span)?;
+                let from = mem.ptr(*updates, outer * count * inner)? as *const f32;
+                // SAFETY: `ptr` checked that `updates` holds the elements.
+                let from = unsafe { std::slice::from_raw_parts(from, outer * count * inner) };
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, outer * dim * inner, "a scatter_add result")? };
+                crate::tensor::index_ops::scatter_add_rows(from, &idx, *dims, to);
+            }
             Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
                 let from = mem.ptr(*src, n)? as *const f32;
@@ -339,3 +359,20 @@ struct Pointers(*const *mut f32);
 // SAFETY: the pointers are only dereferenced by compiled kernels on
 // disjoint row ranges while the owning `execute` call waits for them.
 unsafe impl Sync for Pointers {}
+
+/// The integer indices of a gather or scatter at `ids`, each checked to lie
+/// in `[0, n)` (an error at `span` otherwise, as the interpreter reports).
+fn indices(
+    mem: Mem,
+    ids: Ref,
+    axis: usize,
+    n: usize,
+    op: &str,
+    span: crate::diag::Span,
+) -> Result<Vec<i64>, Diagnostic> {
+    let t = mem.tensor(ids)?;
+    let idx = t.to_i64_vec().ok_or_else(|| internal(format!("{op} indices of dtype {}", t.dtype())))?;
+    crate::tensor::index_ops::check_indices(&idx, t, axis, n, op)
+        .map_err(|d| d.label(span, format!("while computing this `{op}`")))?;
+    Ok(idx)
+}

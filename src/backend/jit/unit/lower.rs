@@ -35,8 +35,8 @@
 
 use super::internal;
 use super::recognize::{
-    f32_conv, f32_pool, f32_transpose, is_f32_matmul, is_max_pool_2x2, max_pool_grads, native_reduce, pooled_shape,
-    split_anchor,
+    f32_conv, f32_index_op, f32_pool, f32_transpose, is_f32_matmul, is_max_pool_2x2, max_pool_grads, native_reduce,
+    pooled_shape, split_anchor,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use crate::backend::jit::codegen::KernelFn;
@@ -365,6 +365,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Reduction => self.reduction(k),
             KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => self.pool(k),
             KernelKind::Layout if f32_transpose(g, &k.nodes).is_some() => self.transpose(k),
+            KernelKind::Layout if f32_index_op(g, &k.nodes) => self.index(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -669,6 +670,45 @@ impl<'a> Lowering<'a> {
         let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = self.b.get(src)?;
         self.steps.push(Step::Transpose { src, dst, shape, perm });
+        self.counts.native += 1;
+        Ok(())
+    }
+
+    /// An `f32` gather or scatter-add with integer indices, native.
+    fn index(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let node = g.node(n);
+        let ins = g.inputs(n);
+        let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
+        let around = |shape: &[usize], at: usize, width: usize| -> (usize, usize) {
+            (shape[..at].iter().product(), shape[at + width..].iter().product())
+        };
+        let step = match node.op {
+            Op::Gather { axis } => {
+                let ps = &g.node(ins[0]).ty.shape;
+                let (outer, inner) = around(ps, axis, 1);
+                let (params, ids) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+                let count = g.node(ins[1]).ty.numel();
+                Step::Gather { params, ids, dst, dims: [outer, ps[axis], inner], count, axis, span: node.span }
+            }
+            Op::ScatterAdd { axis, dim } => {
+                let (is, us) = (&g.node(ins[0]).ty, &g.node(ins[1]).ty.shape);
+                let (outer, inner) = around(us, axis, is.rank());
+                let (ids, updates) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+                Step::ScatterAdd {
+                    ids,
+                    updates,
+                    dst,
+                    dims: [outer, dim, inner],
+                    count: is.numel(),
+                    axis,
+                    span: node.span,
+                }
+            }
+            _ => return self.interpreted(&k.nodes, &k.outputs),
+        };
+        self.steps.push(step);
         self.counts.native += 1;
         Ok(())
     }

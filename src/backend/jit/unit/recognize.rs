@@ -96,6 +96,22 @@ pub(super) fn f32_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> 
     (node.ty.dtype == DType::F32 && source.dtype == DType::F32).then(|| Permutation::of(&source.shape, perm))
 }
 
+/// A layout kernel that is one `f32` gather or scatter-add with integer
+/// indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
+pub(super) fn f32_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
+    let [n] = nodes else { return false };
+    let node = g.node(*n);
+    let ins = g.inputs(*n);
+    let f32s = |i: usize| ins.get(i).is_some_and(|&x| g.node(x).ty.dtype == DType::F32);
+    let ints = |i: usize| ins.get(i).is_some_and(|&x| matches!(g.node(x).ty.dtype, DType::I32 | DType::I64));
+    node.ty.dtype == DType::F32
+        && match node.op {
+            Op::Gather { .. } => f32s(0) && ints(1),
+            Op::ScatterAdd { .. } => ints(0) && f32s(1),
+            _ => false,
+        }
+}
+
 /// The lowered geometry of an `f32` convolution node.
 pub(super) fn f32_conv(g: &Graph, n: NodeId) -> Option<Conv> {
     let node = g.node(n);
@@ -161,7 +177,8 @@ pub(in crate::backend::jit) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
             }
         }
         KernelKind::Layout => {
-            let native = f32_pool(g, &k.nodes).is_some() || f32_transpose(g, &k.nodes).is_some();
+            let native =
+                f32_pool(g, &k.nodes).is_some() || f32_transpose(g, &k.nodes).is_some() || f32_index_op(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

@@ -109,6 +109,15 @@ pub(super) enum Step {
     /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
     /// (`perm` in its essential form, module `permute`).
     Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation },
+    /// `dst = gather(params, ids, axis)` of `f32` params viewed as
+    /// `[outer, n, inner]` around the axis, with `count` integer ids
+    /// (`tensor::index_ops::gather_rows`); an id out of range is an error
+    /// at `span`.
+    Gather { params: Ref, ids: Ref, dst: usize, dims: [usize; 3], count: usize, axis: usize, span: Span },
+    /// `dst = scatter_add(ids, updates, axis, dim)`: `f32` updates viewed as
+    /// `[outer, count, inner]` added into `[outer, dim, inner]`
+    /// (`tensor::index_ops::scatter_add_rows`).
+    ScatterAdd { ids: Ref, updates: Ref, dst: usize, dims: [usize; 3], count: usize, axis: usize, span: Span },
 }
 
 /// A convolution's post-ops, by where their operands live.
@@ -215,6 +224,16 @@ impl Step {
                 writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
                 *cost = nx as u64;
             }
+            Step::Gather { params, ids, dst, dims: [outer, n, inner], count, .. } => {
+                reads.extend(place(*params, outer * n * inner).into_iter().chain(place(*ids, *count)));
+                writes.push(arena(*dst, outer * count * inner));
+                *cost = (outer * count * inner / 4) as u64;
+            }
+            Step::ScatterAdd { ids, updates, dst, dims: [outer, dim, inner], count, .. } => {
+                reads.extend(place(*updates, outer * count * inner).into_iter().chain(place(*ids, *count)));
+                writes.push(arena(*dst, outer * dim * inner));
+                *cost = (outer * (count + dim) * inner / 2) as u64;
+            }
             Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
                 reads.extend(place(*src, n));
@@ -259,6 +278,12 @@ impl Step {
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
+            Step::Gather { dims: [outer, n, inner], count, .. } => {
+                format!("gather {count} of {} rows", dims(&[*outer, *n, *inner]))
+            }
+            Step::ScatterAdd { dims: [outer, dim, inner], count, .. } => {
+                format!("scatter_add {count} rows into {}", dims(&[*outer, *dim, *inner]))
+            }
         };
         let mut ops: Vec<&str> = Vec::new();
         for &n in nodes {
