@@ -141,9 +141,9 @@ pub struct StepCounts {
     pub gemm: usize,
     /// Kernels run (wholly or partly) node by node on the host interpreter.
     pub interp: usize,
-    /// Of those, the kernels the plan put on the backend's own device: a
+    /// Of those, the kernels the backend's own target did not foresee: a
     /// disagreement between the plan (`ir::target`) and the backend, which
-    /// `--strict` refuses like any host kernel (0 in every test).
+    /// the CPU backend refuses as an internal error.
     pub unplanned: usize,
     /// Native transposes and reductions.
     pub native: usize,

@@ -276,7 +276,8 @@ pub(super) struct Lowering<'a> {
     /// How many steps read each of those gradients from the maxima.
     maxima_readers: HashMap<NodeId, usize>,
     /// The first node of each kernel that runs (partly) on the
-    /// interpreter, and whether the plan said so (`Device::Host`).
+    /// interpreter, and whether that was foreseen (the plan's `Host`
+    /// device or reason, or the CPU's `host_reason`).
     pub(super) interpreted_kernels: Vec<(Option<NodeId>, bool)>,
 }
 
@@ -660,7 +661,8 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// A 2-D `f32` transpose, native when its result is in the arena.
+    /// An `f32` transpose of any rank, native when its result is in the
+    /// arena.
     fn transpose(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
