@@ -182,6 +182,52 @@ fn every_example_prints_the_same_values_on_jit_and_interp() {
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
+/// Which run cases and examples `--strict` refuses on the CPU backend —
+/// the programs with a training step, metric or `map` kernel that the plan
+/// leaves to the host interpreter — and for which ops. A new host kernel
+/// fails this test, and so does one that no longer needs the host (then
+/// shorten the list): it is the record of what the CPU backend still lacks.
+#[test]
+fn strict_refuses_exactly_the_programs_with_known_host_kernels() {
+    let known: &[(&str, &[&str])] = &[
+        ("examples/digits_cnn.tfl", &["argmax"]),
+        ("examples/digits_mlp.tfl", &["argmax"]),
+        ("examples/mnist_cnn.tfl", &["argmax"]),
+        ("examples/mnist_mlp.tfl", &["argmax", "sub"]),
+        ("tests/cases/run/maps_before_batch_run_on_whole_batches.tfl", &["broadcast_to", "mul"]),
+        (
+            "tests/cases/run/optimizers_on_f64_parameters.tfl",
+            &["broadcast_to", "matmul", "reduce_mean", "reduce_sum", "transpose"],
+        ),
+        ("tests/cases/run/optimizers_schedules.tfl", &["broadcast_to", "sub"]),
+    ];
+    let mut files = tfl_files(&root().join("tests/cases/run"));
+    files.extend(tfl_files(&root().join("examples")));
+    files.extend(tfl_files(&root().join("examples/bench")));
+    let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    for path in files {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let mut session = Session::new();
+        let file = session.add_source(&path.to_string_lossy(), &source);
+        let opts = tfc::passes::Options { target: Backend::Jit.target(), ..Default::default() };
+        let Ok(program) = session.compile(file, &opts) else { continue };
+        let mut ops: Vec<String> = tfc::passes::partition::host_kernels(&program)
+            .iter()
+            .filter_map(|d| d.message.strip_prefix('`')?.split('`').next().map(String::from))
+            .collect();
+        ops.sort();
+        ops.dedup();
+        if !ops.is_empty() {
+            let rel = path.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+            found.push((rel, ops));
+        }
+    }
+    found.sort();
+    let known: Vec<(String, Vec<String>)> =
+        known.iter().map(|(f, ops)| (f.to_string(), ops.iter().map(|s| s.to_string()).collect())).collect();
+    assert_eq!(found, known);
+}
+
 /// How the JIT runs the kernels of the first training step of `source`.
 fn step_counts(source: &str) -> tfc::backend::StepCounts {
     first_step(source, 1, |unit| unit.counts())

@@ -42,7 +42,7 @@ pub mod index_ops;
 mod linalg;
 mod pool;
 mod reduce;
-mod shape_ops;
+pub mod shape_ops;
 #[cfg(test)]
 mod testutil;
 

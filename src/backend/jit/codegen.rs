@@ -42,6 +42,8 @@ pub type KernelFn = unsafe extern "C" fn(*const *mut f32, usize, usize, usize);
 /// The JIT: one Cranelift module and the functions compiled so far.
 pub struct Compiler {
     module: JITModule,
+    /// The imported `tfc_powf` (`poly::powf`).
+    powf: cranelift_module::FuncId,
     ctx: Context,
     fctx: FunctionBuilderContext,
     cache: HashMap<String, KernelFn>,
@@ -59,9 +61,15 @@ impl Compiler {
         flags.set("is_pic", "false").map_err(isa_error)?;
         let isa =
             cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
-        let module = JITModule::new(JITBuilder::with_isa(isa, default_libcall_names()));
+        let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
+        jit.symbol("tfc_powf", super::poly::powf as *const u8);
+        let mut module = JITModule::new(jit);
+        let mut sig = module.make_signature();
+        sig.params.extend([AbiParam::new(types::F32), AbiParam::new(types::F32)]);
+        sig.returns.push(AbiParam::new(types::F32));
+        let powf = module.declare_function("tfc_powf", Linkage::Import, &sig).map_err(isa_error)?;
         let ctx = module.make_context();
-        Ok(Compiler { module, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
+        Ok(Compiler { module, powf, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
     }
 
     /// How many distinct kernels were compiled.
@@ -127,8 +135,9 @@ impl Compiler {
         for _ in 0..4 {
             self.ctx.func.signature.params.push(AbiParam::new(ptr));
         }
+        let powf = self.module.declare_func_in_func(self.powf, &mut self.ctx.func);
         let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
-        emit(&mut b, spec, ptr);
+        emit(&mut b, spec, ptr, powf);
         b.seal_all_blocks();
         b.finalize(target);
     }
@@ -146,7 +155,7 @@ fn new_loop(b: &mut FunctionBuilder, ptr: types::Type) -> Loop {
     Loop { header, body: b.create_block() }
 }
 
-fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
+fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, powf: cranelift_codegen::ir::FuncRef) {
     let flags = MemFlagsData::new().with_notrap();
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -234,7 +243,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
     let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
     b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
     b.switch_to_block(vec.body);
-    body(b, spec, &row_ptr, &splat_vector, c, true);
+    body(b, spec, &row_ptr, &splat_vector, c, true, powf);
     b.ins().jump(vec.header, &[c4.into()]);
 
     // Scalar tail: `brif c >= inner, next_row, body`.
@@ -243,7 +252,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
     let end = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, c, inner);
     b.ins().brif(end, next_row, &[], tail.body, &[]);
     b.switch_to_block(tail.body);
-    body(b, spec, &row_ptr, &splat_scalar, c, false);
+    body(b, spec, &row_ptr, &splat_scalar, c, false, powf);
     let c1 = b.ins().iadd_imm_u(c, 1);
     b.ins().jump(tail.header, &[c1.into()]);
 
@@ -257,7 +266,15 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type) {
 
 /// The computation of one index (`vector`: four) at inner position `c`:
 /// every load first, then the expressions, then the stores.
-fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option<Value>], c: Value, vector: bool) {
+fn body(
+    b: &mut FunctionBuilder,
+    spec: &Spec,
+    row_ptr: &[Value],
+    splat: &[Option<Value>],
+    c: Value,
+    vector: bool,
+    powf: cranelift_codegen::ir::FuncRef,
+) {
     let flags = MemFlagsData::new().with_notrap();
     let ty = if vector { types::F32X4 } else { types::F32 };
     let le = MemFlagsData::new().with_endianness(Endianness::Little);
@@ -297,7 +314,7 @@ fn body(b: &mut FunctionBuilder, spec: &Spec, row_ptr: &[Value], splat: &[Option
             }
         });
     }
-    let mut e = Emitter::new(b, vector);
+    let mut e = Emitter::new(b, vector, powf);
     let mut values: Vec<Value> = Vec::with_capacity(spec.exprs.len());
     for (expr, kind) in &spec.exprs {
         let v = match *expr {

@@ -11,6 +11,9 @@
 //! in `tests/jit_poly.rs`. Subnormal results of `exp` (x < -87.3) are
 //! exact to within 2^-149 absolutely.
 //!
+//! `pow` is no polynomial: it calls [`powf`] (Rust's `f32::powf`, libm's,
+//! exactly what the interpreter computes) once per lane.
+//!
 //! Masks (comparison results that stay inside a kernel) are `i8` 0/1 in
 //! scalar code and all-ones/all-zeros `I32X4` lanes in vector code.
 //!
@@ -19,18 +22,44 @@
 
 use crate::ir::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::FloatCC;
-use cranelift_codegen::ir::{types, Endianness, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
+
+/// `x ^ y` as the interpreter computes it, for compiled kernels to call
+/// (the code generator links it as `tfc_powf`).
+pub extern "C" fn powf(x: f32, y: f32) -> f32 {
+    x.powf(y)
+}
 
 /// Emits ops at the builder's position, scalar or four lanes wide.
 pub struct Emitter<'a, 'b> {
     b: &'a mut FunctionBuilder<'b>,
     vector: bool,
+    /// The function's reference to [`powf`].
+    powf: FuncRef,
 }
 
 impl<'a, 'b> Emitter<'a, 'b> {
-    pub fn new(b: &'a mut FunctionBuilder<'b>, vector: bool) -> Emitter<'a, 'b> {
-        Emitter { b, vector }
+    pub fn new(b: &'a mut FunctionBuilder<'b>, vector: bool, powf: FuncRef) -> Emitter<'a, 'b> {
+        Emitter { b, vector, powf }
+    }
+
+    /// `x ^ y` by calling [`powf`], once per lane of a vector.
+    fn pow(&mut self, x: Value, y: Value) -> Value {
+        let call = |b: &mut FunctionBuilder, x: Value, y: Value| {
+            let inst = b.ins().call(self.powf, &[x, y]);
+            b.inst_results(inst)[0]
+        };
+        if !self.vector {
+            return call(self.b, x, y);
+        }
+        let mut out = x;
+        for lane in 0..4u8 {
+            let (a, e) = (self.b.ins().extractlane(x, lane), self.b.ins().extractlane(y, lane));
+            let r = call(self.b, a, e);
+            out = self.b.ins().insertlane(out, r, lane);
+        }
+        out
     }
 
     fn fty(&self) -> Type {
@@ -149,6 +178,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let q = self.f(f32::NAN);
                 self.select(nan, q, r)
             }
+            BinaryOp::Pow => self.pow(x, y),
             _ => unreachable!("spec admits only arithmetic float binaries here"),
         }
     }

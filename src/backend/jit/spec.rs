@@ -123,9 +123,10 @@ pub const FLOAT_UNARY: &[UnaryOp] = &[
     UnaryOp::Sign,
 ];
 
-/// The `f32` arithmetic binary ops with a code template.
+/// The `f32` arithmetic binary ops with a code template (`pow` calls the
+/// same libm `powf` the interpreter does, lane by lane).
 pub const FLOAT_BINARY: &[BinaryOp] =
-    &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
+    &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow];
 
 impl Spec {
     /// The spec of `members` (in topological order) writing `outputs`, or

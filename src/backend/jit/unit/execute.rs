@@ -224,6 +224,12 @@ impl Step {
                     None => crate::backend::jit::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
+            Step::Reshape { src, dst: Ref::Table(t), ty } => {
+                let data = crate::tensor::shape_ops::reshape(mem.tensor(*src)?, &ty.shape)?;
+                // SAFETY: the caller's contract.
+                unsafe { mem.set_table(*t, Tensor::new(ty.dtype, data)?)? };
+            }
+            Step::Reshape { dst, .. } => return Err(internal(format!("a reshaped tensor goes to {dst:?}"))),
             Step::Gather { params, ids, dst, dims, count, axis, span } => {
                 let [outer, n, inner] = *dims;
                 let idx = indices(mem, *ids, *axis, n, "gather", *span)?;

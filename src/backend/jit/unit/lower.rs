@@ -36,7 +36,7 @@
 use super::internal;
 use super::recognize::{
     f32_conv, f32_index_op, f32_pool, f32_transpose, is_f32_matmul, is_max_pool_2x2, max_pool_grads, native_reduce,
-    pooled_shape, split_anchor,
+    pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use crate::backend::jit::codegen::KernelFn;
@@ -358,6 +358,7 @@ impl<'a> Lowering<'a> {
                     self.counts.jit += 1;
                     Ok(())
                 }
+                _ if table_reshape(g, &k.nodes) => self.reshape(k),
                 _ => self.interpreted(&k.nodes, &k.outputs),
             },
             KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
@@ -672,6 +673,17 @@ impl<'a> Lowering<'a> {
         let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = self.b.get(src)?;
         self.steps.push(Step::Transpose { src, dst, shape, perm });
+        self.counts.native += 1;
+        Ok(())
+    }
+
+    /// A reshape of a value kept as a tensor: a native copy.
+    fn reshape(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let (src, dst) = (self.b.get(g.inputs(n)[0])?, self.b.get(n)?);
+        let Ref::Table(_) = dst else { return self.interpreted(&k.nodes, &k.outputs) };
+        self.steps.push(Step::Reshape { src, dst, ty: g.node(n).ty.clone() });
         self.counts.native += 1;
         Ok(())
     }

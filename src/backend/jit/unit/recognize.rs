@@ -96,6 +96,15 @@ pub(super) fn f32_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> 
     (node.ty.dtype == DType::F32 && source.dtype == DType::F32).then(|| Permutation::of(&source.shape, perm))
 }
 
+/// An elementwise kernel that is one reshape of a value kept as a tensor
+/// (not `f32` or `bool`, so not in the arena: integer labels), which runs
+/// as a native copy (`Step::Reshape`).
+pub(super) fn table_reshape(g: &Graph, nodes: &[NodeId]) -> bool {
+    let [n] = nodes else { return false };
+    let node = g.node(*n);
+    matches!(node.op, Op::Reshape { .. }) && !matches!(node.ty.dtype, DType::F32 | DType::Bool)
+}
+
 /// A layout kernel that is one `f32` gather or scatter-add with integer
 /// indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
 pub(super) fn f32_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
@@ -152,7 +161,10 @@ pub(in crate::backend::jit) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
     // The nodes left to the interpreter, and whether that is all of them.
     let (host, whole): (Vec<NodeId>, bool) = match k.kind {
         KernelKind::Source => (Vec::new(), false),
-        KernelKind::Elementwise => (if analyzable(&k.nodes, &k.outputs) { vec![] } else { k.nodes.clone() }, true),
+        KernelKind::Elementwise => {
+            let native = analyzable(&k.nodes, &k.outputs) || table_reshape(g, &k.nodes);
+            (if native { vec![] } else { k.nodes.clone() }, true)
+        }
         KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
             let epilogue = &k.nodes[1..];
             let native = epilogue.is_empty() || analyzable(epilogue, &outputs_in(epilogue));

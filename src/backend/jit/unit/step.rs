@@ -109,6 +109,9 @@ pub(super) enum Step {
     /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
     /// (`perm` in its essential form, module `permute`).
     Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation },
+    /// `dst = reshape(src)` of a value kept as a tensor (`Ref::Table`): a
+    /// copy of its elements under the new shape.
+    Reshape { src: Ref, dst: Ref, ty: TensorType },
     /// `dst = gather(params, ids, axis)` of `f32` params viewed as
     /// `[outer, n, inner]` around the axis, with `count` integer ids
     /// (`tensor::index_ops::gather_rows`); an id out of range is an error
@@ -224,6 +227,11 @@ impl Step {
                 writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
                 *cost = nx as u64;
             }
+            Step::Reshape { src, dst, ty } => {
+                reads.extend(place(*src, ty.numel()));
+                writes.extend(place(*dst, ty.numel()));
+                *cost = ty.numel() as u64 / 4;
+            }
             Step::Gather { params, ids, dst, dims: [outer, n, inner], count, .. } => {
                 reads.extend(place(*params, outer * n * inner).into_iter().chain(place(*ids, *count)));
                 writes.push(arena(*dst, outer * count * inner));
@@ -278,6 +286,7 @@ impl Step {
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
+            Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
             Step::Gather { dims: [outer, n, inner], count, .. } => {
                 format!("gather {count} of {} rows", dims(&[*outer, *n, *inner]))
             }
