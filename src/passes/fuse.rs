@@ -186,6 +186,9 @@ struct Groups {
     of: HashMap<NodeId, usize>,
     members: Vec<Vec<NodeId>>,
     users: HashMap<NodeId, Vec<NodeId>>,
+    /// The first and last topological position of each group's members.
+    first: Vec<usize>,
+    last: Vec<usize>,
 }
 
 impl Groups {
@@ -194,14 +197,21 @@ impl Groups {
             of: order.iter().enumerate().map(|(i, &n)| (n, i)).collect(),
             members: order.iter().map(|&n| vec![n]).collect(),
             users: order.iter().map(|&n| (n, g.users(n))).collect(),
+            first: (0..order.len()).collect(),
+            last: (0..order.len()).collect(),
         }
     }
 
     /// True when a path leaves `a ∪ b` and comes back through another group
     /// (merging them would make the kernel graph cyclic). The search runs
     /// over groups, not nodes: a group is one kernel, so reaching any of its
-    /// members reaches all its successors.
+    /// members reaches all its successors. A path that comes back ends at a
+    /// member of `a ∪ b`, after every node on it in topological order, so
+    /// a group whose members all come after the last of `a ∪ b` cannot be
+    /// on one and is not searched (the same answer, without walking the
+    /// rest of the graph for every candidate merge).
     fn path_through_other(&self, a: usize, b: usize) -> bool {
+        let end = self.last[a].max(self.last[b]);
         let mut seen: HashSet<usize> = HashSet::new();
         let mut stack: Vec<usize> = vec![a, b];
         while let Some(x) = stack.pop() {
@@ -212,7 +222,7 @@ impl Groups {
                         if x != a && x != b {
                             return true;
                         }
-                    } else if seen.insert(gu) {
+                    } else if self.first[gu] < end && seen.insert(gu) {
                         stack.push(gu);
                     }
                 }
@@ -228,6 +238,8 @@ impl Groups {
             self.of.insert(n, a);
         }
         self.members[a].extend(moved);
+        self.first[a] = self.first[a].min(self.first[b]);
+        self.last[a] = self.last[a].max(self.last[b]);
     }
 }
 
