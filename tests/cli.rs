@@ -206,3 +206,23 @@ fn strict_refuses_host_kernels_before_running_and_the_plan_shows_them() {
     let ok = tfc(&["run", "--strict", mlp.to_str().unwrap()]);
     assert!(ok.status.success(), "{}", stderr(&ok));
 }
+
+/// `tfc build --emit plan` names the parts of a training step: its loss,
+/// each parameter's gradient as the update reads it (after clipping, with
+/// the global norm) and each update and optimizer state.
+#[test]
+fn the_plan_names_a_training_steps_loss_gradients_and_updates() {
+    let program = "use std.optim.momentum\nmodel M { param w: f32[2] = ones()\n param b: f32[1] = zeros()\n\
+        fn forward(x) = sum(x * w) + b }\nlet net = M()\n\
+        train net on from_tensors(ones([4, 2])) |> batch(2) {\n\
+            loss(x) = mean(square(net(x)))\n optimizer = momentum(lr = 0.1)\n clip_grad_norm = 1.0\n epochs = 1\n}\n";
+    let file = scratch("parts.tfl", program.as_bytes());
+    let plan = tfc(&["build", file.to_str().unwrap(), "--emit", "plan"]);
+    assert!(plan.status.success(), "{}", stderr(&plan));
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    let line = plan.lines().find(|l| l.trim_start().starts_with("step: loss %")).unwrap_or_else(|| panic!("{plan}"));
+    for part in ["; gradients: w %", ", b %", "(clipped by the global norm %", "; updates: w %", "; states: w/v %"] {
+        assert!(line.contains(part), "no `{part}` in {line}");
+    }
+    assert!(!line.contains("missing"), "every part names a node of the program: {line}");
+}

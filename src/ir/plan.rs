@@ -171,6 +171,9 @@ pub struct TrainPlan {
     /// parts, the step number (f32 scalar, 1-based), the parameters, the
     /// optimizer states. Outputs: the loss, the new parameters, the new states.
     pub steps: Vec<(usize, Region)>,
+    /// The structure of each step region (in `steps` order) beyond its
+    /// inputs and outputs, for passes and plans to see.
+    pub parts: Vec<StepParts>,
     /// Parameter names (paths such as `l1.w`) and their initial values.
     pub params: Vec<(String, NodeId)>,
     /// Optimizer states (`l1.w/m`) and their initial values.
@@ -184,6 +187,22 @@ pub struct TrainPlan {
     /// Slots that receive the trained parameters and states afterwards.
     pub result_slots: Vec<usize>,
     pub span: Span,
+}
+
+/// What the nodes of a training step region are, beyond its outputs (the
+/// loss first, then the new parameters, then the new optimizer states, in
+/// `TrainPlan::params` and `states` order): the gradient of the loss with
+/// respect to each parameter, as the optimizer's update reads it (after
+/// clipping), and the global norm when the gradients are clipped.
+///
+/// These are records, not roots: the optimizer keeps them pointing at the
+/// nodes that compute the values (`Program::replace_uses`) but does not keep
+/// a node alive for them, so a gradient the optimizer folds away is shown
+/// as missing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepParts {
+    pub gradients: Vec<NodeId>,
+    pub global_norm: Option<NodeId>,
 }
 
 /// `eval METRIC on DATA every n epochs`: a reduction over a dataset whose

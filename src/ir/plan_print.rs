@@ -31,9 +31,50 @@ pub fn print_compiled(p: &Program) -> String {
     let mut out = String::new();
     for u in &c.units {
         print_unit(&mut out, u, &numbering, &p.graph);
+        if let Some(line) = step_parts(p, u, &numbering) {
+            out.push_str(&line);
+        }
     }
     let _: &Compiled = c;
     out
+}
+
+/// For a training step's unit, the line naming its parts: the loss, each
+/// parameter's gradient (as the update reads it) and update, each
+/// optimizer state's update, and the global norm when gradients are
+/// clipped (`plan::StepParts`).
+fn step_parts(p: &Program, u: &CompiledUnit, numbering: &Numbering) -> Option<String> {
+    let plans = p.effects.iter().filter_map(|e| match e {
+        super::program::Effect::Train(t) => Some(t),
+        _ => None,
+    });
+    for t in plans {
+        for ((_, region), parts) in t.steps.iter().zip(&t.parts) {
+            if Some(region.id) != u.region {
+                continue;
+            }
+            let named = |names: &mut dyn Iterator<Item = &String>, ids: &[super::graph::NodeId]| {
+                names.zip(ids).map(|(n, &id)| format!("{n} {}", numbering.name(id))).collect::<Vec<_>>().join(", ")
+            };
+            let (params, states) = (&t.params, &t.states);
+            let outputs = &region.outputs;
+            let loss = outputs.first().map_or("-".into(), |&l| numbering.name(l));
+            let updates = outputs.get(1..1 + params.len()).unwrap_or(&[]);
+            let new_states = outputs.get(1 + params.len()..).unwrap_or(&[]);
+            let norm = parts.global_norm.map(|n| format!(" (clipped by the global norm {})", numbering.name(n)));
+            let states = match states.is_empty() {
+                true => String::new(),
+                false => format!("; states: {}", named(&mut states.iter().map(|(n, _)| n), new_states)),
+            };
+            return Some(format!(
+                "  step: loss {loss}; gradients: {}{}; updates: {}{states}\n",
+                named(&mut params.iter().map(|(n, _)| n), &parts.gradients),
+                norm.unwrap_or_default(),
+                named(&mut params.iter().map(|(n, _)| n), updates),
+            ));
+        }
+    }
+    None
 }
 
 fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: &super::graph::Graph) {

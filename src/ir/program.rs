@@ -167,13 +167,22 @@ impl Program {
         out
     }
 
-    /// Makes every reader of `old` — nodes, effects, plans — read `new`.
+    /// Makes every reader of `old` — nodes, effects, plans — read `new`,
+    /// and every record of it (`plan::StepParts`) name `new`.
     pub fn replace_uses(&mut self, old: NodeId, new: NodeId) {
         self.graph.replace_uses(old, new);
-        self.for_each_ref(&mut |id| {
+        let mut renamed = |id: &mut NodeId| {
             if *id == old {
                 *id = new;
             }
-        });
+        };
+        self.for_each_ref(&mut renamed);
+        for e in &mut self.effects {
+            if let Effect::Train(t) = e {
+                for parts in &mut t.parts {
+                    parts.gradients.iter_mut().chain(parts.global_norm.as_mut()).for_each(&mut renamed);
+                }
+            }
+        }
     }
 }

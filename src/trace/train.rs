@@ -16,7 +16,7 @@ use super::call::CallArgs;
 use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, EvalPlan, Region, TrainPlan};
+use crate::ir::plan::{Dataset, EvalPlan, Region, StepParts, TrainPlan};
 use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
 use crate::syntax::ast::{self, TrainField};
 use std::rc::Rc;
@@ -97,9 +97,11 @@ impl Tracer<'_> {
                 scope.set(&name.name, Value::Tensor(o.id, o.ty));
             }
         }
-        let mut steps = Vec::new();
+        let (mut steps, mut parts) = (Vec::new(), Vec::new());
         for &b in &data.batch_sizes {
-            steps.push((b, self.step_region(t, &model, &data, b, &params, &states, &fields, env)?));
+            let (region, step_parts) = self.step_region(t, &model, &data, b, &params, &states, &fields, env)?;
+            steps.push((b, region));
+            parts.push(step_parts);
         }
         let mut evals = Vec::new();
         for (metric, eval_data, every, name) in &fields.evals {
@@ -121,6 +123,7 @@ impl Tracer<'_> {
         let plan = TrainPlan {
             data: (*data).clone(),
             steps,
+            parts,
             params: params.iter().map(|p| (p.path.clone(), p.init)).collect(),
             states: states.iter().map(|(n, id, _)| (n.clone(), *id)).collect(),
             epochs: fields.epochs,
@@ -147,7 +150,7 @@ impl Tracer<'_> {
         states: &[(String, NodeId, TensorType)],
         fields: &Fields,
         env: &Rc<Scope>,
-    ) -> TResult<Region> {
+    ) -> TResult<(Region, StepParts)> {
         let span = t.span;
         let batch_types: Vec<TensorType> =
             data.element.iter().map(|e| TensorType::new(e.dtype, [vec![b], e.shape[1..].to_vec()].concat())).collect();
@@ -187,8 +190,10 @@ impl Tracer<'_> {
                 }
             }
         }
+        let mut global_norm = None;
         if let Some(max_norm) = fields.clip {
-            grads = self.clip_by_global_norm(&grads, max_norm, span)?;
+            let (clipped, norm) = self.clip_by_global_norm(&grads, max_norm, span)?;
+            (grads, global_norm) = (clipped, Some(norm));
         }
         let step_value = step_arg[0].0.clone();
         let mut new_params = Vec::new();
@@ -203,7 +208,7 @@ impl Tracer<'_> {
         let mut outputs = vec![loss.id];
         outputs.extend(new_params);
         outputs.extend(new_states);
-        Ok(Region { id: self.new_region(), inputs, outputs })
+        Ok((Region { id: self.new_region(), inputs, outputs }, StepParts { gradients: grads, global_norm }))
     }
 
     fn loss_value(
@@ -248,8 +253,9 @@ impl Tracer<'_> {
     }
 
     /// Scales all gradients by `min(1, max_norm / (‖g‖ + 1e-6))`, `‖g‖` the
-    /// global norm over all of them (PyTorch's `clip_grad_norm_`).
-    fn clip_by_global_norm(&mut self, grads: &[NodeId], max_norm: f64, span: Span) -> TResult<Vec<NodeId>> {
+    /// global norm over all of them (PyTorch's `clip_grad_norm_`); returns
+    /// the scaled gradients and the norm.
+    fn clip_by_global_norm(&mut self, grads: &[NodeId], max_norm: f64, span: Span) -> TResult<(Vec<NodeId>, NodeId)> {
         // The squares are taken and summed in f32 (in f16 or bf16 they would
         // overflow or round away), or in f64 when a gradient is f64 (so f64
         // training keeps its precision; it used to be rounded to f32).
@@ -285,7 +291,8 @@ impl Tracer<'_> {
             let r = self.binary(BinaryOp::Mul, (&gv, span), (&Value::Tensor(s.id, s.ty), span), span)?;
             out.push(tensor_id(&r));
         }
-        Ok(out)
+        let norm = self.operand(&norm, None, span)?.id;
+        Ok((out, norm))
     }
 
     /// One parameter's optimizer update: evaluates the `update` block with
