@@ -8,8 +8,8 @@
 //! that absolute error into a small result (`exp(a) - exp(b)`).
 
 use proptest::prelude::*;
-use tfc::backend::jit::spec::Spec;
-use tfc::backend::jit::with_compiler;
+use tfc::backend::cpu::codegen::spec::Spec;
+use tfc::backend::cpu::with_compiler;
 use tfc::diag::Span;
 use tfc::ir::infer::infer;
 use tfc::ir::{BinaryOp, DType, Graph, NodeId, Op, TensorType, UnaryOp};
@@ -92,7 +92,7 @@ enum Step {
     CastRoundTrip(usize),
 }
 
-use tfc::backend::jit::spec::{FLOAT_BINARY as BINARY, FLOAT_UNARY as UNARY};
+use tfc::backend::cpu::codegen::spec::{FLOAT_BINARY as BINARY, FLOAT_UNARY as UNARY};
 const CMP: &[BinaryOp] = &[BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge];
 
 fn step() -> impl Strategy<Value = Step> {

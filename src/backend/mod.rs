@@ -6,7 +6,7 @@
 //!
 //! - `interp` — the reference interpreter, node by node: the oracle every
 //!   other backend and every optimization is compared with.
-//! - `jit` — the CPU backend: the optimizer's kernels as native code
+//! - `cpu` — the CPU backend (`--backend jit`): the optimizer's kernels as native code
 //!   (Cranelift loops, `gemm`, AVX-512 kernels) over one arena per unit.
 //!
 //! Contract: a backend finds the optimizer's plan for a region by the
@@ -20,7 +20,7 @@
 //! Example: `BackendKind::Jit.get().prepare(&request)?.run(&inputs)?`.
 
 pub mod interp;
-pub mod jit;
+pub mod cpu;
 
 use crate::diag::Diagnostic;
 use crate::ir::compiled::CompiledUnit;
@@ -46,7 +46,7 @@ impl BackendKind {
     pub fn get(self) -> &'static dyn Backend {
         match self {
             BackendKind::Interp => &interp::InterpBackend,
-            BackendKind::Jit => &jit::JitBackend,
+            BackendKind::Jit => &cpu::JitBackend,
         }
     }
 
@@ -60,7 +60,7 @@ impl BackendKind {
     pub fn target(self) -> crate::ir::target::Target {
         match self {
             BackendKind::Interp => crate::ir::target::Target::ANY,
-            BackendKind::Jit => jit::TARGET,
+            BackendKind::Jit => cpu::TARGET,
         }
     }
 }

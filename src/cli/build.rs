@@ -3,7 +3,7 @@
 //! json` prints one JSON object with per-graph numbers and stage times.
 
 use super::BuildArgs;
-use crate::backend::jit::Listing;
+use crate::backend::cpu::Listing;
 use crate::diag::{Code, Diagnostic, Span};
 use crate::driver::Session;
 use crate::ir::Program;
@@ -89,7 +89,7 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         (false, Some(Emit::Plan)) => crate::ir::plan_print::print_compiled(&program),
         (false, Some(form @ (Emit::Clif | Emit::Asm))) => {
             let listing = if form == Emit::Clif { Listing::Clif } else { Listing::Asm };
-            crate::backend::jit::emit_kernels(&program, listing).map_err(|why| {
+            crate::backend::cpu::emit_kernels(&program, listing).map_err(|why| {
                 vec![Diagnostic::new(Code::BadValue, format!("cannot emit the kernels' code: {why}"))
                     .help("`--emit clif` and `--emit asm` need the optimizer's kernels; drop `-O0`")]
             })?

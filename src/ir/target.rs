@@ -12,7 +12,7 @@
 //! does (the CPU backend counts any kernel it interprets that the plan put
 //! on its own device, and `--strict` fails on it).
 //!
-//! Example: the CPU backend's target (`backend::jit::TARGET`) answers
+//! Example: the CPU backend's target (`backend::cpu::TARGET`) answers
 //! `Some(HostPart { whole: true, why: "no CPU kernel for `gather` on
 //! f32[16, 32, 64]" })` for an embedding lookup.
 

@@ -50,7 +50,7 @@
 
 /// A convolution's shapes over its padded source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Window {
+pub(in crate::backend::cpu) struct Window {
     /// The padded source `[n, hp, wp, c]`.
     pub n: usize,
     pub hp: usize,
@@ -139,7 +139,7 @@ impl Window {
 /// column `left`, zero everywhere else (the parts of `x` beyond `dst` are
 /// left out); `threads` share the images (a copy: the same bytes at any
 /// count).
-pub(super) fn pad_into(
+pub(in crate::backend::cpu) fn pad_into(
     x: &[f32],
     dims: [usize; 4],
     [top, left]: [usize; 2],
@@ -160,7 +160,7 @@ pub(super) fn pad_into(
     if threads > 1 && n > 1 {
         let mut rest = &mut dst[..n * padded];
         rayon::scope(|s| {
-            for (lo, hi) in crate::backend::jit::threads::split_rows(n, threads) {
+            for (lo, hi) in crate::backend::cpu::threads::split_rows(n, threads) {
                 let (part, tail) = std::mem::take(&mut rest).split_at_mut((hi - lo) * padded);
                 rest = tail;
                 let pad_images = &pad_images;
@@ -189,7 +189,7 @@ fn pad_image(x: &[f32], [h, w, c]: [usize; 3], [top, left]: [usize; 2], to: &mut
 
 /// `dst[i, j, o, c] = w[KH-1-i, KW-1-j, c, o]`: the weights of a stride-1
 /// input gradient as a forward convolution.
-pub(super) fn flip_transpose(w: &[f32], [kh, kw, c, o]: [usize; 4], dst: &mut [f32]) {
+pub(in crate::backend::cpu) fn flip_transpose(w: &[f32], [kh, kw, c, o]: [usize; 4], dst: &mut [f32]) {
     for i in 0..kh {
         for j in 0..kw {
             let from = &w[((kh - 1 - i) * kw + (kw - 1 - j)) * c * o..][..c * o];
@@ -251,7 +251,7 @@ fn channel_blocks(o: usize) -> impl Iterator<Item = (usize, usize, [u16; 2])> {
 /// sum, so the values are the same; the output is written once instead of
 /// written, read and written again.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct PostOps<'a> {
+pub(in crate::backend::cpu) struct PostOps<'a> {
     /// One value per output channel (`[O]`), added first.
     pub bias: Option<&'a [f32]>,
     /// Then `max(y, 0)` with the interpreter's rules: NaN stays, `-0` becomes `+0`.
@@ -291,20 +291,20 @@ pub(super) struct PostOps<'a> {
 /// OH/2, OW/2, O]`) and the first maxima its forward pool recorded
 /// (`PostOps::first_max`).
 #[derive(Clone, Copy, Debug)]
-pub(super) struct MaximaGrad<'a> {
+pub(in crate::backend::cpu) struct MaximaGrad<'a> {
     pub pooled: &'a [f32],
     pub first_max: &'a [u64],
 }
 
 /// The first-maximum masks shared by the threads of one `forward`.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct SendMasks(pub *mut u64);
+pub(in crate::backend::cpu) struct SendMasks(pub *mut u64);
 // SAFETY: the threads write disjoint masks while the caller waits.
 unsafe impl Sync for SendMasks {}
 
 /// A raw output pointer shared by the threads that write disjoint parts.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct SendPtr(pub *mut f32);
+pub(in crate::backend::cpu) struct SendPtr(pub *mut f32);
 // SAFETY: the threads write disjoint elements while the caller waits.
 unsafe impl Sync for SendPtr {}
 
@@ -390,8 +390,8 @@ const WHOLE_KERNEL: (usize, usize) = (3, 3);
 mod filter;
 mod forward;
 
-pub(super) use filter::grad_filter;
-pub(super) use forward::forward;
+pub(in crate::backend::cpu) use filter::grad_filter;
+pub(in crate::backend::cpu) use forward::forward;
 
 #[cfg(test)]
 mod tests {

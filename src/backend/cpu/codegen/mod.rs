@@ -25,8 +25,10 @@
 //! Example: `Compiler::new()?.compile(&spec)?` returns a function pointer;
 //! `Compiler::clif(&spec)` the Cranelift IR text (`tfc build --emit clif`).
 
-use super::poly::Emitter;
-use super::spec::{Expr, Inner, Kind, Spec};
+pub mod clif;
+pub mod poly;
+pub mod spec;
+
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, Block, Endianness, InstBuilder, MemFlagsData, UserFuncName, Value};
 use cranelift_codegen::settings::{self, Configurable};
@@ -34,6 +36,8 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
+use poly::Emitter;
+use spec::{Expr, Inner, Kind, Spec};
 use std::collections::HashMap;
 
 /// A compiled kernel: `(pointers, first row, end row, inner extent)`.
@@ -62,7 +66,7 @@ impl Compiler {
         let isa =
             cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
         let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
-        jit.symbol("tfc_powf", super::poly::powf as *const u8);
+        jit.symbol("tfc_powf", poly::powf as *const u8);
         let mut module = JITModule::new(jit);
         let mut sig = module.make_signature();
         sig.params.extend([AbiParam::new(types::F32), AbiParam::new(types::F32)]);

@@ -15,7 +15,7 @@
 //! in four parts of 12,544 (which two threads share), then added.
 
 use super::{channel_blocks, exact_tiles, load, masks_lanes, tile_len, MaximaGrad, SendPtr, Window, WHOLE_KERNEL};
-use crate::backend::jit::threads::in_ranges;
+use crate::backend::cpu::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_maskz_mov_ps,
@@ -27,7 +27,7 @@ use std::arch::x86_64::{
 /// # Safety
 /// As for `forward`, with `gy` holding the output's elements and `gw` the
 /// weights'.
-pub(in crate::backend::jit) unsafe fn grad_filter(
+pub(in crate::backend::cpu) unsafe fn grad_filter(
     win: &Window,
     src: &[f32],
     gy: &[f32],

@@ -52,7 +52,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                 }
                 KernelKind::Contraction => (None, "gemm"),
                 KernelKind::Reduction => {
-                    let (_, tail) = super::unit::split_anchor(g, &kernel.nodes);
+                    let (_, tail) = crate::backend::cpu::unit::split_anchor(g, &kernel.nodes);
                     let outs: Vec<_> = kernel.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
                     let spec = if tail.is_empty() { None } else { Spec::analyze(g, &tail, &outs) };
                     (spec, "reduction epilogue")
@@ -61,11 +61,11 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
             };
             match spec {
                 Some(spec) => {
-                    let text = super::with_compiler(|c| match listing {
+                    let text = crate::backend::cpu::with_compiler(|c| match listing {
                         Listing::Clif => Ok(c.clif(&spec)),
                         Listing::Asm => c.asm(&spec),
                     })?;
-                    let native = match super::adam::recognize(&spec) {
+                    let native = match crate::backend::cpu::kernels::adam::recognize(&spec) {
                         Some(_) => {
                             "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
                         }

@@ -15,18 +15,18 @@
 //! `dst`, labelled `gemm 64x784 @ 784x256: matmul, …`.
 
 use super::recognize::pooled_shape;
-use crate::backend::jit::codegen::KernelFn;
-use crate::backend::jit::conv::Conv;
-use crate::backend::jit::permute::Permutation;
-use crate::backend::jit::pool::first_max_len;
-use crate::backend::jit::schedule::{Access, Place};
+use crate::backend::cpu::codegen::KernelFn;
+use crate::backend::cpu::kernels::conv::Conv;
+use crate::backend::cpu::kernels::permute::Permutation;
+use crate::backend::cpu::kernels::pool::first_max_len;
+use crate::backend::cpu::schedule::{Access, Place};
 use crate::diag::Span;
 use crate::ir::{Graph, NodeId, Op, ReduceOp, TensorType};
 use crate::tensor::PoolParams;
 
 /// Where a value is during a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::backend::jit) enum Ref {
+pub(in crate::backend::cpu) enum Ref {
     /// `f32` elements at this element offset of the arena.
     Arena(usize),
     /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.

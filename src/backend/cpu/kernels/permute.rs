@@ -24,7 +24,7 @@ use super::transpose::transpose;
 
 /// A transpose reduced to its essential axes (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Permutation {
+pub(in crate::backend::cpu) struct Permutation {
     /// The sizes of the merged input axes.
     dims: Vec<usize>,
     /// Output axis `i` is merged input axis `perm[i]`.
@@ -33,7 +33,7 @@ pub(super) struct Permutation {
 
 impl Permutation {
     /// The essential form of transposing a row-major `shape` by `perm`.
-    pub(super) fn of(shape: &[usize], perm: &[usize]) -> Permutation {
+    pub(in crate::backend::cpu) fn of(shape: &[usize], perm: &[usize]) -> Permutation {
         // Drop size-1 axes (they move no data), renumbering the others.
         let kept: Vec<usize> = perm.iter().copied().filter(|&a| shape[a] != 1).collect();
         let mut order: Vec<usize> = kept.clone();
@@ -60,12 +60,12 @@ impl Permutation {
     }
 
     /// The number of elements moved.
-    pub(super) fn numel(&self) -> usize {
+    pub(in crate::backend::cpu) fn numel(&self) -> usize {
         self.dims.iter().product()
     }
 
     /// `to = transpose(from)` (see the module docs).
-    pub(super) fn apply(&self, from: &[f32], to: &mut [f32]) {
+    pub(in crate::backend::cpu) fn apply(&self, from: &[f32], to: &mut [f32]) {
         let n = self.numel();
         assert!(from.len() >= n && to.len() >= n, "permutation operands smaller than {n} elements");
         let rank = self.dims.len();

@@ -12,7 +12,7 @@
 //! `y = x @ w` for row-major `x: [64, 784]`, `w: [784, 256]`.
 
 /// A matrix operand: its first element and its (row, column) strides.
-pub(super) type Operand = (*const f32, usize, usize);
+pub(in crate::backend::cpu) type Operand = (*const f32, usize, usize);
 
 /// `dst = lhs · rhs` (see the module docs).
 ///
@@ -20,7 +20,15 @@ pub(super) type Operand = (*const f32, usize, usize);
 /// `lhs` must address an `m × k` and `rhs` a `k × n` matrix through their
 /// strides, and `dst` must hold at least `m × n` elements.
 /// `threads` of the current pool share the work (1: the calling thread).
-pub(super) unsafe fn sgemm(dst: &mut [f32], lhs: Operand, rhs: Operand, m: usize, k: usize, n: usize, threads: usize) {
+pub(in crate::backend::cpu) unsafe fn sgemm(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    m: usize,
+    k: usize,
+    n: usize,
+    threads: usize,
+) {
     // SAFETY: the caller's contract.
     unsafe { sgemm_into(dst, lhs, rhs, [m, k, n], threads, false) }
 }
@@ -31,7 +39,7 @@ pub(super) unsafe fn sgemm(dst: &mut [f32], lhs: Operand, rhs: Operand, m: usize
 ///
 /// # Safety
 /// As for `sgemm`.
-pub(super) unsafe fn sgemm_into(
+pub(in crate::backend::cpu) unsafe fn sgemm_into(
     dst: &mut [f32],
     lhs: Operand,
     rhs: Operand,

@@ -34,7 +34,7 @@
 //! Example: the bench MLP's first weight (`[784, 256]`, 49 rows of 4,096)
 //! is updated by `update_rows(ptrs, 0, 49, 4096)`.
 
-use super::spec::{Expr, Inner, Kind, Spec};
+use crate::backend::cpu::codegen::spec::{Expr, Inner, Kind, Spec};
 use crate::ir::{BinaryOp, UnaryOp};
 
 /// The scalars, the read tensors and the results, in `update_rows`'s
@@ -112,7 +112,7 @@ fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> boo
 /// `spec` is Adam's update (see the module docs) and this machine has
 /// AVX-512. Expressions outside the three results' trees write nothing,
 /// so they do not matter.
-pub(super) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
+pub(in crate::backend::cpu) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
     if !super::simd::avx512() || spec.outputs.len() != RESULTS {
         return None;
     }
@@ -138,7 +138,12 @@ pub(super) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
 /// # Safety
 /// As for a compiled kernel: every pointer addresses the elements of rows
 /// `lo..hi` (a scalar, one element), and `simd::avx512()` holds.
-pub(super) unsafe extern "C" fn update_rows(args: *const *mut f32, lo: usize, hi: usize, inner: usize) {
+pub(in crate::backend::cpu) unsafe extern "C" fn update_rows(
+    args: *const *mut f32,
+    lo: usize,
+    hi: usize,
+    inner: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
@@ -195,8 +200,8 @@ unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
 #[cfg(test)]
 mod tests {
     use super::recognize;
-    use crate::backend::jit::codegen::Compiler;
-    use crate::backend::jit::spec::{Expr, Inner, Kind, Load, Spec};
+    use crate::backend::cpu::codegen::spec::{Expr, Inner, Kind, Load, Spec};
+    use crate::backend::cpu::codegen::Compiler;
     use crate::ir::{BinaryOp, NodeId, UnaryOp};
 
     /// A xorshift generator of 64-bit patterns.
@@ -247,7 +252,7 @@ mod tests {
         let spec = adam_spec();
         let Some(order) = recognize(&spec) else {
             // No AVX-512 here: nothing runs natively.
-            assert!(!crate::backend::jit::simd::avx512());
+            assert!(!crate::backend::cpu::kernels::simd::avx512());
             return;
         };
         let f = Compiler::new().and_then(|mut c| c.compile(&spec)).expect("the kernel compiles");

@@ -12,7 +12,7 @@
 //! multiply-adds.
 
 use super::{channel_blocks, load, masks_lanes, tile_starts, PostOps, SendPtr, Window};
-use crate::backend::jit::threads::in_ranges;
+use crate::backend::cpu::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
     __m512, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_fmadd_ps, _mm512_kunpackw, _mm512_mask_storeu_ps,
@@ -30,7 +30,7 @@ use std::arch::x86_64::{
 /// a pooled output holds a quarter of `y`'s elements, overlaps nothing else
 /// and is given only where `win.pools()`; first-maximum masks are given
 /// only with it and hold `win.first_max_len()` masks.
-pub(in crate::backend::jit) unsafe fn forward(
+pub(in crate::backend::cpu) unsafe fn forward(
     win: &Window,
     src: &[f32],
     w: &[f32],
@@ -338,7 +338,7 @@ unsafe fn max_pool_pair_kernel<const FIRST_MAX: bool>(
                 [top.wrapping_add(at), top.wrapping_add(at + o), bottom.wrapping_add(at), bottom.wrapping_add(at + o)]
                     // SAFETY: inside the output (the masked-off lanes are not read).
                     .map(|from| unsafe { _mm512_maskz_loadu_ps(mask, from) });
-            let m = crate::backend::jit::simd::window_max_16(taps);
+            let m = crate::backend::cpu::kernels::simd::window_max_16(taps);
             // SAFETY: inside the pooled row (the masked-off lanes are not written).
             unsafe { _mm512_mask_storeu_ps(to.wrapping_add(px * o + 16 * b), mask, m) };
             if FIRST_MAX {
@@ -365,7 +365,7 @@ fn first_max_of(taps: [__m512; 4], m: __m512) -> u64 {
     } else {
         let mut taken = 0;
         taps.map(|v| {
-            let hit = crate::backend::jit::simd::is_max_16(v, m, m_is_nan);
+            let hit = crate::backend::cpu::kernels::simd::is_max_16(v, m, m_is_nan);
             let first = hit & !taken;
             taken |= hit;
             first

@@ -1,51 +1,44 @@
-//! The JIT backend: runs the optimizer's compiled units (fused kernels over
-//! one arena, in schedule order) with Cranelift-generated code for
-//! elementwise kernels and contraction epilogues, `gemm` for matrix
-//! products, and the reference interpreter for every kernel the code
-//! generator does not cover yet (so every program runs on it).
+//! The CPU backend (`--backend jit`, the default): runs the optimizer's
+//! compiled units (fused kernels over one arena, in schedule order) with
+//! Cranelift-generated code for elementwise kernels and contraction
+//! epilogues, `gemm` for matrix products and hand-written native kernels,
+//! and the reference interpreter for the kernels its target leaves to the
+//! host (`TARGET`, `unit::recognize::host_reason`: the plan shows them ahead
+//! of time, `--strict` refuses them; any other fallback is an error).
 //!
 //! Contract: results equal the reference interpreter's up to floating-point
 //! rounding (matmul summation order, polynomial `exp`/`log`/`tanh`; see
-//! `poly`). Execution is deterministic: the same program and inputs give
-//! bit-identical results on every run and at any thread count (`schedule`
-//! runs independent steps at once, `threads` splits large kernels along
-//! independent outputs only). Compiled functions
-//! are cached per thread by kernel signature, so a kernel that occurs in
-//! several units (or runs) is compiled once.
+//! `codegen::poly`). Execution is deterministic: the same program and
+//! inputs give bit-identical results on every run and at any thread count
+//! (`schedule` runs independent steps at once, `threads` splits large
+//! kernels along independent outputs only). Compiled functions are cached
+//! per thread by kernel signature, so a kernel that occurs in several units
+//! (or runs) is compiled once.
 //!
-//! Layout: `spec` (which kernels compile, their loop nest), `poly` (op
-//! templates, polynomial math), `codegen` (Cranelift functions), `reduce` (native
-//! reductions), `conv` and `pool` (native convolutions and pooling),
-//! `transpose` (native matrix transposes), `permute` (transposes of
-//! any rank), `adam`
-//! (Adam's update as a native AVX-512 loop), `unit`
-//! (the executor of one unit), `schedule` (which steps may run at once),
-//! `threads` (the worker pool, kernel splits), `clif` (the `--emit clif|asm`
-//! listings).
+//! Layout, along the backend's three seams:
+//! - code generation, `codegen/`: `spec` (which kernels compile, their loop
+//!   nest), `poly` (op templates, polynomial math), the Cranelift functions
+//!   (`codegen`), `clif` (the `--emit clif|asm` listings);
+//! - native kernels, `kernels/`: products, convolutions, pooling,
+//!   reductions, transposes (gathers and scatter-adds run the loops of
+//!   `tensor::index_ops`), Adam's update;
+//! - the executor: `unit/` (one unit's kernels lowered to steps and run),
+//!   `schedule` (which steps may run at once), `threads` (the worker pool,
+//!   kernel splits), `carry` (parameters kept in the arena between steps),
+//!   `fold` (transposes read through a product's strides).
 //!
 //! Example: `tfc run --backend jit prog.tfl` runs every training step,
 //! metric and `map` region of `prog.tfl` through [`JitUnit`].
 
-mod adam;
 mod carry;
-mod clif;
-mod codegen;
-mod conv;
-mod conv_direct;
+pub mod codegen;
 mod fold;
-mod gemm;
-mod permute;
-mod poly;
-mod pool;
-mod reduce;
+mod kernels;
 mod schedule;
-mod simd;
-pub mod spec;
 mod threads;
-mod transpose;
 mod unit;
 
-pub use clif::{emit_kernels, Listing};
+pub use codegen::clif::{emit_kernels, Listing};
 pub use codegen::{Compiler, KernelFn};
 pub use unit::JitUnit;
 

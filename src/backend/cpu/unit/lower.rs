@@ -39,10 +39,10 @@ use super::recognize::{
     pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
-use crate::backend::jit::codegen::KernelFn;
-use crate::backend::jit::schedule::{Order, Place, Schedule, Scratch};
-use crate::backend::jit::spec::Spec;
-use crate::backend::jit::threads::ROW_BLOCK;
+use crate::backend::cpu::codegen::spec::Spec;
+use crate::backend::cpu::codegen::KernelFn;
+use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
+use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
@@ -52,7 +52,7 @@ use std::collections::{HashMap, HashSet};
 
 /// Compiles `spec` on this thread's compiler.
 fn compile(spec: &Spec) -> Result<KernelFn, Diagnostic> {
-    crate::backend::jit::with_compiler(|c| c.compile(spec)).map_err(internal)
+    crate::backend::cpu::with_compiler(|c| c.compile(spec)).map_err(internal)
 }
 
 /// Where the unit's values live while its steps are built.
@@ -213,12 +213,12 @@ impl Builder<'_> {
         }
         // Adam's update runs as a native loop with the same results (module
         // `adam`), its arguments in that loop's order.
-        if let Some(order) = crate::backend::jit::adam::recognize(spec) {
+        if let Some(order) = crate::backend::cpu::kernels::adam::recognize(spec) {
             let loads = order.iter().filter(|&&i| i < spec.loads.len()).count();
             let args = order.iter().map(|&i| args[i]).collect();
             let (rows, inner) = (spec.rows(), spec.inner);
             return Ok(Step::Jit {
-                f: crate::backend::jit::adam::update_rows,
+                f: crate::backend::cpu::kernels::adam::update_rows,
                 args,
                 loads,
                 rows,
@@ -292,7 +292,7 @@ impl<'a> Lowering<'a> {
         buffers: &HashMap<NodeId, usize>,
         arena_floats: usize,
     ) -> Lowering<'a> {
-        let folded = crate::backend::jit::fold::foldable(b.g, unit, outputs, &b.loc, buffers);
+        let folded = crate::backend::cpu::fold::foldable(b.g, unit, outputs, &b.loc, buffers);
         let plain = unit
             .buffers
             .iter()

@@ -17,10 +17,10 @@ use super::mem::{arena_tensor, mask_tensor, store, store_mask, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Ref, Step};
 use super::{internal, JitUnit};
-use crate::backend::jit::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
-use crate::backend::jit::gemm::sgemm;
-use crate::backend::jit::pool::first_max_len;
-use crate::backend::jit::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
+use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
+use crate::backend::cpu::kernels::gemm::sgemm;
+use crate::backend::cpu::kernels::pool::first_max_len;
+use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
 use crate::diag::Diagnostic;
 use crate::tensor::{eval_node, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -54,7 +54,7 @@ impl JitUnit {
             return in_order();
         }
         if !self.schedule.has_parallel_steps() {
-            return crate::backend::jit::threads::with_workers_awake(in_order);
+            return crate::backend::cpu::threads::with_workers_awake(in_order);
         }
         let run = Run {
             unit: self,
@@ -65,7 +65,7 @@ impl JitUnit {
             stop: AtomicBool::new(false),
         };
         let run = &run;
-        crate::backend::jit::threads::with_workers_awake(|| {
+        crate::backend::cpu::threads::with_workers_awake(|| {
             rayon::scope(|s| {
                 let (first, rest) = self.schedule.roots.split_first().map_or((None, &[][..]), |(f, r)| (Some(f), r));
                 for &r in rest {
@@ -180,7 +180,7 @@ impl Step {
                 let first_max = unsafe { mem.first_max(*off, first_max_len(&pooled))? };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, shape[3], "a reduction result")? };
-                crate::backend::jit::pool::max_pool_grad_column_sums(first_max, gy, shape, to)?;
+                crate::backend::cpu::kernels::pool::max_pool_grad_column_sums(first_max, gy, shape, to)?;
             }
             Step::Reduce { op, src, dst, shape, reduced, from_maxima: None } => {
                 let n: usize = shape.iter().product();
@@ -190,7 +190,7 @@ impl Step {
                 let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
-                crate::backend::jit::reduce::reduce(*op, from, shape, reduced, to);
+                crate::backend::cpu::kernels::reduce::reduce(*op, from, shape, reduced, to);
             }
             Step::Pool { unread: true, .. } => {}
             Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false } => {
@@ -203,7 +203,9 @@ impl Step {
                     // SAFETY: the schedule orders this read after the
                     // convolution that writes the masks.
                     let first_max = unsafe { mem.first_max(*off, first_max_len(ys))? };
-                    return crate::backend::jit::pool::max_pool_grad_from_first_max(first_max, gy, xs, out, threads);
+                    return crate::backend::cpu::kernels::pool::max_pool_grad_from_first_max(
+                        first_max, gy, xs, out, threads,
+                    );
                 }
                 let px = mem.ptr(*x, nx)? as *const f32;
                 let pg = match grad {
@@ -219,9 +221,9 @@ impl Step {
                 match pg {
                     Some(pg) => {
                         let gy = unsafe { std::slice::from_raw_parts(pg, ny) };
-                        crate::backend::jit::pool::pool_grad(xv, gy, xs, ys, *params, out, threads)?
+                        crate::backend::cpu::kernels::pool::pool_grad(xv, gy, xs, ys, *params, out, threads)?
                     }
-                    None => crate::backend::jit::pool::pool(xv, xs, ys, *params, out, threads)?,
+                    None => crate::backend::cpu::kernels::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
             Step::Reshape { src, dst: Ref::Table(t), ty } => {

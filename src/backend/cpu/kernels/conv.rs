@@ -30,7 +30,7 @@
 //! `cols[50176, 9] · w[9, 16]`.
 
 use super::conv_direct::{self as direct, Window};
-pub(super) use super::conv_direct::{MaximaGrad, PostOps, SendMasks, SendPtr};
+pub(in crate::backend::cpu) use super::conv_direct::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
 
 /// The im2col block size in elements (1 MiB, half a core's L2 here), see `Conv::block_rows`.
@@ -39,7 +39,7 @@ use crate::ir::Op;
 
 /// Which of the three convolution ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum ConvKind {
+pub(in crate::backend::cpu) enum ConvKind {
     /// `(x, w) → y`
     Forward,
     /// `(gy, w) → gx`
@@ -50,7 +50,7 @@ pub(super) enum ConvKind {
 
 /// One convolution's geometry.
 #[derive(Clone, Debug, PartialEq)]
-pub(super) struct Conv {
+pub(in crate::backend::cpu) struct Conv {
     pub kind: ConvKind,
     /// Input `[N, H, W, C]`, weights `[KH, KW, C, O]`, output `[N, OH, OW, O]`.
     x: [usize; 4],

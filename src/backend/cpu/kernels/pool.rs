@@ -91,7 +91,7 @@ impl Disjoint {
 
 /// Pools `x` (shape `xs`) into `out` (shape `ys`); `threads` share the
 /// batch.
-pub(super) fn pool(
+pub(in crate::backend::cpu) fn pool(
     x: &[f32],
     xs: &[usize],
     ys: &[usize],
@@ -130,7 +130,7 @@ fn pool_batch(d: &Disjoint, p: &PoolParams, x: &[f32], b: usize, out: &mut [f32]
 
 /// The gradient of `pool` with respect to `x` (shape `xs`) into `gx`, given
 /// the gradient `gy` of its result (shape `ys`); `threads` share the batch.
-pub(super) fn pool_grad(
+pub(in crate::backend::cpu) fn pool_grad(
     x: &[f32],
     gy: &[f32],
     xs: &[usize],
@@ -151,7 +151,7 @@ pub(super) fn pool_grad(
 /// How many first-maximum masks a 2x2 max pool into `pooled` (`[N, OH, OW,
 /// C]`) records (`conv_direct::PostOps::first_max`): one per pooled
 /// position and vector of 16 channels, in that order.
-pub(super) fn first_max_len(pooled: &[usize]) -> usize {
+pub(in crate::backend::cpu) fn first_max_len(pooled: &[usize]) -> usize {
     match pooled.split_last() {
         Some((c, positions)) => positions.iter().product::<usize>() * c.div_ceil(LANES),
         None => 0,
@@ -202,7 +202,7 @@ impl FromMaxima {
 /// (`0 + gy` at each window's first maximal element, `0` elsewhere)
 /// without reading `x` again, which for the bench CNN's first layer is 3.2
 /// MB against 0.1 MB of masks. `threads` share the batch.
-pub(super) fn max_pool_grad_from_first_max(
+pub(in crate::backend::cpu) fn max_pool_grad_from_first_max(
     first_max: &[u64],
     gy: &[f32],
     xs: &[usize],
@@ -265,7 +265,7 @@ unsafe fn max_grad_from_first_max_batch(first_max: &[u64], gy: &[f32], [h, w, c]
 /// image row, each window's `0 + gy` in the lanes where the row holds the
 /// window's first maximum, window by window, adds the same values in the
 /// same order. It reads a quarter of the gradient's bytes.
-pub(super) fn max_pool_grad_column_sums(
+pub(in crate::backend::cpu) fn max_pool_grad_column_sums(
     first_max: &[u64],
     gy: &[f32],
     xs: &[usize],
@@ -477,7 +477,7 @@ fn for_each_batch(out: &mut [f32], per: usize, threads: usize, f: impl Fn(usize,
     if per == 0 {
         return;
     }
-    if threads > 1 && out.len() >= super::threads::PARALLEL_MIN_ELEMENTS {
+    if threads > 1 && out.len() >= crate::backend::cpu::threads::PARALLEL_MIN_ELEMENTS {
         use rayon::prelude::*;
         out.par_chunks_mut(per).enumerate().for_each(|(b, c)| f(b, c));
     } else {
@@ -517,7 +517,7 @@ mod tests {
         pool_grad_slices(&x, &gy, &xs, &ys, p, &mut want).expect("the interpreter's gradient");
         let d = Disjoint::of(&xs, &ys, &p).expect("disjoint windows");
         let per = n / xs[0];
-        for avx512 in [false, crate::backend::jit::simd::avx512()] {
+        for avx512 in [false, crate::backend::cpu::kernels::simd::avx512()] {
             let mut got = vec![7.0; n];
             for (b, gx) in got.chunks_mut(per).enumerate() {
                 pool_grad_batch(&d, &p, &x, &gy, b, gx, avx512);

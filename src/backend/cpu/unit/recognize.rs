@@ -9,9 +9,9 @@
 //! Example: `f32_pool(g, &[n])` is `Some(params)` for a lone `f32`
 //! `pool2d` node `n`, which then runs on module `pool`.
 
-use crate::backend::jit::conv::Conv;
-use crate::backend::jit::permute::Permutation;
-use crate::backend::jit::spec::Spec;
+use crate::backend::cpu::codegen::spec::Spec;
+use crate::backend::cpu::kernels::conv::Conv;
+use crate::backend::cpu::kernels::permute::Permutation;
 use crate::ir::compiled::{Kernel, KernelKind};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
@@ -20,7 +20,7 @@ use std::collections::HashSet;
 
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,
 /// in kernel order with the anchor last, and the remaining nodes.
-pub(in crate::backend::jit) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
+pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
     let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
         return (Vec::new(), nodes.to_vec());
     };
@@ -142,7 +142,7 @@ pub(super) fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
 /// the same choices `lower` makes, from the graph alone, so that the
 /// plan's devices (`ir::target::Target::host_reason`) say ahead of time
 /// what the lowering then does.
-pub(in crate::backend::jit) fn host_reason(g: &Graph, k: &Kernel) -> Option<HostPart> {
+pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<HostPart> {
     // What `Builder::analyze` accepts: the nodes as they are, or reading
     // the broadcasts they take from other kernels as their sources.
     let analyzable = |nodes: &[NodeId], outputs: &[NodeId]| {

@@ -17,7 +17,7 @@
 
 /// Whether this machine has AVX-512 (F, BW, VL, DQ) and `TFC_NO_AVX512` is
 /// unset. Read once.
-pub(super) fn avx512() -> bool {
+pub(in crate::backend::cpu) fn avx512() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
@@ -34,7 +34,7 @@ pub(super) fn avx512() -> bool {
 /// Runs `f`, compiled for AVX-512 when [`avx512`] holds (see the module
 /// docs).
 #[inline(always)]
-pub(super) fn wide<R>(f: impl FnOnce() -> R) -> R {
+pub(in crate::backend::cpu) fn wide<R>(f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     if avx512() {
         // SAFETY: `avx512()` checked that the CPU has these features.
@@ -56,7 +56,10 @@ unsafe fn with_avx512<R>(f: impl FnOnce() -> R) -> R {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn max_nan_16(m: std::arch::x86_64::__m512, v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+pub(in crate::backend::cpu) fn max_nan_16(
+    m: std::arch::x86_64::__m512,
+    v: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_mask_mov_ps, _mm512_set1_ps, _CMP_GT_OQ, _CMP_UNORD_Q};
     let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(m, v);
     let m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask::<_CMP_GT_OQ>(v, m), v);
@@ -71,7 +74,7 @@ pub(super) fn max_nan_16(m: std::arch::x86_64::__m512, v: std::arch::x86_64::__m
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn is_max_16(
+pub(in crate::backend::cpu) fn is_max_16(
     v: std::arch::x86_64::__m512,
     m: std::arch::x86_64::__m512,
     m_is_nan: std::arch::x86_64::__mmask16,
@@ -87,7 +90,7 @@ pub(super) fn is_max_16(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-pub(super) fn window_max_16(taps: [std::arch::x86_64::__m512; 4]) -> std::arch::x86_64::__m512 {
+pub(in crate::backend::cpu) fn window_max_16(taps: [std::arch::x86_64::__m512; 4]) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::{_mm512_cmp_ps_mask, _mm512_max_ps, _mm512_set1_ps, _CMP_UNORD_Q};
     let [a, b, c, d] = taps;
     if _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a, b) | _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(c, d) == 0 {

@@ -18,7 +18,7 @@
 //! `to = [1., 4., 2., 5., 3., 6.]`.
 
 /// `to = fromᵀ` for a row-major `rows × cols` `from` (see the module docs).
-pub(super) fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
+pub(in crate::backend::cpu) fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
     assert!(from.len() >= rows * cols && to.len() >= rows * cols, "transpose operands smaller than {rows}x{cols}");
     let mut done_rows = 0;
     #[cfg(target_arch = "x86_64")]

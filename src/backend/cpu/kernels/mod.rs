@@ -1,0 +1,21 @@
+//! The CPU backend's native kernels: the loops that are not generated but
+//! written by hand (with AVX-512 where the machine has it, module `simd`),
+//! each with the interpreter's results — bit for bit where the module says
+//! so, else to float rounding — and each tested against it.
+//!
+//! `gemm` (matrix products through the `gemm` crate), `conv` and
+//! `conv_direct` (convolutions: im2col + gemm, and direct AVX-512 kernels
+//! with fused post-ops and 2x2 max pool), `pool` (pooling and its
+//! gradients), `reduce` (reductions), `transpose` (register-blocked matrix
+//! transposes) and `permute` (transposes of any rank), `adam` (Adam's
+//! update as one loop), `simd` (the shared AVX-512 helpers).
+
+pub(super) mod adam;
+pub(super) mod conv;
+pub(super) mod conv_direct;
+pub(super) mod gemm;
+pub(super) mod permute;
+pub(super) mod pool;
+pub(super) mod reduce;
+pub(super) mod simd;
+pub(super) mod transpose;
