@@ -228,6 +228,12 @@ fn strict_refuses_exactly_the_programs_with_known_host_kernels() {
     assert_eq!(found, known);
 }
 
+/// What each step of the first training step of `source` computes, in
+/// run order (the labels of `tfc bench --profile`).
+fn step_labels(source: &str) -> Vec<String> {
+    first_step(source, 1, |unit| unit.profile().into_iter().map(|t| t.label).collect())
+}
+
 /// How the JIT runs the kernels of the first training step of `source`.
 fn step_counts(source: &str) -> tfc::backend::StepCounts {
     first_step(source, 1, |unit| unit.counts())
@@ -357,10 +363,7 @@ fn input_gradients_through_materialized_transposes_match_the_interpreter() {
         train net on from_tensors(xs, ys) |> batch(12) {\n\
             loss(x, y) = softmax_cross_entropy(net(x), y)\n optimizer = sgd(lr = 0.1)\n epochs = 4\n}\n\
         print(net.l1.w)\nprint(net.l1.b)\n";
-    let profile = first_step(source, 1, |unit| {
-        unit.set_profiling(true);
-        unit.profile().into_iter().map(|t| t.label).collect::<Vec<_>>()
-    });
+    let profile = step_labels(source);
     assert!(profile.iter().any(|l| l.starts_with("transpose 37x21")), "{profile:?}");
     assert!(profile.iter().any(|l| l.starts_with("gemm 12x21 @ 21x37:")), "{profile:?}");
     let interp = run(Path::new("step.tfl"), source, Backend::Interp, true).unwrap();
@@ -385,10 +388,7 @@ fn transposes_of_any_rank_run_natively_and_match_the_interpreter() {
         train net on from_tensors(xs) |> batch(2) {\n\
             loss(x) = mean(square(net(x)))\n optimizer = sgd(lr = 0.1)\n epochs = 3\n}\n\
         print(net.q.w)\nprint(net.k.b)\n";
-    let profile = first_step(source, 1, |unit| {
-        unit.set_profiling(true);
-        unit.profile().into_iter().map(|t| t.label).collect::<Vec<_>>()
-    });
+    let profile = step_labels(source);
     for shape in ["transpose 2x5x3x2:", "transpose 2x3x5x2:", "transpose 6x5x2:"] {
         assert!(profile.iter().any(|l| l.starts_with(shape)), "no {shape} in {profile:?}");
     }
@@ -408,10 +408,7 @@ fn embeddings_gather_and_scatter_natively_and_match_the_interpreter() {
         let ids = [[0, 3, 3], [6, 1, 0], [2, 2, 2], [5, 4, 6]]\n\
         train net on from_tensors(ids) |> batch(2) {\n\
             loss(i) = net(i)\n optimizer = sgd(lr = 0.1)\n epochs = 3\n}\nprint(net.e.table)\n";
-    let profile = first_step(source, 1, |unit| {
-        unit.set_profiling(true);
-        unit.profile().into_iter().map(|t| t.label).collect::<Vec<_>>()
-    });
+    let profile = step_labels(source);
     assert!(profile.iter().any(|l| l.starts_with("gather 6 of 1x7x5 rows")), "{profile:?}");
     assert!(profile.iter().any(|l| l.starts_with("scatter_add 6 rows into 1x7x5")), "{profile:?}");
     assert!(!profile.iter().any(|l| l.starts_with("interpreted")), "{profile:?}");

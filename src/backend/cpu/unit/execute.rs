@@ -184,9 +184,8 @@ impl Step {
             }
             Step::Reduce { op, src, dst, shape, reduced, from_maxima: None } => {
                 let n: usize = shape.iter().product();
-                let from = mem.ptr(*src, n)? as *const f32;
-                // SAFETY: `ptr` checked that `src` holds `n` elements.
-                let from = unsafe { std::slice::from_raw_parts(from, n) };
+                // SAFETY: the caller's contract.
+                let from = unsafe { mem.input(*src, n)? };
                 let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
@@ -235,9 +234,8 @@ impl Step {
             Step::Gather { params, ids, dst, dims, count, axis, span } => {
                 let [outer, n, inner] = *dims;
                 let idx = indices(mem, *ids, *axis, n, "gather", *span)?;
-                let from = mem.ptr(*params, outer * n * inner)? as *const f32;
-                // SAFETY: `ptr` checked that `params` holds the elements.
-                let from = unsafe { std::slice::from_raw_parts(from, outer * n * inner) };
+                // SAFETY: the caller's contract.
+                let from = unsafe { mem.input(*params, outer * n * inner)? };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, outer * count * inner, "a gather result")? };
                 crate::tensor::index_ops::gather_rows(from, &idx, *dims, to);
@@ -245,18 +243,16 @@ impl Step {
             Step::ScatterAdd { ids, updates, dst, dims, count, axis, span } => {
                 let [outer, dim, inner] = *dims;
                 let idx = indices(mem, *ids, *axis, dim, "scatter_add", *span)?;
-                let from = mem.ptr(*updates, outer * count * inner)? as *const f32;
-                // SAFETY: `ptr` checked that `updates` holds the elements.
-                let from = unsafe { std::slice::from_raw_parts(from, outer * count * inner) };
+                // SAFETY: the caller's contract.
+                let from = unsafe { mem.input(*updates, outer * count * inner)? };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, outer * dim * inner, "a scatter_add result")? };
                 crate::tensor::index_ops::scatter_add_rows(from, &idx, *dims, to);
             }
             Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
-                let from = mem.ptr(*src, n)? as *const f32;
-                // SAFETY: `ptr` checked that `src` holds `n` elements.
-                let from = unsafe { std::slice::from_raw_parts(from, n) };
+                // SAFETY: the caller's contract.
+                let from = unsafe { mem.input(*src, n)? };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, n, "a transpose result")? };
                 perm.apply(from, to);

@@ -158,6 +158,18 @@ impl<'a> Mem<'a> {
         }
     }
 
+    /// The `len` floats of `r` as an operand slice (checked by `ptr`).
+    ///
+    /// # Safety
+    /// Nothing writes them while the slice lives (the schedule orders every
+    /// writer of a place before or after its readers).
+    pub(super) unsafe fn input(self, r: Ref, len: usize) -> Result<&'a [f32], Diagnostic> {
+        let p = self.ptr(r, len)? as *const f32;
+        // SAFETY: `ptr` checked that `r` holds `len` elements; no writer by
+        // the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
     /// A pointer to `len` elements of `r`, as compiled code reads them:
     /// `f32`, or a one_hot's `i32` labels, or `bool` as one byte (0 or 1).
     pub(super) fn ptr(self, r: Ref, len: usize) -> Result<*mut f32, Diagnostic> {
