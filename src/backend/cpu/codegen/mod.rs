@@ -36,7 +36,7 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
-use poly::Emitter;
+use poly::{Emitter, Support};
 use spec::{Expr, Inner, Kind, Spec};
 use std::collections::HashMap;
 
@@ -48,6 +48,8 @@ pub struct Compiler {
     module: JITModule,
     /// The imported `tfc_powf` (`poly::powf`).
     powf: cranelift_module::FuncId,
+    /// Whether the host has fused multiply-add.
+    fma: bool,
     ctx: Context,
     fctx: FunctionBuilderContext,
     cache: HashMap<String, KernelFn>,
@@ -65,6 +67,7 @@ impl Compiler {
         flags.set("is_pic", "false").map_err(isa_error)?;
         let isa =
             cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
+        let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
         jit.symbol("tfc_powf", poly::powf as *const u8);
         let mut module = JITModule::new(jit);
@@ -73,7 +76,7 @@ impl Compiler {
         sig.returns.push(AbiParam::new(types::F32));
         let powf = module.declare_function("tfc_powf", Linkage::Import, &sig).map_err(isa_error)?;
         let ctx = module.make_context();
-        Ok(Compiler { module, powf, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
+        Ok(Compiler { module, powf, fma, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
     }
 
     /// How many distinct kernels were compiled.
@@ -140,8 +143,9 @@ impl Compiler {
             self.ctx.func.signature.params.push(AbiParam::new(ptr));
         }
         let powf = self.module.declare_func_in_func(self.powf, &mut self.ctx.func);
+        let support = Support { powf, fma: self.fma };
         let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
-        emit(&mut b, spec, ptr, powf);
+        emit(&mut b, spec, ptr, support);
         b.seal_all_blocks();
         b.finalize(target);
     }
@@ -159,7 +163,7 @@ fn new_loop(b: &mut FunctionBuilder, ptr: types::Type) -> Loop {
     Loop { header, body: b.create_block() }
 }
 
-fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, powf: cranelift_codegen::ir::FuncRef) {
+fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support) {
     let flags = MemFlagsData::new().with_notrap();
     let entry = b.create_block();
     b.append_block_params_for_function_params(entry);
@@ -247,7 +251,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, powf: cranelift_
     let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
     b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
     b.switch_to_block(vec.body);
-    body(b, spec, &row_ptr, &splat_vector, c, true, powf);
+    body(b, spec, &row_ptr, &splat_vector, c, true, support);
     b.ins().jump(vec.header, &[c4.into()]);
 
     // Scalar tail: `brif c >= inner, next_row, body`.
@@ -256,7 +260,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, powf: cranelift_
     let end = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, c, inner);
     b.ins().brif(end, next_row, &[], tail.body, &[]);
     b.switch_to_block(tail.body);
-    body(b, spec, &row_ptr, &splat_scalar, c, false, powf);
+    body(b, spec, &row_ptr, &splat_scalar, c, false, support);
     let c1 = b.ins().iadd_imm_u(c, 1);
     b.ins().jump(tail.header, &[c1.into()]);
 
@@ -277,7 +281,7 @@ fn body(
     splat: &[Option<Value>],
     c: Value,
     vector: bool,
-    powf: cranelift_codegen::ir::FuncRef,
+    support: Support,
 ) {
     let flags = MemFlagsData::new().with_notrap();
     let ty = if vector { types::F32X4 } else { types::F32 };
@@ -318,7 +322,7 @@ fn body(
             }
         });
     }
-    let mut e = Emitter::new(b, vector, powf);
+    let mut e = Emitter::new(b, vector, support);
     let mut values: Vec<Value> = Vec::with_capacity(spec.exprs.len());
     for (expr, kind) in &spec.exprs {
         let v = match *expr {
