@@ -46,7 +46,7 @@ impl BackendKind {
     pub fn get(self) -> &'static dyn Backend {
         match self {
             BackendKind::Interp => &interp::InterpBackend,
-            BackendKind::Jit => &cpu::JitBackend,
+            BackendKind::Jit => &cpu::CpuBackend,
         }
     }
 

@@ -67,13 +67,13 @@ pub fn with_compiler<T>(f: impl FnOnce(&mut Compiler) -> Result<T, String>) -> R
 }
 
 /// The CPU backend.
-pub struct JitBackend;
+pub struct CpuBackend;
 
 /// What the optimizer plans for when the CPU backend runs the program.
 pub const TARGET: crate::ir::target::Target =
     crate::ir::target::Target { name: "cpu", host_reason: unit::host_reason, statements_on_host: true };
 
-impl Backend for JitBackend {
+impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "jit"
     }
