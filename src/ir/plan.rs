@@ -47,7 +47,7 @@ pub enum Source {
     /// `range(n)`: the i32 scalars `0..n`.
     Range(usize),
     /// A binary data file whose header was read while checking; the
-    /// runtime reads the data (`runtime::loaders`).
+    /// runtime reads the data (`io::loaders`).
     File(Arc<FileSource>),
 }
 

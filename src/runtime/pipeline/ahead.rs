@@ -71,8 +71,8 @@ impl Drop for Pending {
 }
 
 /// Where a dataset sits among a program's effects, so that the same dataset
-/// can be found in an owned copy of the program (the JIT finds a `map`'s
-/// compiled unit by the address of its region in the program it runs).
+/// can be found in an owned copy of the program, which the thread running
+/// ahead borrows its dataset (and the dataset's regions) from.
 #[derive(Clone, Copy)]
 enum Place {
     Train(usize),
