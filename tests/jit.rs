@@ -488,6 +488,27 @@ fn bench_prints_one_json_object_per_train_block() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--threads"));
 }
 
+/// A metric over a dataset (`accuracy`: the forward pass and the metric,
+/// the inference a user runs) is timed like a training step, after it, on
+/// the compiled backend, with the profile of its kernels.
+#[test]
+fn bench_times_inference_through_metrics() {
+    let o = tfc(&["bench", "examples/digits_mlp.tfl", "--steps", "3", "--warmup", "1", "--json", "--profile"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let objects: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let kinds: Vec<&str> = objects.iter().map(|v| v["kind"].as_str().unwrap_or("?")).collect();
+    assert_eq!(kinds, ["train", "inference"], "{text}");
+    let metric = &objects[1];
+    assert!(metric["name"].as_str().unwrap().starts_with("metric "), "{text}");
+    assert_eq!(metric["backend"], "jit");
+    assert!(metric["step_ms"]["median"].as_f64().unwrap() > 0.0, "{text}");
+    let accuracy = metric["value"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&accuracy), "{text}");
+    let labels: Vec<&str> = metric["profile"].as_array().unwrap().iter().filter_map(|r| r["label"].as_str()).collect();
+    assert!(labels.iter().any(|l| l.starts_with("gemm 256x64 @ 64x")), "{labels:?}");
+}
+
 /// `--profile` times every step of the compiled training step: the JSON
 /// lists them slowest first, with labels that say what each computes, and
 /// their times add up to about the step's; the interpreter has no steps
@@ -625,9 +646,14 @@ fn training_is_bit_identical_at_one_two_and_three_threads() {
         let losses = |threads: &str| {
             let o = tfc(&["bench", file, "--steps", "3", "--warmup", "2", "--json", "--threads", threads]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+            let text = String::from_utf8_lossy(&o.stdout);
+            let objects: Vec<serde_json::Value> =
+                text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+            let v = &objects[0];
             assert_eq!(v["threads"].as_u64(), threads.parse().ok());
-            (v["loss_first"].to_string(), v["loss_last"].to_string())
+            // A metric after training (the digits CNN's accuracy) too.
+            let metrics: Vec<String> = objects[1..].iter().map(|m| m["value"].to_string()).collect();
+            (v["loss_first"].to_string(), v["loss_last"].to_string(), metrics)
         };
         let one = losses("1");
         assert_eq!(one, losses("2"), "{file}");

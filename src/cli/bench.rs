@@ -1,12 +1,18 @@
-//! `tfc bench FILE`: times the training steps of a program. Every `train`
-//! block runs `--warmup` untimed and `--steps` timed steps on its first
-//! batch (one fixed batch reused, as the peer benchmarks do); the other
-//! statements run as usual with their output discarded. Prints one JSON
-//! object per train block:
+//! `tfc bench FILE`: times the training steps and the inference of a
+//! program. Every `train` block runs `--warmup` untimed and `--steps` timed
+//! steps on its first batch (one fixed batch reused, as the peer benchmarks
+//! do), and so does every metric over a dataset (`evaluate`, `accuracy`,
+//! `mean_loss`: the model's forward pass and the metric on one batch, the
+//! inference a user runs); the other statements run as usual with their
+//! output discarded. Prints one JSON object per train block:
 //!
-//! `{"name": "train 2 step (batch 64)", "backend": "jit", "compile_ms": …,
-//!   "step_ms": {"median": …, "p90": …}, "steps": 100, "threads": 1,
-//!   "arena_bytes": …, "peak_rss_bytes": …, "loss_first": …, "loss_last": …}`
+//! `{"name": "train 2 step (batch 64)", "kind": "train", "backend": "jit",
+//!   "compile_ms": …, "step_ms": {"median": …, "p90": …}, "steps": 100,
+//!   "threads": 1, "arena_bytes": …, "peak_rss_bytes": …, "loss_first": …,
+//!   "loss_last": …}`
+//!
+//! and one per metric, with `"kind": "inference"` and the metric's `"value"`
+//! on the batch (after the training the bench ran) instead of the losses.
 //!
 //! With `--profile`, each step of the compiled training step (a fused
 //! kernel, a matrix product, a convolution…) is timed during the timed
@@ -24,7 +30,7 @@
 use crate::backend::BackendKind;
 use crate::diag::{Code, Diagnostic};
 use crate::driver::Session;
-use crate::ir::plan::TrainPlan;
+use crate::ir::plan::{ReducePlan, TrainPlan};
 use crate::ir::{DType, Effect, Literal, TensorType};
 use crate::runtime::exec::{Carry, Executor, RunOptions};
 use crate::tensor::Tensor;
@@ -86,6 +92,25 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
                     print_profile(&r);
                 }
             }
+            Effect::Reduce { plan, span, .. } => {
+                let r = bench_metric(&mut ex, plan, *span, args, front_ms).map_err(|d| vec![d])?;
+                if args.json {
+                    println!("{r}");
+                } else {
+                    println!(
+                        "{}: batch median {:.3} ms, p90 {:.3} ms over {} runs; compile {:.1} ms; value {}",
+                        r["name"].as_str().unwrap_or_default(),
+                        r["step_ms"]["median"].as_f64().unwrap_or(f64::NAN),
+                        r["step_ms"]["p90"].as_f64().unwrap_or(f64::NAN),
+                        args.steps,
+                        r["compile_ms"].as_f64().unwrap_or(f64::NAN),
+                        r["value"],
+                    );
+                    print_profile(&r);
+                }
+                // Later statements read the metric.
+                ex.run_effect(effect).map_err(|d| vec![d])?;
+            }
             other => ex.run_effect(other).map_err(|d| vec![d])?,
         }
     }
@@ -102,82 +127,164 @@ fn bench_train(
     ex.demand(&init)?;
     let mut carried: Vec<Tensor> =
         plan.params.iter().chain(&plan.states).map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
-    let batches = crate::runtime::dataset::elements(ex, &plan.data, 0)?;
-    let batch = batches
-        .first()
-        .cloned()
-        .ok_or_else(|| Diagnostic::new(Code::Runtime, "the training data has no batches").label(plan.span, "here"))?;
+    let batch = first_batch(ex, &plan.data, "the training data", plan.span)?;
     let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
     let (_, region) = plan
         .steps
         .iter()
         .find(|(b, _)| *b == size)
         .ok_or_else(|| Diagnostic::internal(format!("no training step was compiled for batches of {size}")))?;
-    let name = crate::passes::units::regions(ex.program)
-        .into_iter()
-        .find(|r| std::ptr::eq(r.region, region))
-        .map(|r| r.name)
-        .unwrap_or_else(|| format!("train step (batch {size})"));
     let t = Instant::now();
     let compiled = ex.compile_region_carrying(region, carried.len())?;
     let mut carry = Carry::new(std::mem::take(&mut carried));
     let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
-    let arena_bytes = compiled.unit().arena_bytes();
-    let mut times = Vec::with_capacity(args.steps);
     let step_at = batch.len();
     let mut head = batch;
     head.push(Tensor::from_literal(&Literal::Float(vec![0.0]), &TensorType::scalar(DType::F32))?);
-    let (mut loss_first, mut loss_last) = (None, f64::NAN);
-    let profiled = Some(compiled.unit()).filter(|_| args.profile);
-    for step in 1..=args.warmup + args.steps {
-        crate::interrupt::check()?;
-        if step == args.warmup + 1 {
-            profiled.inspect(|unit| unit.set_profiling(true));
-        }
-        let t = Instant::now();
+    let timed = time_runs(args, compiled.unit(), |step| {
         // The batch is one fixed input reused every step (as in the peer
         // benchmarks); only the step number is new.
         head[step_at] = Tensor::from_literal(&Literal::Float(vec![step as f64]), &TensorType::scalar(DType::F32))?;
         let out = ex.run_carrying(&compiled, &head, &mut carry)?;
-        let loss = out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN);
+        Ok(out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN))
+    })?;
+    for (slot, t) in plan.result_slots.iter().zip(carry.into_values()?) {
+        ex.slots.insert(*slot, t);
+    }
+    let mut json = timed.json(ex, region, "train", compiled.unit(), compile_ms, args);
+    json["loss_first"] = timed.first.into();
+    json["loss_last"] = timed.last.into();
+    Ok(json)
+}
+
+/// Times a metric's region (an inference over a dataset: `evaluate`,
+/// `accuracy`, …) on the dataset's first batch, as `bench_train` times a
+/// step: the forward pass and the metric, without the reduction over
+/// batches.
+fn bench_metric(
+    ex: &mut Executor,
+    plan: &ReducePlan,
+    span: crate::diag::Span,
+    args: &BenchArgs,
+    front_ms: f64,
+) -> Result<serde_json::Value, Diagnostic> {
+    let batch = first_batch(ex, &plan.data, "the metric's data", span)?;
+    let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+    let (_, region) = plan
+        .regions
+        .iter()
+        .find(|(b, _)| *b == size)
+        .or(plan.regions.first())
+        .ok_or_else(|| Diagnostic::internal(format!("no metric region was compiled for batches of {size}")))?;
+    let t = Instant::now();
+    let compiled = ex.compile_region(region)?;
+    let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
+    let timed = time_runs(args, compiled.unit(), |_| {
+        let out = ex.run_region(&compiled, &batch)?;
+        Ok(out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN))
+    })?;
+    let mut json = timed.json(ex, region, "inference", compiled.unit(), compile_ms, args);
+    json["value"] = timed.last.into();
+    Ok(json)
+}
+
+/// The first batch of `data` (`what` names it in the error when there is
+/// none).
+fn first_batch(
+    ex: &mut Executor,
+    data: &crate::ir::plan::Dataset,
+    what: &str,
+    span: crate::diag::Span,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let batches = crate::runtime::dataset::elements(ex, data, 0)?;
+    batches
+        .into_iter()
+        .next()
+        .ok_or_else(|| Diagnostic::new(Code::Runtime, format!("{what} has no batches")).label(span, "here"))
+}
+
+/// What `time_runs` measured.
+struct Timed {
+    /// Run times in ms, sorted.
+    times: Vec<f64>,
+    /// The region's first output (a loss, a metric) at the first and last run.
+    first: f64,
+    last: f64,
+    /// Each step's time per run, slowest first (`--profile`).
+    profile: Option<Vec<serde_json::Value>>,
+}
+
+/// Runs `run` (given the run's number, from 1) `args.warmup + args.steps`
+/// times and times the last `args.steps`, profiling `unit` over those when
+/// `--profile` asks.
+fn time_runs(
+    args: &BenchArgs,
+    unit: &dyn crate::backend::PreparedUnit,
+    mut run: impl FnMut(usize) -> Result<f64, Diagnostic>,
+) -> Result<Timed, Diagnostic> {
+    let mut times = Vec::with_capacity(args.steps);
+    let (mut first, mut last) = (None, f64::NAN);
+    for step in 1..=args.warmup + args.steps {
+        crate::interrupt::check()?;
+        if step == args.warmup + 1 && args.profile {
+            unit.set_profiling(true);
+        }
+        let t = Instant::now();
+        let value = run(step)?;
         let elapsed = t.elapsed().as_secs_f64() * 1e3;
         if step > args.warmup {
             times.push(elapsed);
         }
-        loss_first.get_or_insert(loss);
-        loss_last = loss;
+        first.get_or_insert(value);
+        last = value;
     }
-    let profile = profiled.map(|unit| {
+    let profile = args.profile.then(|| {
         unit.set_profiling(false);
-        let mut times = unit.profile();
-        times.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
-        let per_step = 1e3 / args.steps as f64;
-        let rows =
-            times.iter().map(|t| serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_step}));
-        rows.collect::<Vec<_>>()
+        let mut steps = unit.profile();
+        steps.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        let per_run = 1e3 / args.steps as f64;
+        steps
+            .iter()
+            .map(|t| serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_run}))
+            .collect()
     });
-    for (slot, t) in plan.result_slots.iter().zip(carry.into_values()?) {
-        ex.slots.insert(*slot, t);
-    }
     times.sort_by(f64::total_cmp);
-    let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    let backend = compiled.unit().backend();
-    let mut json = serde_json::json!({
-        "name": name,
-        "backend": backend,
-        "compile_ms": compile_ms,
-        "step_ms": {"median": pick(0.5), "p90": pick(0.9)},
-        "steps": args.steps,
-        "threads": args.threads,
-        "arena_bytes": arena_bytes,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "loss_first": loss_first.unwrap_or(f64::NAN),
-        "loss_last": loss_last,
-    });
-    if let Some(profile) = profile {
-        json["profile"] = profile.into();
+    Ok(Timed { times, first: first.unwrap_or(f64::NAN), last, profile })
+}
+
+impl Timed {
+    /// The JSON object of a timed region: its name, what it is, the medians
+    /// and the unit's facts.
+    fn json(
+        &self,
+        ex: &Executor,
+        region: &crate::ir::plan::Region,
+        kind: &str,
+        unit: &dyn crate::backend::PreparedUnit,
+        compile_ms: f64,
+        args: &BenchArgs,
+    ) -> serde_json::Value {
+        let name = crate::passes::units::regions(ex.program)
+            .into_iter()
+            .find(|r| r.region.id == region.id)
+            .map_or_else(|| format!("{kind} region"), |r| r.name);
+        let pick = |q: f64| self.times[((self.times.len() - 1) as f64 * q).round() as usize];
+        let mut json = serde_json::json!({
+            "name": name,
+            "kind": kind,
+            "backend": unit.backend(),
+            "compile_ms": compile_ms,
+            "step_ms": {"median": pick(0.5), "p90": pick(0.9)},
+            "steps": args.steps,
+            "threads": args.threads,
+            "arena_bytes": unit.arena_bytes(),
+            "peak_rss_bytes": peak_rss_bytes(),
+        });
+        if let Some(profile) = &self.profile {
+            json["profile"] = profile.clone().into();
+        }
+        json
     }
-    Ok(json)
 }
 
 /// The `"profile"` of a bench result as a table: each step's time per
