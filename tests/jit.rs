@@ -421,6 +421,29 @@ fn embeddings_gather_and_scatter_natively_and_match_the_interpreter() {
     assert!(e.contains("gather index 7 is out of range for axis 0 of size 7"), "{e}");
 }
 
+/// Slices (strided and reversed), pads and concatenations — and their
+/// gradients, which are pads, slices and sums of slices — run as native
+/// block copies and train exactly as on the interpreter.
+#[test]
+fn slices_pads_and_concats_run_natively_and_match_the_interpreter() {
+    let source = "use std.nn.{Dense}\nuse std.optim.sgd\n\
+        model M { l = Dense(6, 4)\n\
+        fn forward(x) {\n let h = l(x)\n let a = slice(h, [0, 3], [4, 0], [1, -1])\n\
+        let b = pad(slice(h, [0, 0], [4, 4], [1, 2]), [0, 0, 1, 1])\n\
+        sum(square(concat((a, b, h), axis = 1)))\n } }\n\
+        let net = M(seed = 4)\n\
+        train net on from_tensors(normal([8, 6], seed = 5)) |> batch(4) {\n\
+            loss(x) = net(x)\n optimizer = sgd(lr = 0.01)\n epochs = 3\n}\nprint(net.l.w)\n";
+    let labels = step_labels(source);
+    for op in ["slice ", "pad ", "concat "] {
+        assert!(labels.iter().any(|l| l.starts_with(op)), "no native {op}in {labels:?}");
+    }
+    assert!(!labels.iter().any(|l| l.starts_with("interpreted")), "{labels:?}");
+    let interp = run(Path::new("window.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("window.tfl"), source, Backend::Jit, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
 #[test]
 fn jit_runs_are_bit_identical_run_to_run() {
     let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");

@@ -7,7 +7,8 @@
 //! `conv_direct` (convolutions: im2col + gemm, and direct AVX-512 kernels
 //! with fused post-ops and 2x2 max pool), `pool` (pooling and its
 //! gradients), `reduce` (reductions), `transpose` (register-blocked matrix
-//! transposes) and `permute` (transposes of any rank), `adam` (Adam's
+//! transposes) and `permute` (transposes of any rank), `window` (slices,
+//! pads, concatenations), `adam` (Adam's
 //! update as one loop), `simd` (the shared AVX-512 helpers).
 
 pub(super) mod adam;
@@ -19,3 +20,4 @@ pub(super) mod pool;
 pub(super) mod reduce;
 pub(super) mod simd;
 pub(super) mod transpose;
+pub(super) mod window;

@@ -225,6 +225,17 @@ impl Step {
                     None => crate::backend::cpu::kernels::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
+            Step::Window { srcs, src_lens, dst, window, .. } => {
+                let from = srcs
+                    .iter()
+                    .zip(src_lens)
+                    // SAFETY: the caller's contract.
+                    .map(|(&r, &n)| unsafe { mem.input(r, n) })
+                    .collect::<Result<Vec<&[f32]>, _>>()?;
+                // SAFETY: the caller's contract.
+                let to = unsafe { mem.out(*dst, window.len, "a slice, pad or concat result")? };
+                window.apply(&from, to);
+            }
             Step::Reshape { src, dst: Ref::Table(t), ty } => {
                 let data = crate::tensor::shape_ops::reshape(mem.tensor(*src)?, &ty.shape)?;
                 // SAFETY: the caller's contract.

@@ -35,8 +35,8 @@
 
 use super::internal;
 use super::recognize::{
-    f32_conv, f32_index_op, f32_pool, f32_transpose, is_f32_matmul, is_max_pool_2x2, max_pool_grads, native_reduce,
-    pooled_shape, split_anchor, table_reshape,
+    f32_conv, f32_index_op, f32_pool, f32_transpose, f32_window, is_f32_matmul, is_max_pool_2x2, max_pool_grads,
+    native_reduce, pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use crate::backend::cpu::codegen::spec::Spec;
@@ -368,6 +368,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => self.pool(k),
             KernelKind::Layout if f32_transpose(g, &k.nodes).is_some() => self.transpose(k),
             KernelKind::Layout if f32_index_op(g, &k.nodes) => self.index(k),
+            KernelKind::Layout if f32_window(g, &k.nodes).is_some() => self.window(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -673,6 +674,22 @@ impl<'a> Lowering<'a> {
         let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = self.b.get(src)?;
         self.steps.push(Step::Transpose { src, dst, shape, perm });
+        self.counts.native += 1;
+        Ok(())
+    }
+
+    /// An `f32` slice, pad or concatenation: native block copies.
+    fn window(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let (Some(window), Ref::Arena(dst)) = (f32_window(g, &k.nodes), self.b.get(n)?) else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        let ins = g.inputs(n);
+        let srcs = ins.iter().map(|&i| self.b.get(i)).collect::<Result<Vec<_>, _>>()?;
+        let src_lens = ins.iter().map(|&i| g.node(i).ty.numel()).collect();
+        let (op, shape) = (g.node(n).op.name(), g.node(n).ty.shape.clone());
+        self.steps.push(Step::Window { srcs, src_lens, dst, window, op, shape });
         self.counts.native += 1;
         Ok(())
     }

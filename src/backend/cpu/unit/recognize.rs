@@ -12,6 +12,7 @@
 use crate::backend::cpu::codegen::spec::Spec;
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
+use crate::backend::cpu::kernels::window::Copies;
 use crate::ir::compiled::{Kernel, KernelKind};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
@@ -105,6 +106,24 @@ pub(super) fn table_reshape(g: &Graph, nodes: &[NodeId]) -> bool {
     matches!(node.op, Op::Reshape { .. }) && !matches!(node.ty.dtype, DType::F32 | DType::Bool)
 }
 
+/// A layout kernel that is one `f32` slice, pad or concatenation, as the
+/// block copies module `kernels::window` runs.
+pub(super) fn f32_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
+    let [n] = nodes else { return None };
+    let node = g.node(*n);
+    let ins = g.inputs(*n);
+    let f32s = node.ty.dtype == DType::F32 && ins.iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
+    match &node.op {
+        Op::Slice { start, step, len } if f32s => Some(Copies::slice(&shape(0)?, start, step, len)),
+        Op::Pad { low, high, value } if f32s => Some(Copies::pad(&shape(0)?, low, high, *value as f32)),
+        Op::Concat { axis } if f32s => {
+            Some(Copies::concat(&ins.iter().map(|&x| g.node(x).ty.shape.clone()).collect::<Vec<_>>(), *axis))
+        }
+        _ => None,
+    }
+}
+
 /// A layout kernel that is one `f32` gather or scatter-add with integer
 /// indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
 pub(super) fn f32_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
@@ -189,8 +208,10 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
             }
         }
         KernelKind::Layout => {
-            let native =
-                f32_pool(g, &k.nodes).is_some() || f32_transpose(g, &k.nodes).is_some() || f32_index_op(g, &k.nodes);
+            let native = f32_pool(g, &k.nodes).is_some()
+                || f32_transpose(g, &k.nodes).is_some()
+                || f32_index_op(g, &k.nodes)
+                || f32_window(g, &k.nodes).is_some();
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

@@ -19,6 +19,7 @@ use crate::backend::cpu::codegen::KernelFn;
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::pool::first_max_len;
+use crate::backend::cpu::kernels::window::Copies;
 use crate::backend::cpu::schedule::{Access, Place};
 use crate::diag::Span;
 use crate::ir::{Graph, NodeId, Op, ReduceOp, TensorType};
@@ -109,6 +110,10 @@ pub(super) enum Step {
     /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
     /// (`perm` in its essential form, module `permute`).
     Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation },
+    /// `dst = slice | pad | concat(srcs)` of `f32` values (of `src_lens`
+    /// elements), as block copies (`kernels::window`); `shape` is the
+    /// result's, for the label.
+    Window { srcs: Vec<Ref>, src_lens: Vec<usize>, dst: usize, window: Copies, op: &'static str, shape: Vec<usize> },
     /// `dst = reshape(src)` of a value kept as a tensor (`Ref::Table`): a
     /// copy of its elements under the new shape.
     Reshape { src: Ref, dst: Ref, ty: TensorType },
@@ -227,6 +232,11 @@ impl Step {
                 writes.push(arena(*dst, if grad.is_some() { nx } else { ny }));
                 *cost = nx as u64;
             }
+            Step::Window { srcs, src_lens, dst, window, .. } => {
+                reads.extend(srcs.iter().zip(src_lens).filter_map(|(&r, &n)| place(r, n)));
+                writes.push(arena(*dst, window.len));
+                *cost = window.len as u64 / 4;
+            }
             Step::Reshape { src, dst, ty } => {
                 reads.extend(place(*src, ty.numel()));
                 writes.extend(place(*dst, ty.numel()));
@@ -287,6 +297,7 @@ impl Step {
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
+            Step::Window { op, shape, .. } => format!("{op} {}", dims(shape)),
             Step::Gather { dims: [outer, n, inner], count, .. } => {
                 format!("gather {count} of {} rows", dims(&[*outer, *n, *inner]))
             }
