@@ -7,20 +7,21 @@
 //! size-1 axes are dropped and runs of input axes that stay adjacent and in
 //! order in the output are merged, so `[B, T, H, D] → [B, H, T, D]` becomes
 //! `[B, T, H, D]` with perm `[0, 2, 1, 3]` and `[B, H, T, D] → [B, H, D, T]`
-//! becomes `[B·H, T, D]` with perm `[0, 2, 1]`. Then one of four loops runs:
+//! becomes `[B·H, T, D]` with perm `[0, 2, 1]`. Then one of three loops runs:
 //! - nothing left to move (one axis): a plain copy;
-//! - the last axis stays last: contiguous rows of that axis copied to their
-//!   places (attention's head split and merge);
 //! - only the last two axes swap: a batch of matrix transposes on the
 //!   register-blocked kernel of module `transpose` (the transposed keys of
 //!   attention, `k^T`);
-//! - anything else: an odometer over the output with one strided read per
-//!   element.
+//! - anything else: a strided block copy of module `window` over the
+//!   output, which copies whole rows when the last axis stays last
+//!   (attention's head split and merge) and reads one element at a time
+//!   otherwise.
 //!
 //! Example: `Permutation::of(&[2, 3, 4], &[0, 2, 1])` is a batch of two
 //! `3x4` matrix transposes; `apply` on `0..24` gives `[0, 4, 8, 1, 5, 9, …]`.
 
 use super::transpose::transpose;
+use super::window::{strides, BlockCopy};
 
 /// A transpose reduced to its essential axes (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,58 +75,26 @@ impl Permutation {
         }
         if rank <= 1 {
             to[..n].copy_from_slice(&from[..n]);
-        } else if self.perm[rank - 1] == rank - 1 {
-            let inner = self.dims[rank - 1];
-            let outer = Permutation { dims: self.dims[..rank - 1].to_vec(), perm: self.perm[..rank - 1].to_vec() };
-            outer.each_source_offset(|dst, src| {
-                to[dst * inner..(dst + 1) * inner].copy_from_slice(&from[src * inner..(src + 1) * inner]);
-            });
         } else if self.perm[..rank - 2].iter().enumerate().all(|(i, &a)| a == i) && self.perm[rank - 2] == rank - 1 {
             let (rows, cols) = (self.dims[rank - 2], self.dims[rank - 1]);
             for (f, t) in from[..n].chunks_exact(rows * cols).zip(to[..n].chunks_exact_mut(rows * cols)) {
                 transpose(f, t, rows, cols);
             }
         } else {
-            self.each_source_offset(|dst, src| to[dst] = from[src]);
-        }
-    }
-
-    /// Calls `f(output offset, input offset)` for every element, in output
-    /// order.
-    fn each_source_offset(&self, mut f: impl FnMut(usize, usize)) {
-        let rank = self.dims.len();
-        let mut in_strides = vec![1; rank];
-        for a in (0..rank.saturating_sub(1)).rev() {
-            in_strides[a] = in_strides[a + 1] * self.dims[a + 1];
-        }
-        let out_dims: Vec<usize> = self.perm.iter().map(|&a| self.dims[a]).collect();
-        let strides: Vec<usize> = self.perm.iter().map(|&a| in_strides[a]).collect();
-        let (last, last_stride) = (out_dims[rank - 1], strides[rank - 1]);
-        let mut index = vec![0; rank - 1];
-        let (mut src, mut dst) = (0, 0);
-        if out_dims.contains(&0) {
-            return;
-        }
-        loop {
-            for j in 0..last {
-                f(dst + j, src + j * last_stride);
-            }
-            dst += last;
-            // Advance the odometer over the outer output axes.
-            let mut a = rank - 1;
-            loop {
-                if a == 0 {
-                    return;
-                }
-                a -= 1;
-                index[a] += 1;
-                src += strides[a];
-                if index[a] < out_dims[a] {
-                    break;
-                }
-                src -= strides[a] * out_dims[a];
-                index[a] = 0;
-            }
+            // A walk over the output reading the input through permuted
+            // strides; when the last axis stays last, its rows are
+            // contiguous on both sides and copied whole.
+            let in_strides = strides(&self.dims);
+            let out_dims: Vec<usize> = self.perm.iter().map(|&a| self.dims[a]).collect();
+            let copy = BlockCopy {
+                operand: 0,
+                src_base: 0,
+                src_strides: self.perm.iter().map(|&a| in_strides[a] as isize).collect(),
+                dst_base: 0,
+                dst_strides: strides(&out_dims),
+                shape: out_dims,
+            };
+            copy.run(from, to);
         }
     }
 }

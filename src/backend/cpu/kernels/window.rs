@@ -35,7 +35,7 @@ pub(in crate::backend::cpu) struct Copies {
 }
 
 /// Row-major strides of `shape`.
-fn strides(shape: &[usize]) -> Vec<usize> {
+pub(in crate::backend::cpu) fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1];
@@ -114,7 +114,8 @@ impl Copies {
 }
 
 impl BlockCopy {
-    fn run(&self, src: &[f32], dst: &mut [f32]) {
+    /// Moves the block from `src` to `dst`.
+    pub(in crate::backend::cpu) fn run(&self, src: &[f32], dst: &mut [f32]) {
         let rank = self.shape.len();
         if self.shape.contains(&0) {
             return;
