@@ -76,38 +76,12 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
         match effect {
             Effect::Train(plan) => {
                 let r = bench_train(&mut ex, plan, args, front_ms).map_err(|d| vec![d])?;
-                if args.json {
-                    println!("{r}");
-                } else {
-                    println!(
-                        "{}: step median {:.3} ms, p90 {:.3} ms over {} steps; compile {:.1} ms; loss {} -> {}",
-                        r["name"].as_str().unwrap_or_default(),
-                        r["step_ms"]["median"].as_f64().unwrap_or(f64::NAN),
-                        r["step_ms"]["p90"].as_f64().unwrap_or(f64::NAN),
-                        args.steps,
-                        r["compile_ms"].as_f64().unwrap_or(f64::NAN),
-                        r["loss_first"],
-                        r["loss_last"],
-                    );
-                    print_profile(&r);
-                }
+                let losses = format!("loss {} -> {}", r["loss_first"], r["loss_last"]);
+                print_result(&r, args, "step", "steps", &losses);
             }
             Effect::Reduce { plan, span, .. } => {
                 let r = bench_metric(&mut ex, plan, *span, args, front_ms).map_err(|d| vec![d])?;
-                if args.json {
-                    println!("{r}");
-                } else {
-                    println!(
-                        "{}: batch median {:.3} ms, p90 {:.3} ms over {} runs; compile {:.1} ms; value {}",
-                        r["name"].as_str().unwrap_or_default(),
-                        r["step_ms"]["median"].as_f64().unwrap_or(f64::NAN),
-                        r["step_ms"]["p90"].as_f64().unwrap_or(f64::NAN),
-                        args.steps,
-                        r["compile_ms"].as_f64().unwrap_or(f64::NAN),
-                        r["value"],
-                    );
-                    print_profile(&r);
-                }
+                print_result(&r, args, "batch", "runs", &format!("value {}", r["value"]));
                 // Later statements read the metric.
                 ex.run_effect(effect).map_err(|d| vec![d])?;
             }
@@ -285,6 +259,25 @@ impl Timed {
         }
         json
     }
+}
+
+/// A bench result: its JSON line with `--json`, else one line of text
+/// (`what` median, p90 over `args.steps` `runs`, compile time, `tail`) and
+/// the profile table.
+fn print_result(r: &serde_json::Value, args: &BenchArgs, what: &str, runs: &str, tail: &str) {
+    if args.json {
+        println!("{r}");
+        return;
+    }
+    println!(
+        "{}: {what} median {:.3} ms, p90 {:.3} ms over {} {runs}; compile {:.1} ms; {tail}",
+        r["name"].as_str().unwrap_or_default(),
+        r["step_ms"]["median"].as_f64().unwrap_or(f64::NAN),
+        r["step_ms"]["p90"].as_f64().unwrap_or(f64::NAN),
+        args.steps,
+        r["compile_ms"].as_f64().unwrap_or(f64::NAN),
+    );
+    print_profile(r);
 }
 
 /// The `"profile"` of a bench result as a table: each step's time per
