@@ -714,3 +714,28 @@ fn a_convolution_step_runs_conv_and_pooling_natively() {
     let jit = run(Path::new("conv.tfl"), source, Backend::Jit, true).unwrap();
     same_values(&jit, &interp).unwrap();
 }
+
+/// The f16 and bf16 training steps of the half-precision run case (an MLP
+/// and a CNN of each type, whose printed values the run cases compare
+/// with the interpreter's) run compiled: every step of each is native or
+/// generated code — products, convolutions, pooling and reductions on `f32`
+/// widened from two-byte storage and rounded back — and none interpreted.
+#[test]
+fn half_precision_training_steps_have_no_interpreted_step() {
+    let case = "tests/cases/run/half_precision_training_of_an_mlp_and_a_cnn.tfl";
+    let o = tfc(&["bench", case, "--steps", "3", "--warmup", "1", "--json", "--profile"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let trains: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("one JSON object a line"))
+        .filter(|v| v["kind"] == "train")
+        .collect();
+    assert_eq!(trains.len(), 4, "{text}");
+    for (t, want) in trains.iter().zip(["gemm", "gemm", "conv2d", "conv2d"]) {
+        let labels: Vec<&str> = t["profile"].as_array().unwrap().iter().filter_map(|r| r["label"].as_str()).collect();
+        assert!(!labels.iter().any(|l| l.starts_with("interpreted")), "{labels:?}");
+        assert!(labels.iter().any(|l| l.starts_with(want)), "no {want} in {labels:?}");
+        assert!(labels.iter().any(|l| l.starts_with("widen")) && labels.iter().any(|l| l.starts_with("fused")));
+    }
+}

@@ -253,3 +253,78 @@ fn relu_max_min_and_sign_are_exact_on_special_values() {
         }
     }
 }
+
+/// The compiled kernel of `members -> out` over one input slot of `n`
+/// elements held at `input` (in the slot's storage), writing `out`'s
+/// storage to `output`.
+fn run_raw<I, O>(g: &Graph, members: &[NodeId], out: NodeId, input: &[I], output: &mut [O]) {
+    let spec = Spec::analyze(g, members, &[out]).expect("the kernel compiles");
+    assert_eq!(spec.loads.len(), 1, "one load");
+    let f = with_compiler(|c| c.compile(&spec)).unwrap();
+    let ptrs = [input.as_ptr() as *mut f32, output.as_mut_ptr() as *mut f32];
+    // SAFETY: both buffers hold the `n` elements of the iteration space.
+    unsafe { f(ptrs.as_ptr(), 0, spec.rows(), spec.inner) };
+}
+
+/// `f32`s to test half-precision rounding on: every `f16` value and the
+/// midpoints beside it (the ties), a dense sweep of `f32` bit patterns, and
+/// the specials.
+fn rounding_probes() -> Vec<f32> {
+    let mut xs = Vec::new();
+    for h in 0..=u16::MAX {
+        let v = tfc::half::f16_bits_to_f32(h);
+        let b = v.to_bits();
+        xs.extend([v, f32::from_bits(b.wrapping_add(0x1000)), f32::from_bits(b.wrapping_add(0x1001))]);
+        xs.push(f32::from_bits(b.wrapping_add(0x8000)));
+    }
+    xs.extend((0..200_000u32).map(|i| f32::from_bits(i.wrapping_mul(21_475))));
+    xs.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, f32::MAX, f32::MIN_POSITIVE, 65504.0, 65520.0]);
+    // A whole number of vector lanes plus a scalar tail.
+    xs.truncate(xs.len() / 4 * 4 + 3);
+    xs
+}
+
+/// Compiled `f16`/`bf16` loads, roundings and stores give exactly the bits
+/// of `tfc::half` (what the interpreter computes) on every `f16` bit
+/// pattern, every tie and a dense sweep of `f32`s: narrowing an `f32`
+/// (stored as two bytes), rounding it in a register (read back as an
+/// `f32`), and widening every two-byte pattern.
+#[test]
+fn half_precision_loads_roundings_and_stores_are_bit_exact() {
+    use tfc::half::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits, round_bf16, round_f16};
+    let xs = rounding_probes();
+    let n = xs.len();
+    for (dtype, to_bits, round) in [
+        (DType::F16, f32_to_f16_bits as fn(f32) -> u16, round_f16 as fn(f32) -> f32),
+        (DType::BF16, f32_to_bf16_bits, round_bf16),
+    ] {
+        // Narrowing stores.
+        let mut g = Graph::new();
+        let x = slot(&mut g, 0, &[n]);
+        let h = add(&mut g, Op::Cast(dtype), &[x]);
+        let mut stored = vec![0u16; n];
+        run_raw(&g, &[h], h, &xs, &mut stored);
+        for (i, (&x, &s)) in xs.iter().zip(&stored).enumerate() {
+            assert_eq!(s, to_bits(x), "{dtype} store of {x:e} ({:#010x}) at {i}", x.to_bits());
+        }
+        // Rounding in a register, read back as f32.
+        let back = add(&mut g, Op::Cast(DType::F32), &[h]);
+        let mut rounded = vec![0f32; n];
+        run_raw(&g, &[h, back], back, &xs, &mut rounded);
+        for (&x, &r) in xs.iter().zip(&rounded) {
+            assert_eq!(r.to_bits(), round(x).to_bits(), "{dtype} rounding of {x:e} ({:#010x})", x.to_bits());
+        }
+        // Widening loads of every bit pattern (a half-typed slot).
+        let mut g = Graph::new();
+        let ty = TensorType::new(dtype, vec![1 << 16]);
+        let s = g.add(Op::Slot { slot: 0, ty: ty.clone() }, &[], ty, Span::default());
+        let wide = add(&mut g, Op::Cast(DType::F32), &[s]);
+        let patterns: Vec<u16> = (0..=u16::MAX).collect();
+        let mut widened = vec![0f32; 1 << 16];
+        run_raw(&g, &[wide], wide, &patterns, &mut widened);
+        for (&p, &w) in patterns.iter().zip(&widened) {
+            let want = if dtype == DType::F16 { f16_bits_to_f32(p) } else { bf16_bits_to_f32(p) };
+            assert_eq!(w.to_bits(), want.to_bits(), "{dtype} widening of {p:#06x}");
+        }
+    }
+}

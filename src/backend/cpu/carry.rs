@@ -28,7 +28,7 @@ use std::collections::HashMap;
 /// Where one carried value lives between runs.
 #[derive(Clone, Debug)]
 pub(super) struct Resident {
-    /// Its home (`Ref::Arena` or `Ref::Table`).
+    /// Its home (`Ref::Arena`, `Ref::Half` or `Ref::Table`).
     pub home: Ref,
     /// Where a run leaves the next value when that is not the home.
     pub refresh_from: Option<Ref>,
@@ -67,11 +67,12 @@ pub(super) fn plan(
         let out_ref = loc.get(out_node).copied();
         let in_place = slot.is_some() && c.over_input.get(out_node) == slot.as_ref();
         let (home, refresh_from) = match out_ref {
-            Some(r @ Ref::Arena(_)) if in_place => (r, None),
-            _ if ty.dtype == DType::F32 => {
+            Some(r @ (Ref::Arena(_) | Ref::Half(_))) if in_place => (r, None),
+            _ if matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16) => {
                 let at = arena_end.div_ceil(64) * 64;
-                *arena_end = at + ty.numel() * 4;
-                (Ref::Arena(at / 4), out_ref.filter(|r| *r != Ref::Input(input)))
+                *arena_end = at + ty.size_bytes();
+                let home = if ty.dtype == DType::F32 { Ref::Arena(at / 4) } else { Ref::Half(at) };
+                (home, out_ref.filter(|r| *r != Ref::Input(input)))
             }
             _ => {
                 *tables += 1;

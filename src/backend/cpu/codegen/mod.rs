@@ -26,6 +26,7 @@
 //! `Compiler::clif(&spec)` the Cranelift IR text (`tfc build --emit clif`).
 
 pub mod clif;
+mod half;
 pub mod poly;
 pub mod spec;
 
@@ -212,8 +213,8 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
         }
         row_ptr.push(b.ins().iadd(bases[l], off));
     }
-    for (o, &x) in spec.outputs.iter().enumerate() {
-        let row_len = b.ins().imul_imm_u(inner, width(spec.exprs[x].1) as i64);
+    for (o, _) in spec.outputs.iter().enumerate() {
+        let row_len = b.ins().imul_imm_u(inner, width(spec.stores[o]) as i64);
         let out_off = b.ins().imul(r, row_len);
         row_ptr.push(b.ins().iadd(bases[n_loads + o], out_off));
     }
@@ -227,6 +228,11 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
         } else if load.inner == Inner::Splat && load.kind == Kind::I32 {
             let i = b.ins().load(types::I32, flags, row_ptr[l], 0);
             let s = b.ins().fcvt_from_sint(types::F32, i);
+            splat_scalar[l] = Some(s);
+            splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
+        } else if load.inner == Inner::Splat && matches!(load.kind, Kind::F16 | Kind::BF16) {
+            let h = b.ins().uload16(types::I32, flags, row_ptr[l], 0);
+            let s = Emitter::new(b, false, support).widen_half(load.kind, h);
             splat_scalar[l] = Some(s);
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
         } else if load.inner == Inner::Splat {
@@ -287,6 +293,7 @@ fn body(
     let ty = if vector { types::F32X4 } else { types::F32 };
     let le = MemFlagsData::new().with_endianness(Endianness::Little);
     let byte = b.ins().imul_imm_u(c, 4);
+    let half_byte = b.ins().imul_imm_u(c, 2);
     let mut loaded: Vec<Option<Value>> = splat.to_vec();
     for (l, load) in spec.loads.iter().enumerate() {
         if load.inner != Inner::Contig {
@@ -302,6 +309,14 @@ fn body(
                 let int = if vector { types::I32X4 } else { types::I32 };
                 let i = b.ins().load(int, flags, addr, 0);
                 b.ins().fcvt_from_sint(ty, i)
+            }
+            (Kind::F16 | Kind::BF16, _) => {
+                let addr = b.ins().iadd(row_ptr[l], half_byte);
+                let h = match vector {
+                    true => b.ins().uload16x4(flags, addr, 0),
+                    false => b.ins().uload16(types::I32, flags, addr, 0),
+                };
+                Emitter::new(b, vector, support).widen_half(load.kind, h)
             }
             (Kind::Mask, false) => {
                 let addr = b.ins().iadd(row_ptr[l], c);
@@ -350,15 +365,30 @@ fn body(
                 let (one, zero) = (e.f(1.0), e.f(0.0));
                 e.select(hit, one, zero)
             }
+            Expr::Round(to, x) => e.round_half(to, values[x]),
         };
         values.push(v);
     }
     let n_loads = spec.loads.len();
     for (o, &x) in spec.outputs.iter().enumerate() {
-        match (spec.exprs[x].1, vector) {
+        match (spec.stores[o], vector) {
+            // (`Spec::analyze` stores no `I32` output.)
             (Kind::F32 | Kind::I32, _) => {
                 let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
                 b.ins().store(flags, values[x], addr, 0);
+            }
+            (kind @ (Kind::F16 | Kind::BF16), _) => {
+                let h = Emitter::new(b, vector, support).half_bits(kind, values[x]);
+                let addr = b.ins().iadd(row_ptr[n_loads + o], half_byte);
+                if vector {
+                    // Four 16-bit lanes, stored as one 64-bit word.
+                    let packed = b.ins().unarrow(h, h);
+                    let words = b.ins().bitcast(types::I64X2, le, packed);
+                    let word = b.ins().extractlane(words, 0);
+                    b.ins().store(flags, word, addr, 0);
+                } else {
+                    b.ins().istore16(flags, h, addr, 0);
+                }
             }
             (Kind::Mask, false) => {
                 let addr = b.ins().iadd(row_ptr[n_loads + o], c);
@@ -384,6 +414,7 @@ fn body(
 fn width(kind: Kind) -> usize {
     match kind {
         Kind::F32 | Kind::I32 => 4,
+        Kind::F16 | Kind::BF16 => 2,
         Kind::Mask => 1,
     }
 }

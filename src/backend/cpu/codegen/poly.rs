@@ -43,8 +43,8 @@ pub struct Support {
 
 /// Emits ops at the builder's position, scalar or four lanes wide.
 pub struct Emitter<'a, 'b> {
-    b: &'a mut FunctionBuilder<'b>,
-    vector: bool,
+    pub(super) b: &'a mut FunctionBuilder<'b>,
+    pub(super) vector: bool,
     support: Support,
 }
 
@@ -71,7 +71,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         out
     }
 
-    fn fty(&self) -> Type {
+    pub(super) fn fty(&self) -> Type {
         if self.vector {
             types::F32X4
         } else {
@@ -79,7 +79,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
     }
 
-    fn ity(&self) -> Type {
+    pub(super) fn ity(&self) -> Type {
         if self.vector {
             types::I32X4
         } else {
@@ -97,7 +97,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
     }
 
-    fn i(&mut self, x: i32) -> Value {
+    pub(super) fn i(&mut self, x: i32) -> Value {
         let s = self.b.ins().iconst(types::I32, x as i64);
         if self.vector {
             self.b.ins().splat(types::I32X4, s)
@@ -106,12 +106,12 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
     }
 
-    fn bits(&mut self, x: Value) -> Value {
+    pub(super) fn bits(&mut self, x: Value) -> Value {
         let ty = self.ity();
         self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), x)
     }
 
-    fn float(&mut self, x: Value) -> Value {
+    pub(super) fn float(&mut self, x: Value) -> Value {
         let ty = self.fty();
         self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), x)
     }

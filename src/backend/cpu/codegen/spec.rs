@@ -8,7 +8,11 @@
 //! when the group uses something the code generator does not handle yet (a
 //! dtype other than `f32` or `bool` at its boundary, an op without a code
 //! template, broadcasts into two different shapes); the caller then runs the group on
-//! the reference interpreter. The loop nest is `outer` dims (any number,
+//! the reference interpreter. `f16`/`bf16` values compute in `f32`
+//! registers: a load widens them (exact), every member of a half type
+//! rounds its result to that type (`Expr::Round`, the interpreter's
+//! rounding after every op) and a store narrows it (exact, as it is
+//! rounded already). The loop nest is `outer` dims (any number,
 //! their index computed once per row) around one contiguous `inner` extent:
 //! every load is, over the inner extent, either contiguous (`Inner::Contig`)
 //! or one value (`Inner::Splat`, a broadcast along those dims), so the inner
@@ -39,18 +43,50 @@ pub struct Load {
     /// Element stride of each outer dim.
     pub outer: Vec<usize>,
     pub inner: Inner,
-    /// `F32` (four bytes an element) or `Mask` (a `bool`, one byte).
+    /// How the value is stored: `F32` (four bytes an element, also an
+    /// `f16`/`bf16` value kept as its exact `f32`), `Mask` (a `bool`, one
+    /// byte), `I32`, or `F16`/`BF16` (two bytes, widened on load).
     pub kind: Kind,
 }
 
 /// How an expression's value is represented: an `f32` or a lane mask (a
 /// `bool` that never leaves the kernel). `I32` is only a load's memory
-/// kind: the class labels of a `one_hot`, read as `f32` (exact below 2^24).
+/// kind: the class labels of a `one_hot`, read as `f32` (exact below 2^24);
+/// `F16` and `BF16` are memory kinds of loads and stores (two bytes an
+/// element, computed as `f32`), and the types `Expr::Round` rounds to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     F32,
     Mask,
     I32,
+    F16,
+    BF16,
+}
+
+impl Kind {
+    /// The memory kind of a value of `dtype` stored by its type, if the
+    /// code generator reads and writes it.
+    pub fn stored(dtype: DType) -> Option<Kind> {
+        match dtype {
+            DType::F32 => Some(Kind::F32),
+            DType::Bool => Some(Kind::Mask),
+            DType::I32 => Some(Kind::I32),
+            DType::F16 => Some(Kind::F16),
+            DType::BF16 => Some(Kind::BF16),
+            _ => None,
+        }
+    }
+
+    /// Whether values of this memory kind compute as `f32`.
+    pub fn is_float(self) -> bool {
+        !matches!(self, Kind::Mask)
+    }
+}
+
+/// Whether `dtype` computes as `f32` in compiled code (`f32`, or a half
+/// type rounded after every op).
+pub fn computes_as_f32(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// One member's computation; operands are indices of earlier expressions.
@@ -67,6 +103,9 @@ pub enum Expr {
     /// `one_hot`: 1.0 where the label (an `f32` expression) equals the
     /// position along the inner extent, which is exactly the class axis.
     OneHot(usize),
+    /// The `f32` nearest the operand that `F16` or `BF16` represents (ties
+    /// to even, overflow to infinity: `crate::half`).
+    Round(Kind, usize),
 }
 
 /// A convolution epilogue its kernel applies in registers
@@ -90,6 +129,8 @@ pub struct Spec {
     /// Expression index of each output, in the order of `output_nodes`.
     pub outputs: Vec<usize>,
     pub output_nodes: Vec<NodeId>,
+    /// How each output is stored (`F32`, `Mask`, `F16`, `BF16`).
+    pub stores: Vec<Kind>,
 }
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -166,10 +207,9 @@ impl Spec {
         let mut value: HashMap<NodeId, usize> = HashMap::new();
         let mut one_hot_depth: Option<usize> = None;
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
-            let kind = match g.node(node).ty.dtype {
-                DType::F32 | DType::I32 => Kind::F32,
-                DType::Bool => Kind::Mask,
-                _ => return None,
+            let kind = match Kind::stored(g.node(node).ty.dtype)? {
+                Kind::Mask => Kind::Mask,
+                _ => Kind::F32,
             };
             let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
                 Some(i) => i,
@@ -206,7 +246,7 @@ impl Spec {
                 Op::Unary(u) => {
                     let x = operand(&mut exprs, ins[0])?;
                     let kind = match (kind_of(&exprs, x), u) {
-                        (Kind::F32, u) if FLOAT_UNARY.contains(u) && dtype == DType::F32 => Kind::F32,
+                        (Kind::F32, u) if FLOAT_UNARY.contains(u) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, UnaryOp::Not) => Kind::Mask,
                         _ => return None,
                     };
@@ -217,7 +257,7 @@ impl Spec {
                     let x = operand(&mut exprs, ins[0])?;
                     let y = operand(&mut exprs, ins[1])?;
                     let kind = match (kind_of(&exprs, x), kind_of(&exprs, y)) {
-                        (Kind::F32, Kind::F32) if FLOAT_BINARY.contains(b) && dtype == DType::F32 => Kind::F32,
+                        (Kind::F32, Kind::F32) if FLOAT_BINARY.contains(b) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::F32, Kind::F32) if b.is_comparison() => Kind::Mask,
                         (Kind::Mask, Kind::Mask) if b.is_logical() => Kind::Mask,
                         _ => return None,
@@ -225,7 +265,7 @@ impl Spec {
                     exprs.push((Expr::Binary(*b, x, y), kind));
                     exprs.len() - 1
                 }
-                Op::OneHot { depth, dtype: DType::F32 } => {
+                Op::OneHot { depth, dtype: to } if computes_as_f32(*to) => {
                     // Labels computed outside the kernel, one per row of
                     // classes; the class axis is the last one, and alone
                     // the inner extent (checked below).
@@ -245,7 +285,7 @@ impl Spec {
                     let x = operand(&mut exprs, ins[1])?;
                     let y = operand(&mut exprs, ins[2])?;
                     let kinds = (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y));
-                    if kinds != (Kind::Mask, Kind::F32, Kind::F32) || dtype != DType::F32 {
+                    if kinds != (Kind::Mask, Kind::F32, Kind::F32) || !computes_as_f32(dtype) {
                         return None;
                     }
                     exprs.push((Expr::Select(c, x, y), Kind::F32));
@@ -253,9 +293,16 @@ impl Spec {
                 }
                 Op::Cast(to) => {
                     let x = operand(&mut exprs, ins[0])?;
+                    let from = g.node(ins[0]).ty.dtype;
                     match (kind_of(&exprs, x), to) {
-                        (Kind::F32, DType::F32) | (Kind::Mask, DType::Bool) => x,
-                        (Kind::Mask, DType::F32) => {
+                        (Kind::Mask, DType::Bool) => x,
+                        // Widening to `f32`, or to the same type: exact.
+                        // (An `i32` converts on load, rounding as the
+                        // interpreter's cast does.)
+                        (Kind::F32, to) if *to == from || (*to == DType::F32 && from != DType::F64) => x,
+                        // Narrowing: the member's rounding below.
+                        (Kind::F32, DType::F16 | DType::BF16) if computes_as_f32(from) => x,
+                        (Kind::Mask, to) if computes_as_f32(*to) => {
                             exprs.push((Expr::MaskToF32(x), Kind::F32));
                             exprs.len() - 1
                         }
@@ -269,9 +316,25 @@ impl Spec {
                 _ => return None,
             };
             let expect = if dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
-            if kind_of(&exprs, e) != expect || !matches!(dtype, DType::F32 | DType::Bool) {
+            if kind_of(&exprs, e) != expect || !(dtype == DType::Bool || computes_as_f32(dtype)) {
                 return None;
             }
+            // A half-precision result is rounded as the interpreter rounds
+            // after every op; moving a value (a reshape, a broadcast, the
+            // cast of a value of the same type) keeps its exact bits.
+            let same_type = |n: NodeId| g.node(n).ty.dtype == dtype;
+            // (A member whose value is a load moves its first operand.)
+            let moved = match exprs[e].0 {
+                Expr::Load(_) => same_type(ins[0]),
+                _ => ins.iter().any(|&i| value.get(&i) == Some(&e) && same_type(i)),
+            };
+            let e = match Kind::stored(dtype) {
+                Some(k @ (Kind::F16 | Kind::BF16)) if !moved => {
+                    exprs.push((Expr::Round(k, e), Kind::F32));
+                    exprs.len() - 1
+                }
+                _ => e,
+            };
             value.insert(m, e);
         }
         let mut outs = Vec::new();
@@ -283,13 +346,10 @@ impl Spec {
             return None;
         }
         for l in &mut loads {
-            l.kind = match g.node(l.node).ty.dtype {
-                DType::Bool => Kind::Mask,
-                DType::I32 => Kind::I32,
-                _ => Kind::F32,
-            };
+            l.kind = Kind::stored(g.node(l.node).ty.dtype)?;
         }
-        Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec() })
+        let stores = outputs.iter().map(|&o| Kind::stored(g.node(o).ty.dtype)).collect::<Option<Vec<_>>>()?;
+        Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec(), stores })
     }
 
     /// The elements of the iteration space.
@@ -389,7 +449,7 @@ impl Spec {
         let loads: Vec<(&Vec<usize>, Inner, Kind)> = self.loads.iter().map(|l| (&l.outer, l.inner, l.kind)).collect();
         // The row count and the inner extent are arguments of the compiled
         // function, so kernels that differ only in size share code.
-        format!("{:?}|{:?}|{:?}|{:?}", self.outer.get(1..), loads, self.exprs, self.outputs)
+        format!("{:?}|{:?}|{:?}|{:?}|{:?}", self.outer.get(1..), loads, self.exprs, self.outputs, self.stores)
     }
 }
 
@@ -491,7 +551,8 @@ mod tests {
         let mut exprs: Vec<(Expr, Kind)> = exprs.into_iter().map(|e| (e, Kind::F32)).collect();
         exprs.push((B(BinaryOp::Gt, 4, 5), Kind::Mask));
         exprs.push((Expr::Select(6, 3, 5), Kind::F32));
-        Spec { outer: vec![6], inner: 4, loads, exprs, outputs: vec![7], output_nodes: vec![NodeId::new(9)] }
+        let stores = vec![Kind::F32];
+        Spec { outer: vec![6], inner: 4, loads, exprs, outputs: vec![7], output_nodes: vec![NodeId::new(9)], stores }
     }
 
     /// The convolution post-ops are recognized with their operands; the

@@ -113,7 +113,7 @@ fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> boo
 /// AVX-512. Expressions outside the three results' trees write nothing,
 /// so they do not matter.
 pub(in crate::backend::cpu) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
-    if !super::simd::avx512() || spec.outputs.len() != RESULTS {
+    if !super::simd::avx512() || spec.outputs.len() != RESULTS || spec.stores.iter().any(|&k| k != Kind::F32) {
         return None;
     }
     let mut roles = [None; SCALARS + TENSORS];
@@ -241,6 +241,7 @@ mod tests {
             exprs: exprs.into_iter().map(|e| (e, Kind::F32)).collect(),
             outputs: vec![7, 16, 27],
             output_nodes: (20..23).map(NodeId::new).collect(),
+            stores: vec![Kind::F32; 3],
         }
     }
 

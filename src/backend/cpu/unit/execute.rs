@@ -13,7 +13,7 @@
 //! Example: with two threads, the MLP's weight and input gradients of a
 //! layer (disjoint places) run at once, each as a `gemm` call.
 
-use super::mem::{arena_tensor, mask_tensor, store, store_mask, Mem};
+use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Ref, Step};
 use super::{internal, JitUnit};
@@ -268,6 +268,8 @@ impl Step {
                 let to = unsafe { mem.out(*dst, n, "a transpose result")? };
                 perm.apply(from, to);
             }
+            // SAFETY: the caller's contract.
+            Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
             Step::Interp(nodes) => {
                 let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
                 for node in nodes {
@@ -276,8 +278,7 @@ impl Step {
                         .iter()
                         .zip(&node.arg_tys)
                         .map(|(a, ty)| match a {
-                            Arg::Ref(Ref::Arena(off)) => Ok(Some(arena_tensor(mem, *off, ty)?)),
-                            Arg::Ref(Ref::Mask(off)) => Ok(Some(mask_tensor(mem, *off, ty)?)),
+                            Arg::Ref(r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_))) => Ok(Some(read(mem, *r, ty)?)),
                             _ => Ok(None),
                         })
                         .collect::<Result<_, Diagnostic>>()?;
@@ -294,11 +295,11 @@ impl Step {
                     let v = eval_node(&node.op, &args, &node.ty)
                         .map_err(|d| d.label(node.span, format!("while computing this `{}`", node.op.name())))?;
                     match node.out {
-                        Some(Ref::Arena(off)) => store(mem, off, &v)?,
-                        Some(Ref::Mask(off)) => store_mask(mem, off, &v)?,
+                        Some(r @ (Ref::Input(_) | Ref::Fixed(_))) => {
+                            return Err(internal(format!("an interpreted kernel writes {r:?}")))
+                        }
                         // SAFETY: the caller's contract.
-                        Some(Ref::Table(t)) => unsafe { mem.set_table(t, v.clone())? },
-                        Some(r) => return Err(internal(format!("an interpreted kernel writes {r:?}"))),
+                        Some(r) => unsafe { write(mem, r, &v)? },
                         None => {}
                     }
                     local.push(v);

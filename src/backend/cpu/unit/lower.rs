@@ -23,8 +23,13 @@
 //!   weight gradient then read the maxima (while the pooled gradient is
 //!   still in place, `still_there`), and a result nothing else reads is not
 //!   stored; other `f32` poolings and 2-D transposes run natively;
-//! - anything else (other dtypes, ops without a code template) runs node
-//!   by node on the reference interpreter, so every program runs.
+//! - `f16`/`bf16` kernels run the same way: compiled code widens and
+//!   rounds in registers (`codegen::spec`); a native `f32` kernel reads a
+//!   two-byte operand widened into scratch (`widened`) and writes its
+//!   result to `f32` scratch, rounded into place after it (`native_result`,
+//!   `settle`), one `Step::Convert` each;
+//! - anything else (`f64`, ops without a code template) runs node by node
+//!   on the reference interpreter, so every program runs.
 //!
 //! Scratch (values a kernel keeps to itself) goes after the arena, placed
 //! so that sharing bytes adds no wait to the schedule (module `schedule`).
@@ -35,11 +40,11 @@
 
 use super::internal;
 use super::recognize::{
-    f32_conv, f32_index_op, f32_pool, f32_transpose, f32_window, is_f32_matmul, is_max_pool_2x2, max_pool_grads,
-    native_reduce, pooled_shape, split_anchor, table_reshape,
+    float_conv, float_index_op, float_pool, float_transpose, float_window, is_float_matmul, is_max_pool_2x2,
+    max_pool_grads, native_reduce, pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
-use crate::backend::cpu::codegen::spec::Spec;
+use crate::backend::cpu::codegen::spec::{Kind, Spec};
 use crate::backend::cpu::codegen::KernelFn;
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
@@ -184,7 +189,8 @@ impl Builder<'_> {
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
-        let in_arena = outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_))));
+        let in_arena =
+            outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_))));
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
@@ -200,17 +206,32 @@ impl Builder<'_> {
     /// The compiled step of `spec` (laid out in rows of `ROW_BLOCK`), or
     /// Adam's native loop when `spec` is exactly Adam's update.
     fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
-        let spec = &spec.clone().in_rows_of(ROW_BLOCK);
+        let mut spec = spec.clone().in_rows_of(ROW_BLOCK);
         let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
-        for l in &spec.loads {
-            args.push((self.get(l.node)?, self.g.node(l.node).ty.numel()));
+        // A half-precision value outside two-byte storage (a tensor, or
+        // scratch a native kernel rounded) is read and written as its exact
+        // `f32`s.
+        let as_stored = |kind: &mut Kind, r: Ref| {
+            if matches!(kind, Kind::F16 | Kind::BF16) && !matches!(r, Ref::Half(_)) {
+                *kind = Kind::F32;
+            }
+        };
+        for l in &mut spec.loads {
+            let r = self.get(l.node)?;
+            as_stored(&mut l.kind, r);
+            args.push((r, self.g.node(l.node).ty.numel()));
         }
-        for &o in &spec.output_nodes {
-            match self.get(o)? {
-                r @ (Ref::Arena(_) | Ref::Mask(_)) => args.push((r, spec.numel())),
+        let numel = spec.numel();
+        for (o, kind) in spec.output_nodes.iter().zip(&mut spec.stores) {
+            match self.get(*o)? {
+                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_)) => {
+                    as_stored(kind, r);
+                    args.push((r, numel));
+                }
                 r => return Err(internal(format!("a compiled kernel writes {r:?}"))),
             }
         }
+        let spec = &spec;
         // Adam's update runs as a native loop with the same results (module
         // `adam`), its arguments in that loop's order.
         if let Some(order) = crate::backend::cpu::kernels::adam::recognize(spec) {
@@ -361,14 +382,14 @@ impl<'a> Lowering<'a> {
                 _ if table_reshape(g, &k.nodes) => self.reshape(k),
                 _ => self.interpreted(&k.nodes, &k.outputs),
             },
-            KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
+            KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
                 self.contraction(k)
             }
             KernelKind::Reduction => self.reduction(k),
-            KernelKind::Layout if f32_pool(g, &k.nodes).is_some() => self.pool(k),
-            KernelKind::Layout if f32_transpose(g, &k.nodes).is_some() => self.transpose(k),
-            KernelKind::Layout if f32_index_op(g, &k.nodes) => self.index(k),
-            KernelKind::Layout if f32_window(g, &k.nodes).is_some() => self.window(k),
+            KernelKind::Layout if float_pool(g, &k.nodes).is_some() => self.pool(k),
+            KernelKind::Layout if float_transpose(g, &k.nodes).is_some() => self.transpose(k),
+            KernelKind::Layout if float_index_op(g, &k.nodes) => self.index(k),
+            KernelKind::Layout if float_window(g, &k.nodes).is_some() => self.window(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -432,6 +453,57 @@ impl<'a> Lowering<'a> {
         }
     }
 
+    /// `n` as a native `f32` kernel reads it: a half-precision value in
+    /// two-byte storage is widened into scratch first (`Step::Convert`);
+    /// the kernel being prepared reads `reads` from outside.
+    fn widened(&mut self, n: NodeId, reads: &[Place]) -> Result<Ref, Diagnostic> {
+        let r = self.b.get(n)?;
+        if !matches!(r, Ref::Half(_)) {
+            return Ok(r);
+        }
+        let ty = &self.b.g.node(n).ty;
+        let (len, dtype) = (ty.numel(), ty.dtype);
+        self.sync();
+        let at = self.scratch.take(len, &self.order, reads);
+        self.steps.push(Step::Convert { src: r, dst: Ref::Arena(at), len, dtype });
+        self.counts.native += 1;
+        Ok(Ref::Arena(at))
+    }
+
+    /// Where a native `f32` kernel writes `n` (`None`: it has no place
+    /// such a kernel can write), and where `settle` then rounds it to: an
+    /// `f32` in the arena is written in place; a half-precision value goes
+    /// to `f32` scratch first, then is rounded into its two-byte storage,
+    /// or in place when the kernel keeps it to itself.
+    fn native_result(&mut self, n: NodeId, reads: &[Place]) -> Result<Option<(usize, Option<Ref>)>, Diagnostic> {
+        let ty = &self.b.g.node(n).ty;
+        let (len, half) = (ty.numel(), ty.dtype != DType::F32);
+        Ok(match self.b.loc.get(&n).copied() {
+            Some(Ref::Arena(at)) if !half => Some((at, None)),
+            Some(home @ Ref::Half(_)) => {
+                self.sync();
+                Some((self.scratch.take(len, &self.order, reads), Some(home)))
+            }
+            None => {
+                self.sync();
+                let at = self.scratch.take(len, &self.order, reads);
+                self.b.loc.insert(n, Ref::Arena(at));
+                Some((at, half.then_some(Ref::Arena(at))))
+            }
+            Some(_) => None,
+        })
+    }
+
+    /// Rounds the native result of `n` at `at` (`native_result`) into
+    /// `to`, if it needs it.
+    fn settle(&mut self, n: NodeId, at: usize, to: Option<Ref>) {
+        if let Some(dst) = to {
+            let ty = &self.b.g.node(n).ty;
+            self.steps.push(Step::Convert { src: Ref::Arena(at), dst, len: ty.numel(), dtype: ty.dtype });
+            self.counts.native += 1;
+        }
+    }
+
     /// A matmul or convolution with its epilogue.
     fn contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
@@ -443,7 +515,20 @@ impl<'a> Lowering<'a> {
             false => self.b.analyze(epilogue, &outs)?.filter(|spec| spec.numel() > 0),
         };
         let mut in_place = false;
+        // A half-precision product: `f32` operands and result (`widened`,
+        // `native_result`), rounded once (`settle`).
+        let mut rounding = None;
+        let half = g.node(mm).ty.dtype != DType::F32;
         let dst = match self.b.loc.get(&mm) {
+            _ if half => {
+                self.sync();
+                let reads = self.outside(&k.nodes);
+                let Some((at, to)) = self.native_result(mm, &reads)? else {
+                    return self.interpreted(&k.nodes, &k.outputs);
+                };
+                rounding = Some(to);
+                at
+            }
             Some(Ref::Arena(off)) => *off,
             _ => {
                 let plain = &self.plain;
@@ -469,12 +554,18 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        let ((a, a_t), (bb, b_t)) = (self.operand(ins[0])?, self.operand(ins[1])?);
+        let ((a, a_t), (bb, b_t)) = match half {
+            true => {
+                let reads = self.outside(&k.nodes);
+                ((self.widened(ins[0], &reads)?, false), (self.widened(ins[1], &reads)?, false))
+            }
+            false => (self.operand(ins[0])?, self.operand(ins[1])?),
+        };
         // A direct convolution applies a bias, ReLU and mask epilogue that
         // writes only the product's place in registers, and the epilogue's
         // own pass goes away.
         let mut post_ops = None;
-        match f32_conv(g, mm) {
+        match float_conv(g, mm) {
             Some(conv) => {
                 self.cols = self.cols.max(conv.cols_len());
                 let is_zero = |n: NodeId| {
@@ -526,6 +617,9 @@ impl<'a> Lowering<'a> {
             }
         }
         self.counts.gemm += 1;
+        if let Some(to) = rounding {
+            self.settle(mm, dst, to);
+        }
         if !epilogue.is_empty() && post_ops.is_none() {
             match epilogue_spec {
                 Some(spec) => {
@@ -548,7 +642,6 @@ impl<'a> Lowering<'a> {
         let Some((&anchor, prologue)) = head.split_last().filter(|_| native_reduce(g, &head)) else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
-        self.sync();
         let reads = self.outside(&k.nodes);
         let input = g.inputs(anchor)[0];
         if !prologue.is_empty() {
@@ -560,8 +653,9 @@ impl<'a> Lowering<'a> {
             let step = self.b.part(prologue, &outs, &mut self.counts)?;
             self.steps.push(step);
         }
-        self.scratch_for(anchor, &reads);
-        let Ref::Arena(dst) = self.b.get(anchor)? else { return Err(internal("a reduction outside the arena")) };
+        let Some((dst, rounding)) = self.native_result(anchor, &reads)? else {
+            return Err(internal("a reduction outside the arena"));
+        };
         let Op::Reduce { op, axes, .. } = &g.node(anchor).op else { unreachable!("native_reduce checked") };
         let shape = g.node(input).ty.shape.clone();
         let reduced: Vec<bool> = (0..shape.len()).map(|d| axes.contains(&d)).collect();
@@ -579,9 +673,10 @@ impl<'a> Lowering<'a> {
         if from_maxima.is_some() {
             *self.maxima_readers.entry(input).or_default() += 1;
         }
-        let src = self.b.get(input)?;
+        let src = self.widened(input, &reads)?;
         self.steps.push(Step::Reduce { op: *op, src, dst, shape, reduced, from_maxima });
         self.counts.native += 1;
+        self.settle(anchor, dst, rounding);
         if !tail.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
             let step = self.b.part(&tail, &outs, &mut self.counts)?;
@@ -596,14 +691,15 @@ impl<'a> Lowering<'a> {
         let g = self.b.g;
         let n = k.nodes[0];
         let ins = g.inputs(n);
-        let (Ref::Arena(dst), Some(params)) = (self.b.get(n)?, f32_pool(g, &k.nodes)) else {
+        let reads = self.outside(&k.nodes);
+        let (Some((dst, rounding)), Some(params)) = (self.native_result(n, &reads)?, float_pool(g, &k.nodes)) else {
             if ins.first().is_some_and(|x| self.unstored.contains(x)) {
                 return Err(internal("a pooling reads a convolution result that is not stored"));
             }
             return self.interpreted(&k.nodes, &k.outputs);
         };
         let grad = match ins.get(1) {
-            Some(&gy) => Some(self.b.get(gy)?),
+            Some(&gy) => Some(self.widened(gy, &reads)?),
             None => None,
         };
         let xs = g.node(ins[0]).ty.shape.clone();
@@ -611,7 +707,7 @@ impl<'a> Lowering<'a> {
             Some(&gy) => g.node(gy).ty.shape.clone(),
             None => g.node(n).ty.shape.clone(),
         };
-        let x = self.b.get(ins[0])?;
+        let x = self.widened(ins[0], &reads)?;
         // The convolution just before, whose result this pools, writes the
         // pool too (not yet in `order`, whose copy of its places would be
         // stale).
@@ -620,7 +716,11 @@ impl<'a> Lowering<'a> {
             let access = step.access();
             !access.reads.iter().chain(&access.writes).any(|p| p.overlaps(pooled))
         };
-        let last = self.steps.len().checked_sub(1).filter(|&i| i >= self.order.len() && apart(&self.steps[i]));
+        let last = self
+            .steps
+            .len()
+            .checked_sub(1)
+            .filter(|&i| i >= self.order.len() && apart(&self.steps[i]) && rounding.is_none());
         let fused = last.and_then(|i| match &mut self.steps[i] {
             Step::Conv { conv, dst: y, post, .. } => {
                 let pools = grad.is_none() && is_max_pool_2x2(&params) && post.max_pool.is_none();
@@ -656,7 +756,8 @@ impl<'a> Lowering<'a> {
                 if let (Some(off), Some(gy)) = (first_max, grad) {
                     self.grads_from_maxima.insert(n, (gy, off, self.steps.len()));
                 }
-                self.steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false })
+                self.steps.push(Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false });
+                self.settle(n, dst, rounding);
             }
         }
         self.counts.native += 1;
@@ -668,13 +769,17 @@ impl<'a> Lowering<'a> {
     fn transpose(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
-        let Some(perm) = f32_transpose(g, &k.nodes) else { return self.interpreted(&k.nodes, &k.outputs) };
+        let Some(perm) = float_transpose(g, &k.nodes) else { return self.interpreted(&k.nodes, &k.outputs) };
         let src = g.inputs(n)[0];
         let shape = g.node(src).ty.shape.clone();
-        let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
-        let src = self.b.get(src)?;
+        let reads = self.outside(&k.nodes);
+        let Some((dst, rounding)) = self.native_result(n, &reads)? else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        let src = self.widened(src, &reads)?;
         self.steps.push(Step::Transpose { src, dst, shape, perm });
         self.counts.native += 1;
+        self.settle(n, dst, rounding);
         Ok(())
     }
 
@@ -682,15 +787,17 @@ impl<'a> Lowering<'a> {
     fn window(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
-        let (Some(window), Ref::Arena(dst)) = (f32_window(g, &k.nodes), self.b.get(n)?) else {
+        let reads = self.outside(&k.nodes);
+        let (Some(window), Some((dst, rounding))) = (float_window(g, &k.nodes), self.native_result(n, &reads)?) else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
         let ins = g.inputs(n);
-        let srcs = ins.iter().map(|&i| self.b.get(i)).collect::<Result<Vec<_>, _>>()?;
+        let srcs = ins.iter().map(|&i| self.widened(i, &reads)).collect::<Result<Vec<_>, _>>()?;
         let src_lens = ins.iter().map(|&i| g.node(i).ty.numel()).collect();
         let (op, shape) = (g.node(n).op.name(), g.node(n).ty.shape.clone());
         self.steps.push(Step::Window { srcs, src_lens, dst, window, op, shape });
         self.counts.native += 1;
+        self.settle(n, dst, rounding);
         Ok(())
     }
 
@@ -711,7 +818,10 @@ impl<'a> Lowering<'a> {
         let n = k.nodes[0];
         let node = g.node(n);
         let ins = g.inputs(n);
-        let Ref::Arena(dst) = self.b.get(n)? else { return self.interpreted(&k.nodes, &k.outputs) };
+        let reads = self.outside(&k.nodes);
+        let Some((dst, rounding)) = self.native_result(n, &reads)? else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
         let around = |shape: &[usize], at: usize, width: usize| -> (usize, usize) {
             (shape[..at].iter().product(), shape[at + width..].iter().product())
         };
@@ -719,14 +829,14 @@ impl<'a> Lowering<'a> {
             Op::Gather { axis } => {
                 let ps = &g.node(ins[0]).ty.shape;
                 let (outer, inner) = around(ps, axis, 1);
-                let (params, ids) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+                let (params, ids) = (self.widened(ins[0], &reads)?, self.b.get(ins[1])?);
                 let count = g.node(ins[1]).ty.numel();
                 Step::Gather { params, ids, dst, dims: [outer, ps[axis], inner], count, axis, span: node.span }
             }
             Op::ScatterAdd { axis, dim } => {
                 let (is, us) = (&g.node(ins[0]).ty, &g.node(ins[1]).ty.shape);
                 let (outer, inner) = around(us, axis, is.rank());
-                let (ids, updates) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+                let (ids, updates) = (self.b.get(ins[0])?, self.widened(ins[1], &reads)?);
                 Step::ScatterAdd {
                     ids,
                     updates,
@@ -741,6 +851,7 @@ impl<'a> Lowering<'a> {
         };
         self.steps.push(step);
         self.counts.native += 1;
+        self.settle(n, dst, rounding);
         Ok(())
     }
 }

@@ -154,7 +154,7 @@ impl<'a> Mem<'a> {
             Ref::Table(t) => {
                 unsafe { self.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
             }
-            Ref::Arena(_) | Ref::Mask(_) => Err(internal("an arena value read as a tensor")),
+            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) => Err(internal("an arena value read as a tensor")),
         }
     }
 
@@ -171,16 +171,19 @@ impl<'a> Mem<'a> {
     }
 
     /// A pointer to `len` elements of `r`, as compiled code reads them:
-    /// `f32`, or a one_hot's `i32` labels, or `bool` as one byte (0 or 1).
+    /// `f32` (a half-precision tensor's exact values too), a one_hot's
+    /// `i32` labels, `bool` as one byte (0 or 1), or two-byte halves.
     pub(super) fn ptr(self, r: Ref, len: usize) -> Result<*mut f32, Diagnostic> {
         let outside = || internal("a kernel operand lies outside the arena");
         match r {
             Ref::Arena(off) => self.floats(off, len).ok_or_else(outside),
             Ref::Mask(off) => self.bytes(off, len).map(|p| p.cast::<f32>()).ok_or_else(outside),
+            Ref::Half(off) => self.bytes(off, 2 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             r => {
                 let t = self.tensor(r)?;
                 match t.data() {
-                    Data::F32(a) if t.dtype() == DType::F32 => start(a.as_slice(), len),
+                    // A half-precision tensor keeps its exact `f32` values.
+                    Data::F32(a) => start(a.as_slice(), len),
                     Data::I32(a) => start(a.as_slice(), len),
                     Data::Bool(a) => start(a.as_slice(), len),
                     _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
@@ -190,43 +193,119 @@ impl<'a> Mem<'a> {
     }
 }
 
-/// The `f32` tensor of type `ty` at element `off` of the arena.
-pub(super) fn arena_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
+/// The value at `r` of type `ty` as a tensor: arena elements copied out of
+/// their storage, anything else the tensor itself.
+pub(super) fn read(mem: Mem, r: Ref, ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let n = ty.numel();
-    let p = mem.floats(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
-    // SAFETY: in the arena; the schedule lets no step write these floats
-    // while the reading step runs.
-    let v = unsafe { std::slice::from_raw_parts(p, n) };
-    Tensor::from_vec(DType::F32, &ty.shape, v.to_vec())
+    let outside = || internal("an arena value lies outside the arena");
+    // SAFETY (each slice): in the arena (checked); the schedule lets no
+    // step write these elements while the reading step runs.
+    match r {
+        Ref::Arena(off) => {
+            let p = mem.floats(off, n).ok_or_else(outside)?;
+            Tensor::from_vec(DType::F32, &ty.shape, unsafe { std::slice::from_raw_parts(p, n) }.to_vec())
+        }
+        Ref::Mask(off) => {
+            let p = mem.bytes(off, n).ok_or_else(outside)?;
+            let v = unsafe { std::slice::from_raw_parts(p, n) };
+            Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
+        }
+        Ref::Half(off) => {
+            let p = mem.bytes(off, 2 * n).ok_or_else(outside)?.cast::<u16>();
+            let bits = unsafe { std::slice::from_raw_parts(p, n) };
+            let widen = half_widening(ty.dtype)?;
+            Tensor::from_vec(ty.dtype, &ty.shape, bits.iter().map(|&h| widen(h)).collect())
+        }
+        r => mem.tensor(r).cloned(),
+    }
 }
 
-/// The `bool` tensor of type `ty` at byte `off` of the arena.
-pub(super) fn mask_tensor(mem: Mem, off: usize, ty: &TensorType) -> Result<Tensor, Diagnostic> {
-    let n = ty.numel();
-    let p = mem.bytes(off, n).ok_or_else(|| internal("an arena value lies outside the arena"))?;
-    // SAFETY: as in `arena_tensor`.
-    let v = unsafe { std::slice::from_raw_parts(p, n) };
-    Tensor::from_vec(DType::Bool, &ty.shape, v.iter().map(|&b| b != 0).collect())
-}
-
-pub(super) fn store_mask(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
-    let Data::Bool(a) = v.data() else { return Err(internal("a non-bool value stored as a mask")) };
-    let p = mem.bytes(off, a.len()).ok_or_else(|| internal("a kernel output lies outside the arena"))?;
-    // SAFETY: in the arena; only the writing step touches these bytes.
-    let dst = unsafe { std::slice::from_raw_parts_mut(p, a.len()) };
-    for (d, &s) in dst.iter_mut().zip(a.iter()) {
-        *d = u8::from(s);
+/// Writes `v` at `r`: into the arena in its storage, or as a table entry.
+///
+/// # Safety
+/// Nothing else reads or writes `r`'s place meanwhile.
+pub(super) unsafe fn write(mem: Mem, r: Ref, v: &Tensor) -> Result<(), Diagnostic> {
+    let n = v.numel();
+    let outside = || internal("a kernel output lies outside the arena");
+    // SAFETY (each slice): in the arena (checked); exclusive by the
+    // caller's contract.
+    match (r, v.data()) {
+        (Ref::Arena(off), Data::F32(a)) if v.dtype() == DType::F32 => {
+            let dst = unsafe { mem.out(off, n, "a kernel output") }?;
+            dst.iter_mut().zip(a.iter()).for_each(|(d, s)| *d = *s);
+        }
+        (Ref::Mask(off), Data::Bool(a)) => {
+            let dst = unsafe { std::slice::from_raw_parts_mut(mem.bytes(off, n).ok_or_else(outside)?, n) };
+            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = u8::from(s));
+        }
+        (Ref::Half(off), Data::F32(a)) => {
+            let narrow = half_narrowing(v.dtype())?;
+            let p = mem.bytes(off, 2 * n).ok_or_else(outside)?.cast::<u16>();
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
+            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = narrow(s));
+        }
+        (Ref::Table(t), _) => unsafe { mem.set_table(t, v.clone())? },
+        (r, _) => return Err(internal(format!("a {} value written to {r:?}", v.dtype()))),
     }
     Ok(())
 }
 
-pub(super) fn store(mem: Mem, off: usize, v: &Tensor) -> Result<(), Diagnostic> {
-    let Data::F32(a) = v.data() else { return Err(internal("a non-f32 value stored in the arena")) };
-    // SAFETY: only the writing step (or a caller holding the lock with no
-    // step running) touches these floats.
-    let dst = unsafe { mem.out(off, a.len(), "a kernel output") }?;
-    for (d, s) in dst.iter_mut().zip(a.iter()) {
-        *d = *s;
+/// The `f32` value of `dtype`'s two-byte bits.
+fn half_widening(dtype: DType) -> Result<fn(u16) -> f32, Diagnostic> {
+    match dtype {
+        DType::F16 => Ok(crate::half::f16_bits_to_f32),
+        DType::BF16 => Ok(crate::half::bf16_bits_to_f32),
+        d => Err(internal(format!("a {d} value in two-byte storage"))),
+    }
+}
+
+/// The two-byte bits of the `dtype` nearest an `f32`.
+fn half_narrowing(dtype: DType) -> Result<fn(f32) -> u16, Diagnostic> {
+    match dtype {
+        DType::F16 => Ok(crate::half::f32_to_f16_bits),
+        DType::BF16 => Ok(crate::half::f32_to_bf16_bits),
+        d => Err(internal(format!("a {d} value in two-byte storage"))),
+    }
+}
+
+/// `Step::Convert`: `dst = round(src)` to `dtype` over `len` elements,
+/// each side in its storage (two-byte `Ref::Half`, or `f32`).
+///
+/// # Safety
+/// Nothing else writes `src` or touches `dst` meanwhile.
+pub(super) unsafe fn convert(mem: Mem, src: Ref, dst: Ref, len: usize, dtype: DType) -> Result<(), Diagnostic> {
+    let outside = || internal("a conversion lies outside the arena");
+    let halves = |off: usize| mem.bytes(off, 2 * len).map(|p| p.cast::<u16>()).ok_or_else(outside);
+    // SAFETY (each slice): the places hold `len` elements (checked); the
+    // caller's contract makes them exclusive, and `ptr::copy` semantics are
+    // kept for an in-place rounding (one element read before it is written).
+    match (src, dst) {
+        (Ref::Half(from), Ref::Arena(to)) => {
+            let widen = half_widening(dtype)?;
+            let (s, d) = (halves(from)?, mem.floats(to, len).ok_or_else(outside)?);
+            for i in 0..len {
+                unsafe { *d.add(i) = widen(*s.add(i)) };
+            }
+        }
+        (src, Ref::Half(to)) => {
+            let narrow = half_narrowing(dtype)?;
+            let (s, d) = (mem.ptr(src, len)? as *const f32, halves(to)?);
+            for i in 0..len {
+                unsafe { *d.add(i) = narrow(*s.add(i)) };
+            }
+        }
+        (src, Ref::Arena(to)) => {
+            let round = match dtype {
+                DType::F16 => crate::half::round_f16,
+                DType::BF16 => crate::half::round_bf16,
+                d => return Err(internal(format!("a rounding to {d}"))),
+            };
+            let (s, d) = (mem.ptr(src, len)? as *const f32, mem.floats(to, len).ok_or_else(outside)?);
+            for i in 0..len {
+                unsafe { *d.add(i) = round(*s.add(i)) };
+            }
+        }
+        (_, dst) => return Err(internal(format!("a conversion into {dst:?}"))),
     }
     Ok(())
 }

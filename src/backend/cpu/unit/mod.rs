@@ -12,10 +12,11 @@
 //! (the storage and one run's view of it), `execute` (running a step, and
 //! all of them on one thread or a pool).
 //!
-//! Storage: every `f32` and `bool` kernel output lives in the arena at the
-//! memory plan's offset (a `bool` as one byte, 0 or 1) (`arena_bytes` plus
-//! scratch for the values a kernel keeps to itself, module `schedule`);
-//! values of other dtypes are kept as interpreter tensors beside it; region
+//! Storage: every `f32`, `f16`, `bf16` and `bool` kernel output lives in
+//! the arena at the memory plan's byte offset (four, two and one bytes an
+//! element; a `bool` is 0 or 1) (`arena_bytes` plus scratch for the values
+//! a kernel keeps to itself, module `schedule`); values of other dtypes
+//! are kept as interpreter tensors beside it; region
 //! inputs are read in place from the caller's tensors and values computed
 //! outside the unit are copied once, at `prepare`. [`JitUnit::run`] binds
 //! the inputs, runs the steps and reads the region outputs back as tensors.
@@ -57,7 +58,7 @@ use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, NodeId, Op, Program, TensorType};
 use crate::tensor::{eval_node, Tensor, Values};
 use lower::{Builder, Lowering};
-use mem::{arena_tensor, mask_tensor, store, Line, Mem, State};
+use mem::{read, write, Line, Mem, State};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -150,6 +151,7 @@ impl JitUnit {
                     _ => match buffers.get(&n) {
                         Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
                         Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
+                        Some(&off) if matches!(node.ty.dtype, DType::F16 | DType::BF16) => Ref::Half(off),
                         _ => {
                             b.tables += 1;
                             Ref::Table(b.tables - 1)
@@ -288,10 +290,16 @@ impl JitUnit {
                     let dst = unsafe { mem.out(at, n, "a carried value")? };
                     dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, n) });
                 }
-                Ref::Table(t) => {
+                Ref::Half(_) if matches!(from, Ref::Half(_)) => {
+                    let bytes = 2 * r.ty.numel();
+                    let (src, dst) = (mem.ptr(from, r.ty.numel())? as *const u8, mem.ptr(r.home, r.ty.numel())?);
+                    // SAFETY: as for an `f32` home (`ptr` checked both).
+                    unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
+                }
+                home @ (Ref::Table(_) | Ref::Half(_)) => {
                     let v = self.read(from, mem, &r.ty)?;
                     // SAFETY: the steps are done.
-                    unsafe { mem.set_table(t, v)? };
+                    unsafe { write(mem, home, &v)? };
                 }
                 other => return Err(internal(format!("a carried value lives in {other:?}"))),
             }
@@ -312,9 +320,8 @@ impl JitUnit {
                 return Err(internal(format!("a carried value of type {} for a home of {}", v.ty(), r.ty)));
             }
             match r.home {
-                Ref::Arena(at) => store(mem, at, v)?,
                 // SAFETY: nothing runs; the lock is held.
-                Ref::Table(t) => unsafe { mem.set_table(t, v.clone())? },
+                home @ (Ref::Arena(_) | Ref::Half(_) | Ref::Table(_)) => unsafe { write(mem, home, v)? },
                 other => return Err(internal(format!("a carried value lives in {other:?}"))),
             }
         }
@@ -330,11 +337,7 @@ impl JitUnit {
 
     /// The value at `r` as a tensor of type `ty`.
     fn read(&self, r: Ref, mem: Mem, ty: &TensorType) -> Result<Tensor, Diagnostic> {
-        match r {
-            Ref::Arena(off) => arena_tensor(mem, off, ty),
-            Ref::Mask(off) => mask_tensor(mem, off, ty),
-            r => mem.tensor(r).cloned(),
-        }
+        read(mem, r, ty)
     }
 
     fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {

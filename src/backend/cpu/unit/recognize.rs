@@ -2,14 +2,16 @@
 //! that pick a kernel's step (module `lower`).
 //!
 //! Contract: each predicate is true only for kernels whose native step
-//! computes what the interpreter would (`f32` operands, the shapes and
+//! computes what the interpreter would (float operands of one type: `f32`,
+//! or `f16`/`bf16`, which the native `f32` loops read widened and whose
+//! results they round once, as the interpreter does; the shapes and
 //! parameters the native loops take); anything else is compiled as a
 //! fused loop or interpreted.
 //!
-//! Example: `f32_pool(g, &[n])` is `Some(params)` for a lone `f32`
+//! Example: `float_pool(g, &[n])` is `Some(params)` for a lone float
 //! `pool2d` node `n`, which then runs on module `pool`.
 
-use crate::backend::cpu::codegen::spec::Spec;
+use crate::backend::cpu::codegen::spec::{computes_as_f32, Spec};
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
@@ -18,6 +20,13 @@ use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use crate::tensor::PoolParams;
 use std::collections::HashSet;
+
+/// Whether node `n` and all its operands are floats of one type that
+/// native `f32` loops compute (`spec::computes_as_f32`).
+fn one_float_type(g: &Graph, n: NodeId) -> bool {
+    let dtype = g.node(n).ty.dtype;
+    computes_as_f32(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)
+}
 
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,
 /// in kernel order with the anchor last, and the remaining nodes.
@@ -39,12 +48,10 @@ pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec
     (head, tail)
 }
 
-/// A reduction (the last of `head`) over `f32` values that `reduce.rs` runs.
+/// A reduction (the last of `head`) over float values that `reduce.rs` runs.
 pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     let Some(&a) = head.last() else { return false };
-    matches!(g.node(a).op, Op::Reduce { .. })
-        && g.node(a).ty.dtype == DType::F32
-        && g.inputs(a).iter().all(|&i| g.node(i).ty.dtype == DType::F32)
+    matches!(g.node(a).op, Op::Reduce { .. }) && one_float_type(g, a)
 }
 
 /// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
@@ -61,7 +68,7 @@ pub(super) fn pooled_shape(shape: &[usize]) -> [usize; 4] {
 pub(super) fn max_pool_grads(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> usize {
     let is_grad_of_x = |u: &NodeId| {
         let grad = matches!(g.node(*u).op, Op::Pool2dGrad { .. });
-        let pool = grad && f32_pool(g, &[*u]).is_some_and(|p| is_max_pool_2x2(&p));
+        let pool = grad && float_pool(g, &[*u]).is_some_and(|p| is_max_pool_2x2(&p));
         pool && g.inputs(*u).first() == Some(&x) && in_unit.contains(u)
     };
     g.users(x).iter().filter(|u| is_grad_of_x(u)).count()
@@ -73,12 +80,12 @@ pub(super) fn is_max_pool_2x2(p: &PoolParams) -> bool {
     p.kind == PoolKind::Max && p.size == [2, 2] && p.stride == [2, 2] && p.padding == [0; 4]
 }
 
-/// The parameters of a layout kernel that is one `f32` pooling or pooling
+/// The parameters of a layout kernel that is one float pooling or pooling
 /// gradient.
-pub(super) fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
+pub(super) fn float_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
-    let f32s = node.ty.dtype == DType::F32 && g.inputs(*n).iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let f32s = one_float_type(g, *n);
     match &node.op {
         Op::Pool2d { kind, size, stride, padding } | Op::Pool2dGrad { kind, size, stride, padding } if f32s => {
             Some(PoolParams { kind: *kind, size: *size, stride: *stride, padding: *padding })
@@ -87,32 +94,32 @@ pub(super) fn f32_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     }
 }
 
-/// A layout kernel that is one `f32` transpose (any rank), as the
+/// A layout kernel that is one float transpose (any rank), as the
 /// permutation module `permute` runs.
-pub(super) fn f32_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> {
+pub(super) fn float_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
     let Op::Transpose { perm } = &node.op else { return None };
     let source = &g.node(*g.inputs(*n).first()?).ty;
-    (node.ty.dtype == DType::F32 && source.dtype == DType::F32).then(|| Permutation::of(&source.shape, perm))
+    one_float_type(g, *n).then(|| Permutation::of(&source.shape, perm))
 }
 
 /// An elementwise kernel that is one reshape of a value kept as a tensor
-/// (not `f32` or `bool`, so not in the arena: integer labels), which runs
-/// as a native copy (`Step::Reshape`).
+/// (not a float or `bool`, so not in the arena: integer labels), which
+/// runs as a native copy (`Step::Reshape`).
 pub(super) fn table_reshape(g: &Graph, nodes: &[NodeId]) -> bool {
     let [n] = nodes else { return false };
     let node = g.node(*n);
-    matches!(node.op, Op::Reshape { .. }) && !matches!(node.ty.dtype, DType::F32 | DType::Bool)
+    matches!(node.op, Op::Reshape { .. }) && !(computes_as_f32(node.ty.dtype) || node.ty.dtype == DType::Bool)
 }
 
-/// A layout kernel that is one `f32` slice, pad or concatenation, as the
+/// A layout kernel that is one float slice, pad or concatenation, as the
 /// block copies module `kernels::window` runs.
-pub(super) fn f32_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
+pub(super) fn float_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
     let ins = g.inputs(*n);
-    let f32s = node.ty.dtype == DType::F32 && ins.iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let f32s = one_float_type(g, *n);
     let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
     match &node.op {
         Op::Slice { start, step, len } if f32s => Some(Copies::slice(&shape(0)?, start, step, len)),
@@ -124,15 +131,15 @@ pub(super) fn f32_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
     }
 }
 
-/// A layout kernel that is one `f32` gather or scatter-add with integer
+/// A layout kernel that is one float gather or scatter-add with integer
 /// indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
-pub(super) fn f32_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
+pub(super) fn float_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
     let [n] = nodes else { return false };
     let node = g.node(*n);
     let ins = g.inputs(*n);
-    let f32s = |i: usize| ins.get(i).is_some_and(|&x| g.node(x).ty.dtype == DType::F32);
+    let f32s = |i: usize| ins.get(i).is_some_and(|&x| g.node(x).ty.dtype == node.ty.dtype);
     let ints = |i: usize| ins.get(i).is_some_and(|&x| matches!(g.node(x).ty.dtype, DType::I32 | DType::I64));
-    node.ty.dtype == DType::F32
+    computes_as_f32(node.ty.dtype)
         && match node.op {
             Op::Gather { .. } => f32s(0) && ints(1),
             Op::ScatterAdd { .. } => ints(0) && f32s(1),
@@ -140,20 +147,18 @@ pub(super) fn f32_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
         }
 }
 
-/// The lowered geometry of an `f32` convolution node.
-pub(super) fn f32_conv(g: &Graph, n: NodeId) -> Option<Conv> {
+/// The lowered geometry of a float convolution node.
+pub(super) fn float_conv(g: &Graph, n: NodeId) -> Option<Conv> {
     let node = g.node(n);
     let ins = g.inputs(n);
-    let all_f32 = node.ty.dtype == DType::F32 && ins.iter().all(|&i| g.node(i).ty.dtype == DType::F32);
+    let all_f32 = one_float_type(g, n);
     let [a, b] = ins.as_slice() else { return None };
     Conv::of(&node.op, &g.node(*a).ty.shape, &g.node(*b).ty.shape, &node.ty.shape).filter(|_| all_f32)
 }
 
-pub(super) fn is_f32_matmul(g: &Graph, n: NodeId) -> bool {
+pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
-    matches!(node.op, Op::MatMul)
-        && node.ty.dtype == DType::F32
-        && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F32 && g.node(i).ty.shape.len() >= 2)
+    matches!(node.op, Op::MatMul) && one_float_type(g, n) && g.inputs(n).iter().all(|&i| g.node(i).ty.shape.len() >= 2)
 }
 
 /// Why the CPU backend runs kernel `k` (or a part of it) on the host
@@ -173,7 +178,8 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         fits(nodes) || (!widened.is_empty() && fits(&[widened, nodes.to_vec()].concat()))
     };
     let compiled = |nodes: &[NodeId], outputs: &[NodeId]| {
-        let stored = outputs.iter().all(|&o| matches!(g.node(o).ty.dtype, DType::F32 | DType::Bool));
+        let stored =
+            outputs.iter().all(|&o| matches!(g.node(o).ty.dtype, DType::F32 | DType::Bool | DType::F16 | DType::BF16));
         stored && analyzable(nodes, outputs)
     };
     let outputs_in = |part: &[NodeId]| k.outputs.iter().copied().filter(|o| part.contains(o)).collect::<Vec<_>>();
@@ -184,7 +190,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
             let native = analyzable(&k.nodes, &k.outputs) || table_reshape(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
-        KernelKind::Contraction if is_f32_matmul(g, k.nodes[0]) || f32_conv(g, k.nodes[0]).is_some() => {
+        KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
             let epilogue = &k.nodes[1..];
             let native = epilogue.is_empty() || analyzable(epilogue, &outputs_in(epilogue));
             (if native { vec![] } else { epilogue.to_vec() }, false)
@@ -208,10 +214,10 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
             }
         }
         KernelKind::Layout => {
-            let native = f32_pool(g, &k.nodes).is_some()
-                || f32_transpose(g, &k.nodes).is_some()
-                || f32_index_op(g, &k.nodes)
-                || f32_window(g, &k.nodes).is_some();
+            let native = float_pool(g, &k.nodes).is_some()
+                || float_transpose(g, &k.nodes).is_some()
+                || float_index_op(g, &k.nodes)
+                || float_window(g, &k.nodes).is_some();
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

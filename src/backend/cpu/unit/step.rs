@@ -22,7 +22,7 @@ use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::kernels::window::Copies;
 use crate::backend::cpu::schedule::{Access, Place};
 use crate::diag::Span;
-use crate::ir::{Graph, NodeId, Op, ReduceOp, TensorType};
+use crate::ir::{DType, Graph, NodeId, Op, ReduceOp, TensorType};
 use crate::tensor::PoolParams;
 
 /// Where a value is during a run.
@@ -32,6 +32,9 @@ pub(in crate::backend::cpu) enum Ref {
     Arena(usize),
     /// `bool` elements (one byte each, 0 or 1) at this byte offset of the arena.
     Mask(usize),
+    /// `f16` or `bf16` elements (two bytes each, the value's type says
+    /// which) at this byte offset of the arena.
+    Half(usize),
     /// The caller's input at this position.
     Input(usize),
     /// A value fixed at `prepare` (computed outside the unit, or a constant).
@@ -122,6 +125,12 @@ pub(super) enum Step {
     /// (`tensor::index_ops::gather_rows`); an id out of range is an error
     /// at `span`.
     Gather { params: Ref, ids: Ref, dst: usize, dims: [usize; 3], count: usize, axis: usize, span: Span },
+    /// `dst = round(src)` to `dtype` (`f16` or `bf16`) over `len` elements:
+    /// widening two-byte `src` into `f32` `dst`, or rounding `f32` `src`
+    /// into two-byte `dst` or into `f32` `dst` (in place when they are the
+    /// same), so that native `f32` kernels read and write half-precision
+    /// values (`tensor`: what the interpreter rounds).
+    Convert { src: Ref, dst: Ref, len: usize, dtype: DType },
     /// `dst = scatter_add(ids, updates, axis, dim)`: `f32` updates viewed as
     /// `[outer, count, inner]` added into `[outer, dim, inner]`
     /// (`tensor::index_ops::scatter_add_rows`).
@@ -155,6 +164,7 @@ pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
     match r {
         Ref::Arena(off) => Some(Place::Bytes(4 * off, 4 * (off + len))),
         Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
+        Ref::Half(off) => Some(Place::Bytes(off, off + 2 * len)),
         Ref::Table(t) => Some(Place::Table(t)),
         Ref::Input(_) | Ref::Fixed(_) => None,
     }
@@ -252,6 +262,11 @@ impl Step {
                 writes.push(arena(*dst, outer * dim * inner));
                 *cost = (outer * (count + dim) * inner / 2) as u64;
             }
+            Step::Convert { src, dst, len, .. } => {
+                reads.extend(place(*src, *len));
+                writes.extend(place(*dst, *len));
+                *cost = (*len / 4) as u64;
+            }
             Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
                 reads.extend(place(*src, n));
@@ -297,6 +312,8 @@ impl Step {
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
+            Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
+            Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
             Step::Window { op, shape, .. } => format!("{op} {}", dims(shape)),
             Step::Gather { dims: [outer, n, inner], count, .. } => {
                 format!("gather {count} of {} rows", dims(&[*outer, *n, *inner]))
