@@ -328,3 +328,114 @@ fn half_precision_loads_roundings_and_stores_are_bit_exact() {
         }
     }
 }
+
+/// Runs the one-output kernel `members -> out` compiled: `inputs` are the
+/// raw storage of slots `0..` (as compiled code reads them), the result
+/// comes back as `out`'s storage bytes.
+fn run_bytes(g: &Graph, slots: &[NodeId], inputs: &[&[u8]], members: &[NodeId], out: NodeId) -> Vec<u8> {
+    let spec = Spec::analyze(g, members, &[out]).expect("the kernel compiles");
+    let f = with_compiler(|c| c.compile(&spec)).unwrap();
+    let ty = &g.node(out).ty;
+    let mut result = vec![0u8; ty.numel() * ty.dtype.size_bytes()];
+    let mut ptrs: Vec<*mut f32> = spec
+        .loads
+        .iter()
+        .map(|l| inputs[slots.iter().position(|&s| s == l.node).expect("loads read slots")].as_ptr() as *mut f32)
+        .collect();
+    ptrs.push(result.as_mut_ptr() as *mut f32);
+    // SAFETY: every pointer holds its value's elements in its storage.
+    unsafe { f(ptrs.as_ptr(), 0, spec.rows(), spec.inner) };
+    result
+}
+
+/// The bytes of a tensor as the CPU backend stores it (`bool`: one byte).
+fn storage(t: &Tensor) -> Vec<u8> {
+    match t.data() {
+        tfc::tensor::Data::I32(a) => a.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        tfc::tensor::Data::F32(a) => a.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        tfc::tensor::Data::Bool(a) => a.iter().map(|&b| u8::from(b)).collect(),
+        _ => panic!("no compiled storage for {}", t.dtype()),
+    }
+}
+
+/// Compiled `i32` arithmetic, comparisons, selects and the casts between
+/// `i32`, `f32` and `bool` give exactly the interpreter's values: wrapping
+/// at the extremes, signed comparisons, truncating saturating float → int
+/// casts with NaN as 0, and int → float rounding to nearest.
+#[test]
+fn integer_kernels_and_casts_match_the_interpreter_exactly() {
+    let ints: Vec<i32> = [i32::MIN, i32::MAX, 0, -1, 1, 7, -7, 46341, -65536, 16_777_217, -16_777_219]
+        .into_iter()
+        .chain((0..41).map(|i: i32| i.wrapping_mul(104_729).wrapping_sub(1_000_000)))
+        .collect();
+    let n = ints.len();
+    let other: Vec<i32> = ints.iter().rev().copied().collect();
+    let floats: Vec<f32> = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 3e9, -3e9, 2.5, -2.5, -0.75, 0.0, 1e-30]
+        .into_iter()
+        .chain((0..n as i32 - 10).map(|i| i as f32 * 1.37e5 - 2e6))
+        .collect();
+    let int_t = |v: &[i32]| Tensor::from_vec(DType::I32, &[n], v.to_vec()).unwrap();
+    let inputs = [int_t(&ints), int_t(&other), Tensor::from_vec(DType::F32, &[n], floats).unwrap()];
+    type Build = Box<dyn Fn(&mut Graph, &[NodeId]) -> Vec<NodeId>>;
+    let cases: Vec<(&str, Build)> = vec![
+        ("neg", Box::new(|g, s| vec![add(g, Op::Unary(UnaryOp::Neg), &[s[0]])])),
+        ("abs", Box::new(|g, s| vec![add(g, Op::Unary(UnaryOp::Abs), &[s[0]])])),
+        ("relu", Box::new(|g, s| vec![add(g, Op::Unary(UnaryOp::Relu), &[s[0]])])),
+        ("f32 to i32", Box::new(|g, s| vec![add(g, Op::Cast(DType::I32), &[s[2]])])),
+        ("i32 to f32", Box::new(|g, s| vec![add(g, Op::Cast(DType::F32), &[s[0]])])),
+        (
+            "bool to i32",
+            Box::new(|g, s| {
+                let m = add(g, Op::Cast(DType::Bool), &[s[0]]);
+                vec![m, add(g, Op::Cast(DType::I32), &[m])]
+            }),
+        ),
+        (
+            "select",
+            Box::new(|g, s| {
+                let gt = add(g, Op::Binary(BinaryOp::Gt), &[s[0], s[1]]);
+                vec![gt, add(g, Op::Select, &[gt, s[1], s[0]])]
+            }),
+        ),
+    ];
+    let mut kernels: Vec<(String, Graph, Vec<NodeId>, Vec<NodeId>)> = Vec::new();
+    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Minimum]
+        .into_iter()
+        .chain(CMP.iter().copied())
+    {
+        let mut g = Graph::new();
+        let s = int_slots(&mut g, n);
+        let m = vec![add(&mut g, Op::Binary(op), &[s[0], s[1]])];
+        kernels.push((format!("{op:?}"), g, s, m));
+    }
+    for (name, build) in &cases {
+        let mut g = Graph::new();
+        let s = int_slots(&mut g, n);
+        let m = build(&mut g, &s);
+        kernels.push((name.to_string(), g, s, m));
+    }
+    for (name, g, s, members) in kernels {
+        let out = *members.last().unwrap();
+        let mut values: std::collections::HashMap<NodeId, Tensor> = s.iter().copied().zip(inputs.clone()).collect();
+        for &m in &members {
+            let args: Vec<&Tensor> = g.inputs(m).iter().map(|i| &values[i]).collect();
+            let v = eval_node(&g.node(m).op, &args, &g.node(m).ty).unwrap();
+            values.insert(m, v);
+        }
+        let raw: Vec<Vec<u8>> = inputs.iter().map(storage).collect();
+        let raw: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+        assert_eq!(run_bytes(&g, &s, &raw, &members, out), storage(&values[&out]), "{name}");
+    }
+}
+
+/// Slots `i32[n]`, `i32[n]`, `f32[n]`.
+fn int_slots(g: &mut Graph, n: usize) -> Vec<NodeId> {
+    [DType::I32, DType::I32, DType::F32]
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            let ty = TensorType::new(d, vec![n]);
+            g.add(Op::Slot { slot: i, ty: ty.clone() }, &[], ty, Span::default())
+        })
+        .collect()
+}

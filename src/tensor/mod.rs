@@ -47,6 +47,7 @@ pub mod shape_ops;
 mod testutil;
 
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
+pub use reduce::argmax_lanes;
 pub use value::{unravel, Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;

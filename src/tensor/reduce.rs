@@ -71,8 +71,21 @@ fn argmax_t<T: Elem>(x: &Tensor, axis: usize, out_shape: &[usize]) -> Result<Dat
         return Err(Diagnostic::internal(format!("interpreter: argmax axis {axis} of {shape:?}")));
     }
     let values: Vec<T> = a.iter().copied().collect();
-    let (outer, n, inner) = (shape[..axis].iter().product::<usize>(), shape[axis], shape[axis + 1..].iter().product());
-    let mut out = Vec::with_capacity(outer * inner);
+    let n = shape[axis];
+    if i32::try_from(n).is_err() {
+        return Err(runtime(format!("argmax over {n} elements: an index does not fit in i32")));
+    }
+    let lanes = [shape[..axis].iter().product::<usize>(), n, shape[axis + 1..].iter().product()];
+    let mut out = vec![0; lanes[0] * lanes[2]];
+    argmax_lanes(&values, lanes, &mut out);
+    Ok(Data::I32(array_from(out_shape, out)?))
+}
+
+/// `argmax` of `values` viewed as `[outer, n, inner]` along the `n` axis,
+/// into `out` (`[outer, inner]`; `n` is at least one and below 2^31): the
+/// first index of the maximum, a NaN counting as the maximum (the first
+/// NaN wins). The interpreter's and the CPU backend's argmax.
+pub fn argmax_lanes<T: Elem>(values: &[T], [outer, n, inner]: [usize; 3], out: &mut [i32]) {
     for o in 0..outer {
         for i in 0..inner {
             let at = |k: usize| values[(o * n + k) * inner + i];
@@ -85,10 +98,9 @@ fn argmax_t<T: Elem>(x: &Tensor, axis: usize, out_shape: &[usize]) -> Result<Dat
                     best = k;
                 }
             }
-            out.push(i32::try_from(best).map_err(|_| runtime(format!("argmax index {best} does not fit in i32")))?);
+            out[o * inner + i] = best as i32;
         }
     }
-    Ok(Data::I32(array_from(out_shape, out)?))
 }
 
 #[cfg(test)]

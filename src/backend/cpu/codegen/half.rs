@@ -34,15 +34,6 @@ const HALF: i32 = 0x3f00_0000;
 const REBIAS: i32 = 112;
 
 impl Emitter<'_, '_> {
-    /// `a` where `mask`, else `b`, on integer lanes.
-    fn pick(&mut self, mask: Value, a: Value, b: Value) -> Value {
-        if self.vector {
-            self.b.ins().bitselect(mask, a, b)
-        } else {
-            self.b.ins().select(mask, a, b)
-        }
-    }
-
     fn icmp_const(&mut self, cc: IntCC, x: Value, c: i32) -> Value {
         let c = self.i(c);
         self.b.ins().icmp(cc, x, c)

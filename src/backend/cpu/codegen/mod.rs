@@ -27,6 +27,7 @@
 
 pub mod clif;
 mod half;
+mod int;
 pub mod poly;
 pub mod spec;
 
@@ -37,7 +38,7 @@ use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
-use poly::{Emitter, Support};
+use poly::{Emitter, Libm, Support};
 use spec::{Expr, Inner, Kind, Spec};
 use std::collections::HashMap;
 
@@ -47,8 +48,8 @@ pub type KernelFn = unsafe extern "C" fn(*const *mut f32, usize, usize, usize);
 /// The JIT: one Cranelift module and the functions compiled so far.
 pub struct Compiler {
     module: JITModule,
-    /// The imported `tfc_powf` (`poly::powf`).
-    powf: cranelift_module::FuncId,
+    /// The imported `poly::Libm` functions, in `Libm::ALL` order.
+    calls: Vec<cranelift_module::FuncId>,
     /// Whether the host has fused multiply-add.
     fma: bool,
     ctx: Context,
@@ -70,14 +71,21 @@ impl Compiler {
             cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
-        jit.symbol("tfc_powf", poly::powf as *const u8);
+        for f in Libm::ALL {
+            let (name, address, _) = f.symbol();
+            jit.symbol(name, address);
+        }
         let mut module = JITModule::new(jit);
-        let mut sig = module.make_signature();
-        sig.params.extend([AbiParam::new(types::F32), AbiParam::new(types::F32)]);
-        sig.returns.push(AbiParam::new(types::F32));
-        let powf = module.declare_function("tfc_powf", Linkage::Import, &sig).map_err(isa_error)?;
+        let mut calls = Vec::with_capacity(Libm::ALL.len());
+        for f in Libm::ALL {
+            let (name, _, arity) = f.symbol();
+            let mut sig = module.make_signature();
+            sig.params.extend(std::iter::repeat_n(AbiParam::new(types::F32), arity));
+            sig.returns.push(AbiParam::new(types::F32));
+            calls.push(module.declare_function(name, Linkage::Import, &sig).map_err(isa_error)?);
+        }
         let ctx = module.make_context();
-        Ok(Compiler { module, powf, fma, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
+        Ok(Compiler { module, calls, fma, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
     }
 
     /// How many distinct kernels were compiled.
@@ -143,8 +151,9 @@ impl Compiler {
         for _ in 0..4 {
             self.ctx.func.signature.params.push(AbiParam::new(ptr));
         }
-        let powf = self.module.declare_func_in_func(self.powf, &mut self.ctx.func);
-        let support = Support { powf, fma: self.fma };
+        let mut refs = self.calls.iter().map(|&id| self.module.declare_func_in_func(id, &mut self.ctx.func));
+        let calls = std::array::from_fn(|_| refs.next().expect("one id per Libm function"));
+        let support = Support { calls, fma: self.fma };
         let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
         emit(&mut b, spec, ptr, support);
         b.seal_all_blocks();
@@ -227,9 +236,8 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
         } else if load.inner == Inner::Splat && load.kind == Kind::I32 {
             let i = b.ins().load(types::I32, flags, row_ptr[l], 0);
-            let s = b.ins().fcvt_from_sint(types::F32, i);
-            splat_scalar[l] = Some(s);
-            splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
+            splat_scalar[l] = Some(i);
+            splat_vector[l] = Some(b.ins().splat(types::I32X4, i));
         } else if load.inner == Inner::Splat && matches!(load.kind, Kind::F16 | Kind::BF16) {
             let h = b.ins().uload16(types::I32, flags, row_ptr[l], 0);
             let s = Emitter::new(b, false, support).widen_half(load.kind, h);
@@ -307,8 +315,7 @@ fn body(
             (Kind::I32, _) => {
                 let addr = b.ins().iadd(row_ptr[l], byte);
                 let int = if vector { types::I32X4 } else { types::I32 };
-                let i = b.ins().load(int, flags, addr, 0);
-                b.ins().fcvt_from_sint(ty, i)
+                b.ins().load(int, flags, addr, 0)
             }
             (Kind::F16 | Kind::BF16, _) => {
                 let addr = b.ins().iadd(row_ptr[l], half_byte);
@@ -342,23 +349,19 @@ fn body(
     for (expr, kind) in &spec.exprs {
         let v = match *expr {
             Expr::Load(l) => loaded[l].expect("every load is loaded before use"),
-            Expr::Unary(op, x) if *kind == Kind::Mask => {
-                let _ = op;
-                e.mask_not(values[x])
-            }
+            Expr::Unary(_, x) if *kind == Kind::Mask => e.mask_not(values[x]),
+            Expr::Unary(op, x) if *kind == Kind::I32 => e.int_unary(op, values[x]),
             Expr::Unary(op, x) => e.unary(op, values[x]),
+            Expr::Binary(op, x, y) if op.is_comparison() && spec.exprs[x].1 == Kind::I32 => {
+                e.int_compare(op, values[x], values[y])
+            }
             Expr::Binary(op, x, y) if op.is_comparison() => e.compare(op, values[x], values[y]),
             Expr::Binary(op, x, y) if op.is_logical() => e.logical(op, values[x], values[y]),
+            Expr::Binary(op, x, y) if *kind == Kind::I32 => e.int_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) => e.binary(op, values[x], values[y]),
+            Expr::Select(m, x, y) if *kind == Kind::I32 => e.pick(values[m], values[x], values[y]),
             Expr::Select(m, x, y) => e.select(values[m], values[x], values[y]),
-            Expr::MaskToF32(m) => {
-                let (one, zero) = (e.f(1.0), e.f(0.0));
-                e.select(values[m], one, zero)
-            }
-            Expr::F32ToMask(x) => {
-                let zero = e.f(0.0);
-                e.fcmp(FloatCC::NotEqual, values[x], zero)
-            }
+            Expr::Convert(to, x) => e.convert(spec.exprs[x].1, to, values[x]),
             Expr::OneHot(label) => {
                 let class = e.position(c);
                 let hit = e.fcmp(FloatCC::Equal, values[label], class);

@@ -12,8 +12,9 @@
 //! where the machine has them). Subnormal results of `exp` (x < -87.3) are
 //! exact to within 2^-149 absolutely.
 //!
-//! `pow` is no polynomial: it calls [`powf`] (Rust's `f32::powf`, libm's,
-//! exactly what the interpreter computes) once per lane.
+//! `pow`, `sin` and `cos` are no polynomials: they call [`powf`],
+//! [`sinf`], [`cosf`] (Rust's `f32` methods, libm's, exactly what the
+//! interpreter computes) once per lane.
 //!
 //! Masks (comparison results that stay inside a kernel) are `i8` 0/1 in
 //! scalar code and all-ones/all-zeros `I32X4` lanes in vector code.
@@ -32,11 +33,45 @@ pub extern "C" fn powf(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
 
+/// `sin x` as the interpreter computes it (linked as `tfc_sinf`).
+pub extern "C" fn sinf(x: f32) -> f32 {
+    x.sin()
+}
+
+/// `cos x` as the interpreter computes it (linked as `tfc_cosf`).
+pub extern "C" fn cosf(x: f32) -> f32 {
+    x.cos()
+}
+
+/// The functions compiled code calls, one lane at a time: the
+/// interpreter's own, where no inline template is worth its accuracy
+/// analysis (`pow`, and `sin`/`cos`, whose range reduction is long).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Libm {
+    Pow,
+    Sin,
+    Cos,
+}
+
+impl Libm {
+    pub const ALL: [Libm; 3] = [Libm::Pow, Libm::Sin, Libm::Cos];
+
+    /// The linked symbol, its address and its number of `f32` arguments.
+    pub fn symbol(self) -> (&'static str, *const u8, usize) {
+        match self {
+            Libm::Pow => ("tfc_powf", powf as *const u8, 2),
+            Libm::Sin => ("tfc_sinf", sinf as *const u8, 1),
+            Libm::Cos => ("tfc_cosf", cosf as *const u8, 1),
+        }
+    }
+}
+
 /// What the emitted code may use beyond plain instructions.
 #[derive(Clone, Copy)]
 pub struct Support {
-    /// The function's reference to [`powf`].
-    pub powf: FuncRef,
+    /// The function's references to the `Libm` functions, in `Libm::ALL`
+    /// order.
+    pub calls: [FuncRef; 3],
     /// Whether the machine has fused multiply-add (polynomials use it).
     pub fma: bool,
 }
@@ -53,19 +88,18 @@ impl<'a, 'b> Emitter<'a, 'b> {
         Emitter { b, vector, support }
     }
 
-    /// `x ^ y` by calling [`powf`], once per lane of a vector.
-    fn pow(&mut self, x: Value, y: Value) -> Value {
-        let call = |b: &mut FunctionBuilder, x: Value, y: Value| {
-            let inst = b.ins().call(self.support.powf, &[x, y]);
-            b.inst_results(inst)[0]
-        };
+    /// `f(args)` by calling the `Libm` function, once per lane of a vector.
+    fn call(&mut self, f: Libm, args: &[Value]) -> Value {
+        let func = self.support.calls[f as usize];
         if !self.vector {
-            return call(self.b, x, y);
+            let inst = self.b.ins().call(func, args);
+            return self.b.inst_results(inst)[0];
         }
-        let mut out = x;
+        let mut out = args[0];
         for lane in 0..4u8 {
-            let (a, e) = (self.b.ins().extractlane(x, lane), self.b.ins().extractlane(y, lane));
-            let r = call(self.b, a, e);
+            let lanes: Vec<Value> = args.iter().map(|&a| self.b.ins().extractlane(a, lane)).collect();
+            let inst = self.b.ins().call(func, &lanes);
+            let r = self.b.inst_results(inst)[0];
             out = self.b.ins().insertlane(out, r, lane);
         }
         out
@@ -144,6 +178,15 @@ impl<'a, 'b> Emitter<'a, 'b> {
         }
     }
 
+    /// `a` where `mask`, else `b`, on integer lanes.
+    pub(super) fn pick(&mut self, mask: Value, a: Value, b: Value) -> Value {
+        if self.vector {
+            self.b.ins().bitselect(mask, a, b)
+        } else {
+            self.b.ins().select(mask, a, b)
+        }
+    }
+
     pub fn mask_not(&mut self, m: Value) -> Value {
         if self.vector {
             self.b.ins().bnot(m)
@@ -187,7 +230,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let q = self.f(f32::NAN);
                 self.select(nan, q, r)
             }
-            BinaryOp::Pow => self.pow(x, y),
+            BinaryOp::Pow => self.call(Libm::Pow, &[x, y]),
             _ => unreachable!("spec admits only arithmetic float binaries here"),
         }
     }
@@ -218,6 +261,8 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 let pos = self.fcmp(FloatCC::GreaterThan, x, zero);
                 self.select(pos, one, r)
             }
+            UnaryOp::Sin => self.call(Libm::Sin, &[x]),
+            UnaryOp::Cos => self.call(Libm::Cos, &[x]),
             UnaryOp::Exp => self.exp(x),
             UnaryOp::Log => self.log(x),
             UnaryOp::Tanh => self.tanh(x),

@@ -49,11 +49,11 @@ pub struct Load {
     pub kind: Kind,
 }
 
-/// How an expression's value is represented: an `f32` or a lane mask (a
-/// `bool` that never leaves the kernel). `I32` is only a load's memory
-/// kind: the class labels of a `one_hot`, read as `f32` (exact below 2^24);
-/// `F16` and `BF16` are memory kinds of loads and stores (two bytes an
-/// element, computed as `f32`), and the types `Expr::Round` rounds to.
+/// How an expression's value is represented: an `f32`, an `i32` (integer
+/// arithmetic wraps, as the interpreter's) or a lane mask (a `bool` that
+/// never leaves the kernel). `F16` and `BF16` are memory kinds of loads
+/// and stores (two bytes an element, computed as `f32`), and the types
+/// `Expr::Round` rounds to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     F32,
@@ -96,10 +96,11 @@ pub enum Expr {
     Unary(UnaryOp, usize),
     Binary(BinaryOp, usize, usize),
     Select(usize, usize, usize),
-    /// `bool → f32` (1.0 where true).
-    MaskToF32(usize),
-    /// `f32 → bool` (`x != 0`, NaN is true).
-    F32ToMask(usize),
+    /// The operand converted to this kind, as the interpreter casts:
+    /// `bool → f32 | i32` is 1 where true, `f32 | i32 → bool` is `x != 0`
+    /// (NaN is true), `i32 → f32` rounds to nearest, `f32 → i32` truncates
+    /// and saturates (NaN is 0).
+    Convert(Kind, usize),
     /// `one_hot`: 1.0 where the label (an `f32` expression) equals the
     /// position along the inner extent, which is exactly the class axis.
     OneHot(usize),
@@ -162,10 +163,21 @@ pub const FLOAT_UNARY: &[UnaryOp] = &[
     UnaryOp::Relu,
     UnaryOp::Floor,
     UnaryOp::Sign,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
 ];
 
+/// The `i32` unary ops with a code template (wrapping, as the interpreter's).
+pub const INT_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu];
+
+/// The `i32` binary ops with a code template (wrapping; floor division and
+/// powers are left to the interpreter).
+pub const INT_BINARY: &[BinaryOp] =
+    &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Minimum];
+
 /// The `f32` arithmetic binary ops with a code template (`pow` calls the
-/// same libm `powf` the interpreter does, lane by lane).
+/// same libm `powf` the interpreter does, lane by lane, as `sin` and `cos`
+/// call theirs).
 pub const FLOAT_BINARY: &[BinaryOp] =
     &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow];
 
@@ -208,7 +220,7 @@ impl Spec {
         let mut one_hot_depth: Option<usize> = None;
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
             let kind = match Kind::stored(g.node(node).ty.dtype)? {
-                Kind::Mask => Kind::Mask,
+                k @ (Kind::Mask | Kind::I32) => k,
                 _ => Kind::F32,
             };
             let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
@@ -248,6 +260,7 @@ impl Spec {
                     let kind = match (kind_of(&exprs, x), u) {
                         (Kind::F32, u) if FLOAT_UNARY.contains(u) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, UnaryOp::Not) => Kind::Mask,
+                        (Kind::I32, u) if INT_UNARY.contains(u) && dtype == DType::I32 => Kind::I32,
                         _ => return None,
                     };
                     exprs.push((Expr::Unary(*u, x), kind));
@@ -260,6 +273,8 @@ impl Spec {
                         (Kind::F32, Kind::F32) if FLOAT_BINARY.contains(b) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::F32, Kind::F32) if b.is_comparison() => Kind::Mask,
                         (Kind::Mask, Kind::Mask) if b.is_logical() => Kind::Mask,
+                        (Kind::I32, Kind::I32) if INT_BINARY.contains(b) && dtype == DType::I32 => Kind::I32,
+                        (Kind::I32, Kind::I32) if b.is_comparison() => Kind::Mask,
                         _ => return None,
                     };
                     exprs.push((Expr::Binary(*b, x, y), kind));
@@ -277,37 +292,44 @@ impl Spec {
                     strides.push(0);
                     one_hot_depth = Some(*depth);
                     let x = load(&mut exprs, labels, strides)?;
-                    exprs.push((Expr::OneHot(x), Kind::F32));
+                    exprs.push((Expr::Convert(Kind::F32, x), Kind::F32));
+                    exprs.push((Expr::OneHot(exprs.len() - 1), Kind::F32));
                     exprs.len() - 1
                 }
                 Op::Select => {
                     let c = operand(&mut exprs, ins[0])?;
                     let x = operand(&mut exprs, ins[1])?;
                     let y = operand(&mut exprs, ins[2])?;
-                    let kinds = (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y));
-                    if kinds != (Kind::Mask, Kind::F32, Kind::F32) || !computes_as_f32(dtype) {
-                        return None;
-                    }
-                    exprs.push((Expr::Select(c, x, y), Kind::F32));
+                    let kind = match (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y)) {
+                        (Kind::Mask, Kind::F32, Kind::F32) if computes_as_f32(dtype) => Kind::F32,
+                        (Kind::Mask, Kind::I32, Kind::I32) if dtype == DType::I32 => Kind::I32,
+                        _ => return None,
+                    };
+                    exprs.push((Expr::Select(c, x, y), kind));
                     exprs.len() - 1
                 }
                 Op::Cast(to) => {
                     let x = operand(&mut exprs, ins[0])?;
                     let from = g.node(ins[0]).ty.dtype;
+                    let to_kind = match to {
+                        DType::Bool => Kind::Mask,
+                        DType::I32 => Kind::I32,
+                        _ => Kind::F32,
+                    };
                     match (kind_of(&exprs, x), to) {
-                        (Kind::Mask, DType::Bool) => x,
-                        // Widening to `f32`, or to the same type: exact.
-                        // (An `i32` converts on load, rounding as the
-                        // interpreter's cast does.)
-                        (Kind::F32, to) if *to == from || (*to == DType::F32 && from != DType::F64) => x,
-                        // Narrowing: the member's rounding below.
-                        (Kind::F32, DType::F16 | DType::BF16) if computes_as_f32(from) => x,
-                        (Kind::Mask, to) if computes_as_f32(*to) => {
-                            exprs.push((Expr::MaskToF32(x), Kind::F32));
-                            exprs.len() - 1
+                        (k, _) if k == to_kind && (*to == from || computes_as_f32(from)) => {
+                            // The same type, or widening to `f32`: exact;
+                            // narrowing: the member's rounding below.
+                            x
                         }
-                        (Kind::F32, DType::Bool) => {
-                            exprs.push((Expr::F32ToMask(x), Kind::Mask));
+                        // An `i32` rounds once to `f32`; to a half type it
+                        // would round twice, unlike the interpreter.
+                        (Kind::I32, DType::F16 | DType::BF16) => return None,
+                        (
+                            Kind::F32 | Kind::I32 | Kind::Mask,
+                            DType::Bool | DType::I32 | DType::F32 | DType::F16 | DType::BF16,
+                        ) => {
+                            exprs.push((Expr::Convert(to_kind, x), to_kind));
                             exprs.len() - 1
                         }
                         _ => return None,
@@ -315,8 +337,13 @@ impl Spec {
                 }
                 _ => return None,
             };
-            let expect = if dtype == DType::Bool { Kind::Mask } else { Kind::F32 };
-            if kind_of(&exprs, e) != expect || !(dtype == DType::Bool || computes_as_f32(dtype)) {
+            let expect = match dtype {
+                DType::Bool => Kind::Mask,
+                DType::I32 => Kind::I32,
+                d if computes_as_f32(d) => Kind::F32,
+                _ => return None,
+            };
+            if kind_of(&exprs, e) != expect {
                 return None;
             }
             // A half-precision result is rounded as the interpreter rounds

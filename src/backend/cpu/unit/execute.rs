@@ -242,18 +242,18 @@ impl Step {
                 unsafe { mem.set_table(*t, Tensor::new(ty.dtype, data)?)? };
             }
             Step::Reshape { dst, .. } => return Err(internal(format!("a reshaped tensor goes to {dst:?}"))),
-            Step::Gather { params, ids, dst, dims, count, axis, span } => {
-                let [outer, n, inner] = *dims;
-                let idx = indices(mem, *ids, *axis, n, "gather", *span)?;
+            Step::Gather { params, ids, ids_ty, dst, dims, axis, span } => {
+                let ([outer, n, inner], count) = (*dims, ids_ty.numel());
+                let idx = indices(mem, *ids, ids_ty, *axis, n, "gather", *span)?;
                 // SAFETY: the caller's contract.
                 let from = unsafe { mem.input(*params, outer * n * inner)? };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, outer * count * inner, "a gather result")? };
                 crate::tensor::index_ops::gather_rows(from, &idx, *dims, to);
             }
-            Step::ScatterAdd { ids, updates, dst, dims, count, axis, span } => {
-                let [outer, dim, inner] = *dims;
-                let idx = indices(mem, *ids, *axis, dim, "scatter_add", *span)?;
+            Step::ScatterAdd { ids, ids_ty, updates, dst, dims, axis, span } => {
+                let ([outer, dim, inner], count) = (*dims, ids_ty.numel());
+                let idx = indices(mem, *ids, ids_ty, *axis, dim, "scatter_add", *span)?;
                 // SAFETY: the caller's contract.
                 let from = unsafe { mem.input(*updates, outer * count * inner)? };
                 // SAFETY: the caller's contract.
@@ -268,6 +268,16 @@ impl Step {
                 let to = unsafe { mem.out(*dst, n, "a transpose result")? };
                 perm.apply(from, to);
             }
+            Step::ArgMax { src, dst, lanes } => {
+                let [outer, n, inner] = *lanes;
+                // SAFETY: the caller's contract.
+                let from = unsafe { mem.input(*src, outer * n * inner)? };
+                let p = mem.bytes(*dst, 4 * outer * inner).ok_or_else(|| internal("an argmax outside the arena"))?;
+                // SAFETY: in the arena (checked); exclusive by the caller's
+                // contract.
+                let to = unsafe { std::slice::from_raw_parts_mut(p.cast::<i32>(), outer * inner) };
+                crate::tensor::argmax_lanes(from, *lanes, to);
+            }
             // SAFETY: the caller's contract.
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
             Step::Interp(nodes) => {
@@ -278,7 +288,9 @@ impl Step {
                         .iter()
                         .zip(&node.arg_tys)
                         .map(|(a, ty)| match a {
-                            Arg::Ref(r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_))) => Ok(Some(read(mem, *r, ty)?)),
+                            Arg::Ref(r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_))) => {
+                                Ok(Some(read(mem, *r, ty)?))
+                            }
                             _ => Ok(None),
                         })
                         .collect::<Result<_, Diagnostic>>()?;
@@ -381,12 +393,13 @@ unsafe impl Sync for Pointers {}
 fn indices(
     mem: Mem,
     ids: Ref,
+    ids_ty: &crate::ir::TensorType,
     axis: usize,
     n: usize,
     op: &str,
     span: crate::diag::Span,
 ) -> Result<Vec<i64>, Diagnostic> {
-    let t = mem.tensor(ids)?;
+    let t = &read(mem, ids, ids_ty)?;
     let idx = t.to_i64_vec().ok_or_else(|| internal(format!("{op} indices of dtype {}", t.dtype())))?;
     crate::tensor::index_ops::check_indices(&idx, t, axis, n, op)
         .map_err(|d| d.label(span, format!("while computing this `{op}`")))?;

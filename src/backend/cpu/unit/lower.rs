@@ -189,8 +189,9 @@ impl Builder<'_> {
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
-        let in_arena =
-            outputs.iter().all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_))));
+        let in_arena = outputs
+            .iter()
+            .all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_))));
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
@@ -224,7 +225,7 @@ impl Builder<'_> {
         let numel = spec.numel();
         for (o, kind) in spec.output_nodes.iter().zip(&mut spec.stores) {
             match self.get(*o)? {
-                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_)) => {
+                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_)) => {
                     as_stored(kind, r);
                     args.push((r, numel));
                 }
@@ -653,6 +654,9 @@ impl<'a> Lowering<'a> {
             let step = self.b.part(prologue, &outs, &mut self.counts)?;
             self.steps.push(step);
         }
+        if let Op::ArgMax { axis, .. } = g.node(anchor).op {
+            return self.argmax(k, anchor, axis, &tail, &reads);
+        }
         let Some((dst, rounding)) = self.native_result(anchor, &reads)? else {
             return Err(internal("a reduction outside the arena"));
         };
@@ -680,6 +684,41 @@ impl<'a> Lowering<'a> {
         if !tail.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
             let step = self.b.part(&tail, &outs, &mut self.counts)?;
+            self.steps.push(step);
+        }
+        Ok(())
+    }
+
+    /// The native `argmax` `anchor` of reduction kernel `k` (its prologue
+    /// done) and the kernel's `tail`.
+    fn argmax(
+        &mut self,
+        k: &Kernel,
+        anchor: NodeId,
+        axis: usize,
+        tail: &[NodeId],
+        reads: &[Place],
+    ) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let input = g.inputs(anchor)[0];
+        let shape = &g.node(input).ty.shape;
+        let lanes = [shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()];
+        let dst = match self.b.loc.get(&anchor).copied() {
+            Some(Ref::Int(at)) => at,
+            None => {
+                self.sync();
+                let at = 4 * self.scratch.take(g.node(anchor).ty.numel(), &self.order, reads);
+                self.b.loc.insert(anchor, Ref::Int(at));
+                at
+            }
+            Some(r) => return Err(internal(format!("an argmax result in {r:?}"))),
+        };
+        let src = self.widened(input, reads)?;
+        self.steps.push(Step::ArgMax { src, dst, lanes });
+        self.counts.native += 1;
+        if !tail.is_empty() {
+            let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
+            let step = self.b.part(tail, &outs, &mut self.counts)?;
             self.steps.push(step);
         }
         Ok(())
@@ -830,8 +869,8 @@ impl<'a> Lowering<'a> {
                 let ps = &g.node(ins[0]).ty.shape;
                 let (outer, inner) = around(ps, axis, 1);
                 let (params, ids) = (self.widened(ins[0], &reads)?, self.b.get(ins[1])?);
-                let count = g.node(ins[1]).ty.numel();
-                Step::Gather { params, ids, dst, dims: [outer, ps[axis], inner], count, axis, span: node.span }
+                let ids_ty = g.node(ins[1]).ty.clone();
+                Step::Gather { params, ids, ids_ty, dst, dims: [outer, ps[axis], inner], axis, span: node.span }
             }
             Op::ScatterAdd { axis, dim } => {
                 let (is, us) = (&g.node(ins[0]).ty, &g.node(ins[1]).ty.shape);
@@ -842,7 +881,7 @@ impl<'a> Lowering<'a> {
                     updates,
                     dst,
                     dims: [outer, dim, inner],
-                    count: is.numel(),
+                    ids_ty: is.clone(),
                     axis,
                     span: node.span,
                 }

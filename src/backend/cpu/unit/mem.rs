@@ -154,7 +154,9 @@ impl<'a> Mem<'a> {
             Ref::Table(t) => {
                 unsafe { self.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
             }
-            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) => Err(internal("an arena value read as a tensor")),
+            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) => {
+                Err(internal("an arena value read as a tensor"))
+            }
         }
     }
 
@@ -179,6 +181,7 @@ impl<'a> Mem<'a> {
             Ref::Arena(off) => self.floats(off, len).ok_or_else(outside),
             Ref::Mask(off) => self.bytes(off, len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             Ref::Half(off) => self.bytes(off, 2 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
+            Ref::Int(off) => self.bytes(off, 4 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             r => {
                 let t = self.tensor(r)?;
                 match t.data() {
@@ -216,6 +219,11 @@ pub(super) fn read(mem: Mem, r: Ref, ty: &TensorType) -> Result<Tensor, Diagnost
             let widen = half_widening(ty.dtype)?;
             Tensor::from_vec(ty.dtype, &ty.shape, bits.iter().map(|&h| widen(h)).collect())
         }
+        Ref::Int(off) => {
+            let p = mem.bytes(off, 4 * n).ok_or_else(outside)?.cast::<i32>();
+            let v = unsafe { std::slice::from_raw_parts(p, n) };
+            Tensor::from_vec(DType::I32, &ty.shape, v.to_vec())
+        }
         r => mem.tensor(r).cloned(),
     }
 }
@@ -243,6 +251,11 @@ pub(super) unsafe fn write(mem: Mem, r: Ref, v: &Tensor) -> Result<(), Diagnosti
             let p = mem.bytes(off, 2 * n).ok_or_else(outside)?.cast::<u16>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
             dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = narrow(s));
+        }
+        (Ref::Int(off), Data::I32(a)) => {
+            let p = mem.bytes(off, 4 * n).ok_or_else(outside)?.cast::<i32>();
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
+            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
         }
         (Ref::Table(t), _) => unsafe { mem.set_table(t, v.clone())? },
         (r, _) => return Err(internal(format!("a {} value written to {r:?}", v.dtype()))),

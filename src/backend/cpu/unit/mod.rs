@@ -12,9 +12,9 @@
 //! (the storage and one run's view of it), `execute` (running a step, and
 //! all of them on one thread or a pool).
 //!
-//! Storage: every `f32`, `f16`, `bf16` and `bool` kernel output lives in
-//! the arena at the memory plan's byte offset (four, two and one bytes an
-//! element; a `bool` is 0 or 1) (`arena_bytes` plus scratch for the values
+//! Storage: every `f32`, `i32`, `f16`, `bf16` and `bool` kernel output
+//! lives in the arena at the memory plan's byte offset (four, two and one
+//! bytes an element; a `bool` is 0 or 1) (`arena_bytes` plus scratch for the values
 //! a kernel keeps to itself, module `schedule`); values of other dtypes
 //! are kept as interpreter tensors beside it; region
 //! inputs are read in place from the caller's tensors and values computed
@@ -152,6 +152,7 @@ impl JitUnit {
                         Some(&off) if node.ty.dtype == DType::F32 => Ref::Arena(off / 4),
                         Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
                         Some(&off) if matches!(node.ty.dtype, DType::F16 | DType::BF16) => Ref::Half(off),
+                        Some(&off) if node.ty.dtype == DType::I32 => Ref::Int(off),
                         _ => {
                             b.tables += 1;
                             Ref::Table(b.tables - 1)

@@ -11,7 +11,7 @@
 //! Example: `float_pool(g, &[n])` is `Some(params)` for a lone float
 //! `pool2d` node `n`, which then runs on module `pool`.
 
-use crate::backend::cpu::codegen::spec::{computes_as_f32, Spec};
+use crate::backend::cpu::codegen::spec::{computes_as_f32, Kind, Spec};
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
@@ -48,10 +48,18 @@ pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec
     (head, tail)
 }
 
-/// A reduction (the last of `head`) over float values that `reduce.rs` runs.
+/// A reduction (the last of `head`) over float values that `reduce.rs`
+/// runs, or an `argmax` of float values along an axis of fewer than 2^31.
 pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     let Some(&a) = head.last() else { return false };
-    matches!(g.node(a).op, Op::Reduce { .. }) && one_float_type(g, a)
+    match g.node(a).op {
+        Op::Reduce { .. } => one_float_type(g, a),
+        Op::ArgMax { axis, .. } => {
+            let x = &g.node(g.inputs(a)[0]).ty;
+            computes_as_f32(x.dtype) && x.shape.get(axis).is_some_and(|&n| n > 0 && i32::try_from(n).is_ok())
+        }
+        _ => false,
+    }
 }
 
 /// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
@@ -178,8 +186,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         fits(nodes) || (!widened.is_empty() && fits(&[widened, nodes.to_vec()].concat()))
     };
     let compiled = |nodes: &[NodeId], outputs: &[NodeId]| {
-        let stored =
-            outputs.iter().all(|&o| matches!(g.node(o).ty.dtype, DType::F32 | DType::Bool | DType::F16 | DType::BF16));
+        let stored = outputs.iter().all(|&o| Kind::stored(g.node(o).ty.dtype).is_some());
         stored && analyzable(nodes, outputs)
     };
     let outputs_in = |part: &[NodeId]| k.outputs.iter().copied().filter(|o| part.contains(o)).collect::<Vec<_>>();

@@ -35,6 +35,8 @@ pub(in crate::backend::cpu) enum Ref {
     /// `f16` or `bf16` elements (two bytes each, the value's type says
     /// which) at this byte offset of the arena.
     Half(usize),
+    /// `i32` elements at this byte offset of the arena.
+    Int(usize),
     /// The caller's input at this position.
     Input(usize),
     /// A value fixed at `prepare` (computed outside the unit, or a constant).
@@ -93,6 +95,10 @@ pub(super) enum Step {
         reduced: Vec<bool>,
         from_maxima: Option<(Ref, usize)>,
     },
+    /// `dst = argmax(src)` (`i32` at this byte offset of the arena) of
+    /// `f32` `src` viewed as `[outer, n, inner]`, along `n`
+    /// (`tensor::argmax_lanes`).
+    ArgMax { src: Ref, dst: usize, lanes: [usize; 3] },
     /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
     /// (module `pool`).
     /// `first_max`: for a max pool's gradient, where the convolution that
@@ -121,10 +127,10 @@ pub(super) enum Step {
     /// copy of its elements under the new shape.
     Reshape { src: Ref, dst: Ref, ty: TensorType },
     /// `dst = gather(params, ids, axis)` of `f32` params viewed as
-    /// `[outer, n, inner]` around the axis, with `count` integer ids
+    /// `[outer, n, inner]` around the axis, with integer ids of type `ids_ty`
     /// (`tensor::index_ops::gather_rows`); an id out of range is an error
     /// at `span`.
-    Gather { params: Ref, ids: Ref, dst: usize, dims: [usize; 3], count: usize, axis: usize, span: Span },
+    Gather { params: Ref, ids: Ref, ids_ty: TensorType, dst: usize, dims: [usize; 3], axis: usize, span: Span },
     /// `dst = round(src)` to `dtype` (`f16` or `bf16`) over `len` elements:
     /// widening two-byte `src` into `f32` `dst`, or rounding `f32` `src`
     /// into two-byte `dst` or into `f32` `dst` (in place when they are the
@@ -132,9 +138,10 @@ pub(super) enum Step {
     /// values (`tensor`: what the interpreter rounds).
     Convert { src: Ref, dst: Ref, len: usize, dtype: DType },
     /// `dst = scatter_add(ids, updates, axis, dim)`: `f32` updates viewed as
-    /// `[outer, count, inner]` added into `[outer, dim, inner]`
+    /// `[outer, count, inner]` added into `[outer, dim, inner]` (`count`:
+    /// the elements of `ids_ty`)
     /// (`tensor::index_ops::scatter_add_rows`).
-    ScatterAdd { ids: Ref, updates: Ref, dst: usize, dims: [usize; 3], count: usize, axis: usize, span: Span },
+    ScatterAdd { ids: Ref, ids_ty: TensorType, updates: Ref, dst: usize, dims: [usize; 3], axis: usize, span: Span },
 }
 
 /// A convolution's post-ops, by where their operands live.
@@ -165,6 +172,7 @@ pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
         Ref::Arena(off) => Some(Place::Bytes(4 * off, 4 * (off + len))),
         Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
         Ref::Half(off) => Some(Place::Bytes(off, off + 2 * len)),
+        Ref::Int(off) => Some(Place::Bytes(off, off + 4 * len)),
         Ref::Table(t) => Some(Place::Table(t)),
         Ref::Input(_) | Ref::Fixed(_) => None,
     }
@@ -232,6 +240,11 @@ impl Step {
                 writes.push(arena(*dst, m));
                 *cost = (n / 4) as u64;
             }
+            Step::ArgMax { src, dst, lanes: [outer, n, inner] } => {
+                reads.extend(place(*src, outer * n * inner));
+                writes.push(Place::Bytes(*dst, dst + 4 * outer * inner));
+                *cost = (outer * n * inner / 4) as u64;
+            }
             Step::Pool { x, grad, dst, xs, ys, first_max, .. } => {
                 let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
                 match first_max {
@@ -252,12 +265,14 @@ impl Step {
                 writes.extend(place(*dst, ty.numel()));
                 *cost = ty.numel() as u64 / 4;
             }
-            Step::Gather { params, ids, dst, dims: [outer, n, inner], count, .. } => {
+            Step::Gather { params, ids, ids_ty, dst, dims: [outer, n, inner], .. } => {
+                let count = &ids_ty.numel();
                 reads.extend(place(*params, outer * n * inner).into_iter().chain(place(*ids, *count)));
                 writes.push(arena(*dst, outer * count * inner));
                 *cost = (outer * count * inner / 4) as u64;
             }
-            Step::ScatterAdd { ids, updates, dst, dims: [outer, dim, inner], count, .. } => {
+            Step::ScatterAdd { ids, ids_ty, updates, dst, dims: [outer, dim, inner], .. } => {
+                let count = &ids_ty.numel();
                 reads.extend(place(*updates, outer * count * inner).into_iter().chain(place(*ids, *count)));
                 writes.push(arena(*dst, outer * dim * inner));
                 *cost = (outer * (count + dim) * inner / 2) as u64;
@@ -301,6 +316,7 @@ impl Step {
                 let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
                 format!("reduce {op:?} {} over {axes:?}{from}", dims(shape))
             }
+            Step::ArgMax { lanes, .. } => format!("argmax {} along axis 1", dims(lanes)),
             Step::Pool { params, grad, xs, first_max, unread, .. } => {
                 let grad = if grad.is_some() { " grad" } else { "" };
                 let from = match (first_max.is_some(), unread) {
@@ -315,11 +331,11 @@ impl Step {
             Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
             Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
             Step::Window { op, shape, .. } => format!("{op} {}", dims(shape)),
-            Step::Gather { dims: [outer, n, inner], count, .. } => {
-                format!("gather {count} of {} rows", dims(&[*outer, *n, *inner]))
+            Step::Gather { dims: [outer, n, inner], ids_ty, .. } => {
+                format!("gather {} of {} rows", ids_ty.numel(), dims(&[*outer, *n, *inner]))
             }
-            Step::ScatterAdd { dims: [outer, dim, inner], count, .. } => {
-                format!("scatter_add {count} rows into {}", dims(&[*outer, *dim, *inner]))
+            Step::ScatterAdd { dims: [outer, dim, inner], ids_ty, .. } => {
+                format!("scatter_add {} rows into {}", ids_ty.numel(), dims(&[*outer, *dim, *inner]))
             }
         };
         let mut ops: Vec<&str> = Vec::new();
