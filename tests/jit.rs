@@ -189,11 +189,8 @@ fn every_example_prints_the_same_values_on_jit_and_interp() {
 /// shorten the list): it is the record of what the CPU backend still lacks.
 #[test]
 fn strict_refuses_exactly_the_programs_with_known_host_kernels() {
-    // Only `f64` training has no CPU kernels yet.
-    let known: &[(&str, &[&str])] = &[(
-        "tests/cases/run/optimizers_on_f64_parameters.tfl",
-        &["broadcast_to", "matmul", "reduce_mean", "reduce_sum", "transpose"],
-    )];
+    // None left: every training step, metric and `map` compiles.
+    let known: &[(&str, &[&str])] = &[];
     let mut files = tfl_files(&root().join("tests/cases/run"));
     files.extend(tfl_files(&root().join("examples")));
     files.extend(tfl_files(&root().join("examples/bench")));

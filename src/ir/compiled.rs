@@ -65,8 +65,9 @@ pub struct Kernel {
     /// Why the kernel runs wholly (`device` is `Host`) or partly (a product
     /// on the CPU, its epilogue interpreted) on the host interpreter in a
     /// region's unit: what the target answered
-    /// (`ir::target::Target::host_reason`).
+    /// (`ir::target::Target::host_reason`), with the node it names.
     pub why_host: Option<String>,
+    pub host_node: Option<NodeId>,
 }
 
 /// A buffer of the memory plan: a kernel output placed at `offset` in its

@@ -39,6 +39,8 @@ pub struct HostPart {
     pub whole: bool,
     /// Why, naming the op (`no CPU kernel for `gather` on f32[16, 64]`).
     pub why: String,
+    /// The node named.
+    pub node: crate::ir::NodeId,
 }
 
 impl Target {

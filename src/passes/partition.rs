@@ -51,6 +51,7 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
                     true => Device::Host,
                     false => Device::Cpu,
                 };
+                k.host_node = host.as_ref().map(|h| h.node);
                 k.why_host = host.map(|h| h.why);
             }
         }
@@ -66,7 +67,7 @@ pub fn host_kernels(p: &Program) -> Vec<Diagnostic> {
     let mut found = Vec::new();
     for u in c.units.iter().filter(|u| u.region.is_some()) {
         for k in u.kernels.iter().filter(|k| k.why_host.is_some() && k.kind != KernelKind::Source) {
-            let Some(&first) = k.nodes.first() else { continue };
+            let Some(&first) = k.host_node.as_ref().or(k.nodes.first()) else { continue };
             let node = p.graph.node(first);
             let why = k.why_host.as_deref().unwrap_or("the plan puts it on the host");
             found.push(
@@ -110,6 +111,7 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
                     outputs: vec![n],
                     device: Device::Cpu,
                     why_host: None,
+                    host_node: None,
                 })
                 .collect(),
             ..Default::default()

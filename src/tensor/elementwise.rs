@@ -144,6 +144,18 @@ fn op_name(op: UnaryOp) -> &'static str {
     crate::ir::Op::Unary(op).name()
 }
 
+/// What `op` computes on one `f64` (`None`: not a float op). The CPU
+/// backend's compiled `f64` code calls these very functions.
+pub fn f64_unary(op: UnaryOp) -> Option<fn(f64) -> f64> {
+    float_unary(op)
+}
+
+/// What arithmetic `op` computes on two `f64`s (`None`: not a float
+/// arithmetic op), for compiled `f64` code as `f64_unary`.
+pub fn f64_binary(op: BinaryOp) -> Option<fn(f64, f64) -> f64> {
+    float_binary_fn(op)
+}
+
 fn float_unary<T: Float>(op: UnaryOp) -> Option<fn(T) -> T> {
     let f: fn(T) -> T = match op {
         UnaryOp::Neg => |x: T| -x,
@@ -223,7 +235,12 @@ fn compare<T: Elem>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<ArrayD
 }
 
 fn float_binary<T: Float>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<ArrayD<T>, Diagnostic> {
-    let f = match op {
+    let f = float_binary_fn(op).ok_or_else(|| unsupported(op_name_b(op), DType::F32))?;
+    zip_map(x, y, |a, b| Ok(f(a, b)))
+}
+
+fn float_binary_fn<T: Float>(op: BinaryOp) -> Option<fn(T, T) -> T> {
+    let f: fn(T, T) -> T = match op {
         BinaryOp::Add => |a: T, b: T| a.add(b),
         BinaryOp::Sub => |a: T, b: T| a - b,
         BinaryOp::Mul => |a: T, b: T| a.mul(b),
@@ -231,9 +248,9 @@ fn float_binary<T: Float>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<
         BinaryOp::Pow => |a: T, b: T| a.powf(b),
         BinaryOp::Maximum => |a: T, b: T| a.max_nan(b),
         BinaryOp::Minimum => |a: T, b: T| a.min_nan(b),
-        _ => return Err(unsupported(op_name_b(op), DType::F32)),
+        _ => return None,
     };
-    zip_map(x, y, |a, b| Ok(f(a, b)))
+    Some(f)
 }
 
 fn int_binary<T: Int>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<ArrayD<T>, Diagnostic> {

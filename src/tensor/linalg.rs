@@ -28,16 +28,10 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
     with_elem!(a.data(), T => matmul_t::<T>(a, b))
 }
 
-fn matmul_t<T: Elem>(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
-    let (sa, sb) = (a.shape(), b.shape());
-    let r = sa.len();
-    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
-        return Err(Diagnostic::internal(format!("interpreter: matmul of {sa:?} and {sb:?}")));
-    }
-    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
-    let batch: usize = sa[..r - 2].iter().product();
-    let (x, y) = (flat(array::<T>(a)?), flat(array::<T>(b)?));
-    let mut out = vec![T::zero(); batch * m * n];
+/// `out = x @ y` for `batch` row-major `m × k` and `k × n` matrices (`out`
+/// zeroed, `batch · m · n` long): the interpreter's matmul, which the CPU
+/// backend also runs for `f64`.
+pub fn matmul_into<T: Elem>(x: &[T], y: &[T], out: &mut [T], [batch, m, k, n]: [usize; 4]) {
     // Each output element is `0 + x[i, 0]·y[0, j] + x[i, 1]·y[1, j] + …` in
     // order of `p` (the reference summation order). The loops run `p`
     // outside `j` so that a row of `y` is read contiguously and a whole row
@@ -54,6 +48,19 @@ fn matmul_t<T: Elem>(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
             }
         }
     }
+}
+
+fn matmul_t<T: Elem>(a: &Tensor, b: &Tensor) -> Result<Data, Diagnostic> {
+    let (sa, sb) = (a.shape(), b.shape());
+    let r = sa.len();
+    if r < 2 || sb.len() != r || sa[..r - 2] != sb[..r - 2] || sa[r - 1] != sb[r - 2] {
+        return Err(Diagnostic::internal(format!("interpreter: matmul of {sa:?} and {sb:?}")));
+    }
+    let (m, k, n) = (sa[r - 2], sa[r - 1], sb[r - 1]);
+    let batch: usize = sa[..r - 2].iter().product();
+    let (x, y) = (flat(array::<T>(a)?), flat(array::<T>(b)?));
+    let mut out = vec![T::zero(); batch * m * n];
+    matmul_into(&x, &y, &mut out, [batch, m, k, n]);
     let mut shape = sa.to_vec();
     shape[r - 1] = n;
     Ok(T::wrap(array_from(&shape, out)?))

@@ -46,6 +46,8 @@ pub mod shape_ops;
 #[cfg(test)]
 mod testutil;
 
+pub use elementwise::{f64_binary, f64_unary};
+pub use linalg::matmul_into;
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use reduce::argmax_lanes;
 pub use value::{unravel, Data, Elem, FromScalar, Tensor};

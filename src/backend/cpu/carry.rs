@@ -67,11 +67,15 @@ pub(super) fn plan(
         let out_ref = loc.get(out_node).copied();
         let in_place = slot.is_some() && c.over_input.get(out_node) == slot.as_ref();
         let (home, refresh_from) = match out_ref {
-            Some(r @ (Ref::Arena(_) | Ref::Half(_))) if in_place => (r, None),
-            _ if matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16) => {
+            Some(r @ (Ref::Arena(_) | Ref::Half(_) | Ref::Wide(_))) if in_place => (r, None),
+            _ if matches!(ty.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::F64) => {
                 let at = arena_end.div_ceil(64) * 64;
                 *arena_end = at + ty.size_bytes();
-                let home = if ty.dtype == DType::F32 { Ref::Arena(at / 4) } else { Ref::Half(at) };
+                let home = match ty.dtype {
+                    DType::F32 => Ref::Arena(at / 4),
+                    DType::F64 => Ref::Wide(at),
+                    _ => Ref::Half(at),
+                };
                 (home, out_ref.filter(|r| *r != Ref::Input(input)))
             }
             _ => {

@@ -1,6 +1,6 @@
-//! The instruction templates of `i32` values and of conversions between
-//! expression kinds (`f32`, `i32`, masks), one lane or four (`I32X4`) at
-//! a time.
+//! The instruction templates of `i32` and `f64` values and of conversions
+//! between expression kinds (`f32`, `f64`, `i32`, masks), one lane or four
+//! (`I32X4`) at a time (`f64`: one, `Spec::scalar_only`).
 //!
 //! Contract: the interpreter's semantics exactly: integer arithmetic wraps
 //! (`i32::MIN.abs()` is `i32::MIN`), comparisons are signed, and a cast
@@ -12,8 +12,8 @@
 //! Example: `e.int_binary(BinaryOp::Mul, x, y)` emits one `imul` (`pmulld`
 //! on four lanes).
 
-use super::poly::Emitter;
-use super::spec::Kind;
+use super::poly::{Emitter, Libm};
+use super::spec::{Kind, FLOAT_BINARY, FLOAT_UNARY};
 use crate::ir::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};
@@ -57,6 +57,20 @@ impl Emitter<'_, '_> {
     /// `x` (of kind `from`) as a value of kind `to` (see the module docs).
     pub fn convert(&mut self, from: Kind, to: Kind, x: Value) -> Value {
         match (from, to) {
+            // (`f64` code is scalar: `Spec::scalar_only`.)
+            (Kind::F64, Kind::F64) => x,
+            (Kind::F64, Kind::I32) => self.b.ins().fcvt_to_sint_sat(types::I32, x),
+            (Kind::F64, Kind::Mask) => {
+                let zero = self.b.ins().f64const(0.0);
+                self.fcmp(FloatCC::NotEqual, x, zero)
+            }
+            (Kind::F64, _) => self.b.ins().fdemote(types::F32, x),
+            (Kind::I32, Kind::F64) => self.b.ins().fcvt_from_sint(types::F64, x),
+            (Kind::Mask, Kind::F64) => {
+                let (one, zero) = (self.b.ins().f64const(1.0), self.b.ins().f64const(0.0));
+                self.select(x, one, zero)
+            }
+            (_, Kind::F64) => self.b.ins().fpromote(types::F64, x),
             (Kind::Mask, Kind::I32) => self.mask_to_int(x),
             (Kind::Mask, _) => {
                 let (one, zero) = (self.f(1.0), self.f(0.0));
@@ -79,6 +93,38 @@ impl Emitter<'_, '_> {
                 self.b.ins().fcvt_to_sint_sat(ty, x)
             }
             _ => x,
+        }
+    }
+
+    /// `op` on an `f64`: negation, absolute value and square root inline,
+    /// the rest by the interpreter's own function (`poly::f64_unary`).
+    pub fn f64_unary(&mut self, op: UnaryOp, x: Value) -> Value {
+        match op {
+            UnaryOp::Neg => self.b.ins().fneg(x),
+            UnaryOp::Abs => self.b.ins().fabs(x),
+            UnaryOp::Sqrt => self.b.ins().sqrt(x),
+            _ => {
+                // (Any other op is NaN: `Spec::analyze` admits none.)
+                let at = FLOAT_UNARY.iter().position(|&u| u == op).map_or(-1, |i| i as i64);
+                let code = self.b.ins().iconst(types::I32, at);
+                self.call(Libm::F64Unary, &[code, x])
+            }
+        }
+    }
+
+    /// Arithmetic `op` on `f64`s: the four basic operations inline (IEEE,
+    /// as the interpreter's), the rest by the interpreter's own function.
+    pub fn f64_binary(&mut self, op: BinaryOp, x: Value, y: Value) -> Value {
+        match op {
+            BinaryOp::Add => self.b.ins().fadd(x, y),
+            BinaryOp::Sub => self.b.ins().fsub(x, y),
+            BinaryOp::Mul => self.b.ins().fmul(x, y),
+            BinaryOp::Div => self.b.ins().fdiv(x, y),
+            _ => {
+                let at = FLOAT_BINARY.iter().position(|&b| b == op).map_or(-1, |i| i as i64);
+                let code = self.b.ins().iconst(types::I32, at);
+                self.call(Libm::F64Binary, &[code, x, y])
+            }
         }
     }
 

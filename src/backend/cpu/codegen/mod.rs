@@ -72,16 +72,16 @@ impl Compiler {
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
         let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
         for f in Libm::ALL {
-            let (name, address, _) = f.symbol();
+            let (name, address, _, _) = f.symbol();
             jit.symbol(name, address);
         }
         let mut module = JITModule::new(jit);
         let mut calls = Vec::with_capacity(Libm::ALL.len());
         for f in Libm::ALL {
-            let (name, _, arity) = f.symbol();
+            let (name, _, params, result) = f.symbol();
             let mut sig = module.make_signature();
-            sig.params.extend(std::iter::repeat_n(AbiParam::new(types::F32), arity));
-            sig.returns.push(AbiParam::new(types::F32));
+            sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+            sig.returns.push(AbiParam::new(result));
             calls.push(module.declare_function(name, Linkage::Import, &sig).map_err(isa_error)?);
         }
         let ctx = module.make_context();
@@ -234,6 +234,9 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
             let s = b.ins().load(types::F32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(s);
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
+        } else if load.inner == Inner::Splat && load.kind == Kind::F64 {
+            // Scalar-only code (`Spec::scalar_only`): no vector splat.
+            splat_scalar[l] = Some(b.ins().load(types::F64, flags, row_ptr[l], 0));
         } else if load.inner == Inner::Splat && load.kind == Kind::I32 {
             let i = b.ins().load(types::I32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(i);
@@ -253,20 +256,23 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
             splat_vector[l] = Some(b.ins().splat(types::I32X4, lanes));
         }
     }
-    let vec = new_loop(b, ptr);
     let tail = new_loop(b, ptr);
     let next_row = b.create_block();
-    b.ins().jump(vec.header, &[zero.into()]);
-
-    // Vector header: `brif c + 4 > inner, tail, body`.
-    b.switch_to_block(vec.header);
-    let c = b.block_params(vec.header)[0];
-    let c4 = b.ins().iadd_imm_u(c, 4);
-    let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
-    b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
-    b.switch_to_block(vec.body);
-    body(b, spec, &row_ptr, &splat_vector, c, true, support);
-    b.ins().jump(vec.header, &[c4.into()]);
+    if spec.scalar_only() {
+        b.ins().jump(tail.header, &[zero.into()]);
+    } else {
+        let vec = new_loop(b, ptr);
+        b.ins().jump(vec.header, &[zero.into()]);
+        // Vector header: `brif c + 4 > inner, tail, body`.
+        b.switch_to_block(vec.header);
+        let c = b.block_params(vec.header)[0];
+        let c4 = b.ins().iadd_imm_u(c, 4);
+        let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
+        b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
+        b.switch_to_block(vec.body);
+        body(b, spec, &row_ptr, &splat_vector, c, true, support);
+        b.ins().jump(vec.header, &[c4.into()]);
+    }
 
     // Scalar tail: `brif c >= inner, next_row, body`.
     b.switch_to_block(tail.header);
@@ -302,6 +308,7 @@ fn body(
     let le = MemFlagsData::new().with_endianness(Endianness::Little);
     let byte = b.ins().imul_imm_u(c, 4);
     let half_byte = b.ins().imul_imm_u(c, 2);
+    let wide_byte = b.ins().imul_imm_u(c, 8);
     let mut loaded: Vec<Option<Value>> = splat.to_vec();
     for (l, load) in spec.loads.iter().enumerate() {
         if load.inner != Inner::Contig {
@@ -316,6 +323,10 @@ fn body(
                 let addr = b.ins().iadd(row_ptr[l], byte);
                 let int = if vector { types::I32X4 } else { types::I32 };
                 b.ins().load(int, flags, addr, 0)
+            }
+            (Kind::F64, _) => {
+                let addr = b.ins().iadd(row_ptr[l], wide_byte);
+                b.ins().load(types::F64, flags, addr, 0)
             }
             (Kind::F16 | Kind::BF16, _) => {
                 let addr = b.ins().iadd(row_ptr[l], half_byte);
@@ -351,6 +362,7 @@ fn body(
             Expr::Load(l) => loaded[l].expect("every load is loaded before use"),
             Expr::Unary(_, x) if *kind == Kind::Mask => e.mask_not(values[x]),
             Expr::Unary(op, x) if *kind == Kind::I32 => e.int_unary(op, values[x]),
+            Expr::Unary(op, x) if *kind == Kind::F64 => e.f64_unary(op, values[x]),
             Expr::Unary(op, x) => e.unary(op, values[x]),
             Expr::Binary(op, x, y) if op.is_comparison() && spec.exprs[x].1 == Kind::I32 => {
                 e.int_compare(op, values[x], values[y])
@@ -358,6 +370,7 @@ fn body(
             Expr::Binary(op, x, y) if op.is_comparison() => e.compare(op, values[x], values[y]),
             Expr::Binary(op, x, y) if op.is_logical() => e.logical(op, values[x], values[y]),
             Expr::Binary(op, x, y) if *kind == Kind::I32 => e.int_binary(op, values[x], values[y]),
+            Expr::Binary(op, x, y) if *kind == Kind::F64 => e.f64_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) => e.binary(op, values[x], values[y]),
             Expr::Select(m, x, y) if *kind == Kind::I32 => e.pick(values[m], values[x], values[y]),
             Expr::Select(m, x, y) => e.select(values[m], values[x], values[y]),
@@ -378,6 +391,10 @@ fn body(
             // (`Spec::analyze` stores no `I32` output.)
             (Kind::F32 | Kind::I32, _) => {
                 let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
+                b.ins().store(flags, values[x], addr, 0);
+            }
+            (Kind::F64, _) => {
+                let addr = b.ins().iadd(row_ptr[n_loads + o], wide_byte);
                 b.ins().store(flags, values[x], addr, 0);
             }
             (kind @ (Kind::F16 | Kind::BF16), _) => {
@@ -416,6 +433,7 @@ fn body(
 /// Bytes per element of a value kind in memory.
 fn width(kind: Kind) -> usize {
     match kind {
+        Kind::F64 => 8,
         Kind::F32 | Kind::I32 => 4,
         Kind::F16 | Kind::BF16 => 2,
         Kind::Mask => 1,

@@ -43,25 +43,46 @@ pub extern "C" fn cosf(x: f32) -> f32 {
     x.cos()
 }
 
+/// `f64` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
+/// interpreter's own function (linked as `tfc_f64_unary`).
+pub extern "C" fn f64_unary(op: u32, x: f64) -> f64 {
+    let f = super::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f64_unary(u));
+    f.map_or(f64::NAN, |f| f(x))
+}
+
+/// `f64` binary op number `op` of `spec::FLOAT_BINARY` on `x` and `y`, by
+/// the interpreter's own function (linked as `tfc_f64_binary`).
+pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
+    let f = super::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f64_binary(b));
+    f.map_or(f64::NAN, |f| f(x, y))
+}
+
 /// The functions compiled code calls, one lane at a time: the
 /// interpreter's own, where no inline template is worth its accuracy
-/// analysis (`pow`, and `sin`/`cos`, whose range reduction is long).
+/// analysis (`pow`, `sin`/`cos`, whose range reduction is long, and the
+/// transcendental `f64` ops, whose scalar code calls them element by
+/// element).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Libm {
     Pow,
     Sin,
     Cos,
+    F64Unary,
+    F64Binary,
 }
 
 impl Libm {
-    pub const ALL: [Libm; 3] = [Libm::Pow, Libm::Sin, Libm::Cos];
+    pub const ALL: [Libm; 5] = [Libm::Pow, Libm::Sin, Libm::Cos, Libm::F64Unary, Libm::F64Binary];
 
-    /// The linked symbol, its address and its number of `f32` arguments.
-    pub fn symbol(self) -> (&'static str, *const u8, usize) {
+    /// The linked symbol, its address, its argument types and its result.
+    pub fn symbol(self) -> (&'static str, *const u8, &'static [Type], Type) {
+        use types::{F32, F64, I32};
         match self {
-            Libm::Pow => ("tfc_powf", powf as *const u8, 2),
-            Libm::Sin => ("tfc_sinf", sinf as *const u8, 1),
-            Libm::Cos => ("tfc_cosf", cosf as *const u8, 1),
+            Libm::Pow => ("tfc_powf", powf as *const u8, &[F32, F32], F32),
+            Libm::Sin => ("tfc_sinf", sinf as *const u8, &[F32], F32),
+            Libm::Cos => ("tfc_cosf", cosf as *const u8, &[F32], F32),
+            Libm::F64Unary => ("tfc_f64_unary", f64_unary as *const u8, &[I32, F64], F64),
+            Libm::F64Binary => ("tfc_f64_binary", f64_binary as *const u8, &[I32, F64, F64], F64),
         }
     }
 }
@@ -71,7 +92,7 @@ impl Libm {
 pub struct Support {
     /// The function's references to the `Libm` functions, in `Libm::ALL`
     /// order.
-    pub calls: [FuncRef; 3],
+    pub calls: [FuncRef; 5],
     /// Whether the machine has fused multiply-add (polynomials use it).
     pub fma: bool,
 }
@@ -89,7 +110,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// `f(args)` by calling the `Libm` function, once per lane of a vector.
-    fn call(&mut self, f: Libm, args: &[Value]) -> Value {
+    pub(super) fn call(&mut self, f: Libm, args: &[Value]) -> Value {
         let func = self.support.calls[f as usize];
         if !self.vector {
             let inst = self.b.ins().call(func, args);

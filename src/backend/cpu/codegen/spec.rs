@@ -61,6 +61,9 @@ pub enum Kind {
     I32,
     F16,
     BF16,
+    /// An `f64` (eight bytes): a kernel with one computes one element at a
+    /// time (`Spec::scalar_only`).
+    F64,
 }
 
 impl Kind {
@@ -73,7 +76,8 @@ impl Kind {
             DType::I32 => Some(Kind::I32),
             DType::F16 => Some(Kind::F16),
             DType::BF16 => Some(Kind::BF16),
-            _ => None,
+            DType::F64 => Some(Kind::F64),
+            DType::I64 => None,
         }
     }
 
@@ -220,7 +224,7 @@ impl Spec {
         let mut one_hot_depth: Option<usize> = None;
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
             let kind = match Kind::stored(g.node(node).ty.dtype)? {
-                k @ (Kind::Mask | Kind::I32) => k,
+                k @ (Kind::Mask | Kind::I32 | Kind::F64) => k,
                 _ => Kind::F32,
             };
             let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
@@ -261,6 +265,7 @@ impl Spec {
                         (Kind::F32, u) if FLOAT_UNARY.contains(u) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, UnaryOp::Not) => Kind::Mask,
                         (Kind::I32, u) if INT_UNARY.contains(u) && dtype == DType::I32 => Kind::I32,
+                        (Kind::F64, u) if FLOAT_UNARY.contains(u) => Kind::F64,
                         _ => return None,
                     };
                     exprs.push((Expr::Unary(*u, x), kind));
@@ -275,6 +280,8 @@ impl Spec {
                         (Kind::Mask, Kind::Mask) if b.is_logical() => Kind::Mask,
                         (Kind::I32, Kind::I32) if INT_BINARY.contains(b) && dtype == DType::I32 => Kind::I32,
                         (Kind::I32, Kind::I32) if b.is_comparison() => Kind::Mask,
+                        (Kind::F64, Kind::F64) if FLOAT_BINARY.contains(b) => Kind::F64,
+                        (Kind::F64, Kind::F64) if b.is_comparison() => Kind::Mask,
                         _ => return None,
                     };
                     exprs.push((Expr::Binary(*b, x, y), kind));
@@ -303,6 +310,7 @@ impl Spec {
                     let kind = match (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y)) {
                         (Kind::Mask, Kind::F32, Kind::F32) if computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, Kind::I32, Kind::I32) if dtype == DType::I32 => Kind::I32,
+                        (Kind::Mask, Kind::F64, Kind::F64) => Kind::F64,
                         _ => return None,
                     };
                     exprs.push((Expr::Select(c, x, y), kind));
@@ -314,6 +322,7 @@ impl Spec {
                     let to_kind = match to {
                         DType::Bool => Kind::Mask,
                         DType::I32 => Kind::I32,
+                        DType::F64 => Kind::F64,
                         _ => Kind::F32,
                     };
                     match (kind_of(&exprs, x), to) {
@@ -324,11 +333,9 @@ impl Spec {
                         }
                         // An `i32` rounds once to `f32`; to a half type it
                         // would round twice, unlike the interpreter.
-                        (Kind::I32, DType::F16 | DType::BF16) => return None,
-                        (
-                            Kind::F32 | Kind::I32 | Kind::Mask,
-                            DType::Bool | DType::I32 | DType::F32 | DType::F16 | DType::BF16,
-                        ) => {
+                        (Kind::I32 | Kind::F64, DType::F16 | DType::BF16) => return None,
+                        (Kind::F32 | Kind::I32 | Kind::Mask | Kind::F64, DType::I64) => return None,
+                        (Kind::F32 | Kind::I32 | Kind::Mask | Kind::F64, _) => {
                             exprs.push((Expr::Convert(to_kind, x), to_kind));
                             exprs.len() - 1
                         }
@@ -340,6 +347,7 @@ impl Spec {
             let expect = match dtype {
                 DType::Bool => Kind::Mask,
                 DType::I32 => Kind::I32,
+                DType::F64 => Kind::F64,
                 d if computes_as_f32(d) => Kind::F32,
                 _ => return None,
             };
@@ -377,6 +385,15 @@ impl Spec {
         }
         let stores = outputs.iter().map(|&o| Kind::stored(g.node(o).ty.dtype)).collect::<Option<Vec<_>>>()?;
         Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec(), stores })
+    }
+
+    /// Whether the kernel computes one element at a time: it has `f64`
+    /// values (the vector code is four `f32` lanes wide).
+    pub fn scalar_only(&self) -> bool {
+        let f64s = |k: &Kind| *k == Kind::F64;
+        self.exprs.iter().any(|(_, k)| f64s(k))
+            || self.loads.iter().any(|l| f64s(&l.kind))
+            || self.stores.iter().any(f64s)
     }
 
     /// The elements of the iteration space.

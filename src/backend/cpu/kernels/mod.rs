@@ -9,11 +9,13 @@
 //! gradients), `reduce` (reductions), `transpose` (register-blocked matrix
 //! transposes) and `permute` (transposes of any rank), `window` (slices,
 //! pads, concatenations), `adam` (Adam's
-//! update as one loop), `simd` (the shared AVX-512 helpers).
+//! update as one loop), `convert` (`f32` to and from `f16` and `bf16`,
+//! bit for bit `crate::half`), `simd` (the shared AVX-512 helpers).
 
 pub(super) mod adam;
 pub(super) mod conv;
 pub(super) mod conv_direct;
+pub(super) mod convert;
 pub(super) mod gemm;
 pub(super) mod permute;
 pub(super) mod pool;

@@ -1,5 +1,5 @@
-//! Native `f32` reductions (`sum`, `mean`, `max`, `min` over any axes) for
-//! the JIT executor, bit-identical to the reference interpreter.
+//! Native `f32` and `f64` reductions (`sum`, `mean`, `max`, `min` over any
+//! axes) for the JIT executor, bit-identical to the reference interpreter.
 //!
 //! Contract: each output element accumulates its inputs in the input's
 //! row-major order (the interpreter's order), `mean` divides the sum by the
@@ -11,13 +11,45 @@
 
 use crate::ir::ReduceOp;
 
+/// The element types reduced natively.
+pub trait Float:
+    Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::AddAssign + std::ops::DivAssign + 'static
+{
+    const ZERO: Self;
+    const NAN: Self;
+    const INFINITY: Self;
+    const NEG_INFINITY: Self;
+    fn is_nan(self) -> bool;
+    /// The count a mean divides by, as the interpreter converts it.
+    fn count(n: usize) -> Self;
+}
+
+macro_rules! float {
+    ($t:ty) => {
+        impl Float for $t {
+            const ZERO: Self = 0.0;
+            const NAN: Self = <$t>::NAN;
+            const INFINITY: Self = <$t>::INFINITY;
+            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
+            fn is_nan(self) -> bool {
+                <$t>::is_nan(self)
+            }
+            fn count(n: usize) -> Self {
+                n as $t
+            }
+        }
+    };
+}
+float!(f32);
+float!(f64);
+
 /// Reduces `x` of `shape` over the dims where `reduced` is true into `out`
 /// (the kept dims in row-major order).
-pub fn reduce(op: ReduceOp, x: &[f32], shape: &[usize], reduced: &[bool], out: &mut [f32]) {
+pub fn reduce<T: Float>(op: ReduceOp, x: &[T], shape: &[usize], reduced: &[bool], out: &mut [T]) {
     let init = match op {
-        ReduceOp::Sum | ReduceOp::Mean => 0.0,
-        ReduceOp::Max => f32::NEG_INFINITY,
-        ReduceOp::Min => f32::INFINITY,
+        ReduceOp::Sum | ReduceOp::Mean => T::ZERO,
+        ReduceOp::Max => T::NEG_INFINITY,
+        ReduceOp::Min => T::INFINITY,
     };
     out.fill(init);
     let count: usize = shape.iter().zip(reduced).filter(|(_, &r)| r).map(|(&n, _)| n).product();
@@ -84,11 +116,11 @@ pub fn reduce(op: ReduceOp, x: &[f32], shape: &[usize], reduced: &[bool], out: &
 /// `width` long): the interpreter's order, with a group of columns kept in
 /// registers across all rows rather than in memory (each row's additions
 /// are independent, so a group costs one addition latency per row).
-fn column_sums(x: &[f32], width: usize, out: &mut [f32]) {
+fn column_sums<T: Float>(x: &[T], width: usize, out: &mut [T]) {
     /// Columns summed together.
     const GROUP: usize = 32;
-    fn group<const L: usize>(x: &[f32], width: usize, c0: usize, out: &mut [f32]) {
-        let mut acc = [0.0f32; L];
+    fn group<T: Float, const L: usize>(x: &[T], width: usize, c0: usize, out: &mut [T]) {
+        let mut acc = [T::ZERO; L];
         acc.copy_from_slice(&out[c0..c0 + L]);
         for row in x.chunks_exact(width) {
             for (a, &v) in acc.iter_mut().zip(&row[c0..c0 + L]) {
@@ -103,19 +135,19 @@ fn column_sums(x: &[f32], width: usize, out: &mut [f32]) {
     // Each group reads every row once, so the fewer groups the fewer
     // passes over `x`: 32 columns at a time, then 16, 8 and single ones.
     let whole = width / GROUP * GROUP;
-    (0..whole).step_by(GROUP).for_each(|c0| group::<GROUP>(x, width, c0, out));
+    (0..whole).step_by(GROUP).for_each(|c0| group::<T, GROUP>(x, width, c0, out));
     let sixteens = whole + (width - whole) / 16 * 16;
-    (whole..sixteens).step_by(16).for_each(|c0| group::<16>(x, width, c0, out));
+    (whole..sixteens).step_by(16).for_each(|c0| group::<T, 16>(x, width, c0, out));
     let eights = sixteens + (width - sixteens) / 8 * 8;
-    (sixteens..eights).step_by(8).for_each(|c0| group::<8>(x, width, c0, out));
-    (eights..width).for_each(|c0| group::<1>(x, width, c0, out));
+    (sixteens..eights).step_by(8).for_each(|c0| group::<T, 8>(x, width, c0, out));
+    (eights..width).for_each(|c0| group::<T, 1>(x, width, c0, out));
 }
 
-fn combine(op: ReduceOp, acc: f32, v: f32) -> f32 {
+fn combine<T: Float>(op: ReduceOp, acc: T, v: T) -> T {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => acc + v,
-        ReduceOp::Max if acc.is_nan() || v.is_nan() => f32::NAN,
-        ReduceOp::Min if acc.is_nan() || v.is_nan() => f32::NAN,
+        ReduceOp::Max if acc.is_nan() || v.is_nan() => T::NAN,
+        ReduceOp::Min if acc.is_nan() || v.is_nan() => T::NAN,
         ReduceOp::Max => {
             if v > acc {
                 v
@@ -133,10 +165,10 @@ fn combine(op: ReduceOp, acc: f32, v: f32) -> f32 {
     }
 }
 
-fn finish(op: ReduceOp, out: &mut [f32], count: usize) {
+fn finish<T: Float>(op: ReduceOp, out: &mut [T], count: usize) {
     if op == ReduceOp::Mean {
         for o in out {
-            *o /= count as f32;
+            *o /= T::count(count);
         }
     }
 }
@@ -148,7 +180,7 @@ mod tests {
     use crate::tensor::{eval_node, Tensor};
 
     /// Every op over every subset of axes of a few shapes, against the
-    /// interpreter, bit for bit (NaN included).
+    /// interpreter, bit for bit (NaN included), in f32 and f64.
     #[test]
     fn native_reductions_equal_the_interpreter_bit_for_bit() {
         // [3, 61] and [2, 3, 41]: leading-axes sums over rows wide enough for
@@ -187,6 +219,20 @@ mod tests {
                         .zip(&got)
                         .all(|(a, b)| a == b || (f32::from_bits(*a).is_nan() && f32::from_bits(*b).is_nan()));
                     assert!(same && want.len() == got.len(), "{op:?} over {axes:?} of {shape:?}");
+                    // The same in f64.
+                    let x64: Vec<f64> = x.iter().map(|&v| f64::from(v) * 1.000_000_1).collect();
+                    let t64 = Tensor::from_vec(DType::F64, &shape, x64.clone()).unwrap();
+                    let ty = TensorType::new(DType::F64, out_shape.clone());
+                    let want =
+                        eval_node(&Op::Reduce { op, axes: axes.clone(), keepdims: false }, &[&t64], &ty).unwrap();
+                    let mut got = vec![0.0f64; ty.numel()];
+                    reduce(op, &x64, &shape, &reduced, &mut got);
+                    let same = want
+                        .to_f64_vec()
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                    assert!(same, "f64 {op:?} over {axes:?} of {shape:?}");
                 }
             }
         }

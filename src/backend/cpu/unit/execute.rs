@@ -260,10 +260,17 @@ impl Step {
                 let to = unsafe { mem.out(*dst, outer * dim * inner, "a scatter_add result")? };
                 crate::tensor::index_ops::scatter_add_rows(from, &idx, *dims, to);
             }
-            Step::Transpose { src, dst, perm, .. } => {
+            Step::Transpose { src, dst, perm, wide, .. } => {
                 let n = perm.numel();
                 // SAFETY: the caller's contract.
-                let from = unsafe { mem.input(*src, n)? };
+                let from = match wide {
+                    // `f64`s moved as pairs of `f32` words: bit copies.
+                    true => unsafe {
+                        let w = mem.wide_input(*src, n / 2)?;
+                        std::slice::from_raw_parts(w.as_ptr().cast::<f32>(), n)
+                    },
+                    false => unsafe { mem.input(*src, n)? },
+                };
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, n, "a transpose result")? };
                 perm.apply(from, to);
@@ -278,6 +285,21 @@ impl Step {
                 let to = unsafe { std::slice::from_raw_parts_mut(p.cast::<i32>(), outer * inner) };
                 crate::tensor::argmax_lanes(from, *lanes, to);
             }
+            Step::MatMul64 { a, b, dst, batch, m, k, n } => {
+                let ([batch, m, k, n], len) = ([*batch, *m, *k, *n], batch * m * n);
+                // SAFETY (the three slices): the caller's contract.
+                let (x, y) = unsafe { (mem.wide_input(*a, batch * m * k)?, mem.wide_input(*b, batch * k * n)?) };
+                let out = unsafe { mem.wide_out(*dst, len)? };
+                out.fill(0.0);
+                crate::tensor::matmul_into(x, y, out, [batch, m, k, n]);
+            }
+            Step::Reduce64 { op, src, dst, shape, reduced } => {
+                let n: usize = shape.iter().product();
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                // SAFETY (both slices): the caller's contract.
+                let (x, out) = unsafe { (mem.wide_input(*src, n)?, mem.wide_out(*dst, m)?) };
+                crate::backend::cpu::kernels::reduce::reduce(*op, x, shape, reduced, out);
+            }
             // SAFETY: the caller's contract.
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
             Step::Interp(nodes) => {
@@ -288,9 +310,9 @@ impl Step {
                         .iter()
                         .zip(&node.arg_tys)
                         .map(|(a, ty)| match a {
-                            Arg::Ref(r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_))) => {
-                                Ok(Some(read(mem, *r, ty)?))
-                            }
+                            Arg::Ref(
+                                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)),
+                            ) => Ok(Some(read(mem, *r, ty)?)),
                             _ => Ok(None),
                         })
                         .collect::<Result<_, Diagnostic>>()?;

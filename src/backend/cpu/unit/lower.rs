@@ -28,7 +28,11 @@
 //!   two-byte operand widened into scratch (`widened`) and writes its
 //!   result to `f32` scratch, rounded into place after it (`native_result`,
 //!   `settle`), one `Step::Convert` each;
-//! - anything else (`f64`, ops without a code template) runs node by node
+//! - `i32` and `f64` values are compiled the same way (an `f64` kernel one
+//!   element at a time); an `f64` matmul and reduction run the
+//!   interpreter's own loops (`Step::MatMul64`, `Step::Reduce64`), an `f64`
+//!   transpose moves pairs of `f32` words; `argmax` is native;
+//! - anything else (`i64`, ops without a code template) runs node by node
 //!   on the reference interpreter, so every program runs.
 //!
 //! Scratch (values a kernel keeps to itself) goes after the arena, placed
@@ -40,8 +44,8 @@
 
 use super::internal;
 use super::recognize::{
-    float_conv, float_index_op, float_pool, float_transpose, float_window, is_float_matmul, is_max_pool_2x2,
-    max_pool_grads, native_reduce, pooled_shape, split_anchor, table_reshape,
+    float_conv, float_index_op, float_pool, float_transpose, float_window, is_f64_matmul, is_float_matmul,
+    is_max_pool_2x2, max_pool_grads, native_reduce, pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use crate::backend::cpu::codegen::spec::{Kind, Spec};
@@ -189,9 +193,9 @@ impl Builder<'_> {
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
-        let in_arena = outputs
-            .iter()
-            .all(|o| matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_))));
+        let in_arena = outputs.iter().all(|o| {
+            matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)))
+        });
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
@@ -225,7 +229,7 @@ impl Builder<'_> {
         let numel = spec.numel();
         for (o, kind) in spec.output_nodes.iter().zip(&mut spec.stores) {
             match self.get(*o)? {
-                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_)) => {
+                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)) => {
                     as_stored(kind, r);
                     args.push((r, numel));
                 }
@@ -386,6 +390,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
                 self.contraction(k)
             }
+            KernelKind::Contraction if is_f64_matmul(g, k.nodes[0]) => self.wide_contraction(k),
             KernelKind::Reduction => self.reduction(k),
             KernelKind::Layout if float_pool(g, &k.nodes).is_some() => self.pool(k),
             KernelKind::Layout if float_transpose(g, &k.nodes).is_some() => self.transpose(k),
@@ -448,10 +453,29 @@ impl<'a> Lowering<'a> {
     /// Gives `n` a place in scratch if it has none; the kernel that keeps it
     /// reads `reads` from outside.
     fn scratch_for(&mut self, n: NodeId, reads: &[Place]) {
-        let len = self.b.g.node(n).ty.numel();
-        if let std::collections::hash_map::Entry::Vacant(e) = self.b.loc.entry(n) {
-            e.insert(Ref::Arena(self.scratch.take(len, &self.order, reads)));
+        let ty = &self.b.g.node(n).ty;
+        if self.b.loc.contains_key(&n) {
+            return;
         }
+        let at = self.scratch.take(ty.numel() * ty.dtype.size_bytes().max(4) / 4, &self.order, reads);
+        // Values of two-byte types kept in scratch are their `f32`s.
+        let r = match ty.dtype {
+            DType::F64 => Ref::Wide(4 * at),
+            DType::I32 => Ref::Int(4 * at),
+            _ => Ref::Arena(at),
+        };
+        self.b.loc.insert(n, r);
+    }
+
+    /// Where a native kernel writes an `i32` or `f64` result `n`: its arena
+    /// place, or scratch when the kernel keeps it to itself (`None`: in no
+    /// place such a kernel can write).
+    fn byte_result(&mut self, n: NodeId, reads: &[Place]) -> Result<Option<Ref>, Diagnostic> {
+        if !self.b.loc.contains_key(&n) {
+            self.sync();
+            self.scratch_for(n, reads);
+        }
+        Ok(self.b.loc.get(&n).copied().filter(|r| matches!(r, Ref::Int(_) | Ref::Wide(_))))
     }
 
     /// `n` as a native `f32` kernel reads it: a half-precision value in
@@ -634,6 +658,31 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
+    /// An `f64` matmul with its epilogue: the interpreter's loops
+    /// (`Step::MatMul64`), the epilogue compiled.
+    fn wide_contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let mm = k.nodes[0];
+        let reads = self.outside(&k.nodes);
+        let Some(Ref::Wide(dst)) = self.byte_result(mm, &reads)? else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        let ins = g.inputs(mm);
+        let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        let r = sa.len();
+        let (a, b) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+        let (batch, m, kk, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
+        self.steps.push(Step::MatMul64 { a, b, dst, batch, m, k: kk, n });
+        self.counts.gemm += 1;
+        let epilogue = &k.nodes[1..];
+        if !epilogue.is_empty() {
+            let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
+            let step = self.b.part(epilogue, &outs, &mut self.counts)?;
+            self.steps.push(step);
+        }
+        Ok(())
+    }
+
     /// A reduction: its prologue compiled (into scratch), the reduction
     /// native, the epilogue (an optimizer update, a normalization)
     /// compiled; each part falls back to the interpreter.
@@ -656,6 +705,17 @@ impl<'a> Lowering<'a> {
         }
         if let Op::ArgMax { axis, .. } = g.node(anchor).op {
             return self.argmax(k, anchor, axis, &tail, &reads);
+        }
+        if let (Op::Reduce { op, axes, .. }, DType::F64) = (&g.node(anchor).op, g.node(anchor).ty.dtype) {
+            let Some(Ref::Wide(dst)) = self.byte_result(anchor, &reads)? else {
+                return Err(internal("an f64 reduction outside the arena"));
+            };
+            let shape = g.node(input).ty.shape.clone();
+            let reduced = (0..shape.len()).map(|d| axes.contains(&d)).collect();
+            let src = self.b.get(input)?;
+            self.steps.push(Step::Reduce64 { op: *op, src, dst, shape, reduced });
+            self.counts.native += 1;
+            return self.tail(k, &tail);
         }
         let Some((dst, rounding)) = self.native_result(anchor, &reads)? else {
             return Err(internal("a reduction outside the arena"));
@@ -703,19 +763,17 @@ impl<'a> Lowering<'a> {
         let input = g.inputs(anchor)[0];
         let shape = &g.node(input).ty.shape;
         let lanes = [shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()];
-        let dst = match self.b.loc.get(&anchor).copied() {
-            Some(Ref::Int(at)) => at,
-            None => {
-                self.sync();
-                let at = 4 * self.scratch.take(g.node(anchor).ty.numel(), &self.order, reads);
-                self.b.loc.insert(anchor, Ref::Int(at));
-                at
-            }
-            Some(r) => return Err(internal(format!("an argmax result in {r:?}"))),
+        let Some(Ref::Int(dst)) = self.byte_result(anchor, reads)? else {
+            return Err(internal("an argmax result outside the arena"));
         };
         let src = self.widened(input, reads)?;
         self.steps.push(Step::ArgMax { src, dst, lanes });
         self.counts.native += 1;
+        self.tail(k, tail)
+    }
+
+    /// The `tail` of reduction kernel `k` (after its anchor), compiled.
+    fn tail(&mut self, k: &Kernel, tail: &[NodeId]) -> Result<(), Diagnostic> {
         if !tail.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
             let step = self.b.part(tail, &outs, &mut self.counts)?;
@@ -812,11 +870,20 @@ impl<'a> Lowering<'a> {
         let src = g.inputs(n)[0];
         let shape = g.node(src).ty.shape.clone();
         let reads = self.outside(&k.nodes);
+        if g.node(n).ty.dtype == DType::F64 {
+            let Some(Ref::Wide(at)) = self.byte_result(n, &reads)? else {
+                return self.interpreted(&k.nodes, &k.outputs);
+            };
+            let src = self.b.get(src)?;
+            self.steps.push(Step::Transpose { src, dst: at / 4, shape, perm, wide: true });
+            self.counts.native += 1;
+            return Ok(());
+        }
         let Some((dst, rounding)) = self.native_result(n, &reads)? else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
         let src = self.widened(src, &reads)?;
-        self.steps.push(Step::Transpose { src, dst, shape, perm });
+        self.steps.push(Step::Transpose { src, dst, shape, perm, wide: false });
         self.counts.native += 1;
         self.settle(n, dst, rounding);
         Ok(())

@@ -154,10 +154,42 @@ impl<'a> Mem<'a> {
             Ref::Table(t) => {
                 unsafe { self.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
             }
-            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) => {
+            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_) => {
                 Err(internal("an arena value read as a tensor"))
             }
         }
+    }
+
+    /// The `len` `f64`s of `r` (a `Ref::Wide` or an `f64` tensor) as an
+    /// operand slice (checked by `ptr`).
+    ///
+    /// # Safety
+    /// As for `input`.
+    pub(super) unsafe fn wide_input(self, r: Ref, len: usize) -> Result<&'a [f64], Diagnostic> {
+        match r {
+            Ref::Wide(_) | Ref::Input(_) | Ref::Fixed(_) | Ref::Table(_) => {}
+            r => return Err(internal(format!("an f64 operand in {r:?}"))),
+        }
+        if let Ok(t) = self.tensor(r) {
+            if t.dtype() != DType::F64 {
+                return Err(internal(format!("an f64 operand holds {}", t.dtype())));
+            }
+        }
+        let p = self.ptr(r, len)? as *const f64;
+        // SAFETY: `ptr` checked that `r` holds `len` `f64`s (eight bytes
+        // each in the arena, or an `f64` tensor's elements).
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
+    /// The `len` `f64`s at byte `off` of the arena.
+    ///
+    /// # Safety
+    /// As for `out`.
+    pub(super) unsafe fn wide_out(self, off: usize, len: usize) -> Result<&'a mut [f64], Diagnostic> {
+        let p = self.bytes(off, 8 * len).ok_or_else(|| internal("an f64 result outside the arena"))?;
+        // SAFETY: in the arena (checked; byte offsets of `f64`s are
+        // multiples of eight); exclusive by the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<f64>(), len) })
     }
 
     /// The `len` floats of `r` as an operand slice (checked by `ptr`).
@@ -182,12 +214,14 @@ impl<'a> Mem<'a> {
             Ref::Mask(off) => self.bytes(off, len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             Ref::Half(off) => self.bytes(off, 2 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             Ref::Int(off) => self.bytes(off, 4 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
+            Ref::Wide(off) => self.bytes(off, 8 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
             r => {
                 let t = self.tensor(r)?;
                 match t.data() {
                     // A half-precision tensor keeps its exact `f32` values.
                     Data::F32(a) => start(a.as_slice(), len),
                     Data::I32(a) => start(a.as_slice(), len),
+                    Data::F64(a) => start(a.as_slice(), len),
                     Data::Bool(a) => start(a.as_slice(), len),
                     _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
                 }
@@ -224,6 +258,11 @@ pub(super) fn read(mem: Mem, r: Ref, ty: &TensorType) -> Result<Tensor, Diagnost
             let v = unsafe { std::slice::from_raw_parts(p, n) };
             Tensor::from_vec(DType::I32, &ty.shape, v.to_vec())
         }
+        Ref::Wide(off) => {
+            let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<f64>();
+            let v = unsafe { std::slice::from_raw_parts(p, n) };
+            Tensor::from_vec(DType::F64, &ty.shape, v.to_vec())
+        }
         r => mem.tensor(r).cloned(),
     }
 }
@@ -257,6 +296,11 @@ pub(super) unsafe fn write(mem: Mem, r: Ref, v: &Tensor) -> Result<(), Diagnosti
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
             dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
         }
+        (Ref::Wide(off), Data::F64(a)) => {
+            let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<f64>();
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
+            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
+        }
         (Ref::Table(t), _) => unsafe { mem.set_table(t, v.clone())? },
         (r, _) => return Err(internal(format!("a {} value written to {r:?}", v.dtype()))),
     }
@@ -282,40 +326,42 @@ fn half_narrowing(dtype: DType) -> Result<fn(f32) -> u16, Diagnostic> {
 }
 
 /// `Step::Convert`: `dst = round(src)` to `dtype` over `len` elements,
-/// each side in its storage (two-byte `Ref::Half`, or `f32`).
+/// each side in its storage (two-byte `Ref::Half`, or `f32`), by the
+/// vector loops of `kernels::convert`.
 ///
 /// # Safety
 /// Nothing else writes `src` or touches `dst` meanwhile.
 pub(super) unsafe fn convert(mem: Mem, src: Ref, dst: Ref, len: usize, dtype: DType) -> Result<(), Diagnostic> {
+    use crate::backend::cpu::kernels::convert::{self, Half};
+    let half = match dtype {
+        DType::F16 => Half::F16,
+        DType::BF16 => Half::Bf16,
+        d => return Err(internal(format!("a conversion to {d}"))),
+    };
     let outside = || internal("a conversion lies outside the arena");
     let halves = |off: usize| mem.bytes(off, 2 * len).map(|p| p.cast::<u16>()).ok_or_else(outside);
-    // SAFETY (each slice): the places hold `len` elements (checked); the
-    // caller's contract makes them exclusive, and `ptr::copy` semantics are
-    // kept for an in-place rounding (one element read before it is written).
+    // SAFETY (each slice): the places hold `len` elements (checked), and
+    // the caller's contract makes them exclusive; a rounding in place takes
+    // its one buffer mutably, never as two slices.
     match (src, dst) {
         (Ref::Half(from), Ref::Arena(to)) => {
-            let widen = half_widening(dtype)?;
             let (s, d) = (halves(from)?, mem.floats(to, len).ok_or_else(outside)?);
-            for i in 0..len {
-                unsafe { *d.add(i) = widen(*s.add(i)) };
-            }
+            convert::widen(half, unsafe { std::slice::from_raw_parts(s, len) }, unsafe {
+                std::slice::from_raw_parts_mut(d, len)
+            });
         }
         (src, Ref::Half(to)) => {
-            let narrow = half_narrowing(dtype)?;
             let (s, d) = (mem.ptr(src, len)? as *const f32, halves(to)?);
-            for i in 0..len {
-                unsafe { *d.add(i) = narrow(*s.add(i)) };
-            }
+            convert::narrow(half, unsafe { std::slice::from_raw_parts(s, len) }, unsafe {
+                std::slice::from_raw_parts_mut(d, len)
+            });
         }
         (src, Ref::Arena(to)) => {
-            let round = match dtype {
-                DType::F16 => crate::half::round_f16,
-                DType::BF16 => crate::half::round_bf16,
-                d => return Err(internal(format!("a rounding to {d}"))),
-            };
             let (s, d) = (mem.ptr(src, len)? as *const f32, mem.floats(to, len).ok_or_else(outside)?);
-            for i in 0..len {
-                unsafe { *d.add(i) = round(*s.add(i)) };
+            let out = unsafe { std::slice::from_raw_parts_mut(d, len) };
+            match std::ptr::eq(s, d) {
+                true => convert::round_in_place(half, out),
+                false => convert::round(half, unsafe { std::slice::from_raw_parts(s, len) }, out),
             }
         }
         (_, dst) => return Err(internal(format!("a conversion into {dst:?}"))),

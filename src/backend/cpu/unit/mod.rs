@@ -153,6 +153,7 @@ impl JitUnit {
                         Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
                         Some(&off) if matches!(node.ty.dtype, DType::F16 | DType::BF16) => Ref::Half(off),
                         Some(&off) if node.ty.dtype == DType::I32 => Ref::Int(off),
+                        Some(&off) if node.ty.dtype == DType::F64 => Ref::Wide(off),
                         _ => {
                             b.tables += 1;
                             Ref::Table(b.tables - 1)
@@ -281,28 +282,19 @@ impl JitUnit {
         }
         for r in &self.residents {
             let Some(from) = r.refresh_from else { continue };
-            match r.home {
-                Ref::Arena(at) => {
-                    let n = r.ty.numel();
-                    let src = mem.ptr(from, n)? as *const f32;
-                    // SAFETY: the steps are done; a home never overlaps the
-                    // planned buffers or tensors it is refreshed from, and
-                    // `ptr` checked `n` elements at `src`.
-                    let dst = unsafe { mem.out(at, n, "a carried value")? };
-                    dst.copy_from_slice(unsafe { std::slice::from_raw_parts(src, n) });
-                }
-                Ref::Half(_) if matches!(from, Ref::Half(_)) => {
-                    let bytes = 2 * r.ty.numel();
-                    let (src, dst) = (mem.ptr(from, r.ty.numel())? as *const u8, mem.ptr(r.home, r.ty.numel())?);
-                    // SAFETY: as for an `f32` home (`ptr` checked both).
-                    unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), bytes) };
-                }
-                home @ (Ref::Table(_) | Ref::Half(_)) => {
-                    let v = self.read(from, mem, &r.ty)?;
-                    // SAFETY: the steps are done.
-                    unsafe { write(mem, home, &v)? };
-                }
-                other => return Err(internal(format!("a carried value lives in {other:?}"))),
+            // Between two arena places of the same storage, the bytes.
+            let same = std::mem::discriminant(&from) == std::mem::discriminant(&r.home);
+            if same && !matches!(r.home, Ref::Table(_)) {
+                let n = r.ty.numel();
+                let (src, dst) = (mem.ptr(from, n)? as *const u8, mem.ptr(r.home, n)?);
+                // SAFETY: the steps are done; a home never overlaps the
+                // planned buffers it is refreshed from, and `ptr` checked
+                // that both places hold `n` elements of this storage.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), r.ty.size_bytes()) };
+            } else {
+                let v = self.read(from, mem, &r.ty)?;
+                // SAFETY: the steps are done.
+                unsafe { write(mem, r.home, &v)? };
             }
         }
         let n = self.outputs.len() - self.residents.len();
@@ -322,7 +314,7 @@ impl JitUnit {
             }
             match r.home {
                 // SAFETY: nothing runs; the lock is held.
-                home @ (Ref::Arena(_) | Ref::Half(_) | Ref::Table(_)) => unsafe { write(mem, home, v)? },
+                home @ (Ref::Arena(_) | Ref::Half(_) | Ref::Wide(_) | Ref::Table(_)) => unsafe { write(mem, home, v)? },
                 other => return Err(internal(format!("a carried value lives in {other:?}"))),
             }
         }

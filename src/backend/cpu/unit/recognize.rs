@@ -28,6 +28,11 @@ fn one_float_type(g: &Graph, n: NodeId) -> bool {
     computes_as_f32(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)
 }
 
+/// Whether node `n` and all its operands are `f64`.
+pub(super) fn all_f64(g: &Graph, n: NodeId) -> bool {
+    g.node(n).ty.dtype == DType::F64 && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F64)
+}
+
 /// The kernel's single anchor (reduction) with its in-kernel ancestors,
 /// in kernel order with the anchor last, and the remaining nodes.
 pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
@@ -53,7 +58,7 @@ pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec
 pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     let Some(&a) = head.last() else { return false };
     match g.node(a).op {
-        Op::Reduce { .. } => one_float_type(g, a),
+        Op::Reduce { .. } => one_float_type(g, a) || all_f64(g, a),
         Op::ArgMax { axis, .. } => {
             let x = &g.node(g.inputs(a)[0]).ty;
             computes_as_f32(x.dtype) && x.shape.get(axis).is_some_and(|&n| n > 0 && i32::try_from(n).is_ok())
@@ -109,6 +114,11 @@ pub(super) fn float_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation
     let node = g.node(*n);
     let Op::Transpose { perm } = &node.op else { return None };
     let source = &g.node(*g.inputs(*n).first()?).ty;
+    if all_f64(g, *n) {
+        // `f64`s move as pairs of `f32` words (`Step::Transpose::wide`).
+        let shape = [source.shape.as_slice(), &[2]].concat();
+        return Some(Permutation::of(&shape, &[perm.as_slice(), &[perm.len()]].concat()));
+    }
     one_float_type(g, *n).then(|| Permutation::of(&source.shape, perm))
 }
 
@@ -164,6 +174,11 @@ pub(super) fn float_conv(g: &Graph, n: NodeId) -> Option<Conv> {
     Conv::of(&node.op, &g.node(*a).ty.shape, &g.node(*b).ty.shape, &node.ty.shape).filter(|_| all_f32)
 }
 
+/// An `f64` matmul (`Step::MatMul64`).
+pub(super) fn is_f64_matmul(g: &Graph, n: NodeId) -> bool {
+    matches!(g.node(n).op, Op::MatMul) && all_f64(g, n) && g.inputs(n).iter().all(|&i| g.node(i).ty.shape.len() >= 2)
+}
+
 pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
     let node = g.node(n);
     matches!(node.op, Op::MatMul) && one_float_type(g, n) && g.inputs(n).iter().all(|&i| g.node(i).ty.shape.len() >= 2)
@@ -197,7 +212,11 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
             let native = analyzable(&k.nodes, &k.outputs) || table_reshape(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
-        KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
+        KernelKind::Contraction
+            if is_float_matmul(g, k.nodes[0])
+                || is_f64_matmul(g, k.nodes[0])
+                || float_conv(g, k.nodes[0]).is_some() =>
+        {
             let epilogue = &k.nodes[1..];
             let native = epilogue.is_empty() || analyzable(epilogue, &outputs_in(epilogue));
             (if native { vec![] } else { epilogue.to_vec() }, false)
@@ -229,9 +248,11 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         }
         KernelKind::Contraction => (k.nodes.clone(), true),
     };
-    // Name the op most likely to be the cause: the first that is not a
-    // plain f32 op, else the first left to the interpreter.
-    let odd = host.iter().find(|&&n| g.node(n).ty.dtype != DType::F32).or(host.first())?;
+    // Name the op most likely to be the cause: the first that has no code
+    // even on its own, else the first that is not a plain f32 op, else the
+    // first left to the interpreter.
+    let alone = |n: &&NodeId| Spec::analyze(g, &[**n], &[**n]).is_none();
+    let odd = host.iter().find(alone).or(host.iter().find(|&&n| g.node(n).ty.dtype != DType::F32)).or(host.first())?;
     let node = g.node(*odd);
-    Some(HostPart { whole, why: format!("no CPU kernel for `{}` on {}", node.op.name(), node.ty) })
+    Some(HostPart { whole, why: format!("no CPU kernel for `{}` on {}", node.op.name(), node.ty), node: *odd })
 }

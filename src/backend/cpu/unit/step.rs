@@ -37,6 +37,8 @@ pub(in crate::backend::cpu) enum Ref {
     Half(usize),
     /// `i32` elements at this byte offset of the arena.
     Int(usize),
+    /// `f64` elements at this byte offset of the arena.
+    Wide(usize),
     /// The caller's input at this position.
     Input(usize),
     /// A value fixed at `prepare` (computed outside the unit, or a constant).
@@ -76,6 +78,12 @@ pub(super) enum Step {
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
     Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// `dst = a @ b` of `f64` matrices (batched over `batch`), `dst` at this
+    /// byte offset: the interpreter's own loops (`tensor::matmul_into`).
+    MatMul64 { a: Ref, b: Ref, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// A native `f64` reduction of `src` (of `shape`) over the `reduced`
+    /// dims into `dst` (a byte offset).
+    Reduce64 { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
     /// A convolution (or one of its gradients) on the direct kernels or
     /// through im2col and `gemm` (module `conv`).
     /// `post`: the epilogue it applies before storing (`conv::PostOps`).
@@ -117,8 +125,10 @@ pub(super) enum Step {
         unread: bool,
     },
     /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
-    /// (`perm` in its essential form, module `permute`).
-    Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation },
+    /// (`perm` in its essential form, module `permute`); `wide`: of an
+    /// `f64` tensor, moved as pairs of `f32` words (`perm` then has a last
+    /// axis of two that stays last).
+    Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation, wide: bool },
     /// `dst = slice | pad | concat(srcs)` of `f32` values (of `src_lens`
     /// elements), as block copies (`kernels::window`); `shape` is the
     /// result's, for the label.
@@ -173,6 +183,7 @@ pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
         Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
         Ref::Half(off) => Some(Place::Bytes(off, off + 2 * len)),
         Ref::Int(off) => Some(Place::Bytes(off, off + 4 * len)),
+        Ref::Wide(off) => Some(Place::Bytes(off, off + 8 * len)),
         Ref::Table(t) => Some(Place::Table(t)),
         Ref::Input(_) | Ref::Fixed(_) => None,
     }
@@ -197,6 +208,18 @@ impl Step {
                 reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
+            }
+            Step::MatMul64 { a, b, dst, batch, m, k, n } => {
+                reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
+                writes.push(Place::Bytes(*dst, dst + 8 * batch * m * n));
+                *cost = (batch * m * k * n) as u64;
+            }
+            Step::Reduce64 { src, dst, shape, reduced, .. } => {
+                let n: usize = shape.iter().product();
+                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
+                reads.extend(place(*src, n));
+                writes.push(Place::Bytes(*dst, dst + 8 * m));
+                *cost = n as u64;
             }
             Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
@@ -282,9 +305,10 @@ impl Step {
                 writes.extend(place(*dst, *len));
                 *cost = (*len / 4) as u64;
             }
-            Step::Transpose { src, dst, perm, .. } => {
+            Step::Transpose { src, dst, perm, wide, .. } => {
                 let n = perm.numel();
-                reads.extend(place(*src, n));
+                // (`place` counts `f64` elements of a `Ref::Wide`.)
+                reads.extend(place(*src, if *wide { n / 2 } else { n }));
                 writes.push(arena(*dst, n));
                 *cost = (n / 2) as u64;
             }
@@ -327,6 +351,11 @@ impl Step {
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
+            Step::MatMul64 { batch, m, k, n, .. } => format!("f64 matmul {batch} x {m}x{k} @ {k}x{n}"),
+            Step::Reduce64 { op, shape, reduced, .. } => {
+                let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
+                format!("f64 reduce {op:?} {} over {axes:?}", dims(shape))
+            }
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
             Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
             Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
