@@ -729,3 +729,35 @@ fn half_precision_training_steps_have_no_interpreted_step() {
         assert!(labels.iter().any(|l| l.starts_with("widen")) && labels.iter().any(|l| l.starts_with("fused")));
     }
 }
+
+/// Top-level statements with much work (an inference over a large batch)
+/// run on the CPU backend as one unit of the main plan — its products on
+/// `gemm`, its activations compiled — and print what the interpreter
+/// prints; `--verbose` says so. Small statements stay on the interpreter.
+#[test]
+fn large_statements_run_on_the_cpu_backend_and_match_the_interpreter() {
+    let program = "use std.nn.{Dense}\n\
+        model Mlp { l1 = Dense(64, 128, act = relu)\n l2 = Dense(128, 10)\n fn forward(x) = x |> l1 |> l2 }\n\
+        let net = Mlp(seed = 1)\n\
+        let x = reshape(sin(cast(arange(4096 * 64), f32) * 0.01), [4096, 64])\n\
+        let y = net(x)\n\
+        print(sum(y), mean(softmax(y)), y[7])\n\
+        print(sum(net.l2.b + 1.0))\n";
+    let dir = std::env::temp_dir().join(format!("tfc-statements-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("infer.tfl");
+    std::fs::write(&path, program).unwrap();
+    let path = path.to_str().unwrap();
+    let jit = tfc(&["run", "--verbose", path]);
+    let interp = tfc(&["run", "--verbose", "--backend", "interp", path]);
+    assert!(jit.status.success() && interp.status.success(), "{}", String::from_utf8_lossy(&jit.stderr));
+    let (out, reference) = (String::from_utf8_lossy(&jit.stdout), String::from_utf8_lossy(&interp.stdout));
+    same_values(&out, &reference).unwrap();
+    let report = String::from_utf8_lossy(&jit.stderr);
+    let lines: Vec<&str> = report.lines().filter(|l| l.starts_with("statements: ")).collect();
+    // One unit for the inference; the small last statement is interpreted.
+    assert_eq!(lines.len(), 1, "{report}");
+    assert!(lines[0].contains("on the jit backend"), "{report}");
+    assert!(!String::from_utf8_lossy(&interp.stderr).contains("statements: "));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -86,12 +86,19 @@ pub struct Prepare<'a> {
     pub check_numerics: bool,
     /// Any kernel that would run on the host interpreter is an error.
     pub strict: bool,
+    /// The plan to follow when it is not the optimizer's plan of `region`:
+    /// a part of the main unit (statements computed at once, see
+    /// `runtime::statements`).
+    pub unit: Option<&'a CompiledUnit>,
 }
 
 impl Prepare<'_> {
-    /// The optimizer's plan of this region (joined by its id), if the
-    /// optimizer annotated the program.
+    /// The plan of this region: `unit`, else the optimizer's plan of the
+    /// region (joined by its id), if the optimizer annotated the program.
     pub fn plan(&self) -> Option<&CompiledUnit> {
+        if let Some(u) = self.unit {
+            return Some(u);
+        }
         let units = &self.program.compiled.as_ref()?.units;
         units.iter().find(|u| u.region == Some(self.region.id))
     }

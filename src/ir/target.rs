@@ -27,8 +27,10 @@ pub struct Target {
     /// Which part of a kernel cannot run on the target's device, and why
     /// (see the module docs).
     pub host_reason: fn(&Graph, &Kernel) -> Option<HostPart>,
-    /// Whether the main unit (the program's statements, run once) runs on
-    /// the host interpreter rather than on the target's device.
+    /// Whether the main unit (the program's statements, run once) runs
+    /// wholly on the host interpreter rather than on the target's device
+    /// (the CPU backend runs large statements' kernels itself:
+    /// `runtime::statements`).
     pub statements_on_host: bool,
 }
 

@@ -46,7 +46,10 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
         for u in &mut c.units {
             let main = u.region.is_none();
             for k in &mut u.kernels {
-                let host = if main { None } else { (ctx.target.host_reason)(g, k) };
+                let host = match main && ctx.target.statements_on_host {
+                    true => None,
+                    false => (ctx.target.host_reason)(g, k),
+                };
                 k.device = match (main && ctx.target.statements_on_host) || host.as_ref().is_some_and(|h| h.whole) {
                     true => Device::Host,
                     false => Device::Cpu,

@@ -262,7 +262,73 @@ impl<'p> Executor<'p> {
             }
         }
         needed.sort_by_key(|n| self.rank.get(n).copied().unwrap_or(usize::MAX));
-        for n in needed {
+        if self.compiles_statements() {
+            // The slots first (filled by effects), then the rest at once on
+            // the backend when it is worth it (module `statements`).
+            let (slots, rest): (Vec<NodeId>, Vec<NodeId>) =
+                needed.iter().partition(|&&n| matches!(g.node(n).op, Op::Slot { .. }));
+            self.evaluate(&slots)?;
+            if self.compute_statements(&rest)? {
+                return Ok(());
+            }
+            return self.evaluate(&rest);
+        }
+        self.evaluate(&needed)
+    }
+
+    /// Whether top-level statements may run on the backend (module
+    /// `statements`): on the CPU backend, unless every op's result is
+    /// checked (`--check-numerics`, the interpreter's job).
+    fn compiles_statements(&self) -> bool {
+        self.options.backend == BackendKind::Jit && !self.options.check_numerics
+    }
+
+    /// Computes `nodes` (no slots, topological order) as one prepared unit
+    /// of the main unit's plan when `statements::segment` says it applies;
+    /// `false` when it does not (nothing was computed).
+    fn compute_statements(&mut self, nodes: &[NodeId]) -> Result<bool, Diagnostic> {
+        let program = self.program;
+        let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
+        let Some(segment) = super::statements::segment(program, nodes, &self.values, roots) else {
+            return Ok(false);
+        };
+        let region = Region { id: crate::ir::plan::RegionId(usize::MAX), inputs: Vec::new(), outputs: segment.outputs };
+        let request = Prepare {
+            program,
+            region: &region,
+            nodes: &segment.nodes,
+            slot_pos: &HashMap::new(),
+            outside: &self.values,
+            carried: 0,
+            threads: self.options.threads,
+            check_numerics: false,
+            strict: false,
+            unit: Some(&segment.unit),
+        };
+        let unit = self.backend().prepare(&request)?;
+        if self.options.verbose {
+            let counts = unit.counts();
+            eprintln!(
+                "statements: {} ops as {} kernels on the {} backend ({} compiled or native steps, {} interpreted)",
+                segment.nodes.len(),
+                segment.unit.kernels.len(),
+                unit.backend(),
+                counts.jit + counts.native + counts.gemm,
+                counts.interp
+            );
+        }
+        let outputs = unit.run(&[])?;
+        for (n, v) in region.outputs.iter().zip(outputs) {
+            self.values.insert(*n, v);
+        }
+        Ok(true)
+    }
+
+    /// Evaluates `nodes` (in topological order) on the interpreter, node by
+    /// node.
+    fn evaluate(&mut self, nodes: &[NodeId]) -> Result<(), Diagnostic> {
+        let g = self.graph();
+        for &n in nodes {
             let node = g.node(n);
             let value = match &node.op {
                 Op::Slot { slot, .. } => self.slots.get(slot).cloned().ok_or_else(|| {
@@ -318,6 +384,7 @@ impl<'p> Executor<'p> {
             threads: self.options.threads,
             check_numerics: self.options.check_numerics,
             strict: self.options.strict,
+            unit: None,
         };
         Ok(CompiledRegion { unit: self.backend().prepare(&request)? })
     }

@@ -7,4 +7,5 @@ pub mod effects;
 pub mod exec;
 pub mod format;
 pub mod pipeline;
+pub mod statements;
 pub mod train;

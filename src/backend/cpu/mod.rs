@@ -71,7 +71,7 @@ pub struct CpuBackend;
 
 /// What the optimizer plans for when the CPU backend runs the program.
 pub const TARGET: crate::ir::target::Target =
-    crate::ir::target::Target { name: "cpu", host_reason: unit::host_reason, statements_on_host: true };
+    crate::ir::target::Target { name: "cpu", host_reason: unit::host_reason, statements_on_host: false };
 
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {

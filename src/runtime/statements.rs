@@ -1,0 +1,116 @@
+//! Top-level statements computed on the backend: when an effect needs
+//! values of the main unit (a `print(net(x))`, a model's initialization,
+//! an inference over a large batch) whose work is large, the executor runs
+//! the main unit's planned kernels that compute exactly those values as one
+//! prepared unit, at the plan's places, instead of node by node on the
+//! interpreter.
+//!
+//! Contract: [`segment`] returns the part of the main unit's plan that
+//! computes `needed` (the nodes an effect needs that are not computed yet,
+//! slots excluded), or `None` when it does not apply, and the interpreter
+//! computes them as before:
+//! - the work is small (below [`MIN_WORK`]: preparing a unit costs more
+//!   than interpreting it), or
+//! - the program has no plan, or a planned kernel computes some nodes of
+//!   `needed` and some that are not (fused across statements whose values
+//!   are needed at different times).
+//!
+//! The segment's kernels keep the plan's devices (the interpreter runs the
+//! ones the target has no code for, as in a training step) and buffers: the
+//! memory plan gives values alive at the same time disjoint bytes over the
+//! whole main unit's order, so also over a part of it in the same order.
+//! Values are the backend's (the interpreter's up to rounding: the matmul
+//! summation order, polynomial `exp`).
+//!
+//! Example: `print(net(x))` for a `[10000, 64]` `x`: the products run on
+//! `gemm` and the activations as compiled code.
+
+use crate::ir::compiled::CompiledUnit;
+use crate::ir::{NodeId, Op, Program};
+use crate::tensor::Values;
+use std::collections::{HashMap, HashSet};
+
+/// The estimated work (about an element or a multiply-add each) from which
+/// statements run on the backend: about a millisecond interpreted.
+pub const MIN_WORK: u64 = 1 << 21;
+
+/// A part of the main unit's plan, ready to prepare.
+pub struct Segment {
+    pub unit: CompiledUnit,
+    /// Its nodes, in the plan's order.
+    pub nodes: Vec<NodeId>,
+    /// The values read after it (by later statements, effects or plans).
+    pub outputs: Vec<NodeId>,
+}
+
+/// The part of the main unit's plan that computes `needed` (see the module
+/// docs); `roots` are the nodes effects and plans read.
+pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<NodeId>) -> Option<Segment> {
+    if work(p, needed) < MIN_WORK {
+        return None;
+    }
+    let main = p.compiled.as_ref()?.units.iter().find(|u| u.region.is_none())?;
+    let wanted: HashSet<NodeId> = needed.iter().copied().collect();
+    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut kernels = Vec::new();
+    for (ki, k) in main.kernels.iter().enumerate() {
+        let inside = k.nodes.iter().filter(|n| wanted.contains(n)).count();
+        if inside == 0 {
+            continue;
+        }
+        if inside < k.nodes.len() {
+            return None;
+        }
+        index.insert(ki, kernels.len());
+        kernels.push(k.clone());
+    }
+    let nodes: Vec<NodeId> =
+        main.order.iter().filter_map(|k| index.get(k)).flat_map(|&k| kernels[k].nodes.clone()).collect();
+    if nodes.len() != wanted.len() {
+        return None;
+    }
+    let computed: HashSet<NodeId> = nodes.iter().copied().collect();
+    let g = &p.graph;
+    let read_later = |n: &NodeId| roots.contains(n) || g.users(*n).iter().any(|u| !computed.contains(u));
+    let outputs: Vec<NodeId> = nodes.iter().copied().filter(|n| read_later(n) && !values.contains_key(n)).collect();
+    let produced: HashSet<NodeId> = kernels.iter().flat_map(|k| k.outputs.iter().copied()).collect();
+    let buffers: Vec<_> = main.buffers.iter().filter(|b| produced.contains(&b.node)).cloned().collect();
+    let arena_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    let unit = CompiledUnit {
+        name: "statements".into(),
+        region: None,
+        ops_before: nodes.len(),
+        ops_after: nodes.len(),
+        order: main.order.iter().filter_map(|k| index.get(k).copied()).collect(),
+        kernels,
+        buffers,
+        arena_bytes,
+        ..CompiledUnit::default()
+    };
+    Some(Segment { unit, nodes, outputs })
+}
+
+/// About how many elements and multiply-adds computing `nodes` takes.
+fn work(p: &Program, nodes: &[NodeId]) -> u64 {
+    let g = &p.graph;
+    let size = |n: NodeId| g.node(n).ty.numel() as u64;
+    nodes
+        .iter()
+        .map(|&n| {
+            let ins = g.inputs(n);
+            match &g.node(n).op {
+                Op::MatMul => {
+                    size(n) * ins.first().and_then(|&a| g.node(a).ty.shape.last().copied()).unwrap_or(1) as u64
+                }
+                // Each output element of a convolution sums a window of
+                // `weights / output channels` products.
+                Op::Conv2d { .. } => {
+                    let w = ins.get(1).map(|&w| &g.node(w).ty);
+                    let per_output = w.map_or(1, |w| w.numel() / w.shape.last().copied().unwrap_or(1).max(1));
+                    size(n) * per_output as u64
+                }
+                _ => size(n),
+            }
+        })
+        .sum()
+}
