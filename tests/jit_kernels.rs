@@ -8,10 +8,10 @@
 //! that absolute error into a small result (`exp(a) - exp(b)`).
 
 use proptest::prelude::*;
-use tfc::backend::cpu::codegen::spec::Spec;
 use tfc::backend::cpu::with_compiler;
 use tfc::diag::Span;
 use tfc::ir::infer::infer;
+use tfc::ir::spec::Spec;
 use tfc::ir::{BinaryOp, DType, Graph, NodeId, Op, TensorType, UnaryOp};
 use tfc::tensor::{eval_node, Tensor};
 
@@ -92,7 +92,7 @@ enum Step {
     CastRoundTrip(usize),
 }
 
-use tfc::backend::cpu::codegen::spec::{FLOAT_BINARY as BINARY, FLOAT_UNARY as UNARY};
+use tfc::ir::spec::{FLOAT_BINARY as BINARY, FLOAT_UNARY as UNARY};
 const CMP: &[BinaryOp] = &[BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge];
 
 fn step() -> impl Strategy<Value = Step> {

@@ -13,6 +13,7 @@ pub mod plan_print;
 pub mod print;
 mod program;
 pub mod regions;
+pub mod spec;
 pub mod target;
 #[cfg(test)]
 mod test_graphs;

@@ -15,9 +15,9 @@
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
 //! `function u0:0(i64) system_v { … }` with an `f32x4` loop.
 
-use super::spec::Spec;
 use crate::ir::compiled::KernelKind;
 use crate::ir::numbering::Numbering;
+use crate::ir::spec::Spec;
 use crate::ir::Program;
 use std::fmt::Write;
 

@@ -20,7 +20,7 @@
 //! bits are the step count.
 
 use super::poly::Emitter;
-use super::spec::Kind;
+use crate::ir::spec::Kind;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, Value};
 

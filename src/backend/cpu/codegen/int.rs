@@ -13,7 +13,7 @@
 //! on four lanes).
 
 use super::poly::{Emitter, Libm};
-use super::spec::{Kind, FLOAT_BINARY, FLOAT_UNARY};
+use crate::ir::spec::{Kind, FLOAT_BINARY, FLOAT_UNARY};
 use crate::ir::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, InstBuilder, Value};

@@ -29,8 +29,8 @@ pub mod clif;
 mod half;
 mod int;
 pub mod poly;
-pub mod spec;
 
+use crate::ir::spec::{Expr, Inner, Kind, Spec};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, Block, Endianness, InstBuilder, MemFlagsData, UserFuncName, Value};
 use cranelift_codegen::settings::{self, Configurable};
@@ -39,7 +39,6 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module};
 use poly::{Emitter, Libm, Support};
-use spec::{Expr, Inner, Kind, Spec};
 use std::collections::HashMap;
 
 /// A compiled kernel: `(pointers, first row, end row, inner extent)`.

@@ -46,14 +46,14 @@ pub extern "C" fn cosf(x: f32) -> f32 {
 /// `f64` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
 /// interpreter's own function (linked as `tfc_f64_unary`).
 pub extern "C" fn f64_unary(op: u32, x: f64) -> f64 {
-    let f = super::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f64_unary(u));
+    let f = crate::ir::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f64_unary(u));
     f.map_or(f64::NAN, |f| f(x))
 }
 
 /// `f64` binary op number `op` of `spec::FLOAT_BINARY` on `x` and `y`, by
 /// the interpreter's own function (linked as `tfc_f64_binary`).
 pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
-    let f = super::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f64_binary(b));
+    let f = crate::ir::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f64_binary(b));
     f.map_or(f64::NAN, |f| f(x, y))
 }
 

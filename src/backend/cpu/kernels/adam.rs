@@ -34,7 +34,7 @@
 //! Example: the bench MLP's first weight (`[784, 256]`, 49 rows of 4,096)
 //! is updated by `update_rows(ptrs, 0, 49, 4096)`.
 
-use crate::backend::cpu::codegen::spec::{Expr, Inner, Kind, Spec};
+use crate::ir::spec::{Expr, Inner, Kind, Spec};
 use crate::ir::{BinaryOp, UnaryOp};
 
 /// The scalars, the read tensors and the results, in `update_rows`'s
@@ -200,8 +200,8 @@ unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
 #[cfg(test)]
 mod tests {
     use super::recognize;
-    use crate::backend::cpu::codegen::spec::{Expr, Inner, Kind, Load, Spec};
     use crate::backend::cpu::codegen::Compiler;
+    use crate::ir::spec::{Expr, Inner, Kind, Load, Spec};
     use crate::ir::{BinaryOp, NodeId, UnaryOp};
 
     /// A xorshift generator of 64-bit patterns.

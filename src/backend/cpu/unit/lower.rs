@@ -24,7 +24,7 @@
 //!   still in place, `still_there`), and a result nothing else reads is not
 //!   stored; other `f32` poolings and 2-D transposes run natively;
 //! - `f16`/`bf16` kernels run the same way: compiled code widens and
-//!   rounds in registers (`codegen::spec`); a native `f32` kernel reads a
+//!   rounds in registers (`ir::spec`); a native `f32` kernel reads a
 //!   two-byte operand widened into scratch (`widened`) and writes its
 //!   result to `f32` scratch, rounded into place after it (`native_result`,
 //!   `settle`), one `Step::Convert` each;
@@ -48,13 +48,13 @@ use super::recognize::{
     is_max_pool_2x2, max_pool_grads, native_reduce, pooled_shape, split_anchor, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
-use crate::backend::cpu::codegen::spec::{Kind, Spec};
 use crate::backend::cpu::codegen::KernelFn;
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
+use crate::ir::spec::{Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
 use crate::tensor::{eval_node, Tensor, Values};
 use std::collections::{HashMap, HashSet};

@@ -11,11 +11,11 @@
 //! Example: `float_pool(g, &[n])` is `Some(params)` for a lone float
 //! `pool2d` node `n`, which then runs on module `pool`.
 
-use crate::backend::cpu::codegen::spec::{computes_as_f32, Kind, Spec};
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
 use crate::ir::compiled::{Kernel, KernelKind};
+use crate::ir::spec::{computes_as_f32, Kind, Spec};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use crate::tensor::PoolParams;

@@ -1,22 +1,29 @@
-//! What the code generator compiles: an elementwise kernel (or the epilogue
-//! of a contraction) reduced to a loop nest over its iteration space, the
-//! loads it performs and one expression per member node.
+//! Kernels described as data, for every backend: an elementwise kernel (or
+//! the epilogue of a contraction, the prologue or epilogue of a reduction)
+//! reduced to a loop nest over its iteration space, the loads it performs
+//! with their storage kinds, one expression per member node and the stores
+//! of its outputs. The CPU backend compiles a `Spec` with Cranelift
+//! (`backend::cpu::codegen`); a GPU backend would emit a shader from the
+//! same description.
 //!
 //! Contract: [`Spec::analyze`] accepts a group of member nodes that share one
 //! flat iteration space of `N` elements (what `fuse` guarantees for an
 //! `Elementwise` kernel and a contraction's epilogue) and returns `None`
-//! when the group uses something the code generator does not handle yet (a
-//! dtype other than `f32` or `bool` at its boundary, an op without a code
-//! template, broadcasts into two different shapes); the caller then runs the group on
-//! the reference interpreter. `f16`/`bf16` values compute in `f32`
-//! registers: a load widens them (exact), every member of a half type
-//! rounds its result to that type (`Expr::Round`, the interpreter's
-//! rounding after every op) and a store narrows it (exact, as it is
-//! rounded already). The loop nest is `outer` dims (any number,
-//! their index computed once per row) around one contiguous `inner` extent:
-//! every load is, over the inner extent, either contiguous (`Inner::Contig`)
-//! or one value (`Inner::Splat`, a broadcast along those dims), so the inner
-//! loop runs four lanes at a time with a scalar tail.
+//! when the group uses something no template covers (an `i64` value, an op
+//! without a template such as integer division, broadcasts into two
+//! different shapes); the backend then runs the group on the reference
+//! interpreter. Every expression computes what the interpreter computes:
+//! `f16`/`bf16` values compute in `f32` registers — a load widens them
+//! (exact), every member of a half type rounds its result to that type
+//! (`Expr::Round`, the interpreter's rounding after every op) and a store
+//! narrows it (exact, as it is rounded already); `i32` arithmetic wraps;
+//! casts follow the interpreter's (`Expr::Convert`); `f64` expressions make
+//! the kernel one element at a time (`Spec::scalar_only`). The loop nest is
+//! `outer` dims (any number, their index computed once per row) around one
+//! contiguous `inner` extent: every load is, over the inner extent, either
+//! contiguous (`Inner::Contig`) or one value (`Inner::Splat`, a broadcast
+//! along those dims), so the inner loop can run several lanes at a time
+//! with a scalar tail.
 //!
 //! Example: `relu(h + broadcast_to(b, [64, 256]))` with `h: f32[64, 256]`,
 //! `b: f32[256]` is `outer = [64]`, `inner = 256`, loads `h` (contiguous,
