@@ -145,7 +145,9 @@ fn stage_passes(rel: &str, source: &str) -> String {
     );
     let mut session = Session::new();
     let file = session.add_source("case.tfl", source);
-    let mut program = match session.check(file) {
+    // As traced: the pipeline's first pass (`autodiff`) builds the
+    // training steps' gradients.
+    let mut program = match session.trace(file) {
         Ok(p) => p,
         Err(d) => panic!("a pass case must check:\n{}", render(&d, &session.sources, false)),
     };

@@ -225,3 +225,28 @@ fn the_plan_names_a_training_steps_loss_gradients_and_updates() {
     }
     assert!(!line.contains("missing"), "every part names a node of the program: {line}");
 }
+
+/// The traced IR (`--emit ir`) shows a training step's gradient requests;
+/// the `autodiff` pass, the optimizer's first, replaces them (its dump has
+/// none left) and cannot be disabled, not even by `-O0`.
+#[test]
+fn autodiff_is_a_pass_that_turns_gradient_requests_into_gradients() {
+    let program = "use std.optim.sgd\nmodel M { param w: f32[3] = ones()\n fn forward(x) = sum(x * w) }\n\
+        let net = M()\ntrain net on from_tensors(ones([4, 3])) |> batch(2) {\n loss(x) = square(net(x))\n\
+        optimizer = sgd(lr = 0.1)\n epochs = 1\n}\nprint(net.w)\n";
+    let file = scratch("autodiff.tfl", program.as_bytes());
+    let path = file.to_str().unwrap();
+    let ir = tfc(&["build", path, "--emit", "ir"]);
+    assert!(ir.status.success(), "{}", stderr(&ir));
+    assert!(String::from_utf8_lossy(&ir.stdout).contains(" = gradient %"), "{}", String::from_utf8_lossy(&ir.stdout));
+    let dump = tfc(&["build", path, "--dump-after", "autodiff"]);
+    assert!(dump.status.success(), "{}", stderr(&dump));
+    let text = stderr(&dump);
+    assert!(text.contains("--- after autodiff") && !text.contains("gradient %"), "{text}");
+    let off = tfc(&["build", path, "--disable-pass", "autodiff"]);
+    assert_eq!(off.status.code(), Some(1));
+    assert!(stderr(&off).contains("the `autodiff` pass cannot be disabled"), "{}", stderr(&off));
+    let run = tfc(&["run", "-O0", path]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    assert!(String::from_utf8_lossy(&run.stdout).starts_with("f32[3]"));
+}

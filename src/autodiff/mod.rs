@@ -19,7 +19,7 @@ mod builder;
 mod rules;
 
 use crate::diag::Diagnostic;
-use crate::ir::{Graph, NodeId};
+use crate::ir::{Graph, NodeId, Op, Program};
 use builder::Builder;
 use std::collections::{HashMap, HashSet};
 
@@ -32,22 +32,7 @@ pub fn gradients(
     wrt: &[NodeId],
 ) -> Result<Vec<Option<NodeId>>, Diagnostic> {
     let order = g.topo_order();
-    // Nodes that depend on some `wrt` node ...
-    let mut from_wrt: HashSet<NodeId> = wrt.iter().copied().collect();
-    for &n in &order {
-        if g.inputs(n).iter().any(|i| from_wrt.contains(i)) {
-            from_wrt.insert(n);
-        }
-    }
-    // ... and that `output` depends on: only these need adjoints.
-    let mut to_output: HashSet<NodeId> = HashSet::from([output]);
-    for &n in order.iter().rev() {
-        if to_output.contains(&n) {
-            to_output.extend(g.inputs(n));
-        }
-    }
-    let active = |n: &NodeId| from_wrt.contains(n) && to_output.contains(n) && g_is_float(g, *n);
-    let active: HashSet<NodeId> = order.iter().copied().filter(|n| active(n)).collect();
+    let active = active(g, &order, output, wrt);
 
     let mut adjoint: HashMap<NodeId, NodeId> = HashMap::new();
     if active.contains(&output) {
@@ -90,4 +75,82 @@ pub fn gradients(
 
 fn g_is_float(g: &Graph, n: NodeId) -> bool {
     g.node(n).ty.dtype.is_float()
+}
+
+/// The nodes that carry a gradient from `wrt` to `output`: float values
+/// that depend on some `wrt` node and that `output` depends on.
+fn active(g: &Graph, order: &[NodeId], output: NodeId, wrt: &[NodeId]) -> HashSet<NodeId> {
+    let mut from_wrt: HashSet<NodeId> = wrt.iter().copied().collect();
+    for &n in order {
+        if g.inputs(n).iter().any(|i| from_wrt.contains(i)) {
+            from_wrt.insert(n);
+        }
+    }
+    let mut to_output: HashSet<NodeId> = HashSet::from([output]);
+    for &n in order.iter().rev() {
+        if to_output.contains(&n) {
+            to_output.extend(g.inputs(n));
+        }
+    }
+    let carries = |n: &NodeId| from_wrt.contains(n) && to_output.contains(n) && g_is_float(g, *n);
+    order.iter().copied().filter(carries).collect()
+}
+
+/// Whether `output` has a gradient with respect to each `wrt` node (what
+/// `gradients` would return `Some` for), without building any.
+pub fn has_gradients(g: &Graph, output: NodeId, wrt: &[NodeId]) -> Vec<bool> {
+    let active = active(g, &g.topo_order(), output, wrt);
+    // Adjoints flow from `output` along active nodes only (every rule gives
+    // an active operand its contribution).
+    let mut reached: HashSet<NodeId> = HashSet::new();
+    let mut stack: Vec<NodeId> = active.contains(&output).then_some(output).into_iter().collect();
+    while let Some(n) = stack.pop() {
+        if reached.insert(n) {
+            stack.extend(g.inputs(n).into_iter().filter(|i| active.contains(i)));
+        }
+    }
+    wrt.iter().map(|w| reached.contains(w)).collect()
+}
+
+/// A gradient request of the graph (`Op::Gradient`) and the node that
+/// computes it.
+pub type Expanded = (NodeId, NodeId);
+
+/// Builds the gradients every `Op::Gradient` request of `g` asks for, one
+/// reverse pass per loss (its requests together), and returns each request
+/// with its gradient; the caller replaces the requests' uses. A request
+/// without a gradient is an internal error: the tracer reports those
+/// (E0305) when it makes the request.
+pub fn expand(g: &mut Graph) -> Result<Vec<Expanded>, Diagnostic> {
+    let mut by_loss: Vec<(NodeId, Vec<NodeId>)> = Vec::new();
+    for n in g.topo_order() {
+        if !matches!(g.node(n).op, Op::Gradient) {
+            continue;
+        }
+        let loss = g.inputs(n)[0];
+        match by_loss.iter_mut().find(|(l, _)| *l == loss) {
+            Some((_, requests)) => requests.push(n),
+            None => by_loss.push((loss, vec![n])),
+        }
+    }
+    let mut expanded = Vec::new();
+    for (loss, requests) in by_loss {
+        let wrt: Vec<NodeId> = requests.iter().map(|&r| g.inputs(r)[1]).collect();
+        for (r, grad) in requests.iter().zip(gradients(g, loss, None, &wrt)?) {
+            let grad = grad.ok_or_else(|| Diagnostic::internal("a gradient request without a gradient"))?;
+            expanded.push((*r, grad));
+        }
+    }
+    Ok(expanded)
+}
+
+/// Replaces every gradient request of `p` by its gradient (`expand`): its
+/// users, the effects and plans that refer to it (a step's recorded
+/// gradients) read the gradient, and the request is removed.
+pub fn expand_requests(p: &mut Program) -> Result<(), Diagnostic> {
+    for (request, gradient) in expand(&mut p.graph)? {
+        p.replace_uses(request, gradient);
+        p.graph.remove(request);
+    }
+    Ok(())
 }

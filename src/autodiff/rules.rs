@@ -202,6 +202,9 @@ pub(crate) fn vjp(
             let g = b.node(Op::ScatterAdd { axis, dim }, &[xs[1], gy])?;
             Ok(vec![Some(g), None])
         }
+        Op::Gradient => {
+            Err(crate::diag::Diagnostic::internal("a gradient request differentiated before it is expanded"))
+        }
         Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } | Op::Pool2dGrad { .. } | Op::ScatterAdd { .. } => {
             Err(crate::diag::Diagnostic::new(
                 crate::diag::Code::Unsupported,

@@ -34,7 +34,9 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         return write(args.output.as_deref(), &crate::syntax::dump(&session.parse(id)?));
     }
     let started = std::time::Instant::now();
-    let mut program = session.check(id)?;
+    // As traced: the optimizer's first pass (`autodiff`) builds the
+    // training steps' gradients, which `--emit ir` shows as requests.
+    let mut program = session.trace(id)?;
     if args.emit == Some(Emit::Ir) {
         return write(args.output.as_deref(), &crate::ir::print::print_program(&program));
     }
@@ -47,6 +49,13 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
     if let Some(bad) = unknown.first() {
         return Err(vec![Diagnostic::new(Code::BadValue, format!("there is no pass named `{bad}`"))
             .help(format!("the passes are: {}", crate::passes::names().join(", ")))]);
+    }
+    if args.disable_pass.iter().any(|n| n == crate::passes::REQUIRED) {
+        return Err(vec![Diagnostic::new(
+            Code::BadValue,
+            format!("the `{}` pass cannot be disabled", crate::passes::REQUIRED),
+        )
+        .help("it builds the training steps' gradients, without which they cannot run")]);
     }
     // Planned for the default backend (the CPU's).
     let target = crate::backend::BackendKind::Jit.target();

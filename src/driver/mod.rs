@@ -73,7 +73,19 @@ impl Session {
         Ok(program)
     }
 
-    /// Parses and traces a file into a checked IR program.
+    /// Parses and traces a file into a checked IR program, its gradients
+    /// built (the `autodiff` pass).
+    pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
+        let mut program = self.trace(file)?;
+        // The lowering ends with the `autodiff` pass, so that the program
+        // runs without the optimizer; `trace` leaves the requests in.
+        crate::autodiff::expand_requests(&mut program).map_err(|d| vec![d])?;
+        Ok(program)
+    }
+
+    /// `check` without its last step: the program as traced, with the
+    /// training steps' gradient requests in it (`Op::Gradient`; `tfc build
+    /// --emit ir`, the `autodiff` pass's snapshots).
     ///
     /// Tracing runs on its own thread with a large stack: the tracer recurses
     /// once per nested expression and per inlined call (about 20–45 KiB per
@@ -81,7 +93,7 @@ impl Session {
     /// before E0102 would overflow a 2 MiB thread (a test thread, an
     /// embedder's worker) instead of reporting E0102. Untouched stack pages
     /// cost no memory.
-    pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
+    pub fn trace(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         const TRACE_STACK_BYTES: usize = 64 << 20;
         let t0 = std::time::Instant::now();
         let ast = self.parse(file)?;

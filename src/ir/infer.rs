@@ -62,7 +62,8 @@ pub fn arity(op: &Op, given: usize) -> usize {
         | Op::Conv2dGradInput { .. }
         | Op::Conv2dGradFilter { .. }
         | Op::Pool2dGrad { .. }
-        | Op::ScatterAdd { .. } => 2,
+        | Op::ScatterAdd { .. }
+        | Op::Gradient => 2,
         Op::Select => 3,
         Op::Concat { .. } => given.max(1),
         _ => 1,
@@ -305,6 +306,13 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let (x, gy) = (inputs[0], inputs[1]);
             let forward = Op::Pool2d { kind: *kind, size: *size, stride: *stride, padding: *padding };
             expect_forward(&forward, &[x], gy, x.clone())
+        }
+        Op::Gradient => {
+            let (loss, wrt) = (inputs[0], inputs[1]);
+            if loss.rank() != 0 || !loss.dtype.is_float() || !wrt.dtype.is_float() {
+                return err(Code::Internal, format!("the gradient of {loss} with respect to {wrt}"));
+            }
+            Ok(wrt.clone())
         }
         Op::ScatterAdd { axis, dim } => {
             let (i, u) = (inputs[0], inputs[1]);

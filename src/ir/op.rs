@@ -235,6 +235,12 @@ pub enum Op {
         stride: [usize; 2],
         padding: [usize; 4],
     },
+    /// The gradient of the float scalar operand 0 (a training step's loss)
+    /// with respect to operand 1 (a parameter), of operand 1's type: a
+    /// request the tracer leaves in the graph and the `autodiff` pass
+    /// replaces by the nodes that compute it (`passes::autodiff`), before
+    /// anything runs or is optimized.
+    Gradient,
     /// The gradient of `Gather`: operands `(indices, updates)`; adds each
     /// update slice into zeros of size `dim` along `axis` at its index.
     ScatterAdd {
@@ -311,6 +317,7 @@ impl Op {
             Op::Pool2dGrad { kind: PoolKind::Max, .. } => "max_pool2d_grad",
             Op::Pool2dGrad { kind: PoolKind::Avg, .. } => "avg_pool2d_grad",
             Op::ScatterAdd { .. } => "scatter_add",
+            Op::Gradient => "gradient",
         }
     }
 

@@ -19,7 +19,10 @@
 //! last position. A transpose that only feeds matrix products
 //! (`CompiledUnit::matmul_operand_transposes`, not a unit output) counts as
 //! a view: its source is also read by the transpose's readers, so a backend
-//! can hand the products the source with exchanged strides instead.
+//! can hand the products the source with exchanged strides instead. So is a
+//! 2x2 max pool's gradient: its pooled gradient is also read by the
+//! gradient's readers, which a backend may compute from it and the pool's
+//! recorded maxima.
 //!
 //! Sharing and threads: placement follows the sequential schedule — two
 //! buffers may share bytes when their lifetimes (positions in `order`) are
@@ -87,7 +90,7 @@
 use super::partition::{ensure_kernels, KernelGraph, Reach};
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Buffer, CompiledUnit, Device, KernelKind};
-use crate::ir::{NodeId, Op, Program, TensorType};
+use crate::ir::{NodeId, Op, PoolKind, Program, TensorType};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
 
@@ -172,16 +175,36 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             });
         }
     }
-    extend_through_folded_transposes(p, u, &mut values);
+    let mut views = u.matmul_operand_transposes(&p.graph);
+    views.extend(max_pool_grad_operands(p, &values));
+    extend_through_views(&views, &mut values);
     Analysis { graph: g, reach, values }
 }
 
-/// A transpose that a backend may fold into the matrix products reading it
-/// (`CompiledUnit::matmul_operand_transposes`) makes those products read
-/// its source: the source takes the transpose's readers, and lives as long.
-fn extend_through_folded_transposes(p: &Program, u: &CompiledUnit, values: &mut [Value]) {
+/// `(gradient, pooled gradient)` of each 2x2 max pool's gradient among
+/// `values`: a backend may compute the gradient's readers from the pooled
+/// gradient and the first maxima the pool recorded (the CPU backend does
+/// for a bias gradient and a first layer's weight gradient), so those
+/// readers read the pooled gradient too.
+fn max_pool_grad_operands(p: &Program, values: &[Value]) -> Vec<(NodeId, NodeId)> {
+    let g = &p.graph;
+    let pools_2x2 = |n: NodeId| {
+        let op = &g.node(n).op;
+        let pool = Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
+        *op == pool
+    };
+    values.iter().filter(|v| pools_2x2(v.node)).filter_map(|v| Some((v.node, *g.inputs(v.node).get(1)?))).collect()
+}
+
+/// A view of a source (`(view, source)`) that a backend may read through
+/// instead of the view itself — a transpose folded into the matrix products
+/// reading it (`CompiledUnit::matmul_operand_transposes`), a max pool's
+/// gradient computed from the pooled gradient (`max_pool_grad_operands`) —
+/// makes the view's readers read its source: the source takes the view's
+/// readers, and lives as long.
+fn extend_through_views(views: &[(NodeId, NodeId)], values: &mut [Value]) {
     let index: HashMap<NodeId, usize> = values.iter().enumerate().map(|(i, v)| (v.node, i)).collect();
-    for (t, source) in u.matmul_operand_transposes(&p.graph) {
+    for &(t, source) in views {
         let (Some(&ti), Some(&si)) = (index.get(&t), index.get(&source)) else { continue };
         if values[ti].to_end {
             continue;

@@ -10,11 +10,13 @@
 //! optimized program computes the same values as the unoptimized one (the
 //! reference interpreter runs both in the differential tests).
 //!
-//! Order: `vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies → fuse →
-//! partition → schedule → memory_plan`. The rewriting passes change the graph; the last four
+//! Order: `autodiff → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
+//! fuse → partition → schedule → memory_plan`. `autodiff` completes the lowering (it runs even on an
+//! unoptimized program: `Session::check`, and cannot be disabled). The rewriting passes change the graph; the last four
 //! annotate it (`Program::compiled`) with kernels, devices, an order and a
 //! memory plan that backends follow.
 
+pub mod autodiff;
 pub mod const_fold;
 pub mod cse;
 pub mod dce;
@@ -52,6 +54,7 @@ pub struct Pass {
 
 /// Every pass, in pipeline order.
 pub const PIPELINE: &[Pass] = &[
+    Pass { name: "autodiff", run: autodiff::run, postcondition: autodiff::postcondition },
     Pass { name: "vectorize_maps", run: vectorize_maps::run, postcondition: vectorize_maps::postcondition },
     Pass { name: "const_fold", run: const_fold::run, postcondition: const_fold::postcondition },
     Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
@@ -64,6 +67,10 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },
     Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
 ];
+
+/// The pass that always runs (it completes the lowering: no program runs
+/// with gradient requests in it).
+pub const REQUIRED: &str = "autodiff";
 
 /// Options of one optimizer run.
 #[derive(Clone, Debug, Default)]
@@ -87,17 +94,21 @@ pub struct Timings {
 pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Program)) -> Result<Timings, Diagnostic> {
     let ctx = PassCtx { verify: opts.verify || cfg!(debug_assertions), target: opts.target };
     let mut timings = Timings::default();
-    // Ops per unit before any rewrite, for the report (`ops_before`).
-    let before: Vec<(String, usize)> = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
+    // Ops per unit before any rewrite (after the lowering's `autodiff`,
+    // which runs first), for the report (`ops_before`).
+    let mut before: Vec<(String, usize)> = Vec::new();
     for pass in PIPELINE {
         // Between passes is a safe point for Ctrl-C (E0403).
         crate::interrupt::check()?;
-        if opts.disabled.iter().any(|d| d == pass.name) {
+        if opts.disabled.iter().any(|d| d == pass.name) && pass.name != REQUIRED {
             continue;
         }
         let start = Instant::now();
         (pass.run)(p, &ctx).map_err(|d| d.note(format!("in the `{}` pass", pass.name)))?;
         timings.passes.push((pass.name, start.elapsed()));
+        if pass.name == REQUIRED {
+            before = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
+        }
         if let Some(c) = p.compiled.as_mut() {
             for u in &mut c.units {
                 u.ops_before = before.iter().find(|(n, _)| *n == u.name).map(|(_, n)| *n).unwrap_or(u.ops_after);

@@ -145,7 +145,8 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::Pad { .. }
         | Op::OneHot { .. }
         | Op::Gather { .. }
-        | Op::ScatterAdd { .. } => KernelKind::Layout,
+        | Op::ScatterAdd { .. }
+        | Op::Gradient => KernelKind::Layout,
     }
 }
 

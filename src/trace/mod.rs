@@ -88,6 +88,11 @@ pub struct Tracer<'s> {
     /// Inside a train step: the step number (an f32 scalar node), which
     /// `dropout` mixes into its seed so that every step draws a new mask.
     pub(crate) step_counter: Option<crate::ir::NodeId>,
+    /// Whether a training step's gradients are left as requests for the
+    /// `autodiff` pass (`Op::Gradient`; a file's program) or built at once
+    /// (the REPL's live graph, whose node ids must stay a topological order
+    /// for `runtime::exec::Executor::resume`).
+    pub(crate) defer_gradients: bool,
     /// While tracing a `map`/`filter` function: its element-key slot
     /// (slot number and node), created by the first random op that needs it.
     pub(crate) element_key: Option<Option<(usize, crate::ir::NodeId)>>,
@@ -118,6 +123,7 @@ pub fn trace_program_in(
     let text_len = program.stmts.last().map_or(0, |s| s.span.end);
     tracer.graph.reserve(text_len / 10, text_len / 8);
     let env = tracer.prelude_scope();
+    tracer.defer_gradients = true;
     tracer.run_stmts(&program.stmts, &env);
     if tracer.diags.is_empty() {
         Ok(Program { graph: tracer.graph, effects: tracer.effects, compiled: None })
@@ -144,6 +150,7 @@ impl<'s> Tracer<'s> {
             csv_cache: Default::default(),
             training: false,
             step_counter: None,
+            defer_gradients: false,
             element_key: None,
             pending_reduce: None,
             kept_below: 0,

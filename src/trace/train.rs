@@ -174,8 +174,22 @@ impl Tracer<'_> {
         self.training = saved;
         self.step_counter = saved_counter;
         let loss = loss?;
+        // One gradient request per parameter, which the `autodiff` pass
+        // builds (`Op::Gradient`: the traced step shows what it asks for),
+        // or the gradients themselves (`defer_gradients`).
+        let found: Vec<Option<NodeId>> = match self.defer_gradients {
+            true => {
+                let has = crate::autodiff::has_gradients(&self.graph, loss.id, &param_nodes);
+                let mut found = Vec::with_capacity(params.len());
+                for ((p, &w), has) in params.iter().zip(&param_nodes).zip(has) {
+                    let span = fields.loss_span;
+                    found.push(has.then(|| self.graph.add(Op::Gradient, &[loss.id, w], p.ty.clone(), span)));
+                }
+                found
+            }
+            false => crate::autodiff::gradients(&mut self.graph, loss.id, None, &param_nodes)?,
+        };
         let mut grads = Vec::new();
-        let found = crate::autodiff::gradients(&mut self.graph, loss.id, None, &param_nodes)?;
         for (p, g) in params.iter().zip(found) {
             match g {
                 Some(g) => grads.push(g),
