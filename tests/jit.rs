@@ -655,7 +655,8 @@ fn adam_updates_give_the_same_bits_natively_and_compiled() {
 /// branches) and the digits CNN.
 #[test]
 fn training_is_bit_identical_at_one_two_and_three_threads() {
-    for file in ["examples/bench/mlp.tfl", "examples/digits_cnn.tfl", "examples/bench/cnn.tfl"] {
+    let half = "tests/cases/run/half_precision_training_of_an_mlp_and_a_cnn.tfl";
+    for file in ["examples/bench/mlp.tfl", "examples/digits_cnn.tfl", "examples/bench/cnn.tfl", half] {
         let losses = |threads: &str| {
             let o = tfc(&["bench", file, "--steps", "3", "--warmup", "2", "--json", "--threads", threads]);
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
