@@ -4,7 +4,7 @@
 //! and the memory plan of one arena per device.
 
 use super::graph::{Graph, NodeId};
-use super::{DType, Op};
+use super::{DType, Op, PoolKind};
 use std::collections::HashMap;
 
 /// Where a kernel runs. The GPU backend adds a variant, and `partition`
@@ -114,6 +114,12 @@ pub struct CompiledUnit {
     /// (`memory_plan`). Data dependencies are implied by the kernels' nodes.
     pub memory_edges: Vec<(usize, usize)>,
     pub buffers: Vec<Buffer>,
+    /// `(view, source)`: values whose readers a backend may serve from
+    /// another value instead, which the memory plan keeps alive as long as
+    /// the view's readers (`ir::target::Target::views`): a transpose folded
+    /// into the products that read it, a 2x2 max pool's gradient computed
+    /// from its pooled gradient and the pool's recorded maxima.
+    pub views: Vec<(NodeId, NodeId)>,
     pub arena_bytes: usize,
     /// The sum of all intermediate buffers without reuse.
     pub naive_bytes: usize,
@@ -135,6 +141,25 @@ impl CompiledUnit {
     /// copies it (measured: `64x256 @ 256x256ᵀ` 127 µs through strides
     /// against 9 + 80 µs transposed first; `32x512 @ 512x512ᵀ` 660 against
     /// 62 + 168 µs), while a transposed left operand costs it nothing.
+    /// `matmul_operand_transposes` and `max_pool_grad_operands`: every view
+    /// a backend may read through (`Target::views` of the CPU).
+    pub fn read_through_views(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
+        let mut views = self.matmul_operand_transposes(g);
+        views.extend(self.max_pool_grad_operands(g));
+        views
+    }
+
+    /// `(gradient, pooled gradient)` of each 2x2, stride-2, unpadded max
+    /// pool's gradient a kernel of this unit writes: a backend may compute
+    /// the gradient's readers from the pooled gradient and the first maxima
+    /// the pool recorded (the CPU backend does for a bias gradient and a
+    /// first layer's weight gradient).
+    pub fn max_pool_grad_operands(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
+        let pool = Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
+        let outputs = self.kernels.iter().filter(|k| k.kind != KernelKind::Source).flat_map(|k| &k.outputs);
+        outputs.filter(|&&n| g.node(n).op == pool).filter_map(|&n| Some((n, *g.inputs(n).get(1)?))).collect()
+    }
+
     pub fn matmul_operand_transposes(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
         let kernel_of: HashMap<NodeId, &Kernel> =
             self.kernels.iter().flat_map(|k| k.nodes.iter().map(move |&n| (n, k))).collect();

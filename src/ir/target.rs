@@ -12,12 +12,18 @@
 //! does (the CPU backend counts any kernel it interprets that the plan put
 //! on its own device, and `--strict` fails on it).
 //!
+//! `views(unit, graph)` names the values whose readers the backend may
+//! serve from another value (a folded transpose's source, a max pool
+//! gradient's pooled operand); `passes::memory_plan` keeps those sources
+//! alive for them and records the pairs (`CompiledUnit::views`), which is
+//! all a backend may rely on.
+//!
 //! Example: the CPU backend's target (`backend::cpu::TARGET`) answers
 //! `Some(HostPart { whole: true, why: "no CPU kernel for `gather` on
 //! f32[16, 32, 64]" })` for an embedding lookup.
 
-use super::compiled::Kernel;
-use super::graph::Graph;
+use super::compiled::{CompiledUnit, Kernel};
+use super::graph::{Graph, NodeId};
 
 /// A machine the optimizer plans for.
 #[derive(Clone, Copy)]
@@ -32,6 +38,10 @@ pub struct Target {
     /// (the CPU backend runs large statements' kernels itself:
     /// `runtime::statements`).
     pub statements_on_host: bool,
+    /// The values whose readers the target's backend may serve from another
+    /// value (`CompiledUnit::views`), which the memory plan then keeps
+    /// alive for them.
+    pub views: fn(&CompiledUnit, &Graph) -> Vec<(NodeId, NodeId)>,
 }
 
 /// The part of a kernel a target leaves to the host interpreter.
@@ -48,7 +58,12 @@ pub struct HostPart {
 impl Target {
     /// A target that claims every kernel: what a plan made without a
     /// backend in mind (library callers, the pass tests) assumes.
-    pub const ANY: Target = Target { name: "any", host_reason: |_, _| None, statements_on_host: false };
+    pub const ANY: Target = Target {
+        name: "any",
+        host_reason: |_, _| None,
+        statements_on_host: false,
+        views: CompiledUnit::read_through_views,
+    };
 }
 
 impl Default for Target {

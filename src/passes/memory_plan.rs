@@ -16,13 +16,13 @@
 //!
 //! Lifetimes: a buffer is live from the position (in `order`) of the kernel
 //! that writes it to the position of its last reader; a unit output to the
-//! last position. A transpose that only feeds matrix products
-//! (`CompiledUnit::matmul_operand_transposes`, not a unit output) counts as
-//! a view: its source is also read by the transpose's readers, so a backend
-//! can hand the products the source with exchanged strides instead. So is a
-//! 2x2 max pool's gradient: its pooled gradient is also read by the
-//! gradient's readers, which a backend may compute from it and the pool's
-//! recorded maxima.
+//! last position. The target names views (`Target::views`, recorded as
+//! `CompiledUnit::views`): a transpose that only feeds matrix products
+//! (`CompiledUnit::matmul_operand_transposes`, not a unit output), whose
+//! source a backend can hand the products with exchanged strides instead,
+//! and a 2x2 max pool's gradient, whose readers a backend may compute from
+//! the pooled gradient and the pool's recorded maxima; a view's source is
+//! also read by the view's readers.
 //!
 //! Sharing and threads: placement follows the sequential schedule — two
 //! buffers may share bytes when their lifetimes (positions in `order`) are
@@ -90,19 +90,20 @@
 use super::partition::{ensure_kernels, KernelGraph, Reach};
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Buffer, CompiledUnit, Device, KernelKind};
-use crate::ir::{NodeId, Op, PoolKind, Program, TensorType};
+use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
 
 /// Offsets are multiples of this.
 pub const ALIGN: usize = 64;
 
-pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
+pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
     let mut compiled = p.compiled.take().unwrap_or_default();
     for u in &mut compiled.units {
+        u.views = (ctx.target.views)(u, &p.graph);
         plan_unit(p, u, &roots);
     }
     p.compiled = Some(compiled);
@@ -175,33 +176,15 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             });
         }
     }
-    let mut views = u.matmul_operand_transposes(&p.graph);
-    views.extend(max_pool_grad_operands(p, &values));
-    extend_through_views(&views, &mut values);
+    extend_through_views(&u.views, &mut values);
     Analysis { graph: g, reach, values }
 }
 
-/// `(gradient, pooled gradient)` of each 2x2 max pool's gradient among
-/// `values`: a backend may compute the gradient's readers from the pooled
-/// gradient and the first maxima the pool recorded (the CPU backend does
-/// for a bias gradient and a first layer's weight gradient), so those
-/// readers read the pooled gradient too.
-fn max_pool_grad_operands(p: &Program, values: &[Value]) -> Vec<(NodeId, NodeId)> {
-    let g = &p.graph;
-    let pools_2x2 = |n: NodeId| {
-        let op = &g.node(n).op;
-        let pool = Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
-        *op == pool
-    };
-    values.iter().filter(|v| pools_2x2(v.node)).filter_map(|v| Some((v.node, *g.inputs(v.node).get(1)?))).collect()
-}
-
-/// A view of a source (`(view, source)`) that a backend may read through
-/// instead of the view itself — a transpose folded into the matrix products
-/// reading it (`CompiledUnit::matmul_operand_transposes`), a max pool's
-/// gradient computed from the pooled gradient (`max_pool_grad_operands`) —
-/// makes the view's readers read its source: the source takes the view's
-/// readers, and lives as long.
+/// A view of a source (`(view, source)`, `CompiledUnit::views`) that a
+/// backend may read through instead of the view itself — a transpose folded
+/// into the matrix products reading it, a max pool's gradient computed from
+/// the pooled gradient — makes the view's readers read its source: the
+/// source takes the view's readers, and lives as long.
 fn extend_through_views(views: &[(NodeId, NodeId)], values: &mut [Value]) {
     let index: HashMap<NodeId, usize> = values.iter().enumerate().map(|(i, v)| (v.node, i)).collect();
     for &(t, source) in views {

@@ -4,7 +4,9 @@
 //! oneDNN fold a transposed operand into the GEMM call.
 //!
 //! Contract: [`foldable`] returns the transposes of a unit that
-//! `CompiledUnit::matmul_operand_transposes` lists (2-D `f32` transposes
+//! `CompiledUnit::matmul_operand_transposes` lists and the memory plan
+//! kept as views (`CompiledUnit::views`, from the CPU's `Target::views`)
+//! (2-D `f32` transposes
 //! read only as the left operand of unbatched matmuls that start a
 //! `Contraction` kernel, or as the right operand of one-row products),
 //! are not unit outputs, and whose source keeps its value until
@@ -41,7 +43,9 @@ pub(super) fn foldable(
         unit.kernels.iter().enumerate().flat_map(|(ki, k)| k.nodes.iter().map(move |&n| (n, ki))).collect();
     let at = |n: &NodeId| kernel_of.get(n).and_then(|k| position.get(k)).copied();
     let mut folded = HashSet::new();
-    for (t, source) in unit.matmul_operand_transposes(g) {
+    // Only the transposes the memory plan kept the sources alive for.
+    let planned: HashSet<(NodeId, NodeId)> = unit.views.iter().copied().collect();
+    for (t, source) in unit.matmul_operand_transposes(g).into_iter().filter(|v| planned.contains(v)) {
         if outputs.contains(&t) {
             continue;
         }

@@ -70,8 +70,14 @@ pub fn with_compiler<T>(f: impl FnOnce(&mut Compiler) -> Result<T, String>) -> R
 pub struct CpuBackend;
 
 /// What the optimizer plans for when the CPU backend runs the program.
-pub const TARGET: crate::ir::target::Target =
-    crate::ir::target::Target { name: "cpu", host_reason: unit::host_reason, statements_on_host: false };
+pub const TARGET: crate::ir::target::Target = crate::ir::target::Target {
+    name: "cpu",
+    host_reason: unit::host_reason,
+    statements_on_host: false,
+    // Products read transposed operands through strides (module `fold`);
+    // gradients of fused 2x2 max pools read the recorded maxima (`unit`).
+    views: crate::ir::compiled::CompiledUnit::read_through_views,
+};
 
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
