@@ -289,8 +289,15 @@ impl<'p> Executor<'p> {
     fn compute_statements(&mut self, nodes: &[NodeId]) -> Result<bool, Diagnostic> {
         let program = self.program;
         let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
-        let Some(segment) = super::statements::segment(program, nodes, &self.values, roots) else {
-            return Ok(false);
+        let segment = match super::statements::segment(program, nodes, &self.values, roots) {
+            Ok(segment) => segment,
+            Err(super::statements::Interpreted::Unplanned(why)) => {
+                if self.options.verbose {
+                    eprintln!("statements: {} ops interpreted: {why}", nodes.len());
+                }
+                return Ok(false);
+            }
+            Err(super::statements::Interpreted::Small) => return Ok(false),
         };
         let region = Region { id: crate::ir::plan::RegionId(usize::MAX), inputs: Vec::new(), outputs: segment.outputs };
         let request = Prepare {

@@ -7,7 +7,8 @@
 //!
 //! Contract: [`segment`] returns the part of the main unit's plan that
 //! computes `needed` (the nodes an effect needs that are not computed yet,
-//! slots excluded), or `None` when it does not apply, and the interpreter
+//! slots excluded), or why it does not apply ([`Interpreted`], which
+//! `--verbose` reports when the work is large), and the interpreter
 //! computes them as before:
 //! - the work is small (below [`MIN_WORK`]: preparing a unit costs more
 //!   than interpreting it), or
@@ -43,13 +44,29 @@ pub struct Segment {
     pub outputs: Vec<NodeId>,
 }
 
+/// Why statements stay on the interpreter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interpreted {
+    /// Too little work to prepare a unit for (below `MIN_WORK`).
+    Small,
+    /// Much work, but the plan does not cover exactly these values: the
+    /// reason, for `--verbose`.
+    Unplanned(&'static str),
+}
+
 /// The part of the main unit's plan that computes `needed` (see the module
 /// docs); `roots` are the nodes effects and plans read.
-pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<NodeId>) -> Option<Segment> {
+pub fn segment(
+    p: &Program,
+    needed: &[NodeId],
+    values: &Values,
+    roots: &HashSet<NodeId>,
+) -> Result<Segment, Interpreted> {
     if work(p, needed) < MIN_WORK {
-        return None;
+        return Err(Interpreted::Small);
     }
-    let main = p.compiled.as_ref()?.units.iter().find(|u| u.region.is_none())?;
+    let units = p.compiled.as_ref().map(|c| c.units.as_slice()).unwrap_or_default();
+    let main = units.iter().find(|u| u.region.is_none()).ok_or(Interpreted::Unplanned("the program has no plan"))?;
     let wanted: HashSet<NodeId> = needed.iter().copied().collect();
     let mut index: HashMap<usize, usize> = HashMap::new();
     let mut kernels = Vec::new();
@@ -59,7 +76,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
             continue;
         }
         if inside < k.nodes.len() {
-            return None;
+            return Err(Interpreted::Unplanned("a planned kernel also computes values needed later"));
         }
         index.insert(ki, kernels.len());
         kernels.push(k.clone());
@@ -67,7 +84,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
     let nodes: Vec<NodeId> =
         main.order.iter().filter_map(|k| index.get(k)).flat_map(|&k| kernels[k].nodes.clone()).collect();
     if nodes.len() != wanted.len() {
-        return None;
+        return Err(Interpreted::Unplanned("some values are outside the main unit's plan"));
     }
     let computed: HashSet<NodeId> = nodes.iter().copied().collect();
     let g = &p.graph;
@@ -87,7 +104,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
         arena_bytes,
         ..CompiledUnit::default()
     };
-    Some(Segment { unit, nodes, outputs })
+    Ok(Segment { unit, nodes, outputs })
 }
 
 /// About how many elements and multiply-adds computing `nodes` takes.
