@@ -334,9 +334,17 @@ fn fold_numbers(op: BinaryOp, a: &Value, b: &Value) -> Option<Result<Value, Stri
                 Mul => x.checked_mul(y).map(Value::Int).ok_or("integer overflow".to_string()),
                 Div if y == 0 => Err("division by zero".to_string()),
                 Div => Ok(Value::Float(x as f64 / y as f64)),
-                Pow if (0..=62).contains(&y) => {
-                    x.checked_pow(y as u32).map(Value::Int).ok_or("integer overflow".into())
-                }
+                // A non-negative power of an int is an int, or an overflow
+                // (as `+`, `-` and `*`); a negative power is a float.
+                Pow if y >= 0 => match x {
+                    0 | 1 => Ok(Value::Int(if y == 0 { 1 } else { x })),
+                    -1 => Ok(Value::Int(if y % 2 == 0 { 1 } else { -1 })),
+                    _ => u32::try_from(y)
+                        .ok()
+                        .and_then(|e| x.checked_pow(e))
+                        .map(Value::Int)
+                        .ok_or("integer overflow".into()),
+                },
                 Pow => Ok(Value::Float((x as f64).powf(y as f64))),
                 Maximum => Ok(Value::Int(x.max(y))),
                 Minimum => Ok(Value::Int(x.min(y))),

@@ -483,7 +483,7 @@ impl Fields {
                             };
                             return Err(Diagnostic::new(
                                 Code::Kind,
-                                format!("`{n}` must be {want}, found {}", other.describe()),
+                                format!("`{n}` must be {want}, found {}", found(&other)),
                             )
                             .label(value.span, "here")
                             .into());
@@ -556,10 +556,18 @@ fn every_count(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> 
     }
 }
 
-fn kind_error(span: Span, want: &str, found: &Value) -> super::Fail {
-    Diagnostic::new(Code::Kind, format!("expected {want}, found {}", found.describe()))
-        .label(span, found.describe())
-        .into()
+fn kind_error(span: Span, want: &str, value: &Value) -> super::Fail {
+    Diagnostic::new(Code::Kind, format!("expected {want}, found {}", found(value))).label(span, value.describe()).into()
+}
+
+/// What a setting was given, its value when it is a number (`-1`, not
+/// just "an int": the kind alone does not say what is wrong with it).
+fn found(value: &Value) -> String {
+    match value {
+        Value::Int(n) => n.to_string(),
+        Value::Float(x) => x.to_string(),
+        other => other.describe(),
+    }
 }
 
 fn tensor_id(v: &Value) -> NodeId {
