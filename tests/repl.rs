@@ -521,3 +521,16 @@ fn pty_ctrl_c_stops_a_long_compile() {
     s.check("fib(5)", "f32 8");
     assert_eq!(s.finish(), Some(0));
 }
+
+/// A model that instantiates itself is E0102 in the REPL as in a file; the
+/// session lives on and runs the next entry (it used to die of a stack
+/// overflow).
+#[test]
+fn a_self_instantiating_model_is_an_error_and_the_session_goes_on() {
+    let dir = std::env::temp_dir();
+    let o = repl_piped(&[], b"model M { inner = M() }\nlet m = M()\nprint(40 + 2)\n", &dir);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(err.contains("error[E0102]") && err.contains("does `M` instantiate itself?"), "{err}");
+    assert!(out.contains("42"), "the session went on: {out}\n{err}");
+    assert_eq!(o.status.code(), Some(1), "an entry failed");
+}

@@ -66,6 +66,9 @@ pub struct Tracer<'s> {
     pub(crate) sources: &'s mut SourceMap,
     pub(crate) diags: Vec<Diagnostic>,
     pub(crate) depth: usize,
+    /// The models being instantiated, outermost first (for the message of
+    /// a model that instantiates itself without end).
+    pub(crate) instantiating: Vec<String>,
     /// Loaded std modules by dotted path, so each is traced once.
     pub(crate) modules: rustc_hash::FxHashMap<String, Rc<Scope>>,
     /// The declared type and seed of the `param` being initialized, which
@@ -141,6 +144,7 @@ impl<'s> Tracer<'s> {
             sources,
             diags: Vec::new(),
             depth: 0,
+            instantiating: Vec::new(),
             modules: Default::default(),
             param_context: None,
             model_path: None,

@@ -5,15 +5,40 @@
 
 use super::call::{bind_args, CallArgs};
 use super::value::{ModelDefValue, ModelInstance, Scope, Value};
-use super::{TResult, Tracer};
+use super::{TResult, Tracer, MAX_CALL_DEPTH};
 use crate::diag::{did_you_mean, Code, Diagnostic, Span};
 use crate::ir::TensorType;
 use crate::syntax::ast::{self, DimExpr, ModelMember, TypeKind};
 use std::rc::Rc;
 
 impl Tracer<'_> {
-    /// `Model(args…, seed = s)`: evaluates the members in order.
-    pub(crate) fn instantiate(&mut self, def: &Rc<ModelDefValue>, mut args: CallArgs, span: Span) -> TResult<Value> {
+    /// `Model(args…, seed = s)`: evaluates the members in order. Models
+    /// nest at most `MAX_CALL_DEPTH` deep, counted with calls (a model that
+    /// instantiates itself without a base case is E0102, with the chain).
+    pub(crate) fn instantiate(&mut self, def: &Rc<ModelDefValue>, args: CallArgs, span: Span) -> TResult<Value> {
+        let name = &def.def.name.name;
+        if self.depth >= MAX_CALL_DEPTH {
+            let mut chain: Vec<&str> = self.instantiating.iter().rev().take(4).map(String::as_str).collect();
+            chain.reverse();
+            return Err(Diagnostic::new(
+                Code::TooDeep,
+                format!("models nest deeper than {MAX_CALL_DEPTH} (does `{name}` instantiate itself?)"),
+            )
+            .label(span, "this instantiation")
+            .note(format!("the innermost instantiations: … → {} → {name}", chain.join(" → ")))
+            .help("give the recursion a base case (a parameter that shrinks, and an `if` that stops it)")
+            .into());
+        }
+        crate::interrupt::check()?;
+        self.depth += 1;
+        self.instantiating.push(name.clone());
+        let result = self.instantiate_members(def, args, span);
+        self.instantiating.pop();
+        self.depth -= 1;
+        result
+    }
+
+    fn instantiate_members(&mut self, def: &Rc<ModelDefValue>, mut args: CallArgs, span: Span) -> TResult<Value> {
         let (seed, prefix) = self.model_path.take().unwrap_or_default();
         let has_seed_param = def.def.params.iter().any(|p| p.name.name == "seed");
         let mut seed = seed;
