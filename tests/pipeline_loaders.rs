@@ -233,6 +233,19 @@ fn safetensors_corruptions_are_errors() {
     );
     put(&d, "len.safetensors", &[0xFF; 12]);
     fails(&d, "print(count(load_safetensors(\"len.safetensors\")))\n", &["len.safetensors", "header claims"]);
+    // A file cut inside its header: the length counts from after its own
+    // 8 bytes, and the message says how many follow them.
+    let header = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    put(&d, "short.safetensors", &good[..header]);
+    let only = format!("the header claims {header} bytes but only {} follow its 8-byte length", header - 8);
+    fails(&d, "print(count(load_safetensors(\"short.safetensors\")))\n", &["short.safetensors", &only]);
+    // A file cut short: the header length counts from after its own 8 bytes.
+    let mut cut = good.clone();
+    let header = u64::from_le_bytes(cut[..8].try_into().unwrap()) as usize;
+    cut.truncate(header);
+    put(&d, "cut.safetensors", &cut);
+    let only = format!("the header claims {header} bytes but only {} follow its 8-byte length", header - 8);
+    fails(&d, "print(count(load_safetensors(\"cut.safetensors\")))\n", &["cut.safetensors", &only]);
 }
 
 #[test]

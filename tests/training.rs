@@ -639,3 +639,26 @@ train net on train_set |> batch(32) {{
     let last: serde_json::Value = serde_json::from_str(lines[4]).unwrap();
     assert!(last["loss"].as_f64() < first["loss"].as_f64(), "the loss falls:\n{text}");
 }
+
+/// A checkpoint whose `step` is there but is not a number says so (it used
+/// to say the checkpoint had no `step`).
+#[test]
+fn resuming_from_a_checkpoint_whose_step_is_not_a_number_says_what_it_is() {
+    let dir = scratch("resume-bad-step");
+    let program = regression(GOOD_DATA, "mse(net(x), y)", "sgd(lr = 0.1)");
+    write(&dir, "train.tfl", &program);
+    let o = run(&dir, "train.tfl", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The step's digits become letters of the same count: the header keeps
+    // its length.
+    let mut ck = read(&dir.join("ck.safetensors"));
+    let n = u64::from_le_bytes(ck[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(ck[8..8 + n].to_vec()).unwrap();
+    let at = header.find("\"step\":\"").expect("a step in the metadata") + 8;
+    let digits = header[at..].chars().take_while(char::is_ascii_digit).count();
+    assert!(digits > 0, "{header}");
+    ck[8 + at..8 + at + digits].fill(b'x');
+    let resumed = program.replace("    epochs = 3\n", "    epochs = 3\n    resume = \"ck.safetensors\"\n");
+    let err = fails_with("resume-bad-step-run", &resumed, &[("ck.safetensors", &ck)], &[], "E0001");
+    assert!(err.contains("is not a training checkpoint: its `step` is `x"), "{err}");
+}

@@ -129,7 +129,11 @@ impl SafeFile {
         len8.copy_from_slice(&bytes[..8]);
         let n = u64::from_le_bytes(len8);
         if n > (bytes.len() - 8) as u64 {
-            return Err(bad(format!("the header claims {n} bytes but the file has {}", bytes.len())));
+            return Err(bad(format!(
+                "the header claims {n} bytes but only {} follow its 8-byte length (the file has {})",
+                bytes.len() - 8,
+                bytes.len()
+            )));
         }
         let n = n as usize;
         let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n])

@@ -209,13 +209,14 @@ fn load_checkpoint(
     let (mut loaded, meta) =
         crate::io::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
     let number = |k: &str| -> Result<u64, Diagnostic> {
-        meta.get(k).and_then(|v| v.parse().ok()).ok_or_else(|| {
-            Diagnostic::new(
-                Code::Io,
-                format!("`{}` is not a training checkpoint: its metadata has no `{k}`", path.display()),
-            )
-            .label(plan.span, "resuming here")
-        })
+        let not = |why: String| {
+            Diagnostic::new(Code::Io, format!("`{}` is not a training checkpoint: {why}", path.display()))
+                .label(plan.span, "resuming here")
+        };
+        match meta.get(k) {
+            None => Err(not(format!("its metadata has no `{k}`"))),
+            Some(v) => v.parse().map_err(|_| not(format!("its `{k}` is `{v}`, not a whole number"))),
+        }
     };
     let (step, epoch) = (number("step")?, number("epoch")?);
     let states = loaded.split_off(params.len());
