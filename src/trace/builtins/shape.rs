@@ -141,7 +141,21 @@ impl Tracer<'_> {
     fn concat(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         let parts: Vec<(Value, crate::diag::Span)> = match a.get(0) {
             Some((Value::Tuple(items), s)) => items.iter().map(|v| (v.clone(), *s)).collect(),
-            Some((v @ Value::Tensor(..), s)) => vec![(v.clone(), *s)],
+            // One tensor would come back unchanged: most likely `[a, b]`,
+            // a list literal, which is one stacked tensor, not two.
+            Some((Value::Tensor(_, ty), s)) => {
+                let name = a.name;
+                return Err(Diagnostic::new(
+                    Code::Kind,
+                    format!("`{name}` takes a tuple of tensors, found one tensor ({ty})"),
+                )
+                .label(*s, "one tensor")
+                .help(format!(
+                    "write `{name}((a, b), …)` with parentheses: `[a, b]` is a list literal, which builds one \
+                     tensor from its rows"
+                ))
+                .into());
+            }
             _ => return Err(a.bad(0, "a tuple of tensors")),
         };
         if parts.is_empty() {
