@@ -188,3 +188,40 @@ fn markdown_blocks_are_extracted_with_their_output() {
     assert!(has_train("let x = 1\ntrain net on data {\n}\n"));
     assert!(!has_train("// how to train a net\nlet trained = 1\n"));
 }
+
+/// The README's quick start tells the truth: its Rust version is the
+/// crate's `rust-version`, and the sample output of its first command is
+/// what the example prints, digit for digit (losses, accuracy; the
+/// examples per second depend on the machine). The example runs in a
+/// scratch copy, so `examples/out` is not touched.
+#[test]
+fn the_readme_quick_start_shows_what_the_first_command_prints() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    let version = manifest.lines().find_map(|l| l.strip_prefix("rust-version = ")).expect("a rust-version");
+    let version = version.trim_matches('"');
+    assert!(readme.contains(&format!("Rust toolchain ({version} or newer")), "README's Rust version is not {version}");
+    // The first ```text block after the quick-start command.
+    let start = readme.find("cargo run --release -- run examples/digits_mlp.tfl").expect("the quick start");
+    let block = &readme[start..];
+    let block = &block[block.find("```text\n").expect("its sample output") + 8..];
+    let block = &block[..block.find("```").expect("the block's end")];
+    let dir = std::env::temp_dir().join(format!("tfc-readme-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::copy(root().join("examples/digits_mlp.tfl"), dir.join("digits_mlp.tfl")).unwrap();
+    std::fs::copy(root().join("examples/data/digits.csv.gz"), dir.join("data/digits.csv.gz")).unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"))
+        .args(["run", "digits_mlp.tfl"])
+        .current_dir(&dir)
+        .output()
+        .expect("tfc runs");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let printed = format!("{}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    let without_rate =
+        |line: &str| line.rsplit_once("  ").filter(|(_, r)| r.ends_with("ex/s")).map_or(line, |(l, _)| l).to_string();
+    let lines: Vec<String> = printed.lines().map(without_rate).collect();
+    for shown in block.lines().filter(|l| *l != "…") {
+        assert!(lines.contains(&without_rate(shown)), "the README shows `{shown}`, the example prints:\n{printed}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -101,6 +101,10 @@ fn digits_mlp_reaches_97_percent_test_accuracy() {
     let acc = printed_scalar(&o);
     assert!(acc >= 0.97, "digits_mlp test accuracy {acc} < 0.97");
     assert!(dir.join("out/mlp.safetensors").is_file(), "the example saves its weights");
+    // Its checkpoint is a file of its own, which a rerun with `resume` can
+    // start from (the final weights have no training step).
+    let checkpoint = read(&dir.join("out/mlp_checkpoint.safetensors"));
+    assert!(String::from_utf8_lossy(&checkpoint).contains("\"step\""), "the checkpoint records its step");
 }
 
 #[test]
