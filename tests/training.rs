@@ -666,3 +666,25 @@ fn resuming_from_a_checkpoint_whose_step_is_not_a_number_says_what_it_is() {
     let err = fails_with("resume-bad-step-run", &resumed, &[("ck.safetensors", &ck)], &[], "E0001");
     assert!(err.contains("is not a training checkpoint: its `step` is `x"), "{err}");
 }
+
+/// A checkpoint write removes the temporaries that killed runs left beside
+/// it (`.ck.safetensors.tmp-<pid>` of a process that no longer runs), and
+/// keeps a live process's.
+#[test]
+fn a_checkpoint_write_removes_temporaries_of_dead_runs() {
+    let dir = scratch("stale-temporaries");
+    let dead = std::process::Command::new("true").spawn().expect("spawn true");
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait().expect("true finishes");
+    let stale = dir.join(format!(".ck.safetensors.tmp-{dead_pid}"));
+    let live = dir.join(format!(".ck.safetensors.tmp-{}", std::process::id()));
+    std::fs::write(&stale, b"half a checkpoint").unwrap();
+    std::fs::write(&live, b"another run's").unwrap();
+    write(&dir, "train.tfl", &regression(GOOD_DATA, "mse(net(x), y)", "sgd(lr = 0.1)"));
+    let o = run(&dir, "train.tfl", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.join("ck.safetensors").is_file());
+    assert!(!stale.exists(), "the dead run's temporary is gone");
+    assert!(live.exists(), "a live process's temporary stays");
+}

@@ -95,7 +95,32 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         io_error(path, "write", e)
-    })
+    })?;
+    remove_stale_temporaries(path);
+    Ok(())
+}
+
+/// Removes the temporaries `.<name>.tmp-<pid>` beside `path` that a process
+/// which no longer runs left behind (killed while writing a checkpoint);
+/// another live writer's are left alone. Best effort: where processes
+/// cannot be looked up (no `/proc`), nothing is removed.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// A safetensors file in memory: its parsed header and its bytes.
