@@ -250,3 +250,18 @@ fn autodiff_is_a_pass_that_turns_gradient_requests_into_gradients() {
     assert!(run.status.success(), "{}", stderr(&run));
     assert!(String::from_utf8_lossy(&run.stdout).starts_with("f32[3]"));
 }
+
+/// A diagnostic on a very long line (a generated megabyte of one
+/// expression) shows an excerpt around the span with its line and column,
+/// not the whole line.
+#[test]
+fn a_diagnostic_on_a_very_long_line_shows_an_excerpt() {
+    let program = format!("let x = [{}] + onez([2])\n", vec!["1.0"; 200_000].join(", "));
+    let file = scratch("long_line.tfl", program.as_bytes());
+    let o = tfc(&["check", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.len() < 2_000, "{} bytes of diagnostics", err.len());
+    assert!(err.contains("unknown name `onez`") && err.contains("long_line.tfl:1:1000012"), "{err}");
+    assert!(err.contains("1.0, 1.0] + onez([2])") && err.contains("^^^^"), "{err}");
+}
