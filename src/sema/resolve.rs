@@ -37,6 +37,20 @@ fn compute_global_names() -> HashSet<String> {
     names
 }
 
+/// The top-level names of the std module `module` (`std.nn`), parsed once
+/// per process; `None` for a module that is not in the std library.
+fn std_module_names(module: &str) -> Option<&'static HashSet<String>> {
+    static NAMES: OnceLock<Vec<(&'static str, HashSet<String>)>> = OnceLock::new();
+    let all = NAMES.get_or_init(|| {
+        let parsed = crate::stdlib::MODULES.iter().filter_map(|&(name, src)| {
+            let p = crate::syntax::parse(src, crate::diag::FileId(u32::MAX)).ok()?;
+            Some((name, top_level_names(&p).into_iter().map(String::from).collect()))
+        });
+        parsed.collect()
+    });
+    all.iter().find(|(name, _)| *name == module).map(|(_, names)| names)
+}
+
 fn top_level_names(p: &Program) -> Vec<&str> {
     let mut out = Vec::new();
     for s in &p.stmts {
@@ -122,6 +136,26 @@ impl<'a> Resolver<'a> {
     }
 
     /// Runs `f` in a new scope.
+    /// `use std.m.{a, b}`: every item must be one of the std module's
+    /// (or a built-in), reported here with the program's other unknown
+    /// names (the tracer, which loads modules, would stop at the first).
+    /// Other modules are files the tracer reads.
+    fn std_imports(&mut self, path: &[Ident], items: &[Ident]) {
+        let dotted: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
+        let Some(names) = std_module_names(&dotted.join(".")) else { return };
+        for item in items {
+            if names.contains(&item.name) || global_names().contains(&item.name) {
+                continue;
+            }
+            let mut d = Diagnostic::new(Code::UnknownModule, format!("the module has no item `{}`", item.name))
+                .label(item.span, "not found in the module");
+            if let Some(s) = did_you_mean(&item.name, names.iter().map(String::as_str)) {
+                d = d.help(format!("did you mean `{s}`?"));
+            }
+            self.diags.push(d);
+        }
+    }
+
     fn scoped(&mut self, f: impl FnOnce(&mut Resolver<'a>)) {
         self.scopes.push(HashSet::default());
         f(self);
@@ -130,6 +164,7 @@ impl<'a> Resolver<'a> {
 
     fn stmt(&mut self, s: &'a Stmt) {
         match &s.kind {
+            StmtKind::Use { path, group: Some(items) } => self.std_imports(path, items),
             StmtKind::Use { .. } => {}
             StmtKind::Const { ty, value, .. } => {
                 self.expr(value);
