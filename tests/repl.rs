@@ -291,6 +291,12 @@ mod pty {
             Session { master, child, output, seen: 0 }
         }
 
+        /// Everything the terminal showed so far.
+        pub fn text(&self) -> String {
+            let (lock, _) = &*self.output;
+            String::from_utf8_lossy(&lock.lock().expect("output lock")).into_owned()
+        }
+
         /// Waits until `needle` appears in output not matched before.
         pub fn expect(&mut self, needle: &str) {
             if !self.wait_for(needle, DEADLINE) {
@@ -494,12 +500,18 @@ fn pty_ctrl_c_cancels_training_and_keeps_the_model_as_it_was() {
     s.enter("let net = Scale()");
     // Far more epochs than the test waits for: only Ctrl-C ends it.
     s.send(
-        "train net on from_tensors([1.0, 2.0]) |> batch(1) { loss(x) = mean((net(x) - 1.0) ^ 2.0); \
+        "train net on from_tensors(ones([100000])) |> batch(1) { loss(x) = mean((net(x) - 1.0) ^ 2.0); \
          optimizer = sgd(lr = 0.01); epochs = 100000000 }\r",
     );
     s.expect("ex/s");
     s.send("\x03");
     s.expect("E0403");
+    // The progress bar's line is cleared before the error, which starts a
+    // line of its own (also when Ctrl-C came right after an epoch's line).
+    let text = s.text();
+    let (bar, error) = (text.rfind("ex/s").unwrap_or(0), text.find("error[E0403]").unwrap_or(0));
+    let fresh = |between: &str| between.contains("\x1b[K") || between.contains('\n');
+    assert!(bar < error && fresh(&text[bar..error]), "the error follows the bar: {text:?}");
     s.prompt();
     s.check("net.w + 7.0", "f32[1] [7]");
     assert_eq!(s.finish(), Some(0));

@@ -228,11 +228,22 @@ fn load_checkpoint(
 struct Progress {
     tty: bool,
     epochs: Option<usize>,
+    /// A bar is on the terminal's current line (cleared by the next epoch
+    /// line, or when training stops, so that an error starts a line).
+    bar_shown: std::cell::Cell<bool>,
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if self.bar_shown.get() {
+            eprint!("\r\x1b[K");
+        }
+    }
 }
 
 impl Progress {
     fn new(plan: &TrainPlan) -> Progress {
-        Progress { tty: std::io::stderr().is_terminal(), epochs: plan.epochs }
+        Progress { tty: std::io::stderr().is_terminal(), epochs: plan.epochs, bar_shown: false.into() }
     }
 
     fn step(&self, epoch: u64, batch: usize, batches: usize, loss: f64, rate: f64) {
@@ -242,6 +253,7 @@ impl Progress {
             let done = width * batch / batches.max(1);
             let bar: String = "█".repeat(done) + &"·".repeat(width - done);
             eprint!("\repoch {epoch}{total} {bar} {batch}/{batches}  loss {loss:.4}  {rate:.0} ex/s ");
+            self.bar_shown.set(true);
         }
     }
 
@@ -258,6 +270,7 @@ impl Progress {
         if self.tty {
             eprint!("\r\x1b[K");
         }
+        self.bar_shown.set(false);
         eprintln!("epoch {epoch}{total}  step {step}  loss {loss:.4}{metrics}  {rate:.0} ex/s");
     }
 }
