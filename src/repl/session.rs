@@ -246,8 +246,7 @@ impl Repl {
     /// Parses an entry and checks its names against the session's bindings.
     fn parse(&mut self, file: FileId) -> Result<Vec<ast::Stmt>, Vec<Diagnostic>> {
         let program = crate::syntax::parse(self.session.sources.text(file), file)?;
-        let known = self.live.session_names();
-        crate::sema::resolve_in(&program, &known)?;
+        crate::sema::resolve_in(&program, &self.live)?;
         Ok(program.stmts)
     }
 

@@ -93,6 +93,9 @@ pub struct Memory {
     values: Values,
     slots: HashMap<usize, Tensor>,
     rank: HashMap<NodeId, usize>,
+    /// The graph's node-id bound when this memory was taken: nodes added
+    /// since have ids at or above it.
+    bound: usize,
 }
 
 /// Run-time options (from the command line).
@@ -157,8 +160,16 @@ impl<'p> Executor<'p> {
         options: RunOptions,
         memory: Memory,
     ) -> Executor<'p> {
-        let Memory { values, slots, mut rank } = memory;
-        let mut new: Vec<NodeId> = program.graph.node_ids().into_iter().filter(|n| !rank.contains_key(n)).collect();
+        let Memory { values, slots, mut rank, bound } = memory;
+        let g = &program.graph;
+        // Only the ids added since (a long session's entry costs what its
+        // own nodes do); every node unranked otherwise means a node was
+        // removed and its id reused, and then all are looked at.
+        let mut new: Vec<NodeId> =
+            (bound..g.node_bound()).map(NodeId::new).filter(|&n| g.contains(n) && !rank.contains_key(&n)).collect();
+        if rank.len() + new.len() != g.node_count() {
+            new = g.node_ids().into_iter().filter(|n| !rank.contains_key(n)).collect();
+        }
         new.sort_unstable();
         let base = rank.len();
         rank.extend(new.into_iter().enumerate().map(|(i, n)| (n, base + i)));
@@ -167,7 +178,8 @@ impl<'p> Executor<'p> {
 
     /// What `resume` needs to continue after this run.
     pub fn into_memory(self) -> Memory {
-        Memory { values: self.values, slots: self.slots, rank: self.rank }
+        let bound = self.program.graph.node_bound();
+        Memory { values: self.values, slots: self.slots, rank: self.rank, bound }
     }
 
     /// Runs one effect of the program.
@@ -288,6 +300,12 @@ impl<'p> Executor<'p> {
     /// `false` when it does not (nothing was computed).
     fn compute_statements(&mut self, nodes: &[NodeId]) -> Result<bool, Diagnostic> {
         let program = self.program;
+        // Most statements are small: decided before anything costs more
+        // than a look at their nodes (a REPL entry's executor is new, and
+        // its roots take a walk over the whole session's program).
+        if super::statements::work(program, nodes) < super::statements::MIN_WORK {
+            return Ok(false);
+        }
         let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
         let segment = match super::statements::segment(program, nodes, &self.values, roots) {
             Ok(segment) => segment,

@@ -108,7 +108,7 @@ pub fn segment(
 }
 
 /// About how many elements and multiply-adds computing `nodes` takes.
-fn work(p: &Program, nodes: &[NodeId]) -> u64 {
+pub fn work(p: &Program, nodes: &[NodeId]) -> u64 {
     let g = &p.graph;
     let size = |n: NodeId| g.node(n).ty.numel() as u64;
     nodes

@@ -5,4 +5,4 @@
 
 mod resolve;
 
-pub use resolve::{resolve, resolve_in};
+pub use resolve::{resolve, resolve_in, Known};

@@ -80,15 +80,30 @@ fn pattern_names<'a>(p: &'a Pattern, out: &mut Vec<&'a str>) {
 
 /// Checks that every name in `program` is bound.
 pub fn resolve(program: &Program) -> crate::diag::Result<()> {
-    resolve_in(program, &[])
+    resolve_in(program, &Vec::new())
 }
 
-/// Like `resolve`, with `known` names bound before the program starts (the
-/// bindings of earlier REPL entries).
-pub fn resolve_in<'a>(program: &'a Program, known: &'a [String]) -> crate::diag::Result<()> {
-    let mut r = Resolver { globals: global_names(), scopes: Vec::new(), diags: Vec::new() };
-    let mut top: HashSet<&'a str> = top_level_names(program).into_iter().collect();
-    top.extend(known.iter().map(String::as_str));
+/// Names bound before a program starts (the bindings of earlier REPL
+/// entries), asked one at a time so that a long session costs nothing per
+/// entry; the whole list only for a did-you-mean.
+pub trait Known {
+    fn contains(&self, name: &str) -> bool;
+    fn names(&self) -> Vec<String>;
+}
+
+impl Known for Vec<String> {
+    fn contains(&self, name: &str) -> bool {
+        self.iter().any(|n| n == name)
+    }
+    fn names(&self) -> Vec<String> {
+        self.to_vec()
+    }
+}
+
+/// Like `resolve`, with `known` names bound before the program starts.
+pub fn resolve_in<'a>(program: &'a Program, known: &'a dyn Known) -> crate::diag::Result<()> {
+    let mut r = Resolver { globals: global_names(), scopes: Vec::new(), diags: Vec::new(), known };
+    let top: HashSet<&'a str> = top_level_names(program).into_iter().collect();
     r.scopes.push(top);
     for s in &program.stmts {
         r.stmt(s);
@@ -106,6 +121,7 @@ struct Resolver<'a> {
     globals: &'static HashSet<String>,
     scopes: Vec<HashSet<&'a str>>,
     diags: Vec<Diagnostic>,
+    known: &'a dyn Known,
 }
 
 impl<'a> Resolver<'a> {
@@ -122,13 +138,19 @@ impl<'a> Resolver<'a> {
     }
 
     fn use_name(&mut self, name: &str, span: Span) {
-        if self.globals.contains(name) || self.scopes.iter().any(|s| s.contains(name)) {
+        if self.globals.contains(name) || self.scopes.iter().any(|s| s.contains(name)) || self.known.contains(name) {
             return;
         }
         let mut d =
             Diagnostic::new(Code::UnknownName, format!("unknown name `{name}`")).label(span, "not found in this scope");
-        let candidates: Vec<&str> =
-            self.globals.iter().map(String::as_str).chain(self.scopes.iter().flat_map(|s| s.iter().copied())).collect();
+        let known = self.known.names();
+        let candidates: Vec<&str> = self
+            .globals
+            .iter()
+            .map(String::as_str)
+            .chain(self.scopes.iter().flat_map(|s| s.iter().copied()))
+            .chain(known.iter().map(String::as_str))
+            .collect();
         if let Some(s) = did_you_mean(name, candidates) {
             d = d.help(format!("did you mean `{s}`?"));
         }

@@ -203,11 +203,7 @@ impl Live {
             }
         }
         let mut out = Vec::new();
-        for name in self.session.local_names() {
-            if let Some(v) = self.session.get_local(&name) {
-                walk(&v, &mut out);
-            }
-        }
+        self.session.for_each_local(|v| walk(v, &mut out));
         out
     }
 
@@ -243,7 +239,21 @@ impl Live {
     pub fn session_names(&self) -> Vec<String> {
         self.session.local_names()
     }
+}
 
+/// The session's bindings for name resolution, looked up one name at a
+/// time (an entry costs the same however long the session is).
+impl crate::sema::Known for Live {
+    fn contains(&self, name: &str) -> bool {
+        self.session.has_local(name)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.session.local_names()
+    }
+}
+
+impl Live {
     /// Every name visible at the prompt (session and prelude), sorted.
     pub fn visible_names(&self) -> Vec<String> {
         self.session.visible_names()

@@ -202,6 +202,12 @@ impl Scope {
         self.vars.borrow().get(name).cloned()
     }
 
+    /// Calls `f` on every value bound in this scope itself, in no
+    /// particular order (no copy, no sort: cheap for a long session).
+    pub fn for_each_local(&self, mut f: impl FnMut(&Value)) {
+        self.vars.borrow().values().for_each(&mut f);
+    }
+
     /// True if `name` is bound in this scope itself (not a parent).
     pub fn has_local(&self, name: &str) -> bool {
         self.vars.borrow().contains_key(name)
