@@ -309,13 +309,12 @@ impl<'p> Executor<'p> {
         let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect());
         let segment = match super::statements::segment(program, nodes, &self.values, roots) {
             Ok(segment) => segment,
-            Err(super::statements::Interpreted::Unplanned(why)) => {
+            Err(super::statements::Unplanned(why)) => {
                 if self.options.verbose {
                     eprintln!("statements: {} ops interpreted: {why}", nodes.len());
                 }
                 return Ok(false);
             }
-            Err(super::statements::Interpreted::Small) => return Ok(false),
         };
         let region = Region { id: crate::ir::plan::RegionId(usize::MAX), inputs: Vec::new(), outputs: segment.outputs };
         let request = Prepare {

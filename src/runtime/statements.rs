@@ -5,16 +5,15 @@
 //! prepared unit, at the plan's places, instead of node by node on the
 //! interpreter.
 //!
-//! Contract: [`segment`] returns the part of the main unit's plan that
-//! computes `needed` (the nodes an effect needs that are not computed yet,
-//! slots excluded), or why it does not apply ([`Interpreted`], which
-//! `--verbose` reports when the work is large), and the interpreter
-//! computes them as before:
-//! - the work is small (below [`MIN_WORK`]: preparing a unit costs more
-//!   than interpreting it), or
-//! - the program has no plan, or a planned kernel computes some nodes of
-//!   `needed` and some that are not (fused across statements whose values
-//!   are needed at different times).
+//! Contract: the executor asks only when the work is large ([`work`] at
+//! least [`MIN_WORK`]: below it, preparing a unit costs more than
+//! interpreting). [`segment`] then returns the part of the main unit's plan
+//! that computes `needed` (the nodes an effect needs that are not computed
+//! yet, slots excluded), or why it does not apply ([`Unplanned`], which
+//! `--verbose` reports), and the interpreter computes them as before: the
+//! program has no plan, or a planned kernel computes some nodes of `needed`
+//! and some that are not (fused across statements whose values are needed
+//! at different times).
 //!
 //! The segment's kernels keep the plan's devices (the interpreter runs the
 //! ones the target has no code for, as in a training step) and buffers: the
@@ -44,29 +43,16 @@ pub struct Segment {
     pub outputs: Vec<NodeId>,
 }
 
-/// Why statements stay on the interpreter.
+/// Why statements with much work stay on the interpreter: the plan does
+/// not cover exactly their values (the reason, for `--verbose`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interpreted {
-    /// Too little work to prepare a unit for (below `MIN_WORK`).
-    Small,
-    /// Much work, but the plan does not cover exactly these values: the
-    /// reason, for `--verbose`.
-    Unplanned(&'static str),
-}
+pub struct Unplanned(pub &'static str);
 
 /// The part of the main unit's plan that computes `needed` (see the module
 /// docs); `roots` are the nodes effects and plans read.
-pub fn segment(
-    p: &Program,
-    needed: &[NodeId],
-    values: &Values,
-    roots: &HashSet<NodeId>,
-) -> Result<Segment, Interpreted> {
-    if work(p, needed) < MIN_WORK {
-        return Err(Interpreted::Small);
-    }
+pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<NodeId>) -> Result<Segment, Unplanned> {
     let units = p.compiled.as_ref().map(|c| c.units.as_slice()).unwrap_or_default();
-    let main = units.iter().find(|u| u.region.is_none()).ok_or(Interpreted::Unplanned("the program has no plan"))?;
+    let main = units.iter().find(|u| u.region.is_none()).ok_or(Unplanned("the program has no plan"))?;
     let wanted: HashSet<NodeId> = needed.iter().copied().collect();
     let mut index: HashMap<usize, usize> = HashMap::new();
     let mut kernels = Vec::new();
@@ -76,7 +62,7 @@ pub fn segment(
             continue;
         }
         if inside < k.nodes.len() {
-            return Err(Interpreted::Unplanned("a planned kernel also computes values needed later"));
+            return Err(Unplanned("a planned kernel also computes values needed later"));
         }
         index.insert(ki, kernels.len());
         kernels.push(k.clone());
@@ -84,7 +70,7 @@ pub fn segment(
     let nodes: Vec<NodeId> =
         main.order.iter().filter_map(|k| index.get(k)).flat_map(|&k| kernels[k].nodes.clone()).collect();
     if nodes.len() != wanted.len() {
-        return Err(Interpreted::Unplanned("some values are outside the main unit's plan"));
+        return Err(Unplanned("some values are outside the main unit's plan"));
     }
     let computed: HashSet<NodeId> = nodes.iter().copied().collect();
     let g = &p.graph;

@@ -310,9 +310,7 @@ impl Step {
                         .iter()
                         .zip(&node.arg_tys)
                         .map(|(a, ty)| match a {
-                            Arg::Ref(
-                                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)),
-                            ) => Ok(Some(read(mem, *r, ty)?)),
+                            Arg::Ref(r) if r.in_arena().is_some() => Ok(Some(read(mem, *r, ty)?)),
                             _ => Ok(None),
                         })
                         .collect::<Result<_, Diagnostic>>()?;

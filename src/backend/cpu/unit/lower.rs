@@ -193,9 +193,7 @@ impl Builder<'_> {
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
     fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
-        let in_arena = outputs.iter().all(|o| {
-            matches!(self.loc.get(o), Some(Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)))
-        });
+        let in_arena = outputs.iter().all(|o| self.loc.get(o).is_some_and(|r| r.in_arena().is_some()));
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
@@ -229,7 +227,7 @@ impl Builder<'_> {
         let numel = spec.numel();
         for (o, kind) in spec.output_nodes.iter().zip(&mut spec.stores) {
             match self.get(*o)? {
-                r @ (Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_)) => {
+                r if r.in_arena().is_some() => {
                     as_stored(kind, r);
                     args.push((r, numel));
                 }

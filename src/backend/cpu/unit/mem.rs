@@ -154,9 +154,7 @@ impl<'a> Mem<'a> {
             Ref::Table(t) => {
                 unsafe { self.table(t)? }.as_ref().ok_or_else(|| internal("a value is read before it is computed"))
             }
-            Ref::Arena(_) | Ref::Mask(_) | Ref::Half(_) | Ref::Int(_) | Ref::Wide(_) => {
-                Err(internal("an arena value read as a tensor"))
-            }
+            _ => Err(internal("an arena value read as a tensor")),
         }
     }
 
@@ -209,13 +207,9 @@ impl<'a> Mem<'a> {
     /// `i32` labels, `bool` as one byte (0 or 1), or two-byte halves.
     pub(super) fn ptr(self, r: Ref, len: usize) -> Result<*mut f32, Diagnostic> {
         let outside = || internal("a kernel operand lies outside the arena");
-        match r {
-            Ref::Arena(off) => self.floats(off, len).ok_or_else(outside),
-            Ref::Mask(off) => self.bytes(off, len).map(|p| p.cast::<f32>()).ok_or_else(outside),
-            Ref::Half(off) => self.bytes(off, 2 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
-            Ref::Int(off) => self.bytes(off, 4 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
-            Ref::Wide(off) => self.bytes(off, 8 * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
-            r => {
+        match r.in_arena() {
+            Some((at, width)) => self.bytes(at, width * len).map(|p| p.cast::<f32>()).ok_or_else(outside),
+            None => {
                 let t = self.tensor(r)?;
                 match t.data() {
                     // A half-precision tensor keeps its exact `f32` values.

@@ -292,13 +292,13 @@ impl JitUnit {
                 // that both places hold `n` elements of this storage.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst.cast::<u8>(), r.ty.size_bytes()) };
             } else {
-                let v = self.read(from, mem, &r.ty)?;
+                let v = read(mem, from, &r.ty)?;
                 // SAFETY: the steps are done.
                 unsafe { write(mem, r.home, &v)? };
             }
         }
         let n = self.outputs.len() - self.residents.len();
-        self.outputs[..n].iter().map(|(r, ty)| self.read(*r, mem, ty)).collect()
+        self.outputs[..n].iter().map(|(r, ty)| read(mem, *r, ty)).collect()
     }
 
     /// Puts the carried values (in carried order) into their homes.
@@ -325,14 +325,10 @@ impl JitUnit {
     pub fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
         let mut st = self.state()?;
         let mem = Mem::of(&mut st, &[], &self.fixed);
-        self.residents.iter().map(|r| self.read(r.home, mem, &r.ty)).collect()
+        self.residents.iter().map(|r| read(mem, r.home, &r.ty)).collect()
     }
 
     /// The value at `r` as a tensor of type `ty`.
-    fn read(&self, r: Ref, mem: Mem, ty: &TensorType) -> Result<Tensor, Diagnostic> {
-        read(mem, r, ty)
-    }
-
     fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {
         self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
     }

@@ -176,16 +176,27 @@ pub(super) struct ConvPost {
     pub(super) from_maxima: Option<(Ref, usize)>,
 }
 
+impl Ref {
+    /// For a value in the arena, its byte offset and bytes per element;
+    /// `None` for a tensor (an input, a fixed value, a table entry).
+    pub(super) fn in_arena(self) -> Option<(usize, usize)> {
+        match self {
+            Ref::Arena(off) => Some((4 * off, 4)),
+            Ref::Mask(off) => Some((off, 1)),
+            Ref::Half(off) => Some((off, 2)),
+            Ref::Int(off) => Some((off, 4)),
+            Ref::Wide(off) => Some((off, 8)),
+            Ref::Input(_) | Ref::Fixed(_) | Ref::Table(_) => None,
+        }
+    }
+}
+
 /// The place `len` elements of `r` occupy (none for values no step writes).
 pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
-    match r {
-        Ref::Arena(off) => Some(Place::Bytes(4 * off, 4 * (off + len))),
-        Ref::Mask(off) => Some(Place::Bytes(off, off + len)),
-        Ref::Half(off) => Some(Place::Bytes(off, off + 2 * len)),
-        Ref::Int(off) => Some(Place::Bytes(off, off + 4 * len)),
-        Ref::Wide(off) => Some(Place::Bytes(off, off + 8 * len)),
-        Ref::Table(t) => Some(Place::Table(t)),
-        Ref::Input(_) | Ref::Fixed(_) => None,
+    match (r, r.in_arena()) {
+        (_, Some((at, width))) => Some(Place::Bytes(at, at + width * len)),
+        (Ref::Table(t), None) => Some(Place::Table(t)),
+        _ => None,
     }
 }
 
