@@ -265,3 +265,30 @@ fn a_diagnostic_on_a_very_long_line_shows_an_excerpt() {
     assert!(err.contains("unknown name `onez`") && err.contains("long_line.tfl:1:1000012"), "{err}");
     assert!(err.contains("1.0, 1.0] + onez([2])") && err.contains("^^^^"), "{err}");
 }
+
+/// A flat chain of binary operators is not nesting: one as long as the
+/// limit traces and runs (every walk of its left-deep syntax tree fits the
+/// main thread's stack, in this build too), inside a function and at the top
+/// level; one term more is E0102 naming the limit.
+#[test]
+fn a_long_flat_chain_of_operators_runs_and_one_past_the_limit_is_e0102() {
+    let limit = tfc::syntax::MAX_CHAIN_LENGTH;
+    let program = format!(
+        "fn f(y) = y{}\nlet x = 0.0{}\nprint(f([1.0, 2.0]))\nprint(x)\n",
+        " * 1.0 + y".repeat(limit / 2),
+        " + 1.0".repeat(limit)
+    );
+    let file = scratch("chain.tfl", program.as_bytes());
+    let o = tfc(&["run", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let want = format!("f32[2] [{}, {}]\nf32 {limit}\n", limit / 2 + 1, 2 * (limit / 2 + 1));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want);
+
+    let program = format!("let x = 0.0{}\n", " + 1.0".repeat(limit + 1));
+    let file = scratch("chain_too_long.tfl", program.as_bytes());
+    let o = tfc(&["check", file.to_str().unwrap()]);
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("E0102") && err.contains(&format!("limit {limit} binary operators")), "{err}");
+}

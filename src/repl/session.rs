@@ -125,7 +125,7 @@ impl Repl {
             };
             if let Some(instance) = instance {
                 let defs = render(text, &c.defs, |p| c.marks.map(&key.marks, p));
-                let traced = Traced::replay(&self.live, instance.effects, &instance.bindings);
+                let traced = Traced::replay(&mut self.live, instance.effects, &instance.bindings);
                 let ran = Instant::now();
                 self.execute(traced, Path::new(""), out)?;
                 self.defs.extend(defs);
@@ -195,7 +195,7 @@ impl Repl {
                         let g = self.live.graph_mut();
                         let template = Template::new(g, placeholders, effects, bindings, &key.inputs, file);
                         let instance = template.instantiate(g, &key.inputs, &key.marks, &key.marks, file);
-                        let traced = Traced::replay(&self.live, instance.effects, &instance.bindings);
+                        let traced = Traced::replay(&mut self.live, instance.effects, &instance.bindings);
                         return Ok((traced, Some(template)));
                     }
                     self.live.abandon(traced);

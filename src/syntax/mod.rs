@@ -18,5 +18,5 @@ mod parse;
 mod scan;
 
 pub use dump::dump;
-pub use newlines::{MAX_BRACKET_DEPTH, MAX_OPERATOR_DEPTH};
+pub use newlines::{MAX_BRACKET_DEPTH, MAX_CHAIN_LENGTH, MAX_OPERATOR_DEPTH};
 pub use parse::parse;

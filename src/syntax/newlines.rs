@@ -27,11 +27,21 @@ use crate::diag::{Code, Diagnostic, FileId, Span};
 /// Most brackets that may be open at once.
 pub const MAX_BRACKET_DEPTH: usize = 128;
 
-/// Most operators (binary, prefix, `.`, calls, `fn`, `if`) that may be
-/// pending at one point, summed over the enclosing brackets. This bounds the
-/// depth of the expression tree, including chains such as `- - - x`,
-/// `a ^ b ^ c ...` and `a + b + c ...`.
+/// Most nesting operators (prefix, `^`, `.`, calls, `fn`, `if`) on one
+/// path of an expression tree, summed over the enclosing brackets (a closed
+/// bracket counts as deep as its deepest part). This bounds the
+/// depth of the expression tree that really nests, such as `- - - x` and
+/// `a ^ b ^ c ...`.
 pub const MAX_OPERATOR_DEPTH: usize = 256;
+
+/// Most left-associative binary operators (`a + b + c …`, `x |> f |> g`)
+/// on one path of an expression tree, counted the same way. Such a chain is not nesting for the parser (it folds it in a
+/// loop), but it is a tree as deep as the chain is long for every later
+/// walk of the syntax tree, so it has a bound of its own, far above
+/// `MAX_OPERATOR_DEPTH`, chosen so that those walks stay inside the main
+/// thread's 8 MiB stack in a debug build (`tests/cli.rs` checks a chain at
+/// the limit).
+pub const MAX_CHAIN_LENGTH: usize = 4096;
 
 /// The pre-pass result.
 #[derive(Clone, Debug, Default)]
@@ -48,8 +58,21 @@ pub struct Prepared {
 struct Frame {
     kind: u8,
     open: usize,
-    /// Operators seen since the last `,`, `;` or statement-ending newline.
+    /// Nesting operators seen since the last `,`, `;` or statement-ending
+    /// newline, counting a closed bracket's as its deepest part's.
     ops: usize,
+    /// Left-associative binary operators seen since then, counted alike.
+    links: usize,
+    /// The most `ops` and `links` of the parts before that `,`, `;` or
+    /// newline: what the bracket adds to its parent's when it closes (a
+    /// tuple or block is as deep as its deepest part).
+    deepest: (usize, usize),
+}
+
+impl Frame {
+    fn new(kind: u8, open: usize) -> Frame {
+        Frame { kind, open, ops: 0, links: 0, deepest: (0, 0) }
+    }
 }
 
 struct State<'a> {
@@ -58,6 +81,7 @@ struct State<'a> {
     out: Vec<u8>,
     frames: Vec<Frame>,
     pending_ops: usize,
+    pending_links: usize,
     gap_newlines: Vec<usize>,
     doc_lines: Vec<String>,
     prev: Option<Token>,
@@ -70,8 +94,9 @@ pub fn prepare(src: &str, file: FileId) -> crate::diag::Result<Prepared> {
         src,
         file,
         out: src.as_bytes().to_vec(),
-        frames: vec![Frame { kind: 0, open: 0, ops: 0 }],
+        frames: vec![Frame::new(0, 0)],
         pending_ops: 0,
+        pending_links: 0,
         gap_newlines: Vec::new(),
         doc_lines: Vec::new(),
         prev: None,
@@ -180,7 +205,7 @@ impl State<'_> {
                 if self.frames.len() > MAX_BRACKET_DEPTH {
                     return Err(too_deep(self.span(tok.start, tok.end), MAX_BRACKET_DEPTH, "brackets"));
                 }
-                self.frames.push(Frame { kind: b, open: tok.start, ops: 0 });
+                self.frames.push(Frame::new(b, tok.start));
             }
             Kind::Close(b) => self.close(tok, b)?,
             Kind::Comma | Kind::Semi => self.reset_ops(),
@@ -189,6 +214,7 @@ impl State<'_> {
                     .label(self.span(tok.start, tok.end), "this string is never closed")
                     .help("strings end on the line they start; close it with `\"` (write `\\n` for a newline)"));
             }
+            Kind::Punct | Kind::Word if self.is_chain_link(tok) => self.count_link(tok)?,
             Kind::Punct | Kind::Word if counts(tok.text(self.src)) => self.count_op(tok)?,
             _ => {}
         }
@@ -231,8 +257,19 @@ impl State<'_> {
             .label(self.span(frame.open, frame.open + 1), "to close this bracket"));
         }
         self.pending_ops -= frame.ops;
+        self.pending_links -= frame.links;
         self.result.brackets.push((frame.open, tok.start));
-        Ok(())
+        // The bracketed expression is an operand of the enclosing one, as
+        // deep as its deepest part: the enclosing expression inherits that
+        // depth, so the bounds hold for the whole tree, not per bracket.
+        let (ops, links) = (frame.ops.max(frame.deepest.0), frame.links.max(frame.deepest.1));
+        if let Some(parent) = self.frames.last_mut() {
+            parent.ops += ops;
+            parent.links += links;
+            self.pending_ops += ops;
+            self.pending_links += links;
+        }
+        self.check_depth(tok)
     }
 
     fn count_op(&mut self, tok: Token) -> Result<(), Diagnostic> {
@@ -240,8 +277,41 @@ impl State<'_> {
             frame.ops += 1;
             self.pending_ops += 1;
         }
+        self.check_depth(tok)
+    }
+
+    /// A binary operator that folds left (`+`, `|>`, `and` …) between two
+    /// operands: `-` after an operand, not after an operator or bracket.
+    fn is_chain_link(&self, tok: Token) -> bool {
+        let text = tok.text(self.src);
+        let after_operand = self.prev.is_some_and(|p| match p.kind {
+            Kind::Atom | Kind::Close(_) => true,
+            Kind::Word => !is_keyword(p.text(self.src)),
+            _ => false,
+        });
+        after_operand && is_operator(text) && !matches!(text, "^" | "." | "not")
+    }
+
+    fn count_link(&mut self, tok: Token) -> Result<(), Diagnostic> {
+        if let Some(frame) = self.frames.last_mut() {
+            frame.links += 1;
+            self.pending_links += 1;
+        }
+        self.check_depth(tok)
+    }
+
+    fn check_depth(&self, tok: Token) -> Result<(), Diagnostic> {
+        let here = self.span(tok.start, tok.end);
         if self.pending_ops > MAX_OPERATOR_DEPTH {
-            return Err(too_deep(self.span(tok.start, tok.end), MAX_OPERATOR_DEPTH, "operators"));
+            return Err(too_deep(here, MAX_OPERATOR_DEPTH, "operators"));
+        }
+        if self.pending_links > MAX_CHAIN_LENGTH {
+            return Err(Diagnostic::new(
+                Code::TooDeep,
+                format!("expression too long (limit {MAX_CHAIN_LENGTH} binary operators)"),
+            )
+            .label(here, format!("more than {MAX_CHAIN_LENGTH} binary operators are open here"))
+            .help("split the expression with `let` bindings (or sum a tensor instead of adding terms one by one)"));
         }
         Ok(())
     }
@@ -249,7 +319,10 @@ impl State<'_> {
     fn reset_ops(&mut self) {
         if let Some(frame) = self.frames.last_mut() {
             self.pending_ops -= frame.ops;
+            self.pending_links -= frame.links;
+            frame.deepest = (frame.deepest.0.max(frame.ops), frame.deepest.1.max(frame.links));
             frame.ops = 0;
+            frame.links = 0;
         }
     }
 }
@@ -272,6 +345,35 @@ fn is_operator(text: &str) -> bool {
 /// Tokens after which a newline continues the statement.
 fn continues(text: &str) -> bool {
     is_operator(text) || matches!(text, "=" | "," | ":" | "->")
+}
+
+/// Keywords that do not end an operand (`true` and `false` do), as in the
+/// grammar's `keyword` rule.
+fn is_keyword(text: &str) -> bool {
+    matches!(
+        text,
+        "and"
+            | "const"
+            | "checkpoint"
+            | "else"
+            | "every"
+            | "epochs"
+            | "eval"
+            | "fn"
+            | "if"
+            | "let"
+            | "model"
+            | "not"
+            | "on"
+            | "or"
+            | "optimizer"
+            | "param"
+            | "state"
+            | "train"
+            | "use"
+            | "update"
+            | "with"
+    )
 }
 
 /// Tokens that add a level to the expression tree.

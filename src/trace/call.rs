@@ -170,7 +170,7 @@ impl Tracer<'_> {
         }
         // A safe point for Ctrl-C: a long trace is long because of calls.
         crate::interrupt::check()?;
-        let scope = Scope::child(&c.env);
+        let scope = self.scopes.child(&c.env);
         // The name used in messages; a plain function's is borrowed, as
         // nearly every call succeeds and never prints it.
         let fname: std::borrow::Cow<str> = match owner {
@@ -197,10 +197,12 @@ impl Tracer<'_> {
         let result = self.eval(&def.body, &scope);
         self.depth -= 1;
         let v = result.map_err(|f| at_call_site(f, c, &fname, span))?;
-        match &def.ret {
+        let v = match &def.ret {
             Some(ty) => self.check_annotation(&v, ty, def.body.span, &scope),
             None => Ok(v),
-        }
+        };
+        super::scopes::release_if_unreachable(scope);
+        v
     }
 
     /// Checks a value against an annotation, binding unbound symbolic

@@ -139,7 +139,10 @@ impl Tracer<'_> {
     }
 
     pub(crate) fn block(&mut self, b: &ast::Block, env: &Rc<Scope>) -> TResult<Value> {
-        self.block_in(b, &Scope::child(env))
+        let scope = self.scopes.child(env);
+        let v = self.block_in(b, &scope);
+        super::scopes::release_if_unreachable(scope);
+        v
     }
 
     /// Evaluates a block's statements directly in `scope`, so that the

@@ -23,6 +23,7 @@
 //! `live.trace(&stmts, sources, dir, true)` → `Traced { effects: [], value: None }`,
 //! `live.commit(t)`; then for `y` the effects are `[print %y]`.
 
+use super::scopes::Scopes;
 use super::value::{ModelInstance, Scope, Value};
 use super::Tracer;
 use crate::diag::{Code, Diagnostic, SourceMap, Span};
@@ -46,6 +47,8 @@ pub struct Live {
     csv_cache: CsvCache,
     /// The session's own bindings; its parent is the prelude.
     session: Rc<Scope>,
+    /// Every scope the session made, emptied when the session ends.
+    scopes: Scopes,
 }
 
 /// One traced entry, not yet committed.
@@ -72,7 +75,8 @@ impl Live {
             next_slot: tracer.next_slot,
             next_region: tracer.next_region,
             csv_cache: tracer.csv_cache,
-            session: Scope::child(&prelude),
+            session: tracer.scopes.child(&prelude),
+            scopes: std::mem::take(&mut tracer.scopes),
         })
     }
 
@@ -106,7 +110,7 @@ impl Live {
         let mut parent = self.session.clone();
         let mut placeholders = Vec::with_capacity(inputs.len());
         if !inputs.is_empty() {
-            parent = Scope::child(&self.session);
+            parent = self.scopes.child(&self.session);
             for (name, ty) in inputs {
                 // Never filled and never numbered: placeholders are replaced
                 // before anything runs, and the session's slot numbers (shown
@@ -117,8 +121,9 @@ impl Live {
                 placeholders.push(id);
             }
         }
-        let scope = Scope::child(&parent);
+        let scope = self.scopes.child(&parent);
         let mut tracer = Tracer::new(sources, base_dir);
+        tracer.scopes = std::mem::take(&mut self.scopes);
         tracer.graph = std::mem::take(&mut self.graph);
         tracer.modules = std::mem::take(&mut self.modules);
         tracer.csv_cache = std::mem::take(&mut self.csv_cache);
@@ -156,6 +161,7 @@ impl Live {
         }
         self.graph = tracer.graph;
         self.modules = tracer.modules;
+        self.scopes = std::mem::take(&mut tracer.scopes);
         self.csv_cache = tracer.csv_cache;
         self.next_slot = tracer.next_slot;
         self.next_region = tracer.next_region;
@@ -172,6 +178,12 @@ impl Live {
             }
             Err(diags)
         }
+    }
+
+    /// How many scopes the session keeps alive: its bindings' and the
+    /// functions' they close over (what a long session holds on to).
+    pub fn scopes_alive(&self) -> usize {
+        self.scopes.alive()
     }
 
     /// Makes the entry's bindings part of the session.
@@ -471,8 +483,8 @@ impl Traced {
     }
 
     /// A traced entry that re-binds `bindings` and runs `effects` (a cache hit).
-    pub fn replay(live: &Live, effects: Vec<Effect>, bindings: &[(String, Value)]) -> Traced {
-        let scope = Scope::child(&live.session);
+    pub fn replay(live: &mut Live, effects: Vec<Effect>, bindings: &[(String, Value)]) -> Traced {
+        let scope = live.scopes.child(&live.session);
         for (n, v) in bindings {
             scope.set(n, v.clone());
         }

@@ -20,6 +20,7 @@ mod index;
 pub mod live;
 mod model;
 mod modules;
+mod scopes;
 mod tensor;
 mod train;
 mod value;
@@ -105,6 +106,9 @@ pub struct Tracer<'s> {
     /// Nodes with a lower index were there before this trace (earlier REPL
     /// entries, whose bindings may hold them): they are never removed.
     pub(crate) kept_below: usize,
+    /// Every scope made by this trace, emptied when the tracer is dropped
+    /// (which frees the function values that close over their own scope).
+    pub(crate) scopes: scopes::Scopes,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
@@ -158,6 +162,7 @@ impl<'s> Tracer<'s> {
             element_key: None,
             pending_reduce: None,
             kept_below: 0,
+            scopes: Default::default(),
         }
     }
 }

@@ -59,7 +59,7 @@ impl Tracer<'_> {
             }
         }
         let name = def.def.name.name.clone();
-        let scope = Scope::child(&def.env);
+        let scope = self.scopes.child(&def.env);
         let bound = bind_args(&name, &def.def.params, args, span, def.def.name.span)?;
         for (param, arg) in def.def.params.iter().zip(bound) {
             let (v, s) = match arg {

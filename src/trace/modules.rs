@@ -15,17 +15,20 @@ impl Tracer<'_> {
     /// The scope a program runs in: a child of the prelude module's scope.
     pub(crate) fn prelude_scope(&mut self) -> Rc<Scope> {
         match self.load_module(PRELUDE, None) {
-            Ok(m) => Scope::child(&m),
+            Ok(m) => self.scopes.child(&m),
             Err(f) => {
                 self.report(f);
-                Scope::child(&self.builtin_scope())
+                {
+                    let builtins = self.builtin_scope();
+                    self.scopes.child(&builtins)
+                }
             }
         }
     }
 
     /// The outermost scope: names that are values rather than functions.
-    fn builtin_scope(&self) -> Rc<Scope> {
-        let root = Scope::root();
+    fn builtin_scope(&mut self) -> Rc<Scope> {
+        let root = self.scopes.root();
         root.set("auto", Value::Str("auto".into()));
         root
     }
@@ -47,7 +50,7 @@ impl Tracer<'_> {
         let file = self.sources.add(format!("std/{}.tfl", name.trim_start_matches("std.")), text);
         let program = crate::syntax::parse(text, file).map_err(|mut ds| super::Fail::from(ds.remove(0)))?;
         let parent = if name == PRELUDE { self.builtin_scope() } else { self.load_module(PRELUDE, None)? };
-        let scope = Scope::child(&parent);
+        let scope = self.scopes.child(&parent);
         // Mark the module loaded before running it, so an import cycle ends.
         self.modules.insert(name.to_string(), scope.clone());
         let before = self.diags.len();

@@ -36,7 +36,7 @@ impl Tracer<'_> {
         args: CallArgs,
         span: Span,
     ) -> TResult<Value> {
-        let scope = Scope::child(&def.env);
+        let scope = self.scopes.child(&def.env);
         let bound = super::call::bind_args(&def.def.name.name, &def.def.params, args, span, def.def.name.span)?;
         for (param, arg) in def.def.params.iter().zip(bound) {
             let v = match arg {
@@ -87,7 +87,7 @@ impl Tracer<'_> {
         // parameter's initial value.
         let mut states: Vec<(String, NodeId, TensorType)> = Vec::new();
         for p in &params {
-            let scope = Scope::child(&fields.optimizer.scope);
+            let scope = self.scopes.child(&fields.optimizer.scope);
             scope.set("param", Value::Tensor(p.init, p.ty.clone()));
             for (name, init) in &fields.optimizer.def.states {
                 let v = self.eval(init, &scope)?;
@@ -231,7 +231,7 @@ impl Tracer<'_> {
         batch: Vec<(Value, Span)>,
         env: &Rc<Scope>,
     ) -> TResult<super::tensor::Operand> {
-        let scope = Scope::child(env);
+        let scope = self.scopes.child(env);
         if fields.loss_params.len() != batch.len() {
             return Err(Diagnostic::new(
                 Code::Arity,
@@ -323,7 +323,7 @@ impl Tracer<'_> {
         states: &[(Value, Span)],
         span: Span,
     ) -> TResult<(NodeId, Vec<NodeId>)> {
-        let scope = Scope::child(&opt.scope);
+        let scope = self.scopes.child(&opt.scope);
         // The step number is an f32 region input; the update sees it in the
         // parameter's float dtype, so that `beta ^ step` or a schedule's
         // rate meets an f64 (or f16) parameter without a dtype error.

@@ -179,12 +179,15 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn root() -> Rc<Scope> {
-        Rc::new(Scope::default())
+    /// A scope whose names fall back to `parent`'s; the tracer makes scopes
+    /// through `Scopes::child`, which tears them down when it is done.
+    pub(super) fn child(parent: &Rc<Scope>) -> Rc<Scope> {
+        Rc::new(Scope { vars: RefCell::new(HashMap::default()), parent: Some(parent.clone()) })
     }
 
-    pub fn child(parent: &Rc<Scope>) -> Rc<Scope> {
-        Rc::new(Scope { vars: RefCell::new(HashMap::default()), parent: Some(parent.clone()) })
+    /// Empties the scope, returning what was bound (see `scopes`).
+    pub(super) fn take_vars(&self) -> HashMap<String, Value> {
+        std::mem::take(&mut *self.vars.borrow_mut())
     }
 
     pub fn set(&self, name: &str, value: Value) {

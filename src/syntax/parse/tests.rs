@@ -50,6 +50,14 @@ fn deep_nesting_is_an_error_not_a_crash() {
             format!("let x = f{}", "(1)".repeat(100_000)),
             format!("let x = y{}", ".a".repeat(100_000)),
             format!("let f = {}1", "fn(x) = ".repeat(100_000)),
+            // Nesting that closes before more comes: each bracket is under
+            // the limits, the tree is not.
+            format!(
+                "let x = {}y{}",
+                "(".repeat(100),
+                " ^ y)".repeat(100).replace(')', &format!("{})", " ^ y".repeat(10)))
+            ),
+            format!("let x = {}y{}", "(".repeat(100), format!("{})", " + y".repeat(100)).repeat(100)),
         ] {
             assert_eq!(err(&src).0, Code::TooDeep, "{}", &src[..20]);
         }
@@ -69,8 +77,33 @@ fn nesting_at_the_limits_parses_and_dumps() {
         assert_eq!(ok(&minus).matches("(unary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
         let pow = format!("let x = y{}", " ^ y".repeat(crate::syntax::MAX_OPERATOR_DEPTH));
         assert_eq!(ok(&pow).matches("(binary").count(), crate::syntax::MAX_OPERATOR_DEPTH);
+        // A flat chain is not nesting.
+        let chain = format!("let x = 0.0{}", " + 1.0".repeat(257));
+        assert_eq!(ok(&chain).matches("(binary +").count(), 257);
         let mixed = format!("let x = {}y{}", "[-(".repeat(42), ")]".repeat(42));
         assert_eq!(ok(&mixed).matches("(tensor").count(), 42);
+    });
+    assert!(handle.is_ok_and(|h| h.join().is_ok()));
+}
+
+#[test]
+fn flat_chains_up_to_their_limit_parse_and_dump() {
+    // A chain's syntax tree is as deep as the chain is long; parsing and
+    // dropping it fit a 2 MiB stack, the dump needs the main thread's 8 MiB
+    // (the depth of `tfc build --emit ast`).
+    let limit = crate::syntax::MAX_CHAIN_LENGTH;
+    let handle = std::thread::Builder::new().stack_size(8 * 1024 * 1024).spawn(move || {
+        let chain = format!("let x = y{}", " |> f - y".repeat(limit / 2));
+        assert_eq!(ok(&chain).matches("(binary -").count(), limit / 2);
+        let nested_chain = format!("let x = -({})", vec!["y"; limit + 1].join(" * "));
+        assert!(ok(&nested_chain).contains("(unary -"));
+        // A bracket is as deep as its deepest part, and counts so outside.
+        let too_long = format!("let x = -(y, {}) + y + y", vec!["y"; limit].join(" * "));
+        assert_eq!(err(&too_long).0, Code::TooDeep);
+        let wide = format!("let x = ({0}, {0}) + y", vec!["y"; limit].join(" * "));
+        assert!(ok(&wide).contains("(binary +"));
+        let too_deep = format!("let x = {}y{}", "(y - ".repeat(limit / 100), " * y)".repeat(limit / 100));
+        assert!(ok(&too_deep).contains("(binary -"));
     });
     assert!(handle.is_ok_and(|h| h.join().is_ok()));
 }
