@@ -174,6 +174,38 @@ fn build_emits_ir_ast_and_dot() {
 /// to the host interpreter, before anything runs, at the op's line; the
 /// plan says the same (`on Host` with the reason); without the flag the
 /// program runs, and a program without such kernels runs under the flag.
+/// A program whose memory plan cannot fit the machine is refused before
+/// anything runs (E0902 at its largest value), on either backend, instead of
+/// dying in the allocator. Two live values of 2^34 f32 each: 137 GB.
+#[test]
+fn a_plan_larger_than_the_machine_is_e0902_before_anything_runs() {
+    let program = "print(\"started\")\nlet x = ones([131072, 131072]) * 2.0\n\
+        let y = transpose(x, [1, 0])\nlet z = y * x\nprint(sum(z))\n";
+    let file = scratch("too_big.tfl", program.as_bytes());
+    for backend in ["jit", "interp"] {
+        let o = tfc(&["run", "--backend", backend, file.to_str().unwrap()]);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(1), "{backend}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("error[E0902]") && err.contains("the plan needs 137.4 GB"), "{backend}: {err}");
+        assert!(err.contains("the largest value: f32[131072, 131072] (68.7 GB)"), "{backend}: {err}");
+        assert!(o.stdout.is_empty(), "{backend}: nothing ran");
+    }
+}
+
+/// The plan says which kernels the CPU computes in another dtype than they
+/// store: f16 values are widened to f32 inside the kernel.
+#[test]
+fn the_plan_shows_half_kernels_computed_in_f32() {
+    let program = "let x = cast(normal([128, 64], seed = 1), f16)\nprint(exp(x) * x)\nprint(sum(x))\n";
+    let file = scratch("half_plan.tfl", program.as_bytes());
+    let plan = tfc(&["build", file.to_str().unwrap(), "--emit", "plan"]);
+    let plan = String::from_utf8_lossy(&plan.stdout);
+    assert!(plan.contains("Reduction f16 (in f32) on Cpu"), "{plan}");
+    // The interpreter computes in the values' own dtype; sources are no code.
+    assert!(plan.lines().filter(|l| l.contains("on Host") || l.contains("Source")).all(|l| !l.contains("(in ")));
+}
+
 #[test]
 fn strict_refuses_host_kernels_before_running_and_the_plan_shows_them() {
     // The CPU backend has no code for integer (floor) division.

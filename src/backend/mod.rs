@@ -59,10 +59,24 @@ impl BackendKind {
     /// (the interpreter follows no plan, so any will do for it).
     pub fn target(self) -> crate::ir::target::Target {
         match self {
-            BackendKind::Interp => crate::ir::target::Target::ANY,
+            // Any plan will do, but it must fit the machine's memory.
+            BackendKind::Interp => crate::ir::target::Target {
+                name: "host",
+                memory_bytes: host_memory_bytes,
+                ..crate::ir::target::Target::ANY
+            },
             BackendKind::Jit => cpu::TARGET,
         }
     }
+}
+
+/// The machine's physical memory (`MemTotal` of /proc/meminfo), when the
+/// system says: the memory of the host backends' device.
+pub fn host_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.trim_start_matches("MemTotal:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// What a backend needs to prepare one region.

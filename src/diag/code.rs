@@ -64,5 +64,6 @@ codes! {
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";
     Unsupported = "E0901", "the construct parses but is not executable in this version";
+    OutOfMemory = "E0902", "the program needs more memory than the device has";
     Internal = "E0999", "an internal compiler error (a bug in tfc)";
 }

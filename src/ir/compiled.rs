@@ -68,6 +68,9 @@ pub struct Kernel {
     /// (`ir::target::Target::host_reason`), with the node it names.
     pub why_host: Option<String>,
     pub host_node: Option<NodeId>,
+    /// The element type the kernel computes in when it is not its outputs'
+    /// (f16 outputs computed in f32: `ir::target::Target::arithmetic`).
+    pub computes_in: Option<super::types::DType>,
 }
 
 /// A buffer of the memory plan: a kernel output placed at `offset` in its
@@ -121,6 +124,8 @@ pub struct CompiledUnit {
     /// from its pooled gradient and the pool's recorded maxima.
     pub views: Vec<(NodeId, NodeId)>,
     pub arena_bytes: usize,
+    /// Every buffer offset is a multiple of this (`Target::align`).
+    pub align: usize,
     /// The sum of all intermediate buffers without reuse.
     pub naive_bytes: usize,
     /// The most bytes simultaneously live over the schedule.

@@ -97,6 +97,10 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
         let deps = u.deps.get(k).map(|d| format!(" deps={d}")).unwrap_or_default();
         let mut dtypes: Vec<String> = kernel.outputs.iter().map(|&n| graph.node(n).ty.dtype.to_string()).collect();
         dtypes.dedup();
+        let dtypes = match kernel.computes_in {
+            Some(wide) => format!("{} (in {wide})", dtypes.join("/")),
+            None => dtypes.join("/"),
+        };
         let why = match (&kernel.why_host, kernel.device) {
             (Some(w), super::compiled::Device::Host) => format!(" ({w})"),
             (Some(w), _) => format!(" (partly on Host: {w})"),
@@ -106,7 +110,7 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
             out,
             "  [{pos}] k{k} {:?} {} on {:?}{why}{deps}: [{}] -> [{}]",
             kernel.kind,
-            dtypes.join("/"),
+            dtypes,
             kernel.device,
             nodes.join(", "),
             outs.join(", ")

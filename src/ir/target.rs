@@ -18,12 +18,21 @@
 //! alive for them and records the pairs (`CompiledUnit::views`), which is
 //! all a backend may rely on.
 //!
+//! The rest are plain facts: the alignment its kernels want of every
+//! buffer (`passes::memory_plan` places them so, and records it in
+//! `CompiledUnit::align`), the memory the device has (a plan whose arenas
+//! do not fit is refused ahead of time, E0902, naming its largest buffer),
+//! and the element type its kernels compute each dtype's arithmetic in (the
+//! CPU stores f16/bf16 but computes in f32: `Kernel::computes_in`, shown by
+//! `tfc build --emit plan`).
+//!
 //! Example: the CPU backend's target (`backend::cpu::TARGET`) answers
 //! `Some(HostPart { whole: true, why: "no CPU kernel for `gather` on
 //! f32[16, 32, 64]" })` for an embedding lookup.
 
 use super::compiled::{CompiledUnit, Kernel};
 use super::graph::{Graph, NodeId};
+use super::types::DType;
 
 /// A machine the optimizer plans for.
 #[derive(Clone, Copy)]
@@ -42,6 +51,13 @@ pub struct Target {
     /// value (`CompiledUnit::views`), which the memory plan then keeps
     /// alive for them.
     pub views: fn(&CompiledUnit, &Graph) -> Vec<(NodeId, NodeId)>,
+    /// Every buffer's offset in an arena is a multiple of this many bytes.
+    pub align: usize,
+    /// The bytes of memory the device has, when known (read when planning).
+    pub memory_bytes: fn() -> Option<u64>,
+    /// The element type the device's kernels compute a dtype's arithmetic
+    /// in; values are still stored in their own dtype.
+    pub arithmetic: fn(DType) -> DType,
 }
 
 /// The part of a kernel a target leaves to the host interpreter.
@@ -63,6 +79,9 @@ impl Target {
         host_reason: |_, _| None,
         statements_on_host: false,
         views: CompiledUnit::read_through_views,
+        align: 64,
+        memory_bytes: || None,
+        arithmetic: |dtype| dtype,
     };
 }
 

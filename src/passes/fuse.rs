@@ -312,7 +312,15 @@ fn unit_kernels(
             .copied()
             .filter(|&n| roots.contains(&n) || g.users(n).iter().any(|u| !inside.contains(u)))
             .collect();
-        kernels.push(Kernel { kind, nodes, outputs, device: Device::Cpu, why_host: None, host_node: None });
+        kernels.push(Kernel {
+            kind,
+            nodes,
+            outputs,
+            device: Device::Cpu,
+            why_host: None,
+            host_node: None,
+            computes_in: None,
+        });
     }
     Ok(kernels)
 }

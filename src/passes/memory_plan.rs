@@ -94,9 +94,6 @@ use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
 
-/// Offsets are multiples of this.
-pub const ALIGN: usize = 64;
-
 pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);
     let mut roots = p.clone();
@@ -104,10 +101,45 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     let mut compiled = p.compiled.take().unwrap_or_default();
     for u in &mut compiled.units {
         u.views = (ctx.target.views)(u, &p.graph);
+        u.align = ctx.target.align.max(1);
         plan_unit(p, u, &roots);
     }
+    let fits = fits_the_device(p, &compiled, ctx);
     p.compiled = Some(compiled);
-    Ok(())
+    fits
+}
+
+/// Every unit's arena is prepared when the program runs, and its sources
+/// (constants, captured values, slots) are held beside it, so together they
+/// must fit the device's memory (`Target::memory_bytes`); else E0902 before
+/// anything runs, at the largest value, instead of a failed allocation.
+fn fits_the_device(p: &Program, c: &crate::ir::compiled::Compiled, ctx: &PassCtx) -> Result<(), Diagnostic> {
+    let Some(memory) = (ctx.target.memory_bytes)() else { return Ok(()) };
+    let bytes = |n: NodeId| p.graph.node(n).ty.size_bytes() as u64;
+    let sources: HashSet<NodeId> = c
+        .units
+        .iter()
+        .flat_map(|u| &u.kernels)
+        .filter(|k| k.kind == KernelKind::Source)
+        .flat_map(|k| k.outputs.iter().copied())
+        .collect();
+    let arenas: u64 = c.units.iter().map(|u| u.arena_bytes as u64).sum();
+    let needed = arenas + sources.iter().map(|&n| bytes(n)).sum::<u64>();
+    if needed <= memory {
+        return Ok(());
+    }
+    let gb = |b: u64| format!("{:.1} GB", b as f64 / 1e9);
+    let mut d = Diagnostic::new(
+        crate::diag::Code::OutOfMemory,
+        format!("the plan needs {} of {} memory, and the device has {}", gb(needed), ctx.target.name, gb(memory)),
+    )
+    .help("use smaller shapes or batches; `tfc build --emit plan` lists every buffer");
+    let buffers = c.units.iter().flat_map(|u| &u.buffers).filter(|b| b.over_input.is_none()).map(|b| b.node);
+    if let Some(largest) = buffers.chain(sources.iter().copied()).max_by_key(|&n| bytes(n)) {
+        let node = p.graph.node(largest);
+        d = d.label(node.span, format!("the largest value: {} ({})", node.ty, gb(bytes(largest))));
+    }
+    Err(d)
 }
 
 /// A value that needs a buffer.
@@ -309,11 +341,12 @@ fn lifetimes_overlap(a: &Value, b: &Value) -> bool {
     a.first <= b.last && b.first <= a.last
 }
 
-fn align_up(x: usize) -> usize {
-    x.div_ceil(ALIGN) * ALIGN
+fn align_up(x: usize, align: usize) -> usize {
+    x.div_ceil(align) * align
 }
 
 fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
+    let align = u.align.max(1);
     // Planning starts from the data dependencies alone.
     u.memory_edges.clear();
     let analysis = analyze(p, u, roots);
@@ -387,7 +420,7 @@ fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
                         best = Some((gap, cursor));
                     }
                 }
-                cursor = cursor.max(align_up(stop));
+                cursor = cursor.max(align_up(stop, align));
             }
             let at = best.map_or(cursor, |(_, at)| at);
             offset[g] = at;
@@ -507,7 +540,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
                     v.last
                 ));
             }
-            if b.offset % ALIGN != 0 || b.offset + b.bytes > u.arena_bytes {
+            if b.offset % u.align.max(1) != 0 || b.offset + b.bytes > u.arena_bytes {
                 return Err(format!(
                     "the buffer of {} at {} (+{}) is unaligned or outside the {}-byte arena",
                     name(v.node),

@@ -35,7 +35,7 @@
 
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Compiled, CompiledUnit, Device, Kernel, KernelKind};
-use crate::ir::{NodeId, Op, Program};
+use crate::ir::{DType, NodeId, Op, Program};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
 
@@ -56,10 +56,22 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
                 };
                 k.host_node = host.as_ref().map(|h| h.node);
                 k.why_host = host.map(|h| h.why);
+                k.computes_in = match (k.device, k.kind) {
+                    (Device::Host, _) | (_, KernelKind::Source) => None,
+                    _ => computes_in(g, k, ctx.target.arithmetic),
+                };
             }
         }
     }
     Ok(())
+}
+
+/// The one element type the device computes `k`'s outputs in, when that
+/// is not theirs (an f16 kernel computed in f32).
+fn computes_in(g: &crate::ir::Graph, k: &Kernel, arithmetic: fn(DType) -> DType) -> Option<DType> {
+    let mut wider = k.outputs.iter().map(|&o| g.node(o).ty.dtype).filter(|&d| arithmetic(d) != d).map(arithmetic);
+    let first = wider.next()?;
+    wider.all(|d| d == first).then_some(first)
 }
 
 /// Every kernel of a region's unit that the plan puts (wholly or partly)
@@ -115,6 +127,7 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
                     device: Device::Cpu,
                     why_host: None,
                     host_node: None,
+                    computes_in: None,
                 })
                 .collect(),
             ..Default::default()

@@ -77,6 +77,16 @@ pub const TARGET: crate::ir::target::Target = crate::ir::target::Target {
     // Products read transposed operands through strides (module `fold`);
     // gradients of fused 2x2 max pools read the recorded maxima (`unit`).
     views: crate::ir::compiled::CompiledUnit::read_through_views,
+    // A cache line, and one AVX-512 register (the arena is made of 64-byte
+    // lines, `unit::Line`).
+    align: 64,
+    memory_bytes: crate::backend::host_memory_bytes,
+    // Halves are stored as halves and computed in f32 (widened in the
+    // kernel, rounded when stored); real half arithmetic is issue 20's.
+    arithmetic: |dtype| match dtype {
+        crate::ir::DType::F16 | crate::ir::DType::BF16 => crate::ir::DType::F32,
+        other => other,
+    },
 };
 
 impl Backend for CpuBackend {

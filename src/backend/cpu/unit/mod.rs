@@ -194,10 +194,10 @@ impl JitUnit {
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = floats.div_ceil(16);
         let state = State {
-            arena: vec![Line([0.0; 16]); lines],
+            arena: zeroed(lines, Line([0.0; 16]), "arena")?,
             table: vec![None; b.tables],
-            cols: vec![0.0; cols],
-            first_max: vec![0; first_max_end],
+            cols: zeroed(cols, 0.0, "convolution columns")?,
+            first_max: zeroed(first_max_end, 0, "max-pool maxima")?,
         };
         counts.forks = schedule.forks();
         Ok(JitUnit {
@@ -332,4 +332,19 @@ impl JitUnit {
     fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {
         self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
     }
+}
+
+/// `n` copies of `zero`, or an error naming what needed the bytes when the
+/// system has no memory for them (instead of aborting the process).
+fn zeroed<T: Clone>(n: usize, zero: T, what: &str) -> Result<Vec<T>, Diagnostic> {
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        let bytes = n as f64 * std::mem::size_of::<T>() as f64;
+        return Err(Diagnostic::new(
+            crate::diag::Code::OutOfMemory,
+            format!("cannot allocate the unit's {what}: {:.1} GB, out of memory", bytes / 1e9),
+        ));
+    }
+    v.resize(n, zero);
+    Ok(v)
 }
