@@ -118,6 +118,16 @@ pub enum Expr {
     /// The `f32` nearest the operand that `F16` or `BF16` represents (ties
     /// to even, overflow to infinity: `crate::half`).
     Round(Kind, usize),
+    /// Element `i` (the flat index) of a `random` op's stream, as the `f32`
+    /// its dtype's value goes through (`poly::random`); with a counter
+    /// operand (an `f32` expression: dropout's training step), the stream
+    /// of the seed derived from both (`ir::random_seed`).
+    Random {
+        dtype: DType,
+        dist: crate::ir::Distribution,
+        seed: u64,
+        counter: Option<usize>,
+    },
 }
 
 /// A convolution epilogue its kernel applies in registers
@@ -308,6 +318,24 @@ impl Spec {
                     let x = load(&mut exprs, labels, strides)?;
                     exprs.push((Expr::Convert(Kind::F32, x), Kind::F32));
                     exprs.push((Expr::OneHot(exprs.len() - 1), Kind::F32));
+                    exprs.len() - 1
+                }
+                Op::Random { ty, dist, seed } if computes_as_f32(ty.dtype) => {
+                    // The counter is a scalar: read at every index.
+                    let counter = match ins.first() {
+                        Some(&c) => {
+                            let e = match value.get(&c) {
+                                Some(&e) => e,
+                                None => load(&mut exprs, c, broadcast_strides(&g.node(c).ty.shape, &shape)?)?,
+                            };
+                            Some(e).filter(|&e| kind_of(&exprs, e) == Kind::F32)
+                        }
+                        None => None,
+                    };
+                    if counter.is_none() && !ins.is_empty() {
+                        return None;
+                    }
+                    exprs.push((Expr::Random { dtype: ty.dtype, dist: *dist, seed: *seed, counter }, Kind::F32));
                     exprs.len() - 1
                 }
                 Op::Select => {

@@ -42,19 +42,25 @@ pub fn random(ty: &TensorType, dist: Distribution, seed: u64) -> Result<Tensor, 
     if !ty.dtype.is_float() {
         return Err(Diagnostic::internal(format!("interpreter: random values of dtype {}", ty.dtype)));
     }
-    let n = ty.numel();
-    let values = match dist {
-        Distribution::Uniform => {
-            // Exact in f64: the uniform value is a multiple of 2^-53 below 1.
-            let scale = 2f64.powi(significand_bits(ty.dtype));
-            rng::uniform(seed, n).into_iter().map(|u| (u * scale).floor() / scale).collect()
-        }
-        Distribution::Normal => rng::normal(seed, n),
-    };
     with_dtype!(ty.dtype, T => {
-        let values: Vec<T> = values.into_iter().map(|v| scalar_for(v, ty.dtype)).collect();
+        let values: Vec<T> =
+            (0..ty.numel() as u64).map(|i| scalar_for(random_at(ty.dtype, dist, seed, i), ty.dtype)).collect();
         Tensor::from_vec(ty.dtype, &ty.shape, values)
     })
+}
+
+/// Element `index` of a random tensor of `dtype`, before it is stored in
+/// the dtype (`scalar_for`); compiled kernels call this too, so that their
+/// values are the interpreter's bit for bit.
+pub fn random_at(dtype: DType, dist: Distribution, seed: u64, index: u64) -> f64 {
+    match dist {
+        Distribution::Uniform => {
+            // Exact in f64: the uniform value is a multiple of 2^-53 below 1.
+            let scale = 2f64.powi(significand_bits(dtype));
+            (rng::uniform_at(seed, index) * scale).floor() / scale
+        }
+        Distribution::Normal => rng::normal_at(seed, index),
+    }
 }
 
 #[cfg(test)]

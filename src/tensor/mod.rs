@@ -46,6 +46,7 @@ pub mod shape_ops;
 #[cfg(test)]
 mod testutil;
 
+pub use creation::random_at;
 pub use elementwise::{f64_binary, f64_unary};
 pub use linalg::matmul_into;
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};

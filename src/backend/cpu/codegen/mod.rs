@@ -226,6 +226,8 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
         let out_off = b.ins().imul(r, row_len);
         row_ptr.push(b.ins().iadd(bases[n_loads + o], out_off));
     }
+    // The flat index of the row's first element (`Expr::Random` reads it).
+    let row_start = b.ins().imul(r, inner);
     let mut splat_scalar: Vec<Option<Value>> = vec![None; n_loads];
     let mut splat_vector: Vec<Option<Value>> = vec![None; n_loads];
     for (l, load) in spec.loads.iter().enumerate() {
@@ -269,7 +271,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
         let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
         b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
         b.switch_to_block(vec.body);
-        body(b, spec, &row_ptr, &splat_vector, c, true, support);
+        body(b, spec, &row_ptr, &splat_vector, (row_start, c), true, support);
         b.ins().jump(vec.header, &[c4.into()]);
     }
 
@@ -279,7 +281,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
     let end = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, c, inner);
     b.ins().brif(end, next_row, &[], tail.body, &[]);
     b.switch_to_block(tail.body);
-    body(b, spec, &row_ptr, &splat_scalar, c, false, support);
+    body(b, spec, &row_ptr, &splat_scalar, (row_start, c), false, support);
     let c1 = b.ins().iadd_imm_u(c, 1);
     b.ins().jump(tail.header, &[c1.into()]);
 
@@ -291,14 +293,15 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
     b.ins().return_(&[]);
 }
 
-/// The computation of one index (`vector`: four) at inner position `c`:
-/// every load first, then the expressions, then the stores.
+/// The computation of one index (`vector`: four) at inner position `c` of
+/// the row whose first flat index is `row_start`: every load first, then
+/// the expressions, then the stores.
 fn body(
     b: &mut FunctionBuilder,
     spec: &Spec,
     row_ptr: &[Value],
     splat: &[Option<Value>],
-    c: Value,
+    (row_start, c): (Value, Value),
     vector: bool,
     support: Support,
 ) {
@@ -381,6 +384,11 @@ fn body(
                 e.select(hit, one, zero)
             }
             Expr::Round(to, x) => e.round_half(to, values[x]),
+            Expr::Random { dtype, dist, seed, counter } => {
+                let index = e.b.ins().iadd(row_start, c);
+                let code = poly::random_code(dtype, dist, counter.is_some());
+                e.random(code, seed, counter.map(|x| values[x]), index)
+            }
         };
         values.push(v);
     }

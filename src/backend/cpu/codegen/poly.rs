@@ -57,6 +57,48 @@ pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
     f.map_or(f64::NAN, |f| f(x, y))
 }
 
+/// Element `index` of a `random` op's stream as the `f32` its value goes
+/// through before it is stored (linked as `tfc_random`): exactly the
+/// interpreter's (`tensor::random_at`, then `f32` rounding, or for a half
+/// dtype rounding to odd so that the kernel's half rounding is the
+/// interpreter's single one). `code` is `spec_code`'s; with a counter, the
+/// seed is derived from `seed` and the counter as `ir::random_seed` does,
+/// once per thread and counter value, not per element.
+pub extern "C" fn random(code: u32, seed: u64, counter: f32, index: u64) -> f32 {
+    use crate::ir::{DType, Distribution};
+    thread_local! {
+        static DERIVED: std::cell::Cell<Option<(u64, u32, u64)>> = const { std::cell::Cell::new(None) };
+    }
+    let seed = match code & 1 {
+        0 => seed,
+        _ => DERIVED.with(|last| match last.get() {
+            Some((s, c, derived)) if s == seed && c == counter.to_bits() => derived,
+            _ => {
+                let derived = crate::ir::random_seed(seed, Some(f64::from(counter)));
+                last.set(Some((seed, counter.to_bits(), derived)));
+                derived
+            }
+        }),
+    };
+    let dist = if code & 2 == 0 { Distribution::Uniform } else { Distribution::Normal };
+    let dtype = [DType::F32, DType::F16, DType::BF16][(code >> 2).min(2) as usize];
+    let v = crate::tensor::random_at(dtype, dist, seed, index);
+    match dtype {
+        DType::F32 => v as f32,
+        _ => crate::half::f64_to_f32_odd(v),
+    }
+}
+
+/// The `code` argument of `random` for a spec's `Expr::Random`.
+pub fn random_code(dtype: crate::ir::DType, dist: crate::ir::Distribution, counter: bool) -> u32 {
+    let dtype = match dtype {
+        crate::ir::DType::F16 => 1,
+        crate::ir::DType::BF16 => 2,
+        _ => 0,
+    };
+    (dtype << 2) | (u32::from(dist == crate::ir::Distribution::Normal) << 1) | u32::from(counter)
+}
+
 /// The functions compiled code calls, one lane at a time: the
 /// interpreter's own, where no inline template is worth its accuracy
 /// analysis (`pow`, `sin`/`cos`, whose range reduction is long, and the
@@ -69,20 +111,22 @@ pub enum Libm {
     Cos,
     F64Unary,
     F64Binary,
+    Random,
 }
 
 impl Libm {
-    pub const ALL: [Libm; 5] = [Libm::Pow, Libm::Sin, Libm::Cos, Libm::F64Unary, Libm::F64Binary];
+    pub const ALL: [Libm; 6] = [Libm::Pow, Libm::Sin, Libm::Cos, Libm::F64Unary, Libm::F64Binary, Libm::Random];
 
     /// The linked symbol, its address, its argument types and its result.
     pub fn symbol(self) -> (&'static str, *const u8, &'static [Type], Type) {
-        use types::{F32, F64, I32};
+        use types::{F32, F64, I32, I64};
         match self {
             Libm::Pow => ("tfc_powf", powf as *const u8, &[F32, F32], F32),
             Libm::Sin => ("tfc_sinf", sinf as *const u8, &[F32], F32),
             Libm::Cos => ("tfc_cosf", cosf as *const u8, &[F32], F32),
             Libm::F64Unary => ("tfc_f64_unary", f64_unary as *const u8, &[I32, F64], F64),
             Libm::F64Binary => ("tfc_f64_binary", f64_binary as *const u8, &[I32, F64, F64], F64),
+            Libm::Random => ("tfc_random", random as *const u8, &[I32, I64, F32, I64], F32),
         }
     }
 }
@@ -92,7 +136,7 @@ impl Libm {
 pub struct Support {
     /// The function's references to the `Libm` functions, in `Libm::ALL`
     /// order.
-    pub calls: [FuncRef; 5],
+    pub calls: [FuncRef; 6],
     /// Whether the machine has fused multiply-add (polynomials use it).
     pub fma: bool,
 }
@@ -172,6 +216,29 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// The inner positions `c` (`c, c+1, c+2, c+3` in a vector) as `f32`.
+    /// Random values at flat indices `index..` (one per lane) by calling
+    /// `random` once per lane; `counter` is an `f32` (splat) expression.
+    pub fn random(&mut self, code: u32, seed: u64, counter: Option<Value>, index: Value) -> Value {
+        let func = self.support.calls[Libm::Random as usize];
+        let code = self.b.ins().iconst(types::I32, i64::from(code));
+        let seed = self.b.ins().iconst(types::I64, seed as i64);
+        let lanes = if self.vector { 4 } else { 1 };
+        let zero = self.b.ins().f32const(0.0);
+        let mut out = if self.vector { self.b.ins().splat(types::F32X4, zero) } else { zero };
+        for lane in 0..lanes {
+            let at = self.b.ins().iadd_imm_u(index, i64::from(lane));
+            let c = match counter {
+                Some(c) if self.vector => self.b.ins().extractlane(c, lane),
+                Some(c) => c,
+                None => zero,
+            };
+            let inst = self.b.ins().call(func, &[code, seed, c, at]);
+            let r = self.b.inst_results(inst)[0];
+            out = if self.vector { self.b.ins().insertlane(out, r, lane) } else { r };
+        }
+        out
+    }
+
     pub fn position(&mut self, c: Value) -> Value {
         let s = self.b.ins().fcvt_from_uint(types::F32, c);
         if !self.vector {
