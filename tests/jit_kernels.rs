@@ -517,71 +517,67 @@ fn f64_kernels_match_the_interpreter_bit_for_bit() {
     }
 }
 
-/// Compiled `random_uniform` and `random_normal` give exactly the
-/// interpreter's values in every float dtype it computes as `f32`, with and
-/// without a counter operand (dropout's step), over vector lanes and the
-/// scalar tail, and for any split of the rows (threads).
+/// Compiled `iota`, `random_uniform` and `random_normal` give exactly the
+/// interpreter's values in every dtype they compile for (random values
+/// with and without a counter operand, dropout's step), over vector lanes
+/// and the scalar tail, and for any split of the rows (threads).
 #[test]
-fn random_kernels_match_the_interpreter_bit_for_bit() {
+fn creation_kernels_match_the_interpreter_bit_for_bit() {
     use tfc::half::{f32_to_bf16_bits, f32_to_f16_bits};
     use tfc::ir::Distribution;
     let shape = [5usize, 37];
     let n: usize = shape.iter().product();
+    let mut cases: Vec<(String, DType, Op, Option<f32>)> = Vec::new();
     for dtype in [DType::F32, DType::F16, DType::BF16] {
+        let ty = TensorType::new(dtype, shape.to_vec());
         for dist in [Distribution::Uniform, Distribution::Normal] {
             for counter in [None, Some(7.0f32)] {
-                let mut g = Graph::new();
-                let c = slot(&mut g, 0, &[]);
-                let ty = TensorType::new(dtype, shape.to_vec());
                 let op = Op::Random { ty: ty.clone(), dist, seed: 42 };
-                let operands = if counter.is_some() { vec![c] } else { vec![] };
-                let r = g.add(op, &operands, ty, Span::default());
-                let spec = Spec::analyze(&g, &[r], &[r]).expect("random values compile");
-                let f = with_compiler(|comp| comp.compile(&spec)).unwrap();
-                let args: Vec<&Tensor> = Vec::new();
-                let count = Tensor::from_vec(DType::F32, &[], vec![counter.unwrap_or(0.0)]).unwrap();
-                let args = if counter.is_some() { vec![&count] } else { args };
-                let want: Vec<f32> = eval_node(&g.node(r).op, &args, &g.node(r).ty)
-                    .unwrap()
-                    .to_f64_vec()
-                    .iter()
-                    .map(|&v| v as f32)
-                    .collect();
-                let width = dtype.size_bytes();
-                let mut got = vec![0u8; n * width];
-                let count_in = [counter.unwrap_or(0.0)];
-                // All rows at once, then row by row (as threads split them).
-                for split in [spec.rows(), 1] {
-                    let mut first = 0;
-                    while first < spec.rows() {
-                        let end = (first + split).min(spec.rows());
-                        let mut ptrs: Vec<*mut f32> =
-                            spec.loads.iter().map(|_| count_in.as_ptr() as *mut f32).collect();
-                        ptrs.push(got.as_mut_ptr() as *mut f32);
-                        // SAFETY: the counter is one f32 and `got` holds
-                        // every element of the output's storage.
-                        unsafe { f(ptrs.as_ptr(), first, end, spec.inner) };
-                        first = end;
-                    }
-                    for (i, &w) in want.iter().enumerate() {
-                        let bytes = &got[i * width..(i + 1) * width];
-                        let (got_bits, want_bits) = match dtype {
-                            DType::F32 => (u32::from_le_bytes(bytes.try_into().unwrap()), w.to_bits()),
-                            DType::F16 => (
-                                u32::from(u16::from_le_bytes(bytes.try_into().unwrap())),
-                                u32::from(f32_to_f16_bits(w)),
-                            ),
-                            _ => (
-                                u32::from(u16::from_le_bytes(bytes.try_into().unwrap())),
-                                u32::from(f32_to_bf16_bits(w)),
-                            ),
-                        };
-                        assert_eq!(
-                            got_bits, want_bits,
-                            "{dtype} {dist:?} counter {counter:?} element {i} (rows of {split})"
-                        );
-                    }
-                }
+                cases.push((format!("{dtype} {dist:?} counter {counter:?}"), dtype, op, counter));
+            }
+        }
+    }
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::I32] {
+        for axis in 0..2 {
+            let op = Op::Iota { ty: TensorType::new(dtype, shape.to_vec()), axis };
+            cases.push((format!("{dtype} iota axis {axis}"), dtype, op, None));
+        }
+    }
+    for (name, dtype, op, counter) in cases {
+        let mut g = Graph::new();
+        let c = slot(&mut g, 0, &[]);
+        let operands = if counter.is_some() { vec![c] } else { vec![] };
+        let r = g.add(op, &operands, TensorType::new(dtype, shape.to_vec()), Span::default());
+        let spec = Spec::analyze(&g, &[r], &[r]).unwrap_or_else(|| panic!("{name} compiles"));
+        let f = with_compiler(|comp| comp.compile(&spec)).unwrap();
+        let count = Tensor::from_vec(DType::F32, &[], vec![counter.unwrap_or(0.0)]).unwrap();
+        let args: Vec<&Tensor> = if counter.is_some() { vec![&count] } else { Vec::new() };
+        let want = eval_node(&g.node(r).op, &args, &g.node(r).ty).unwrap().to_f64_vec();
+        let width = dtype.size_bytes();
+        let count_in = [counter.unwrap_or(0.0)];
+        // All rows at once, then row by row (as threads split them).
+        for split in [spec.rows(), 1] {
+            let mut got = vec![0u8; n * width];
+            let mut first = 0;
+            while first < spec.rows() {
+                let end = (first + split).min(spec.rows());
+                let mut ptrs: Vec<*mut f32> = spec.loads.iter().map(|_| count_in.as_ptr() as *mut f32).collect();
+                ptrs.push(got.as_mut_ptr() as *mut f32);
+                // SAFETY: the counter is one f32 and `got` holds every
+                // element of the output's storage.
+                unsafe { f(ptrs.as_ptr(), first, end, spec.inner) };
+                first = end;
+            }
+            for (i, &w) in want.iter().enumerate() {
+                let bytes = &got[i * width..(i + 1) * width];
+                let half = || u32::from(u16::from_le_bytes(bytes.try_into().unwrap()));
+                let (got_bits, want_bits) = match dtype {
+                    DType::F32 => (u32::from_le_bytes(bytes.try_into().unwrap()), (w as f32).to_bits()),
+                    DType::I32 => (u32::from_le_bytes(bytes.try_into().unwrap()), (w as i32) as u32),
+                    DType::F16 => (half(), u32::from(f32_to_f16_bits(w as f32))),
+                    _ => (half(), u32::from(f32_to_bf16_bits(w as f32))),
+                };
+                assert_eq!(got_bits, want_bits, "{name}: element {i} (rows of {split})");
             }
         }
     }

@@ -128,6 +128,12 @@ pub enum Expr {
         seed: u64,
         counter: Option<usize>,
     },
+    /// `iota`: the flat index's coordinate along an axis, `i / stride %
+    /// size`, as an `F32` (exact: `size` is at most 2^24) or an `I32`.
+    Iota {
+        stride: usize,
+        size: usize,
+    },
 }
 
 /// A convolution epilogue its kernel applies in registers
@@ -318,6 +324,16 @@ impl Spec {
                     let x = load(&mut exprs, labels, strides)?;
                     exprs.push((Expr::Convert(Kind::F32, x), Kind::F32));
                     exprs.push((Expr::OneHot(exprs.len() - 1), Kind::F32));
+                    exprs.len() - 1
+                }
+                Op::Iota { ty, axis } if *axis < ty.rank() && ty.shape[*axis] <= 1 << 24 => {
+                    let kind = match ty.dtype {
+                        DType::I32 => Kind::I32,
+                        d if computes_as_f32(d) => Kind::F32,
+                        _ => return None,
+                    };
+                    let stride = row_major(&ty.shape)[*axis];
+                    exprs.push((Expr::Iota { stride, size: ty.shape[*axis] }, kind));
                     exprs.len() - 1
                 }
                 Op::Random { ty, dist, seed } if computes_as_f32(ty.dtype) => {

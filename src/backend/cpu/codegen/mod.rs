@@ -384,6 +384,10 @@ fn body(
                 e.select(hit, one, zero)
             }
             Expr::Round(to, x) => e.round_half(to, values[x]),
+            Expr::Iota { stride, size } => {
+                let index = e.b.ins().iadd(row_start, c);
+                e.iota(stride, size, *kind == Kind::I32, index)
+            }
             Expr::Random { dtype, dist, seed, counter } => {
                 let index = e.b.ins().iadd(row_start, c);
                 let code = poly::random_code(dtype, dist, counter.is_some());

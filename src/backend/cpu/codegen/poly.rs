@@ -239,6 +239,28 @@ impl<'a, 'b> Emitter<'a, 'b> {
         out
     }
 
+    /// `iota` at flat indices `index..` (one per lane): `i / stride % size`
+    /// as `i32` lanes (`int`) or `f32` lanes (exact below 2^24).
+    pub fn iota(&mut self, stride: usize, size: usize, int: bool, index: Value) -> Value {
+        let lanes = if self.vector { 4 } else { 1 };
+        let mut out = None;
+        for lane in 0..lanes {
+            let at = self.b.ins().iadd_imm_u(index, i64::from(lane));
+            let q = self.b.ins().udiv_imm_u(at, stride as i64);
+            let coordinate = self.b.ins().urem_imm_u(q, size as i64);
+            let v = match int {
+                true => self.b.ins().ireduce(types::I32, coordinate),
+                false => self.b.ins().fcvt_from_uint(types::F32, coordinate),
+            };
+            out = Some(match (self.vector, out) {
+                (false, _) => v,
+                (true, None) => self.b.ins().splat(if int { types::I32X4 } else { types::F32X4 }, v),
+                (true, Some(acc)) => self.b.ins().insertlane(acc, v, lane),
+            });
+        }
+        out.expect("at least one lane")
+    }
+
     pub fn position(&mut self, c: Value) -> Value {
         let s = self.b.ins().fcvt_from_uint(types::F32, c);
         if !self.vector {
