@@ -346,7 +346,7 @@ fn align_up(x: usize, align: usize) -> usize {
 }
 
 fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
-    let align = u.align.max(1);
+    let align = u.align;
     // Planning starts from the data dependencies alone.
     u.memory_edges.clear();
     let analysis = analyze(p, u, roots);

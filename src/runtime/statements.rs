@@ -88,6 +88,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
         kernels,
         buffers,
         arena_bytes,
+        align: main.align,
         ..CompiledUnit::default()
     };
     Ok(Segment { unit, nodes, outputs })

@@ -35,12 +35,13 @@ pub const MAX_BRACKET_DEPTH: usize = 128;
 pub const MAX_OPERATOR_DEPTH: usize = 256;
 
 /// Most left-associative binary operators (`a + b + c …`, `x |> f |> g`)
-/// on one path of an expression tree, counted the same way. Such a chain is not nesting for the parser (it folds it in a
-/// loop), but it is a tree as deep as the chain is long for every later
-/// walk of the syntax tree, so it has a bound of its own, far above
-/// `MAX_OPERATOR_DEPTH`, chosen so that those walks stay inside the main
-/// thread's 8 MiB stack in a debug build (`tests/cli.rs` checks a chain at
-/// the limit).
+/// on one path of an expression tree, counted the same way. Such a chain
+/// is not nesting for the parser (it folds it in a loop), but it is a tree
+/// as deep as the chain is long for every later walk of the syntax tree, so
+/// it has a bound of its own, far above `MAX_OPERATOR_DEPTH`: at the limit,
+/// parsing, name resolution, tracing and dropping the tree fit a 512 KiB
+/// stack, and the AST dump the main thread's 8 MiB (`tests/cli.rs` runs a
+/// chain at the limit).
 pub const MAX_CHAIN_LENGTH: usize = 4096;
 
 /// The pre-pass result.
@@ -347,33 +348,9 @@ fn continues(text: &str) -> bool {
     is_operator(text) || matches!(text, "=" | "," | ":" | "->")
 }
 
-/// Keywords that do not end an operand (`true` and `false` do), as in the
-/// grammar's `keyword` rule.
+/// Keywords that do not end an operand (`true` and `false` do).
 fn is_keyword(text: &str) -> bool {
-    matches!(
-        text,
-        "and"
-            | "const"
-            | "checkpoint"
-            | "else"
-            | "every"
-            | "epochs"
-            | "eval"
-            | "fn"
-            | "if"
-            | "let"
-            | "model"
-            | "not"
-            | "on"
-            | "or"
-            | "optimizer"
-            | "param"
-            | "state"
-            | "train"
-            | "use"
-            | "update"
-            | "with"
-    )
+    super::parse::KEYWORDS.binary_search(&text).is_ok() && !matches!(text, "true" | "false")
 }
 
 /// Tokens that add a level to the expression tree.

@@ -18,10 +18,8 @@ impl Tracer<'_> {
             Ok(m) => self.scopes.child(&m),
             Err(f) => {
                 self.report(f);
-                {
-                    let builtins = self.builtin_scope();
-                    self.scopes.child(&builtins)
-                }
+                let builtins = self.builtin_scope();
+                self.scopes.child(&builtins)
             }
         }
     }

@@ -10,6 +10,7 @@
 //! Example: `f(1 2)` → "expected `,` or `)` after an argument, found `2`".
 
 use super::detailed::Rule;
+use super::KEYWORDS;
 use crate::diag::{Code, Diagnostic, FileId, Span};
 use crate::syntax::newlines::Prepared;
 use crate::syntax::scan::{next_token, Kind};
@@ -144,32 +145,6 @@ fn join(phrases: &[String]) -> String {
         [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
 }
-
-const KEYWORDS: [&str; 23] = [
-    "use",
-    "const",
-    "fn",
-    "model",
-    "param",
-    "optimizer",
-    "state",
-    "update",
-    "let",
-    "train",
-    "on",
-    "every",
-    "epochs",
-    "eval",
-    "checkpoint",
-    "with",
-    "if",
-    "else",
-    "true",
-    "false",
-    "and",
-    "or",
-    "not",
-];
 
 /// Converts a pest error at a position in `prepared.text` into a diagnostic.
 pub(super) fn convert(e: &pest::error::Error<Rule>, prepared: &Prepared, file: FileId) -> Diagnostic {

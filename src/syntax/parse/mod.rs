@@ -203,7 +203,7 @@ impl Cx<'_> {
 }
 
 /// The words the `keyword` rule of `grammar/tfl.pest` reserves, sorted.
-const KEYWORDS: [&str; 23] = [
+pub(in crate::syntax) const KEYWORDS: [&str; 23] = [
     "and",
     "checkpoint",
     "const",

@@ -222,43 +222,51 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let func = self.support.calls[Libm::Random as usize];
         let code = self.b.ins().iconst(types::I32, i64::from(code));
         let seed = self.b.ins().iconst(types::I64, seed as i64);
-        let lanes = if self.vector { 4 } else { 1 };
         let zero = self.b.ins().f32const(0.0);
-        let mut out = if self.vector { self.b.ins().splat(types::F32X4, zero) } else { zero };
-        for lane in 0..lanes {
-            let at = self.b.ins().iadd_imm_u(index, i64::from(lane));
+        self.lane_by_lane(types::F32X4, index, |e, lane, at| {
             let c = match counter {
-                Some(c) if self.vector => self.b.ins().extractlane(c, lane),
+                Some(c) if e.vector => e.b.ins().extractlane(c, lane),
                 Some(c) => c,
                 None => zero,
             };
-            let inst = self.b.ins().call(func, &[code, seed, c, at]);
-            let r = self.b.inst_results(inst)[0];
-            out = if self.vector { self.b.ins().insertlane(out, r, lane) } else { r };
-        }
-        out
+            let inst = e.b.ins().call(func, &[code, seed, c, at]);
+            e.b.inst_results(inst)[0]
+        })
     }
 
     /// `iota` at flat indices `index..` (one per lane): `i / stride % size`
     /// as `i32` lanes (`int`) or `f32` lanes (exact below 2^24).
     pub fn iota(&mut self, stride: usize, size: usize, int: bool, index: Value) -> Value {
-        let lanes = if self.vector { 4 } else { 1 };
-        let mut out = None;
-        for lane in 0..lanes {
-            let at = self.b.ins().iadd_imm_u(index, i64::from(lane));
-            let q = self.b.ins().udiv_imm_u(at, stride as i64);
-            let coordinate = self.b.ins().urem_imm_u(q, size as i64);
-            let v = match int {
-                true => self.b.ins().ireduce(types::I32, coordinate),
-                false => self.b.ins().fcvt_from_uint(types::F32, coordinate),
-            };
-            out = Some(match (self.vector, out) {
-                (false, _) => v,
-                (true, None) => self.b.ins().splat(if int { types::I32X4 } else { types::F32X4 }, v),
-                (true, Some(acc)) => self.b.ins().insertlane(acc, v, lane),
-            });
+        let ty = if int { types::I32X4 } else { types::F32X4 };
+        self.lane_by_lane(ty, index, |e, _, at| {
+            let q = e.b.ins().udiv_imm_u(at, stride as i64);
+            let coordinate = e.b.ins().urem_imm_u(q, size as i64);
+            match int {
+                true => e.b.ins().ireduce(types::I32, coordinate),
+                false => e.b.ins().fcvt_from_uint(types::F32, coordinate),
+            }
+        })
+    }
+
+    /// One scalar `lane(emitter, lane, index + lane)` per lane, gathered
+    /// into a `vector_ty` vector in vector code (the scalar in scalar code).
+    fn lane_by_lane(
+        &mut self,
+        vector_ty: Type,
+        index: Value,
+        mut lane: impl FnMut(&mut Self, u8, Value) -> Value,
+    ) -> Value {
+        let first = lane(self, 0, index);
+        if !self.vector {
+            return first;
         }
-        out.expect("at least one lane")
+        let mut out = self.b.ins().splat(vector_ty, first);
+        for l in 1..4u8 {
+            let at = self.b.ins().iadd_imm_u(index, i64::from(l));
+            let v = lane(self, l, at);
+            out = self.b.ins().insertlane(out, v, l);
+        }
+        out
     }
 
     pub fn position(&mut self, c: Value) -> Value {
