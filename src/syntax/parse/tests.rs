@@ -108,6 +108,22 @@ fn flat_chains_up_to_their_limit_parse_and_dump() {
     assert!(handle.is_ok_and(|h| h.join().is_ok()));
 }
 
+/// A failed `if` or `fn` expression is not parsed again as a name: the
+/// fast parser used to retry the rest of the statement after each one,
+/// which doubled the work per `if` (the fuzzer's slowest inputs). With 40
+/// of them this test would never finish; now each is an error at once.
+#[test]
+fn failed_if_and_fn_expressions_are_not_parsed_again() {
+    for src in [
+        format!("let x = {}y", "if--".repeat(40)),
+        format!("let x = {}", "--if".repeat(40)),
+        format!("let x = {}", "---fn-if".repeat(40)),
+        format!("let x = {}", "-if-true".repeat(40)),
+    ] {
+        assert_eq!(err(&src).0, Code::Syntax, "{}", &src[..24]);
+    }
+}
+
 #[test]
 fn arbitrary_bytes_never_panic() {
     let samples = [
