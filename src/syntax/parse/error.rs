@@ -68,7 +68,7 @@ fn want(rule: Rule) -> Option<Want> {
     use Rule::*;
     Some(match rule {
         expr | lambda | if_expr | block | number | string | bool_lit | paren | tensor_lit | neg | not | arg
-        | param_ref | named_arg | slice | slice_start | slice_stop | slice_step | ellipsis => Want::Expr,
+        | param_ref | named_arg | slice | indexed | slice_stop | slice_step | ellipsis => Want::Expr,
         ident | set_name => Want::Name,
         pipe | or | and | eq | ne | le | ge | lt | gt | add | sub | mul | div | matmul | pow | call_args | field
         | index => Want::Operator,
@@ -96,7 +96,7 @@ fn want(rule: Rule) -> Option<Want> {
         lbrace | use_group => Want::Tok("{"),
         rbrace => Want::Tok("}"),
         comma | trailing_comma => Want::Comma,
-        colon => Want::Tok(":"),
+        colon | slice_colon => Want::Tok(":"),
         arrow => Want::Tok("->"),
         assign_eq => Want::Tok("="),
         _ => return None,

@@ -178,21 +178,37 @@ fn args(cx: &Cx, node: &Node) -> Result<Vec<Arg>> {
 fn index_item(cx: &Cx, node: &Node) -> Result<IndexItem> {
     match node.as_rule() {
         Rule::ellipsis => Ok(IndexItem::Ellipsis(cx.span(node))),
-        Rule::expr => Ok(IndexItem::Single(expr(cx, node)?)),
-        Rule::slice => {
-            let (mut start, mut stop, mut step) = (None, None, None);
-            for part in inner(node) {
-                let value = Some(expr(cx, &Kids::of(&part).expect(cx, Rule::expr)?)?);
-                match part.as_rule() {
-                    Rule::slice_start => start = value,
-                    Rule::slice_stop => stop = value,
-                    _ => step = value,
-                }
+        // `a`, or a slice from `a` when a `:` follows it.
+        Rule::indexed => {
+            let mut parts = inner(node);
+            let first = parts.next().ok_or_else(|| internal(cx, node, "an index without an expression"))?;
+            let first = expr(cx, &first)?;
+            match parts.next() {
+                None => Ok(IndexItem::Single(first)),
+                Some(_colon) => slice(cx, node, Some(first), parts),
             }
-            Ok(IndexItem::Slice { start, stop, step, span: cx.span(node) })
         }
+        Rule::slice => slice(cx, node, None, inner(node)),
         _ => Err(internal(cx, node, "expected an index")),
     }
+}
+
+/// A slice from `start`, with its stop and step among `parts`.
+fn slice<'i>(
+    cx: &Cx,
+    node: &Node<'i>,
+    start: Option<Expr>,
+    parts: impl Iterator<Item = Node<'i>>,
+) -> Result<IndexItem> {
+    let (mut stop, mut step) = (None, None);
+    for part in parts {
+        let value = Some(expr(cx, &Kids::of(&part).expect(cx, Rule::expr)?)?);
+        match part.as_rule() {
+            Rule::slice_stop => stop = value,
+            _ => step = value,
+        }
+    }
+    Ok(IndexItem::Slice { start, stop, step, span: cx.span(node) })
 }
 
 fn primary(cx: &Cx, node: &Node) -> Result<Expr> {

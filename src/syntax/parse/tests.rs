@@ -124,6 +124,18 @@ fn failed_if_and_fn_expressions_are_not_parsed_again() {
     }
 }
 
+/// An index is parsed once, whether or not it turns out to start a slice:
+/// trying a slice and then a plain index parsed every nested index twice
+/// (`y[y[y[0]]]`: 7.5 s at 24 levels). At 40 levels this would not finish.
+#[test]
+fn nested_indices_and_slice_starts_are_parsed_once() {
+    let nested = format!("let x = {}0{}", "y[".repeat(40), "]".repeat(40));
+    assert_eq!(ok(&nested).matches("(index").count(), 40);
+    let slices = format!("let x = {}0{}", "y[".repeat(40), ":]".repeat(40));
+    assert_eq!(ok(&slices).matches("(slice").count(), 40);
+    assert!(ok("let x = y[1:, :2, 1:2:3, ::2, ...]").contains("(slice"));
+}
+
 #[test]
 fn arbitrary_bytes_never_panic() {
     let samples = [
