@@ -706,6 +706,34 @@ fn a_convolution_step_runs_conv_and_pooling_natively() {
     same_values(&jit, &interp).unwrap();
 }
 
+/// The named fusions the plan records (`passes::conv_pool`,
+/// `passes::adam_update`; on machines whose CPU runs them) are the ones the
+/// lowering applies: a 2x2 max pool written by the convolution before it,
+/// whose gradient reads the recorded maxima, and Adam's update as one
+/// loop; none is left unapplied, and the trained values agree with the
+/// interpreter's.
+#[test]
+fn the_plans_fusions_are_the_ones_the_lowering_applies() {
+    let source = "use std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+        model C {\n param w: f32[3, 3, 1, 16] = normal(seed = 1) * 0.3\n param b: f32[16] = zeros([16])\n\
+         param d: f32[256, 3] = normal(seed = 3) * 0.1\n\
+         fn forward(x: f32[B, 8, 8, 1]) -> f32[B, 3] {\n\
+           let h = max_pool2d(relu(conv2d(x, w, padding = \"same\") + b), 2)\n\
+           reshape(h, [B, 256]) @ d\n }\n}\n\
+        let net = C()\n\
+        let xs = normal([8, 8, 8, 1], seed = 4)\n\
+        let ys = [0, 1, 2, 0, 1, 2, 0, 1]\n\
+        train net on from_tensors(xs, ys) |> batch(4) {\n\
+            loss(x, y) = softmax_cross_entropy(net(x), y)\n optimizer = adam(lr = 1e-2)\n epochs = 3\n}\n\
+        print(net.w)\nprint(net.b)\nprint(net.d)\n";
+    let counts = step_counts(source);
+    assert_eq!(counts.unfused, 0, "{counts:?}");
+    assert_eq!(counts.interp, 0, "{counts:?}");
+    let interp = run(Path::new("fusions.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("fusions.tfl"), source, Backend::Jit, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
 /// The f16 and bf16 training steps of the half-precision run case (an MLP
 /// and a CNN of each type, whose printed values the run cases compare
 /// with the interpreter's) run compiled: every step of each is native or

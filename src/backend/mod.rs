@@ -63,6 +63,8 @@ impl BackendKind {
             BackendKind::Interp => crate::ir::target::Target {
                 name: "host",
                 memory_bytes: host_memory_bytes,
+                // It runs node by node: no fusion.
+                fuses: |_, _, _, _| false,
                 ..crate::ir::target::Target::ANY
             },
             BackendKind::Jit => cpu::TARGET,
@@ -168,6 +170,11 @@ pub struct StepCounts {
     pub unplanned: usize,
     /// Native transposes and reductions.
     pub native: usize,
+    /// Named fusions the plan records (`ir::kernel_desc::Fusion`) that the
+    /// lowering could not apply: the kernels then run one by one (same
+    /// values, one more pass over memory). Zero for plans made for the
+    /// backend; a test checks it.
+    pub unfused: usize,
     /// Transposes read through a matmul's strides instead of run.
     pub folded: usize,
     /// Contraction products stored in their epilogue's output, which the

@@ -71,6 +71,11 @@ pub struct Kernel {
     /// The element type the kernel computes in when it is not its outputs'
     /// (f16 outputs computed in f32: `ir::target::Target::arithmetic`).
     pub computes_in: Option<super::types::DType>,
+    /// What the kernel computes, as data (`ir::kernel_desc`; filled by
+    /// `passes::partition`).
+    pub desc: super::kernel_desc::KernelDesc,
+    /// A named fusion a pass recorded for this kernel (`Fusion`).
+    pub fusion: Option<super::kernel_desc::Fusion>,
 }
 
 /// A buffer of the memory plan: a kernel output placed at `offset` in its
@@ -130,6 +135,15 @@ pub struct CompiledUnit {
     pub naive_bytes: usize,
     /// The most bytes simultaneously live over the schedule.
     pub lower_bound_bytes: usize,
+}
+
+impl Kernel {
+    /// Whether the plan records the kernel's part of `role` as Adam's
+    /// update (`passes::adam_update`).
+    pub fn fused_adam(&self, role: super::kernel_desc::PartRole) -> bool {
+        let Some(super::kernel_desc::Fusion::AdamUpdate { part }) = self.fusion else { return false };
+        self.desc.parts.get(part).is_some_and(|p| p.role == role)
+    }
 }
 
 impl CompiledUnit {

@@ -2,10 +2,12 @@
 //! deterministic text printer, Graphviz export, a verifier and the shape
 //! rules every op obeys (`infer`), shared by the tracer and the verifier.
 
+pub mod adam_pattern;
 pub mod compiled;
 pub mod dot;
 mod graph;
 pub mod infer;
+pub mod kernel_desc;
 pub mod numbering;
 mod op;
 pub mod plan;

@@ -108,12 +108,13 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
         };
         let _ = writeln!(
             out,
-            "  [{pos}] k{k} {:?} {} on {:?}{why}{deps}: [{}] -> [{}]",
+            "  [{pos}] k{k} {:?} {} on {:?}{why}{deps}: [{}] -> [{}]{}",
             kernel.kind,
             dtypes,
             kernel.device,
             nodes.join(", "),
-            outs.join(", ")
+            outs.join(", "),
+            description(kernel)
         );
     }
     for b in &u.buffers {
@@ -127,5 +128,46 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
     if !u.memory_edges.is_empty() {
         let edges: Vec<String> = u.memory_edges.iter().map(|(a, b)| format!("k{a}->k{b}")).collect();
         let _ = writeln!(out, "  memory edges: {}", edges.join(", "));
+    }
+}
+
+/// The kernel's description (`ir::kernel_desc`) after its nodes: the
+/// anchor with its sizes and element type, the elementwise parts (and
+/// whether a loop nest expresses each), and the fusion a pass recorded.
+fn description(kernel: &super::compiled::Kernel) -> String {
+    use super::kernel_desc::{Fusion, PartRole};
+    let mut items = Vec::new();
+    if let Some(a) = &kernel.desc.anchor {
+        items.push(format!("{} {}", a.op.summary(), a.dtype));
+    }
+    let role = |r: PartRole| match r {
+        PartRole::Body => "body",
+        PartRole::Prologue => "prologue",
+        PartRole::Epilogue => "epilogue",
+    };
+    for p in &kernel.desc.parts {
+        let ops = if p.nodes.len() == 1 { "op" } else { "ops" };
+        let nest = if p.spec.is_some() { "" } else { " (no loop nest)" };
+        items.push(format!("{} {} {ops}{nest}", role(p.role), p.nodes.len()));
+    }
+    match &kernel.fusion {
+        Some(Fusion::PoolIntoConv { conv, gradients, pool_only }) => {
+            let maxima = match gradients.len() {
+                0 => String::new(),
+                1 => " (maxima for 1 gradient)".into(),
+                n => format!(" (maxima for {n} gradients)"),
+            };
+            let stored = if *pool_only { ", result not stored" } else { "" };
+            items.push(format!("fused: pool into k{conv}{maxima}{stored}"));
+        }
+        Some(Fusion::AdamUpdate { part }) => {
+            let at = kernel.desc.parts.get(*part).map_or("?", |p| role(p.role));
+            items.push(format!("fused: adam update ({at})"));
+        }
+        None => {}
+    }
+    match items.is_empty() {
+        true => String::new(),
+        false => format!(" | {}", items.join(", ")),
     }
 }

@@ -26,12 +26,18 @@
 //! CPU stores f16/bf16 but computes in f32: `Kernel::computes_in`, shown by
 //! `tfc build --emit plan`).
 //!
+//! `fuses(graph, unit, kernel, fusion)` says whether the backend runs a
+//! named fusion a pass found (a 2x2 max pool written by the convolution
+//! before it, Adam's update as one loop); the pass records only those it
+//! accepts, and the backend fuses only what the plan records.
+//!
 //! Example: the CPU backend's target (`backend::cpu::TARGET`) answers
 //! `Some(HostPart { whole: true, why: "no CPU kernel for `gather` on
 //! f32[16, 32, 64]" })` for an embedding lookup.
 
 use super::compiled::{CompiledUnit, Kernel};
 use super::graph::{Graph, NodeId};
+use super::kernel_desc::Fusion;
 use super::types::DType;
 
 /// A machine the optimizer plans for.
@@ -58,6 +64,11 @@ pub struct Target {
     /// The element type the device's kernels compute a dtype's arithmetic
     /// in; values are still stored in their own dtype.
     pub arithmetic: fn(DType) -> DType,
+    /// Whether the target's backend runs the named fusion `fusion` of
+    /// kernel `kernel` of `unit` (`ir::kernel_desc::Fusion`); the passes
+    /// that find fusions record only those (`passes::conv_pool`,
+    /// `passes::adam_update`).
+    pub fuses: fn(&Graph, &CompiledUnit, usize, &Fusion) -> bool,
 }
 
 /// The part of a kernel a target leaves to the host interpreter.
@@ -82,6 +93,7 @@ impl Target {
         align: 64,
         memory_bytes: || None,
         arithmetic: |dtype| dtype,
+        fuses: |_, _, _, _| true,
     };
 }
 

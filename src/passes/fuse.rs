@@ -320,6 +320,8 @@ fn unit_kernels(
             why_host: None,
             host_node: None,
             computes_in: None,
+            desc: Default::default(),
+            fusion: None,
         });
     }
     Ok(kernels)

@@ -90,6 +90,7 @@
 use super::partition::{ensure_kernels, KernelGraph, Reach};
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Buffer, CompiledUnit, Device, KernelKind};
+use crate::ir::kernel_desc::Fusion;
 use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
 use std::collections::{HashMap, HashSet};
@@ -193,7 +194,13 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
             let ty = p.graph.node(node).ty.clone();
             let readers = g.readers.get(&node).cloned().unwrap_or_default();
             let to_end = g.live_out.contains(&node);
-            let first = pos[k];
+            // A pool the plan fuses into the convolution before it is
+            // written by that convolution's kernel (`passes::conv_pool`).
+            let producer = match &kernel.fusion {
+                Some(Fusion::PoolIntoConv { conv, .. }) if *conv < n => *conv,
+                _ => k,
+            };
+            let first = pos[producer].min(pos[k]);
             let last = if to_end { end } else { readers.iter().map(|&r| pos[r]).max().unwrap_or(first).max(first) };
             values.push(Value {
                 node,

@@ -11,13 +11,15 @@
 //! reference interpreter runs both in the differential tests).
 //!
 //! Order: `autodiff → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
-//! fuse → partition → schedule → memory_plan`. `autodiff` completes the lowering (it runs even on an
-//! unoptimized program: `Session::check`, and cannot be disabled). The rewriting passes change the graph; the last four
-//! annotate it (`Program::compiled`) with kernels, devices, an order and a
-//! memory plan that backends follow.
+//! fuse → partition → conv_pool → adam_update → schedule → memory_plan`. `autodiff` completes the lowering (it runs
+//! even on an unoptimized program: `Session::check`, and cannot be disabled). The rewriting passes change the graph;
+//! the last six annotate it (`Program::compiled`) with kernels (described as data, `ir::kernel_desc`), devices, the
+//! named fusions the target runs, an order and a memory plan that backends follow.
 
 pub mod autodiff;
+pub mod adam_update;
 pub mod const_fold;
+pub mod conv_pool;
 pub mod cse;
 pub mod dce;
 pub mod fuse;
@@ -64,6 +66,8 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "splat_copies", run: splat_copies::run, postcondition: splat_copies::postcondition },
     Pass { name: "fuse", run: fuse::run, postcondition: fuse::postcondition },
     Pass { name: "partition", run: partition::run, postcondition: partition::postcondition },
+    Pass { name: "conv_pool", run: conv_pool::run, postcondition: conv_pool::postcondition },
+    Pass { name: "adam_update", run: adam_update::run, postcondition: adam_update::postcondition },
     Pass { name: "schedule", run: schedule::run, postcondition: schedule::postcondition },
     Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
 ];

@@ -17,6 +17,12 @@
 //! reading device's arena, and the edge producer → transfer is the only kind
 //! of edge allowed to cross devices.
 //!
+//! Descriptions: before asking the target where a kernel runs, the pass
+//! describes it as data (`Kernel::desc`, `ir::kernel_desc::describe`: its
+//! anchor with sizes and element type, its elementwise parts with their
+//! loop nests), which the target's `host_reason` reads and a backend
+//! lowers from.
+//!
 //! Independent branches: [`Reach`] is the transitive closure of the kernel
 //! graph; two kernels are independent when neither reaches the other, and
 //! [`independent_branches`] groups the kernels into maximal linear chains and
@@ -45,7 +51,9 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     if let Some(c) = p.compiled.as_mut() {
         for u in &mut c.units {
             let main = u.region.is_none();
+            let in_unit: HashSet<NodeId> = u.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
             for k in &mut u.kernels {
+                k.desc = crate::ir::kernel_desc::describe(g, k, &in_unit);
                 let host = match main && ctx.target.statements_on_host {
                     true => None,
                     false => (ctx.target.host_reason)(g, k),
@@ -128,6 +136,8 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
                     why_host: None,
                     host_node: None,
                     computes_in: None,
+                    desc: Default::default(),
+                    fusion: None,
                 })
                 .collect(),
             ..Default::default()

@@ -5,7 +5,8 @@
 //! The order is Kahn's algorithm over the kernel graph
 //! ([`partition::KernelGraph`](super::partition::KernelGraph)); among the
 //! kernels that are ready, the one whose first node has the smallest id
-//! runs first (then the smallest kernel index), so the same program always
+//! runs first (then the smallest kernel index), except that a pool the plan
+//! fuses into a convolution (`passes::conv_pool`) runs right after it, so the same program always
 //! gets the same order, independent of hashing or thread count. A
 //! sequential backend runs `order`; the threaded runner starts every kernel
 //! whose `deps` count reached zero and decrements the counts of its
@@ -25,6 +26,7 @@
 use super::partition::{ensure_kernels, KernelGraph};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::compiled::CompiledUnit;
+use crate::ir::kernel_desc::Fusion;
 use crate::ir::{NodeId, Program};
 use crate::passes::PassCtx;
 use std::cmp::Reverse;
@@ -61,13 +63,20 @@ pub fn order(u: &CompiledUnit, g: &KernelGraph) -> Option<Vec<usize>> {
     let mut pending: Vec<usize> = g.preds.iter().map(Vec::len).collect();
     let mut ready: BinaryHeap<Reverse<(usize, usize)>> =
         (0..pending.len()).filter(|&k| pending[k] == 0).map(|k| Reverse(key(k))).collect();
+    // A pool fused into the convolution before it runs right after it
+    // (`passes::conv_pool`): the convolution writes it.
+    let fused_after =
+        |k: usize, s: usize| matches!(u.kernels[s].fusion, Some(Fusion::PoolIntoConv { conv, .. }) if conv == k);
     let mut out = Vec::with_capacity(pending.len());
-    while let Some(Reverse((_, k))) = ready.pop() {
+    let mut next = None;
+    while let Some(k) = next.take().or_else(|| ready.pop().map(|Reverse((_, k))| k)) {
         out.push(k);
         for &s in &g.succs[k] {
             pending[s] -= 1;
-            if pending[s] == 0 {
-                ready.push(Reverse(key(s)));
+            match pending[s] == 0 {
+                true if fused_after(k, s) && next.is_none() => next = Some(s),
+                true => ready.push(Reverse(key(s))),
+                false => {}
             }
         }
     }

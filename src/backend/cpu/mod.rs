@@ -87,6 +87,7 @@ pub const TARGET: crate::ir::target::Target = crate::ir::target::Target {
         crate::ir::DType::F16 | crate::ir::DType::BF16 => crate::ir::DType::F32,
         other => other,
     },
+    fuses: unit::fuses,
 };
 
 impl Backend for CpuBackend {

@@ -52,7 +52,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                 }
                 KernelKind::Contraction => (None, "gemm"),
                 KernelKind::Reduction => {
-                    let (_, tail) = crate::backend::cpu::unit::split_anchor(g, &kernel.nodes);
+                    let (_, tail) = crate::ir::kernel_desc::split_anchor(g, &kernel.nodes);
                     let outs: Vec<_> = kernel.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
                     let spec = if tail.is_empty() { None } else { Spec::analyze(g, &tail, &outs) };
                     (spec, "reduction epilogue")

@@ -9,15 +9,13 @@
 //! that value's `f64` reciprocal, which give the correctly rounded `f32`
 //! quotient (argued below), and 512-bit conversions make them cheap.
 //!
-//! Contract: [`recognize`] accepts a [`Spec`] whose expressions are, with
-//! these operand orders, `m' = b1·m + c·g`, `v' = b2·v + (d·g)·g`,
-//! `p' = p - (lr·(m' / k1)) / (sqrt(v' / k2) + eps)` (the scalars `b1 c b2
-//! d lr k1 k2 eps` splat loads, `m g v p` read at the written index, the
-//! three results its outputs in any order) and returns the argument order
-//! [`update_rows`] takes; `update_rows` then computes, element by element,
-//! the same float operations in the same order as the Cranelift function
-//! of that spec (no fused multiply-add), so the results are bit-identical.
-//! Anything else (AdamW, another operand order) is left to Cranelift.
+//! Contract: [`recognize`] accepts a [`Spec`] that is Adam's update
+//! (`ir::adam_pattern::adam_roles`), on a machine with AVX-512, and
+//! returns the argument order [`update_rows`] takes; `update_rows` then
+//! computes, element by element, the same float operations in the same
+//! order as the Cranelift function of that spec (no fused multiply-add),
+//! so the results are bit-identical. The lowering runs it only for the
+//! parts the plan names (`passes::adam_update`); the rest is Cranelift's.
 //!
 //! Exactness of `f32(f64(x) · r)` with `r = 1 / f64(k)` for `x / k`: the
 //! product is within `2^-52` (relative) of the real quotient `q`. Rounding
@@ -34,101 +32,15 @@
 //! Example: the bench MLP's first weight (`[784, 256]`, 49 rows of 4,096)
 //! is updated by `update_rows(ptrs, 0, 49, 4096)`.
 
-use crate::ir::spec::{Expr, Inner, Kind, Spec};
-use crate::ir::{BinaryOp, UnaryOp};
-
-/// The scalars, the read tensors and the results, in `update_rows`'s
-/// argument order.
-const SCALARS: usize = 8;
-const TENSORS: usize = 4;
-const RESULTS: usize = 3;
-
-/// Positions in the argument list: the scalars `b1 c b2 d lr k1 k2 eps`,
-/// then `m g v p`, then the results `m' v' p'`.
-const B1: usize = 0;
-const C: usize = 1;
-const B2: usize = 2;
-const D: usize = 3;
-const LR: usize = 4;
-const K1: usize = 5;
-const K2: usize = 6;
-const EPS: usize = 7;
-const M: usize = SCALARS;
-const G: usize = SCALARS + 1;
-const V: usize = SCALARS + 2;
-const P: usize = SCALARS + 3;
-const M1: usize = SCALARS + TENSORS;
-const V1: usize = SCALARS + TENSORS + 1;
-const P1: usize = SCALARS + TENSORS + 2;
-
-/// A pattern over a spec's expressions.
-enum Pat {
-    /// A splat (one value for the whole kernel) load, bound to a scalar role.
-    Scalar(usize),
-    /// A load read at the written index, bound to a tensor role.
-    Tensor(usize),
-    Bin(BinaryOp, Box<Pat>, Box<Pat>),
-    Sqrt(Box<Pat>),
-}
-
-fn bin(op: BinaryOp, x: Pat, y: Pat) -> Pat {
-    Pat::Bin(op, Box::new(x), Box::new(y))
-}
-
-/// The three results' patterns: `m'`, `v'`, `p'`.
-fn patterns() -> [Pat; RESULTS] {
-    use BinaryOp::{Add, Div, Mul, Sub};
-    use Pat::{Scalar as S, Tensor as T};
-    let m1 = || bin(Add, bin(Mul, S(B1), T(M)), bin(Mul, S(C), T(G)));
-    let v1 = || bin(Add, bin(Mul, S(B2), T(V)), bin(Mul, bin(Mul, S(D), T(G)), T(G)));
-    let step = bin(Mul, S(LR), bin(Div, m1(), S(K1)));
-    let denominator = bin(Add, Pat::Sqrt(Box::new(bin(Div, v1(), S(K2)))), S(EPS));
-    [m1(), v1(), bin(Sub, T(P), bin(Div, step, denominator))]
-}
-
-/// Whether expression `e` of `spec` matches `pat`, binding each role to a
-/// load (a role seen twice must be the same load).
-fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> bool {
-    let mut bind = |role: usize, l: usize| *roles[role].get_or_insert(l) == l;
-    match (spec.exprs[e], pat) {
-        ((Expr::Load(l), Kind::F32), Pat::Scalar(role)) => {
-            let load = &spec.loads[l];
-            load.kind == Kind::F32 && load.inner == Inner::Splat && load.outer.iter().all(|&s| s == 0) && bind(*role, l)
-        }
-        ((Expr::Load(l), Kind::F32), Pat::Tensor(role)) => {
-            let load = &spec.loads[l];
-            load.kind == Kind::F32 && spec.reads_at_index(load) && bind(*role, l)
-        }
-        ((Expr::Binary(op, x, y), Kind::F32), Pat::Bin(want, px, py)) => {
-            op == *want && matches(spec, x, px, roles) && matches(spec, y, py, roles)
-        }
-        ((Expr::Unary(UnaryOp::Sqrt, x), Kind::F32), Pat::Sqrt(px)) => matches(spec, x, px, roles),
-        _ => false,
-    }
-}
+use crate::ir::adam_pattern::{adam_roles, B1, B2, C, D, EPS, G, K1, K2, LR, M, M1, P, P1, V, V1};
+use crate::ir::spec::Spec;
 
 /// The order in which `update_rows` takes `spec`'s arguments (indices
 /// into its loads, then its outputs, as `Step::Jit` lists them), when
-/// `spec` is Adam's update (see the module docs) and this machine has
-/// AVX-512. Expressions outside the three results' trees write nothing,
-/// so they do not matter.
+/// `spec` is Adam's update (`ir::adam_pattern`) and this machine has
+/// AVX-512.
 pub(in crate::backend::cpu) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
-    if !super::simd::avx512() || spec.outputs.len() != RESULTS || spec.stores.iter().any(|&k| k != Kind::F32) {
-        return None;
-    }
-    let mut roles = [None; SCALARS + TENSORS];
-    let mut results = [None; RESULTS];
-    for (r, pat) in patterns().iter().enumerate() {
-        // A failed attempt may have bound roles: each starts from the
-        // bindings of the results matched so far.
-        let (o, bound) = spec.outputs.iter().enumerate().find_map(|(o, &e)| {
-            let mut attempt = roles;
-            matches(spec, e, pat, &mut attempt).then_some((o, attempt))
-        })?;
-        roles = bound;
-        results[r] = Some(spec.loads.len() + o);
-    }
-    roles.iter().chain(&results).copied().collect()
+    super::simd::avx512().then(|| adam_roles(spec)).flatten()
 }
 
 /// Adam's update of rows `lo..hi` of `inner` elements: the compiled
@@ -303,12 +215,32 @@ mod tests {
         }
     }
 
+    /// The plan finds the update in a part's spec as `describe` builds it;
+    /// the lowering checks the spec it lays out in rows of `ROW_BLOCK`: both
+    /// give the same roles, so what the plan names the lowering runs.
+    #[test]
+    fn the_roles_are_the_same_before_and_after_the_rows_are_laid_out() {
+        // One flat row of two blocks, as a parameter of 8,192 elements is.
+        let block = crate::backend::cpu::threads::ROW_BLOCK;
+        let mut spec = adam_spec();
+        spec.outer.clear();
+        spec.inner = 2 * block;
+        for load in &mut spec.loads {
+            load.outer.clear();
+        }
+        let roles = crate::ir::adam_pattern::adam_roles(&spec);
+        assert!(roles.is_some());
+        let laid_out = spec.clone().in_rows_of(block);
+        assert_eq!(laid_out.outer, [2], "the spec is laid out in rows");
+        assert_eq!(crate::ir::adam_pattern::adam_roles(&laid_out), roles);
+    }
+
     /// Another operand order (here `p' = update - p`) is not Adam's update.
     #[test]
     fn other_expressions_are_left_to_cranelift() {
         let mut spec = adam_spec();
         spec.exprs[27] = (Expr::Binary(BinaryOp::Sub, 25, 26), Kind::F32);
-        assert_eq!(recognize(&spec), None);
+        assert_eq!(crate::ir::adam_pattern::adam_roles(&spec), None);
     }
 
     /// `f32(f64(x) · (1 / f64(k)))` is `x / k` for random and special

@@ -45,7 +45,7 @@
 use super::internal;
 use super::recognize::{
     float_conv, float_index_op, float_pool, float_transpose, float_window, is_f64_matmul, is_float_matmul,
-    is_max_pool_2x2, max_pool_grads, native_reduce, pooled_shape, split_anchor, table_reshape,
+    is_max_pool_2x2, native_reduce, pooled_shape, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
 use crate::backend::cpu::codegen::KernelFn;
@@ -54,6 +54,7 @@ use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
+use crate::ir::kernel_desc::{part_spec, split_anchor, Fusion, PartRole};
 use crate::ir::spec::{Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
 use crate::tensor::{eval_node, Tensor, Values};
@@ -78,6 +79,9 @@ pub(super) struct Builder<'a> {
     pub(super) in_unit: HashSet<NodeId>,
     /// The executor's values of nodes outside the unit.
     pub(super) values: &'a Values,
+    /// Parts the plan names Adam's update that run as Cranelift code
+    /// (`StepCounts::unfused`).
+    pub(super) unfused: usize,
 }
 
 impl Builder<'_> {
@@ -103,29 +107,11 @@ impl Builder<'_> {
     /// value out of a training step, but streaming its full size every step
     /// would cost more than the few lanes of a splat.
     fn analyze(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<Option<Spec>, Diagnostic> {
-        let g = self.g;
-        let mut absorbed: Vec<NodeId> = Vec::new();
-        for &n in nodes {
-            for i in g.inputs(n) {
-                let widens = matches!(g.node(i).op, Op::BroadcastTo { .. })
-                    && !self.in_unit.contains(&i)
-                    && !absorbed.contains(&i)
-                    && g.inputs(i).first().is_some_and(|s| self.values.contains_key(s));
-                if widens {
-                    absorbed.push(i);
-                }
-            }
+        let Some((spec, absorbed)) = part_spec(self.g, nodes, outputs, &self.in_unit) else { return Ok(None) };
+        for a in absorbed {
+            self.get(self.g.inputs(a)[0])?;
         }
-        if !absorbed.is_empty() {
-            let members: Vec<NodeId> = absorbed.iter().chain(nodes).copied().collect();
-            if let Some(spec) = Spec::analyze(g, &members, outputs) {
-                for &a in &absorbed {
-                    self.get(g.inputs(a)[0])?;
-                }
-                return Ok(Some(spec));
-            }
-        }
-        Ok(Spec::analyze(g, nodes, outputs))
+        Ok(Some(spec))
     }
 
     /// The arena offset of an output of the compiled epilogue `spec` where
@@ -192,12 +178,18 @@ impl Builder<'_> {
 
     /// `nodes` (one iteration space) compiled when the code generator takes
     /// them and every output is in the arena, else interpreted.
-    fn part(&mut self, nodes: &[NodeId], outputs: &[NodeId], counts: &mut StepCounts) -> Result<Step, Diagnostic> {
+    fn part(
+        &mut self,
+        nodes: &[NodeId],
+        outputs: &[NodeId],
+        adam: bool,
+        counts: &mut StepCounts,
+    ) -> Result<Step, Diagnostic> {
         let in_arena = outputs.iter().all(|o| self.loc.get(o).is_some_and(|r| r.in_arena().is_some()));
         match self.analyze(nodes, outputs)?.filter(|s| s.numel() > 0 && in_arena) {
             Some(spec) => {
                 counts.jit += 1;
-                self.jit(&spec)
+                self.jit(&spec, adam)
             }
             None => {
                 counts.interp += 1;
@@ -207,8 +199,10 @@ impl Builder<'_> {
     }
 
     /// The compiled step of `spec` (laid out in rows of `ROW_BLOCK`), or
-    /// Adam's native loop when `spec` is exactly Adam's update.
-    fn jit(&mut self, spec: &Spec) -> Result<Step, Diagnostic> {
+    /// Adam's native loop when the plan names it Adam's update (`adam`:
+    /// `passes::adam_update`, which the CPU's target accepts only where
+    /// the loop runs).
+    fn jit(&mut self, spec: &Spec, adam: bool) -> Result<Step, Diagnostic> {
         let mut spec = spec.clone().in_rows_of(ROW_BLOCK);
         let mut args = Vec::with_capacity(spec.loads.len() + spec.outputs.len());
         // A half-precision value outside two-byte storage (a tensor, or
@@ -237,7 +231,13 @@ impl Builder<'_> {
         let spec = &spec;
         // Adam's update runs as a native loop with the same results (module
         // `adam`), its arguments in that loop's order.
-        if let Some(order) = crate::backend::cpu::kernels::adam::recognize(spec) {
+        // (A plan made for another target may name it on a machine without
+        // AVX-512: Cranelift's code computes the same bits.)
+        let native = crate::backend::cpu::kernels::adam::recognize(spec).filter(|_| adam);
+        if adam && native.is_none() && crate::backend::cpu::kernels::simd::avx512() {
+            self.unfused += 1;
+        }
+        if let Some(order) = native {
             let loads = order.iter().filter(|&&i| i < spec.loads.len()).count();
             let args = order.iter().map(|&i| args[i]).collect();
             let (rows, inner) = (spec.rows(), spec.inner);
@@ -294,6 +294,10 @@ pub(super) struct Lowering<'a> {
     /// Convolution results not stored, only their fused pools
     /// (`ConvPost::pool_only`).
     unstored: HashSet<NodeId>,
+    /// The pools whose fusion into a convolution the plan records and the
+    /// CPU's target accepts (a plan made for another target may record
+    /// what this machine cannot run).
+    fusable: HashSet<NodeId>,
     /// The max-pool gradients written from recorded maxima, by node: their
     /// pooled gradient, masks (`Step::Reduce::from_maxima`) and step.
     grads_from_maxima: HashMap<NodeId, (Ref, usize, usize)>,
@@ -323,7 +327,12 @@ impl<'a> Lowering<'a> {
             .filter(|buf| buf.over_input.is_none() && !outputs.contains(&buf.node))
             .map(|buf| buf.node)
             .collect();
+        let fusable = (0..unit.kernels.len())
+            .filter(|&k| unit.kernels[k].fusion.as_ref().is_some_and(|f| super::recognize::fuses(b.g, unit, k, f)))
+            .map(|k| unit.kernels[k].nodes[0])
+            .collect();
         Lowering {
+            fusable,
             b,
             steps: Vec::new(),
             counts: StepCounts::default(),
@@ -377,7 +386,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Source => Ok(()),
             KernelKind::Elementwise => match self.b.analyze(&k.nodes, &k.outputs)? {
                 Some(spec) if spec.numel() > 0 => {
-                    let step = self.b.jit(&spec)?;
+                    let step = self.b.jit(&spec, k.fused_adam(PartRole::Body))?;
                     self.steps.push(step);
                     self.counts.jit += 1;
                     Ok(())
@@ -410,6 +419,7 @@ impl<'a> Lowering<'a> {
                 *unread = all;
             }
         }
+        self.counts.unfused += std::mem::take(&mut self.b.unfused);
         self.sync();
         (std::mem::take(&mut self.order).finish(), self.scratch.end())
     }
@@ -646,7 +656,7 @@ impl<'a> Lowering<'a> {
         if !epilogue.is_empty() && post_ops.is_none() {
             match epilogue_spec {
                 Some(spec) => {
-                    let step = self.b.jit(&spec)?;
+                    let step = self.b.jit(&spec, k.fused_adam(PartRole::Epilogue))?;
                     self.steps.push(step);
                     self.counts.jit += 1;
                 }
@@ -675,7 +685,7 @@ impl<'a> Lowering<'a> {
         let epilogue = &k.nodes[1..];
         if !epilogue.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|&o| o != mm).collect();
-            let step = self.b.part(epilogue, &outs, &mut self.counts)?;
+            let step = self.b.part(epilogue, &outs, k.fused_adam(PartRole::Epilogue), &mut self.counts)?;
             self.steps.push(step);
         }
         Ok(())
@@ -698,7 +708,7 @@ impl<'a> Lowering<'a> {
             if !outs.contains(&input) {
                 outs.push(input);
             }
-            let step = self.b.part(prologue, &outs, &mut self.counts)?;
+            let step = self.b.part(prologue, &outs, k.fused_adam(PartRole::Prologue), &mut self.counts)?;
             self.steps.push(step);
         }
         if let Op::ArgMax { axis, .. } = g.node(anchor).op {
@@ -741,7 +751,7 @@ impl<'a> Lowering<'a> {
         self.settle(anchor, dst, rounding);
         if !tail.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
-            let step = self.b.part(&tail, &outs, &mut self.counts)?;
+            let step = self.b.part(&tail, &outs, k.fused_adam(PartRole::Epilogue), &mut self.counts)?;
             self.steps.push(step);
         }
         Ok(())
@@ -774,7 +784,7 @@ impl<'a> Lowering<'a> {
     fn tail(&mut self, k: &Kernel, tail: &[NodeId]) -> Result<(), Diagnostic> {
         if !tail.is_empty() {
             let outs: Vec<NodeId> = k.outputs.iter().copied().filter(|o| tail.contains(o)).collect();
-            let step = self.b.part(tail, &outs, &mut self.counts)?;
+            let step = self.b.part(tail, &outs, k.fused_adam(PartRole::Epilogue), &mut self.counts)?;
             self.steps.push(step);
         }
         Ok(())
@@ -803,19 +813,25 @@ impl<'a> Lowering<'a> {
             None => g.node(n).ty.shape.clone(),
         };
         let x = self.widened(ins[0], &reads)?;
-        // The convolution just before, whose result this pools, writes the
-        // pool too (not yet in `order`, whose copy of its places would be
-        // stale).
+        // The convolution the plan fuses this pool into (`passes::conv_pool`;
+        // `schedule` runs it just before) writes the pool too (it is not yet
+        // in `order`, whose copy of its places would be stale).
         let pooled = Place::Bytes(4 * dst, 4 * (dst + ys.iter().product::<usize>()));
         let apart = |step: &Step| {
             let access = step.access();
             !access.reads.iter().chain(&access.writes).any(|p| p.overlaps(pooled))
         };
+        let record = match &k.fusion {
+            Some(Fusion::PoolIntoConv { gradients, pool_only, .. }) if self.fusable.contains(&n) => {
+                Some((gradients.len(), *pool_only))
+            }
+            _ => None,
+        };
         let last = self
             .steps
             .len()
             .checked_sub(1)
-            .filter(|&i| i >= self.order.len() && apart(&self.steps[i]) && rounding.is_none());
+            .filter(|&i| record.is_some() && i >= self.order.len() && apart(&self.steps[i]) && rounding.is_none());
         let fused = last.and_then(|i| match &mut self.steps[i] {
             Step::Conv { conv, dst: y, post, .. } => {
                 let pools = grad.is_none() && is_max_pool_2x2(&params) && post.max_pool.is_none();
@@ -824,6 +840,10 @@ impl<'a> Lowering<'a> {
             }
             _ => None,
         });
+        // The plan's finding and the lowering's storage disagree (which a
+        // test rules out for the plans the CPU's target makes): the pool
+        // runs on its own, counted.
+        self.counts.unfused += usize::from(record.is_some() && fused.is_none());
         // A max pool's gradient later in the unit reads the first maxima the
         // fused pool records, not `x`.
         let pooled_node = ins[0];
@@ -833,16 +853,15 @@ impl<'a> Lowering<'a> {
         };
         match fused {
             Some((len, post)) => {
+                let (grads, pool_only) = record.unwrap_or_default();
                 post.max_pool = Some(dst);
-                let grads = max_pool_grads(g, pooled_node, &self.b.in_unit);
                 if grads > 0 {
                     post.first_max = Some(self.first_max_end);
                     self.first_max_at.insert(pooled_node, self.first_max_end);
                     self.first_max_end += len;
                 }
                 // Nothing else reads the result: the unit keeps only its pool.
-                let readers = g.users(pooled_node).len();
-                post.pool_only = readers == grads + 1 && !self.outputs.contains(&pooled_node);
+                post.pool_only = pool_only;
                 if post.pool_only {
                     self.unstored.insert(pooled_node);
                 }

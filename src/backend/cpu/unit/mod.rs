@@ -46,7 +46,7 @@ mod mem;
 mod recognize;
 mod step;
 
-pub(super) use recognize::{host_reason, split_anchor};
+pub(super) use recognize::{fuses, host_reason};
 pub(super) use step::Ref;
 
 use super::carry::{CarryInputs, Resident};
@@ -111,7 +111,7 @@ impl JitUnit {
     ) -> Result<JitUnit, Diagnostic> {
         let g = &program.graph;
         let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
-        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values };
+        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values, unfused: 0 };
         // Region inputs stay in the caller's tensors, so a new parameter the
         // plan writes over its input (`over_input`) gets its own place after
         // the planned arena; the runtime hands it back as an output.

@@ -14,12 +14,12 @@
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
-use crate::ir::compiled::{Kernel, KernelKind};
-use crate::ir::spec::{computes_as_f32, Kind, Spec};
+use crate::ir::compiled::{CompiledUnit, Kernel, KernelKind};
+use crate::ir::kernel_desc::{describe, split_anchor, Fusion, KernelDesc, PartRole};
+use crate::ir::spec::{computes_as_f32, Spec};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use crate::tensor::PoolParams;
-use std::collections::HashSet;
 
 /// Whether node `n` and all its operands are floats of one type that
 /// native `f32` loops compute (`spec::computes_as_f32`).
@@ -31,26 +31,6 @@ fn one_float_type(g: &Graph, n: NodeId) -> bool {
 /// Whether node `n` and all its operands are `f64`.
 pub(super) fn all_f64(g: &Graph, n: NodeId) -> bool {
     g.node(n).ty.dtype == DType::F64 && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F64)
-}
-
-/// The kernel's single anchor (reduction) with its in-kernel ancestors,
-/// in kernel order with the anchor last, and the remaining nodes.
-pub(in crate::backend::cpu) fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
-    let Some(&anchor) = nodes.iter().find(|&&n| matches!(g.node(n).op, Op::Reduce { .. } | Op::ArgMax { .. })) else {
-        return (Vec::new(), nodes.to_vec());
-    };
-    let members: HashSet<NodeId> = nodes.iter().copied().collect();
-    let mut before: HashSet<NodeId> = HashSet::new();
-    let mut stack = g.inputs(anchor);
-    while let Some(n) = stack.pop() {
-        if members.contains(&n) && before.insert(n) {
-            stack.extend(g.inputs(n));
-        }
-    }
-    let mut head: Vec<NodeId> = nodes.iter().copied().filter(|n| before.contains(n)).collect();
-    head.push(anchor);
-    let tail = nodes.iter().copied().filter(|n| !before.contains(n) && *n != anchor).collect();
-    (head, tail)
 }
 
 /// A reduction (the last of `head`) over float values that `reduce.rs`
@@ -73,18 +53,6 @@ pub(super) fn pooled_shape(shape: &[usize]) -> [usize; 4] {
         [n, h, w, c] => [n, h / 2, w / 2, c],
         _ => [0; 4],
     }
-}
-
-/// How many gradients of a 2x2 max pool of `x` the unit takes (`in_unit`:
-/// the unit's nodes): a pool fused into the convolution that writes `x`
-/// records its first maxima for them, and they read those instead of `x`.
-pub(super) fn max_pool_grads(g: &Graph, x: NodeId, in_unit: &HashSet<NodeId>) -> usize {
-    let is_grad_of_x = |u: &NodeId| {
-        let grad = matches!(g.node(*u).op, Op::Pool2dGrad { .. });
-        let pool = grad && float_pool(g, &[*u]).is_some_and(|p| is_max_pool_2x2(&p));
-        pool && g.inputs(*u).first() == Some(&x) && in_unit.contains(u)
-    };
-    g.users(x).iter().filter(|u| is_grad_of_x(u)).count()
 }
 
 /// Whether `p` is the 2x2, stride-2, unpadded max pool a convolution can
@@ -190,26 +158,29 @@ pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
 /// plan's devices (`ir::target::Target::host_reason`) say ahead of time
 /// what the lowering then does.
 pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<HostPart> {
-    // What `Builder::analyze` accepts: the nodes as they are, or reading
-    // the broadcasts they take from other kernels as their sources.
-    let analyzable = |nodes: &[NodeId], outputs: &[NodeId]| {
-        let fits = |members: &[NodeId]| Spec::analyze(g, members, outputs).is_some_and(|s| s.numel() > 0);
-        let mut widened: Vec<NodeId> = nodes.iter().flat_map(|&n| g.inputs(n)).collect();
-        widened.retain(|i| matches!(g.node(*i).op, Op::BroadcastTo { .. }) && !k.nodes.contains(i));
-        widened.sort_unstable();
-        widened.dedup();
-        fits(nodes) || (!widened.is_empty() && fits(&[widened, nodes.to_vec()].concat()))
+    // The parts as the plan describes them (`ir::kernel_desc`), which the
+    // lowering splits the same way: compiled when a spec expresses them.
+    // A plan made without `partition` has no descriptions: describe the
+    // kernel here as that pass would.
+    let described;
+    let desc = match k.desc == KernelDesc::default() && k.kind != KernelKind::Source {
+        true => {
+            let nodes = k.nodes.iter().copied().collect();
+            described = describe(g, k, &nodes);
+            &described
+        }
+        false => &k.desc,
     };
-    let compiled = |nodes: &[NodeId], outputs: &[NodeId]| {
-        let stored = outputs.iter().all(|&o| Kind::stored(g.node(o).ty.dtype).is_some());
-        stored && analyzable(nodes, outputs)
+    let compiled = |role: PartRole| desc.parts.iter().filter(|p| p.role == role).all(|p| p.spec.is_some());
+    let nodes_of = |role: PartRole| -> Vec<NodeId> {
+        let parts = desc.parts.iter().filter(|p| p.role == role && p.spec.is_none());
+        parts.flat_map(|p| p.nodes.iter().copied()).collect()
     };
-    let outputs_in = |part: &[NodeId]| k.outputs.iter().copied().filter(|o| part.contains(o)).collect::<Vec<_>>();
     // The nodes left to the interpreter, and whether that is all of them.
     let (host, whole): (Vec<NodeId>, bool) = match k.kind {
         KernelKind::Source => (Vec::new(), false),
         KernelKind::Elementwise => {
-            let native = analyzable(&k.nodes, &k.outputs) || table_reshape(g, &k.nodes);
+            let native = compiled(PartRole::Body) || table_reshape(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction
@@ -217,26 +188,13 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
                 || is_f64_matmul(g, k.nodes[0])
                 || float_conv(g, k.nodes[0]).is_some() =>
         {
-            let epilogue = &k.nodes[1..];
-            let native = epilogue.is_empty() || analyzable(epilogue, &outputs_in(epilogue));
-            (if native { vec![] } else { epilogue.to_vec() }, false)
+            (nodes_of(PartRole::Epilogue), false)
         }
         KernelKind::Reduction => {
-            let (head, tail) = split_anchor(g, &k.nodes);
-            match head.split_last().filter(|_| native_reduce(g, &head)) {
-                Some((&anchor, prologue)) => {
-                    let mut outs = outputs_in(prologue);
-                    outs.extend(g.inputs(anchor).first().filter(|i| !outs.contains(i)));
-                    let mut host = Vec::new();
-                    if !prologue.is_empty() && !compiled(prologue, &outs) {
-                        host.extend_from_slice(prologue);
-                    }
-                    if !tail.is_empty() && !compiled(&tail, &outputs_in(&tail)) {
-                        host.extend_from_slice(&tail);
-                    }
-                    (host, false)
-                }
-                None => (k.nodes.clone(), true),
+            let (head, _) = split_anchor(g, &k.nodes);
+            match native_reduce(g, &head) {
+                true => ([nodes_of(PartRole::Prologue), nodes_of(PartRole::Epilogue)].concat(), false),
+                false => (k.nodes.clone(), true),
             }
         }
         KernelKind::Layout => {
@@ -255,4 +213,18 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
     let odd = host.iter().find(alone).or(host.iter().find(|&&n| g.node(n).ty.dtype != DType::F32)).or(host.first())?;
     let node = g.node(*odd);
     Some(HostPart { whole, why: format!("no CPU kernel for `{}` on {}", node.op.name(), node.ty), node: *odd })
+}
+
+/// Whether the CPU backend runs `fusion` of kernel `k` of `unit`: a 2x2
+/// max pool written by a direct `f32` convolution whose output it pools
+/// (`conv::PostOps::max_pool`), and Adam's update as the native AVX-512
+/// loop (module `adam`), on machines that have AVX-512.
+pub(in crate::backend::cpu) fn fuses(g: &Graph, unit: &CompiledUnit, _k: usize, fusion: &Fusion) -> bool {
+    match fusion {
+        Fusion::PoolIntoConv { conv, .. } => unit.kernels.get(*conv).is_some_and(|c| {
+            let node = c.nodes[0];
+            g.node(node).ty.dtype == DType::F32 && float_conv(g, node).is_some_and(|conv| conv.takes_max_pool())
+        }),
+        Fusion::AdamUpdate { .. } => crate::backend::cpu::kernels::simd::avx512(),
+    }
 }
