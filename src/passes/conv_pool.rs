@@ -32,6 +32,12 @@ use crate::tensor::eval_node;
 use std::collections::{HashMap, HashSet};
 
 pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
+    let pools = |u: &CompiledUnit| (0..u.kernels.len()).any(|k| is_max_pool_2x2(u, k));
+    if !p.compiled.as_ref().is_some_and(|c| c.units.iter().any(pools)) {
+        return Ok(());
+    }
+    // Which values each unit's outside reads (computing the units again
+    // costs milliseconds: only for programs with a candidate pool).
     let outputs: HashMap<String, Vec<NodeId>> =
         super::units::units(p).into_iter().map(|u| (u.name, u.outputs)).collect();
     let g = &p.graph;
