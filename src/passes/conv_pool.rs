@@ -28,7 +28,7 @@ use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::kernel_desc::{AnchorOp, ConvPass, Fusion};
 use crate::ir::{Graph, NodeId, Op, PoolKind, Program};
 use crate::passes::PassCtx;
-use crate::tensor::eval_node;
+use crate::tensor::is_positive_zero_constant;
 use std::collections::{HashMap, HashSet};
 
 pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
@@ -95,7 +95,9 @@ fn find(g: &Graph, u: &CompiledUnit, k: usize, read_outside: &[NodeId]) -> Optio
         }
         let [part] = kernel.desc.parts.as_slice() else { return None };
         let spec = part.spec.as_ref()?;
-        if part.outputs != [x] || spec.channel_post_ops(anchor.node, output[3], |n| is_zero(g, n)).is_none() {
+        if part.outputs != [x]
+            || spec.channel_post_ops(anchor.node, output[3], |n| is_positive_zero_constant(g, n)).is_none()
+        {
             return None;
         }
     }
@@ -112,13 +114,6 @@ fn find(g: &Graph, u: &CompiledUnit, k: usize, read_outside: &[NodeId]) -> Optio
 /// The gradient op of the fused pool.
 fn max_pool_grad() -> Op {
     Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] }
-}
-
-/// Whether `n` is a constant of all `+0.0` bits (a ReLU's or mask's zero).
-fn is_zero(g: &Graph, n: NodeId) -> bool {
-    let node = g.node(n);
-    let value = matches!(node.op, Op::Constant { .. }).then(|| eval_node(&node.op, &[], &node.ty).ok()).flatten();
-    value.is_some_and(|v| v.to_f64_vec().iter().all(|x| x.to_bits() == 0))
 }
 
 /// Every recorded pool is a 2x2 max pool reading an output of the forward

@@ -60,6 +60,14 @@ use std::collections::HashMap;
 /// The value of every node of a graph after `evaluate`.
 pub type Values = HashMap<NodeId, Tensor>;
 
+/// Whether node `n` of `g` is a constant whose every element is `+0.0`
+/// (a ReLU's or a mask's zero, which a convolution's post-ops apply).
+pub fn is_positive_zero_constant(g: &crate::ir::Graph, n: crate::ir::NodeId) -> bool {
+    let node = g.node(n);
+    let value = matches!(node.op, Op::Constant { .. }).then(|| eval_node(&node.op, &[], &node.ty).ok()).flatten();
+    value.is_some_and(|v| v.to_f64_vec().iter().all(|x| x.to_bits() == 0))
+}
+
 /// Computes `op` on `inputs` (in operand order); the result has type `ty`.
 pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let arity = crate::ir::infer::arity(op, inputs.len());

@@ -57,7 +57,7 @@ use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
 use crate::ir::kernel_desc::{part_spec, split_anchor, Fusion, PartRole};
 use crate::ir::spec::{Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
-use crate::tensor::{eval_node, Tensor, Values};
+use crate::tensor::{Tensor, Values};
 use std::collections::{HashMap, HashSet};
 
 /// Compiles `spec` on this thread's compiler.
@@ -601,12 +601,7 @@ impl<'a> Lowering<'a> {
         match float_conv(g, mm) {
             Some(conv) => {
                 self.cols = self.cols.max(conv.cols_len());
-                let is_zero = |n: NodeId| {
-                    let node = g.node(n);
-                    let constant = matches!(node.op, Op::Constant { .. });
-                    let value = constant.then(|| eval_node(&node.op, &[], &node.ty).ok()).flatten();
-                    value.is_some_and(|v| v.to_f64_vec().iter().all(|x| x.to_bits() == 0))
-                };
+                let is_zero = |n: NodeId| crate::tensor::is_positive_zero_constant(g, n);
                 post_ops = epilogue_spec
                     .as_ref()
                     .filter(|_| in_place && conv.takes_post_ops())
