@@ -174,7 +174,7 @@ impl CompiledUnit {
     /// the pool recorded (the CPU backend does for a bias gradient and a
     /// first layer's weight gradient).
     pub fn max_pool_grad_operands(&self, g: &Graph) -> Vec<(NodeId, NodeId)> {
-        let pool = Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
+        let pool = MAX_POOL_2X2_GRAD;
         let outputs = self.kernels.iter().filter(|k| k.kind != KernelKind::Source).flat_map(|k| &k.outputs);
         outputs.filter(|&&n| g.node(n).op == pool).filter_map(|&n| Some((n, *g.inputs(n).get(1)?))).collect()
     }
@@ -211,6 +211,11 @@ impl CompiledUnit {
         found
     }
 }
+
+/// The gradient of the 2x2, stride-2, unpadded max pool that a
+/// convolution can write with its result (`passes::conv_pool`), whose
+/// gradient reads the maxima it records.
+pub const MAX_POOL_2X2_GRAD: Op = Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] };
 
 /// The annotations of a whole program.
 #[derive(Clone, Debug, Default, PartialEq)]

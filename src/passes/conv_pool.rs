@@ -24,9 +24,9 @@
 //! pool's kernel gets `pool into k13 (maxima for 1 gradient)`.
 
 use crate::diag::Diagnostic;
-use crate::ir::compiled::{CompiledUnit, KernelKind};
+use crate::ir::compiled::{CompiledUnit, KernelKind, MAX_POOL_2X2_GRAD};
 use crate::ir::kernel_desc::{AnchorOp, ConvPass, Fusion};
-use crate::ir::{Graph, NodeId, Op, PoolKind, Program};
+use crate::ir::{Graph, NodeId, PoolKind, Program};
 use crate::passes::PassCtx;
 use crate::tensor::is_positive_zero_constant;
 use std::collections::{HashMap, HashSet};
@@ -105,15 +105,10 @@ fn find(g: &Graph, u: &CompiledUnit, k: usize, read_outside: &[NodeId]) -> Optio
     let gradients: Vec<NodeId> = g
         .users(x)
         .into_iter()
-        .filter(|&d| in_unit.contains(&d) && g.node(d).op == max_pool_grad() && g.inputs(d).first() == Some(&x))
+        .filter(|&d| in_unit.contains(&d) && g.node(d).op == MAX_POOL_2X2_GRAD && g.inputs(d).first() == Some(&x))
         .collect();
     let pool_only = g.users(x).len() == gradients.len() + 1 && !read_outside.contains(&x);
     Some(Fusion::PoolIntoConv { conv, gradients, pool_only })
-}
-
-/// The gradient op of the fused pool.
-fn max_pool_grad() -> Op {
-    Op::Pool2dGrad { kind: PoolKind::Max, size: [2, 2], stride: [2, 2], padding: [0; 4] }
 }
 
 /// Every recorded pool is a 2x2 max pool reading an output of the forward

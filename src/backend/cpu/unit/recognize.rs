@@ -15,7 +15,7 @@ use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
 use crate::ir::compiled::{CompiledUnit, Kernel, KernelKind};
-use crate::ir::kernel_desc::{describe, split_anchor, Fusion, KernelDesc, PartRole};
+use crate::ir::kernel_desc::{describe, Fusion, KernelDesc, PartRole};
 use crate::ir::spec::{computes_as_f32, Spec};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
@@ -171,7 +171,6 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         }
         false => &k.desc,
     };
-    let compiled = |role: PartRole| desc.parts.iter().filter(|p| p.role == role).all(|p| p.spec.is_some());
     let nodes_of = |role: PartRole| -> Vec<NodeId> {
         let parts = desc.parts.iter().filter(|p| p.role == role && p.spec.is_none());
         parts.flat_map(|p| p.nodes.iter().copied()).collect()
@@ -180,7 +179,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
     let (host, whole): (Vec<NodeId>, bool) = match k.kind {
         KernelKind::Source => (Vec::new(), false),
         KernelKind::Elementwise => {
-            let native = compiled(PartRole::Body) || table_reshape(g, &k.nodes);
+            let native = nodes_of(PartRole::Body).is_empty() || table_reshape(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction
@@ -190,13 +189,10 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         {
             (nodes_of(PartRole::Epilogue), false)
         }
-        KernelKind::Reduction => {
-            let (head, _) = split_anchor(g, &k.nodes);
-            match native_reduce(g, &head) {
-                true => ([nodes_of(PartRole::Prologue), nodes_of(PartRole::Epilogue)].concat(), false),
-                false => (k.nodes.clone(), true),
-            }
-        }
+        KernelKind::Reduction => match desc.anchor.as_ref().is_some_and(|a| native_reduce(g, &[a.node])) {
+            true => ([nodes_of(PartRole::Prologue), nodes_of(PartRole::Epilogue)].concat(), false),
+            false => (k.nodes.clone(), true),
+        },
         KernelKind::Layout => {
             let native = float_pool(g, &k.nodes).is_some()
                 || float_transpose(g, &k.nodes).is_some()
