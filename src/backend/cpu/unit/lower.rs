@@ -468,7 +468,7 @@ impl<'a> Lowering<'a> {
         let at = self.scratch.take(ty.numel() * ty.dtype.size_bytes().max(4) / 4, &self.order, reads);
         // Values of two-byte types kept in scratch are their `f32`s.
         let r = match ty.dtype {
-            DType::F64 => Ref::Wide(4 * at),
+            DType::F64 | DType::I64 => Ref::Wide(4 * at),
             DType::I32 => Ref::Int(4 * at),
             _ => Ref::Arena(at),
         };

@@ -203,8 +203,8 @@ impl<'a> Mem<'a> {
     }
 
     /// A pointer to `len` elements of `r`, as compiled code reads them:
-    /// `f32` (a half-precision tensor's exact values too), a one_hot's
-    /// `i32` labels, `bool` as one byte (0 or 1), or two-byte halves.
+    /// `f32` (a half-precision tensor's exact values too), `i32`, `i64`,
+    /// `f64`, `bool` as one byte (0 or 1), or two-byte halves.
     pub(super) fn ptr(self, r: Ref, len: usize) -> Result<*mut f32, Diagnostic> {
         let outside = || internal("a kernel operand lies outside the arena");
         match r.in_arena() {
@@ -216,8 +216,8 @@ impl<'a> Mem<'a> {
                     Data::F32(a) => start(a.as_slice(), len),
                     Data::I32(a) => start(a.as_slice(), len),
                     Data::F64(a) => start(a.as_slice(), len),
+                    Data::I64(a) => start(a.as_slice(), len),
                     Data::Bool(a) => start(a.as_slice(), len),
-                    _ => Err(internal(format!("a compiled kernel reads a {} value", t.dtype()))),
                 }
             }
         }
@@ -251,6 +251,11 @@ pub(super) fn read(mem: Mem, r: Ref, ty: &TensorType) -> Result<Tensor, Diagnost
             let p = mem.bytes(off, 4 * n).ok_or_else(outside)?.cast::<i32>();
             let v = unsafe { std::slice::from_raw_parts(p, n) };
             Tensor::from_vec(DType::I32, &ty.shape, v.to_vec())
+        }
+        Ref::Wide(off) if ty.dtype == DType::I64 => {
+            let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<i64>();
+            let v = unsafe { std::slice::from_raw_parts(p, n) };
+            Tensor::from_vec(DType::I64, &ty.shape, v.to_vec())
         }
         Ref::Wide(off) => {
             let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<f64>();
@@ -292,6 +297,11 @@ pub(super) unsafe fn write(mem: Mem, r: Ref, v: &Tensor) -> Result<(), Diagnosti
         }
         (Ref::Wide(off), Data::F64(a)) => {
             let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<f64>();
+            let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
+            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
+        }
+        (Ref::Wide(off), Data::I64(a)) => {
+            let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<i64>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
             dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
         }

@@ -153,7 +153,7 @@ impl JitUnit {
                         Some(&off) if node.ty.dtype == DType::Bool => Ref::Mask(off),
                         Some(&off) if matches!(node.ty.dtype, DType::F16 | DType::BF16) => Ref::Half(off),
                         Some(&off) if node.ty.dtype == DType::I32 => Ref::Int(off),
-                        Some(&off) if node.ty.dtype == DType::F64 => Ref::Wide(off),
+                        Some(&off) if matches!(node.ty.dtype, DType::F64 | DType::I64) => Ref::Wide(off),
                         _ => {
                             b.tables += 1;
                             Ref::Table(b.tables - 1)

@@ -37,7 +37,8 @@ pub(in crate::backend::cpu) enum Ref {
     Half(usize),
     /// `i32` elements at this byte offset of the arena.
     Int(usize),
-    /// `f64` elements at this byte offset of the arena.
+    /// `f64` or `i64` elements (eight bytes each, the value's type says
+    /// which) at this byte offset of the arena.
     Wide(usize),
     /// The caller's input at this position.
     Input(usize),
