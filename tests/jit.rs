@@ -790,3 +790,35 @@ fn large_statements_run_on_the_cpu_backend_and_match_the_interpreter() {
     assert!(!String::from_utf8_lossy(&interp.stderr).contains("statements: "));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Integer division by zero and negative integer powers in compiled code
+/// fail as in the interpreter: the same error (with the failing operands)
+/// at the same source line, for the first failing op, then the first
+/// failing element, at one thread and at two (the rows are split between
+/// threads, and a later row fails first in time as often as not).
+#[test]
+fn compiled_integer_division_by_zero_reports_the_interpreters_error_at_any_thread_count() {
+    // Each element is a pair of rows of 10^6 ints, enough work for
+    // threads: `a` the index, `b` 0 at 50,000 and 950,000 (one in each
+    // thread's half) and 1 at 10. So `a / b` fails at 50,000 (the first
+    // error, "50000 / 0") and at 950,000, and `7 / (b - 1)` fails earlier
+    // in flat order, at 10, but is the later op.
+    let source = "let i = cast(arange(1000000), i32)\n\
+        let b = where(i == 50000 or i == 950000, 0, where(i == 10, 1, i + 2))\n\
+        let ds = from_tensors(reshape(i, [1, 1000000]), reshape(b, [1, 1000000]))\n\
+        print(collect(ds |> map(fn(a, b) = (a / b, 7 / (b - 1), a ^ (b - 50000)))))\n";
+    let mut session = Session::new();
+    let file = session.add_source("fails.tfl", source);
+    let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
+    assert!(tfc::passes::partition::host_kernels(&program).is_empty(), "the map's kernels are compiled");
+    let fail = |backend: Backend, threads: usize| {
+        let mut out = Vec::new();
+        let options = RunOptions { backend, threads, ..RunOptions::default() };
+        execute(&program, &mut out, options).expect_err("the division fails")
+    };
+    let interp = fail(Backend::Interp, 1);
+    assert!(interp.message.contains("integer division by zero (50000 / 0)"), "{interp:?}");
+    for threads in [1, 2] {
+        assert_eq!(fail(Backend::Jit, threads), interp, "at {threads} threads");
+    }
+}

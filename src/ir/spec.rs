@@ -9,16 +9,18 @@
 //! Contract: [`Spec::analyze`] accepts a group of member nodes that share one
 //! flat iteration space of `N` elements (what `fuse` guarantees for an
 //! `Elementwise` kernel and a contraction's epilogue) and returns `None`
-//! when the group uses something no template covers (an `i64` value, an op
-//! without a template such as integer division, broadcasts into two
-//! different shapes); the backend then runs the group on the reference
-//! interpreter. Every expression computes what the interpreter computes:
+//! when the group uses something no template covers (a cast that would
+//! round twice, broadcasts into two different shapes); the backend then
+//! runs the group on the reference interpreter. Every expression computes what the interpreter computes:
 //! `f16`/`bf16` values compute in `f32` registers — a load widens them
 //! (exact), every member of a half type rounds its result to that type
 //! (`Expr::Round`, the interpreter's rounding after every op) and a store
-//! narrows it (exact, as it is rounded already); `i32` arithmetic wraps;
-//! casts follow the interpreter's (`Expr::Convert`); `f64` expressions make
-//! the kernel one element at a time (`Spec::scalar_only`). The loop nest is
+//! narrows it (exact, as it is rounded already); `i32` and `i64`
+//! arithmetic wraps; integer `/` and `^`, which can fail (division by zero,
+//! a negative power), are listed in `Spec::fallible` and report the
+//! interpreter's error; casts follow the interpreter's (`Expr::Convert`);
+//! `f64` and `i64` values and fallible ops make the kernel one element at
+//! a time (`Spec::scalar_only`). The loop nest is
 //! `outer` dims (any number, their index computed once per row) around one
 //! contiguous `inner` extent: every load is, over the inner extent, either
 //! contiguous (`Inner::Contig`) or one value (`Inner::Splat`, a broadcast
@@ -71,6 +73,8 @@ pub enum Kind {
     /// An `f64` (eight bytes): a kernel with one computes one element at a
     /// time (`Spec::scalar_only`).
     F64,
+    /// An `i64` (eight bytes, wrapping arithmetic), scalar as `F64`.
+    I64,
 }
 
 impl Kind {
@@ -84,13 +88,13 @@ impl Kind {
             DType::F16 => Some(Kind::F16),
             DType::BF16 => Some(Kind::BF16),
             DType::F64 => Some(Kind::F64),
-            DType::I64 => None,
+            DType::I64 => Some(Kind::I64),
         }
     }
 
-    /// Whether values of this memory kind compute as `f32`.
-    pub fn is_float(self) -> bool {
-        !matches!(self, Kind::Mask)
+    /// Whether values of this kind are integers (`i32`, `i64`).
+    pub fn is_int(self) -> bool {
+        matches!(self, Kind::I32 | Kind::I64)
     }
 }
 
@@ -118,6 +122,11 @@ pub enum Expr {
     /// The `f32` nearest the operand that `F16` or `BF16` represents (ties
     /// to even, overflow to infinity: `crate::half`).
     Round(Kind, usize),
+    /// The operand (an `f64`, `i32` or `i64`) as an `f32` rounded to odd
+    /// (`crate::half::f64_to_f32_odd`), so that the `Round` to a half type
+    /// that follows is the only rounding that counts, as in the
+    /// interpreter's cast; scalar code (`Spec::scalar_only`).
+    ToOddF32(usize),
     /// Element `i` (the flat index) of a `random` op's stream, as the `f32`
     /// its dtype's value goes through (`poly::random`); with a counter
     /// operand (an `f32` expression: dropout's training step), the stream
@@ -159,6 +168,11 @@ pub struct Spec {
     pub output_nodes: Vec<NodeId>,
     /// How each output is stored (`F32`, `Mask`, `F16`, `BF16`).
     pub stores: Vec<Kind>,
+    /// The expressions that can fail at run time (integer `/` and `^`,
+    /// `INT_FALLIBLE`), with the node each computes, in expression order:
+    /// the first failing one (then the first failing index) is the error
+    /// the interpreter reports.
+    pub fallible: Vec<(usize, NodeId)>,
 }
 
 fn row_major(shape: &[usize]) -> Vec<usize> {
@@ -194,13 +208,17 @@ pub const FLOAT_UNARY: &[UnaryOp] = &[
     UnaryOp::Cos,
 ];
 
-/// The `i32` unary ops with a code template (wrapping, as the interpreter's).
+/// The integer unary ops with a code template (wrapping, as the interpreter's).
 pub const INT_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu];
 
-/// The `i32` binary ops with a code template (wrapping; floor division and
-/// powers are left to the interpreter).
+/// The integer binary ops with a code template (wrapping).
 pub const INT_BINARY: &[BinaryOp] =
     &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum, BinaryOp::Minimum];
+
+/// The integer binary ops that can fail (floor division by zero, a
+/// negative power): compiled code computes them by the interpreter's own
+/// function and reports its error (`Spec::fallible`).
+pub const INT_FALLIBLE: &[BinaryOp] = &[BinaryOp::Div, BinaryOp::Pow];
 
 /// The `f32` arithmetic binary ops with a code template (`pow` calls the
 /// same libm `powf` the interpreter does, lane by lane, as `sin` and `cos`
@@ -245,9 +263,10 @@ impl Spec {
         let mut exprs: Vec<(Expr, Kind)> = Vec::new();
         let mut value: HashMap<NodeId, usize> = HashMap::new();
         let mut one_hot_depth: Option<usize> = None;
+        let mut fallible = Vec::new();
         let mut load = |exprs: &mut Vec<(Expr, Kind)>, node: NodeId, strides: Vec<usize>| -> Option<usize> {
             let kind = match Kind::stored(g.node(node).ty.dtype)? {
-                k @ (Kind::Mask | Kind::I32 | Kind::F64) => k,
+                k @ (Kind::Mask | Kind::I32 | Kind::F64 | Kind::I64) => k,
                 _ => Kind::F32,
             };
             let li = match loads.iter().position(|(l, s)| *l == node && *s == strides) {
@@ -287,7 +306,7 @@ impl Spec {
                     let kind = match (kind_of(&exprs, x), u) {
                         (Kind::F32, u) if FLOAT_UNARY.contains(u) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, UnaryOp::Not) => Kind::Mask,
-                        (Kind::I32, u) if INT_UNARY.contains(u) && dtype == DType::I32 => Kind::I32,
+                        (k, u) if INT_UNARY.contains(u) && k.is_int() && Kind::stored(dtype) == Some(k) => k,
                         (Kind::F64, u) if FLOAT_UNARY.contains(u) => Kind::F64,
                         _ => return None,
                     };
@@ -301,8 +320,15 @@ impl Spec {
                         (Kind::F32, Kind::F32) if FLOAT_BINARY.contains(b) && computes_as_f32(dtype) => Kind::F32,
                         (Kind::F32, Kind::F32) if b.is_comparison() => Kind::Mask,
                         (Kind::Mask, Kind::Mask) if b.is_logical() => Kind::Mask,
-                        (Kind::I32, Kind::I32) if INT_BINARY.contains(b) && dtype == DType::I32 => Kind::I32,
-                        (Kind::I32, Kind::I32) if b.is_comparison() => Kind::Mask,
+                        (k, l) if k.is_int() && k == l && b.is_comparison() => Kind::Mask,
+                        (k, l) if k.is_int() && k == l && Kind::stored(dtype) == Some(k) => {
+                            if INT_FALLIBLE.contains(b) {
+                                fallible.push((exprs.len(), m));
+                            } else if !INT_BINARY.contains(b) {
+                                return None;
+                            }
+                            k
+                        }
                         (Kind::F64, Kind::F64) if FLOAT_BINARY.contains(b) => Kind::F64,
                         (Kind::F64, Kind::F64) if b.is_comparison() => Kind::Mask,
                         _ => return None,
@@ -329,6 +355,7 @@ impl Spec {
                 Op::Iota { ty, axis } if *axis < ty.rank() && ty.shape[*axis] <= 1 << 24 => {
                     let kind = match ty.dtype {
                         DType::I32 => Kind::I32,
+                        DType::I64 => Kind::I64,
                         d if computes_as_f32(d) => Kind::F32,
                         _ => return None,
                     };
@@ -360,7 +387,7 @@ impl Spec {
                     let y = operand(&mut exprs, ins[2])?;
                     let kind = match (kind_of(&exprs, c), kind_of(&exprs, x), kind_of(&exprs, y)) {
                         (Kind::Mask, Kind::F32, Kind::F32) if computes_as_f32(dtype) => Kind::F32,
-                        (Kind::Mask, Kind::I32, Kind::I32) if dtype == DType::I32 => Kind::I32,
+                        (Kind::Mask, k, l) if k.is_int() && k == l && Kind::stored(dtype) == Some(k) => k,
                         (Kind::Mask, Kind::F64, Kind::F64) => Kind::F64,
                         _ => return None,
                     };
@@ -373,6 +400,7 @@ impl Spec {
                     let to_kind = match to {
                         DType::Bool => Kind::Mask,
                         DType::I32 => Kind::I32,
+                        DType::I64 => Kind::I64,
                         DType::F64 => Kind::F64,
                         _ => Kind::F32,
                     };
@@ -382,14 +410,18 @@ impl Spec {
                             // narrowing: the member's rounding below.
                             x
                         }
-                        // An `i32` to `bf16`, or an `f64` to a half type,
-                        // would round twice (to `f32`, then to the half),
-                        // unlike the interpreter. An `i32` to `f16` rounds
-                        // once: its `f32` is exact up to 2^24, and every
-                        // value beyond 65,520 is `inf` in `f16` either way.
-                        (Kind::I32, DType::BF16) | (Kind::F64, DType::F16 | DType::BF16) => return None,
-                        (Kind::F32 | Kind::I32 | Kind::Mask | Kind::F64, DType::I64) => return None,
-                        (Kind::F32 | Kind::I32 | Kind::Mask | Kind::F64, _) => {
+                        // An integer to `bf16`, or an `f64` to a half type,
+                        // would round twice through a nearest `f32`; through
+                        // the `f32` rounded to odd, the member's rounding
+                        // below is the only one. (An integer to `f16`
+                        // rounds once either way: its `f32` is exact up to
+                        // 2^24, and every value from 65,520 on is `inf` in
+                        // `f16`.)
+                        (Kind::I32 | Kind::I64, DType::BF16) | (Kind::F64, DType::F16 | DType::BF16) => {
+                            exprs.push((Expr::ToOddF32(x), Kind::F32));
+                            exprs.len() - 1
+                        }
+                        (Kind::F32 | Kind::I32 | Kind::I64 | Kind::Mask | Kind::F64, _) => {
                             exprs.push((Expr::Convert(to_kind, x), to_kind));
                             exprs.len() - 1
                         }
@@ -401,6 +433,7 @@ impl Spec {
             let expect = match dtype {
                 DType::Bool => Kind::Mask,
                 DType::I32 => Kind::I32,
+                DType::I64 => Kind::I64,
                 DType::F64 => Kind::F64,
                 d if computes_as_f32(d) => Kind::F32,
                 _ => return None,
@@ -438,16 +471,20 @@ impl Spec {
             l.kind = Kind::stored(g.node(l.node).ty.dtype)?;
         }
         let stores = outputs.iter().map(|&o| Kind::stored(g.node(o).ty.dtype)).collect::<Option<Vec<_>>>()?;
-        Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes: outputs.to_vec(), stores })
+        let output_nodes = outputs.to_vec();
+        Some(Spec { outer, inner, loads, exprs, outputs: outs, output_nodes, stores, fallible })
     }
 
-    /// Whether the kernel computes one element at a time: it has `f64`
-    /// values (the vector code is four `f32` lanes wide).
+    /// Whether the kernel computes one element at a time: it has `f64` or
+    /// `i64` values (the vector code is four 32-bit lanes wide), ops that
+    /// can fail (each element's call reports its own index) or casts
+    /// rounded to odd (one call an element).
     pub fn scalar_only(&self) -> bool {
-        let f64s = |k: &Kind| *k == Kind::F64;
-        self.exprs.iter().any(|(_, k)| f64s(k))
-            || self.loads.iter().any(|l| f64s(&l.kind))
-            || self.stores.iter().any(f64s)
+        let wide = |k: &Kind| matches!(k, Kind::F64 | Kind::I64);
+        self.exprs.iter().any(|(e, k)| wide(k) || matches!(e, Expr::ToOddF32(_)))
+            || self.loads.iter().any(|l| wide(&l.kind))
+            || self.stores.iter().any(wide)
+            || !self.fallible.is_empty()
     }
 
     /// The elements of the iteration space.
@@ -650,7 +687,8 @@ mod tests {
         exprs.push((B(BinaryOp::Gt, 4, 5), Kind::Mask));
         exprs.push((Expr::Select(6, 3, 5), Kind::F32));
         let stores = vec![Kind::F32];
-        Spec { outer: vec![6], inner: 4, loads, exprs, outputs: vec![7], output_nodes: vec![NodeId::new(9)], stores }
+        let output_nodes = vec![NodeId::new(9)];
+        Spec { outer: vec![6], inner: 4, loads, exprs, outputs: vec![7], output_nodes, stores, fallible: vec![] }
     }
 
     /// The convolution post-ops are recognized with their operands; the

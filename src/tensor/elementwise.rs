@@ -260,15 +260,36 @@ fn int_binary<T: Int>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<Arra
         BinaryOp::Mul => zip_map(x, y, |a, b| Ok(a.mul(b))),
         BinaryOp::Maximum => zip_map(x, y, |a, b| Ok(a.max(b))),
         BinaryOp::Minimum => zip_map(x, y, |a, b| Ok(a.min(b))),
-        BinaryOp::Div => zip_map(x, y, |a, b| {
+        BinaryOp::Div | BinaryOp::Pow => zip_map(x, y, |a, b| checked_int_binary(op, a, b)),
+        _ => Err(unsupported(op_name_b(op), DType::I32)),
+    }
+}
+
+/// `a / b` (floor division) or `a ^ b` on integers, the two integer ops
+/// that can fail: division by zero and a negative power are run-time
+/// errors (E0402).
+fn checked_int_binary<T: Int>(op: BinaryOp, a: T, b: T) -> Result<T, Diagnostic> {
+    match op {
+        BinaryOp::Div => {
             floor_div(a, b).ok_or_else(|| runtime(format!("integer division by zero ({} / 0)", a.as_i64())))
-        }),
-        BinaryOp::Pow => zip_map(x, y, |a, b| {
+        }
+        BinaryOp::Pow => {
             let e = u64::try_from(b.as_i64())
                 .map_err(|_| runtime(format!("integer {} raised to the negative power {}", a.as_i64(), b.as_i64())))?;
             Ok(int_pow(a, e))
-        }),
-        _ => Err(unsupported(op_name_b(op), DType::I32)),
+        }
+        _ => Err(Diagnostic::internal(format!("`{}` cannot fail", op_name_b(op)))),
+    }
+}
+
+/// [`checked_int_binary`] on `i64`s, or (`wide` false) on the `i32`s that
+/// `a` and `b` hold, widened: what compiled code calls element by element
+/// (`backend::cpu::codegen::fault`), so both report the same error.
+pub fn fallible_int_binary(op: BinaryOp, a: i64, b: i64, wide: bool) -> Result<i64, Diagnostic> {
+    match wide {
+        true => checked_int_binary(op, a, b),
+        // (`a` and `b` are `i32`s: the truncation is exact.)
+        false => checked_int_binary(op, a as i32, b as i32).map(i64::from),
     }
 }
 

@@ -47,7 +47,7 @@ pub mod shape_ops;
 mod testutil;
 
 pub use creation::random_at;
-pub use elementwise::{f64_binary, f64_unary};
+pub use elementwise::{f64_binary, f64_unary, fallible_int_binary};
 pub use linalg::matmul_into;
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use reduce::argmax_lanes;

@@ -3,8 +3,11 @@
 //!
 //! Contract: a compiled function has the C signature `fn(ptrs: *const *mut
 //! f32, first_row: usize, end_row: usize, inner: usize)`; `ptrs` holds one pointer per load
-//! (in `Spec::loads` order), then one per output; `f32` values take four
-//! bytes an element, `bool` values one byte (0 or 1). It computes rows
+//! (in `Spec::loads` order), then one per output, then, for a spec with
+//! ops that can fail (`Spec::fallible`), one to the step's
+//! `fault::Faults` record; `f32` and `i32` values take four bytes an
+//! element, `f64` and `i64` values eight, halves two and `bool` values one
+//! byte (0 or 1). It computes rows
 //! `first_row..end_row` of the outer dims (all of them: `0..spec.rows()`;
 //! disjoint row ranges may run on different threads, and give the same
 //! values as one call) of `inner` elements each (`spec.inner`), for every
@@ -26,11 +29,12 @@
 //! `Compiler::clif(&spec)` the Cranelift IR text (`tfc build --emit clif`).
 
 pub mod clif;
+pub mod fault;
 mod half;
 mod int;
 pub mod poly;
 
-use crate::ir::spec::{Expr, Inner, Kind, Spec};
+use crate::ir::spec::{Expr, Inner, Kind, Spec, INT_FALLIBLE};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, AbiParam, Block, Endianness, InstBuilder, MemFlagsData, UserFuncName, Value};
 use cranelift_codegen::settings::{self, Configurable};
@@ -185,6 +189,8 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
     let bases: Vec<Value> = (0..n_loads + spec.outputs.len())
         .map(|i| b.ins().load(ptr, MemFlagsData::trusted(), args, (i * 8) as i32))
         .collect();
+    let at_faults = (8 * (n_loads + spec.outputs.len())) as i32;
+    let faults = (!spec.fallible.is_empty()).then(|| b.ins().load(ptr, MemFlagsData::trusted(), args, at_faults));
     let exit = b.create_block();
     let row = new_loop(b, ptr);
     let zero = b.ins().iconst(ptr, 0);
@@ -235,9 +241,10 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
             let s = b.ins().load(types::F32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(s);
             splat_vector[l] = Some(b.ins().splat(types::F32X4, s));
-        } else if load.inner == Inner::Splat && load.kind == Kind::F64 {
+        } else if load.inner == Inner::Splat && matches!(load.kind, Kind::F64 | Kind::I64) {
             // Scalar-only code (`Spec::scalar_only`): no vector splat.
-            splat_scalar[l] = Some(b.ins().load(types::F64, flags, row_ptr[l], 0));
+            let ty = if load.kind == Kind::F64 { types::F64 } else { types::I64 };
+            splat_scalar[l] = Some(b.ins().load(ty, flags, row_ptr[l], 0));
         } else if load.inner == Inner::Splat && load.kind == Kind::I32 {
             let i = b.ins().load(types::I32, flags, row_ptr[l], 0);
             splat_scalar[l] = Some(i);
@@ -271,7 +278,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
         let past = b.ins().icmp(IntCC::UnsignedGreaterThan, c4, inner);
         b.ins().brif(past, tail.header, &[c.into()], vec.body, &[]);
         b.switch_to_block(vec.body);
-        body(b, spec, &row_ptr, &splat_vector, (row_start, c), true, support);
+        body(b, spec, &row_ptr, &splat_vector, (row_start, c), (true, faults), support);
         b.ins().jump(vec.header, &[c4.into()]);
     }
 
@@ -281,7 +288,7 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
     let end = b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, c, inner);
     b.ins().brif(end, next_row, &[], tail.body, &[]);
     b.switch_to_block(tail.body);
-    body(b, spec, &row_ptr, &splat_scalar, (row_start, c), false, support);
+    body(b, spec, &row_ptr, &splat_scalar, (row_start, c), (false, faults), support);
     let c1 = b.ins().iadd_imm_u(c, 1);
     b.ins().jump(tail.header, &[c1.into()]);
 
@@ -295,14 +302,15 @@ fn emit(b: &mut FunctionBuilder, spec: &Spec, ptr: types::Type, support: Support
 
 /// The computation of one index (`vector`: four) at inner position `c` of
 /// the row whose first flat index is `row_start`: every load first, then
-/// the expressions, then the stores.
+/// the expressions, then the stores. `faults`: the step's record of
+/// failures, for a spec with fallible ops (scalar code).
 fn body(
     b: &mut FunctionBuilder,
     spec: &Spec,
     row_ptr: &[Value],
     splat: &[Option<Value>],
     (row_start, c): (Value, Value),
-    vector: bool,
+    (vector, faults): (bool, Option<Value>),
     support: Support,
 ) {
     let flags = MemFlagsData::new().with_notrap();
@@ -329,6 +337,10 @@ fn body(
             (Kind::F64, _) => {
                 let addr = b.ins().iadd(row_ptr[l], wide_byte);
                 b.ins().load(types::F64, flags, addr, 0)
+            }
+            (Kind::I64, _) => {
+                let addr = b.ins().iadd(row_ptr[l], wide_byte);
+                b.ins().load(types::I64, flags, addr, 0)
             }
             (Kind::F16 | Kind::BF16, _) => {
                 let addr = b.ins().iadd(row_ptr[l], half_byte);
@@ -359,22 +371,27 @@ fn body(
     }
     let mut e = Emitter::new(b, vector, support);
     let mut values: Vec<Value> = Vec::with_capacity(spec.exprs.len());
-    for (expr, kind) in &spec.exprs {
+    for (at, (expr, kind)) in spec.exprs.iter().enumerate() {
         let v = match *expr {
             Expr::Load(l) => loaded[l].expect("every load is loaded before use"),
             Expr::Unary(_, x) if *kind == Kind::Mask => e.mask_not(values[x]),
-            Expr::Unary(op, x) if *kind == Kind::I32 => e.int_unary(op, values[x]),
+            Expr::Unary(op, x) if kind.is_int() => e.int_unary(op, values[x]),
             Expr::Unary(op, x) if *kind == Kind::F64 => e.f64_unary(op, values[x]),
             Expr::Unary(op, x) => e.unary(op, values[x]),
-            Expr::Binary(op, x, y) if op.is_comparison() && spec.exprs[x].1 == Kind::I32 => {
+            Expr::Binary(op, x, y) if op.is_comparison() && spec.exprs[x].1.is_int() => {
                 e.int_compare(op, values[x], values[y])
             }
             Expr::Binary(op, x, y) if op.is_comparison() => e.compare(op, values[x], values[y]),
             Expr::Binary(op, x, y) if op.is_logical() => e.logical(op, values[x], values[y]),
-            Expr::Binary(op, x, y) if *kind == Kind::I32 => e.int_binary(op, values[x], values[y]),
+            Expr::Binary(op, x, y) if kind.is_int() && INT_FALLIBLE.contains(&op) => {
+                let faults = faults.expect("a spec with fallible ops passes its record");
+                let index = e.b.ins().iadd(row_start, c);
+                e.int_fallible(op, (values[x], values[y]), faults, at, index)
+            }
+            Expr::Binary(op, x, y) if kind.is_int() => e.int_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) if *kind == Kind::F64 => e.f64_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) => e.binary(op, values[x], values[y]),
-            Expr::Select(m, x, y) if *kind == Kind::I32 => e.pick(values[m], values[x], values[y]),
+            Expr::Select(m, x, y) if kind.is_int() => e.pick(values[m], values[x], values[y]),
             Expr::Select(m, x, y) => e.select(values[m], values[x], values[y]),
             Expr::Convert(to, x) => e.convert(spec.exprs[x].1, to, values[x]),
             Expr::OneHot(label) => {
@@ -384,9 +401,10 @@ fn body(
                 e.select(hit, one, zero)
             }
             Expr::Round(to, x) => e.round_half(to, values[x]),
+            Expr::ToOddF32(x) => e.to_odd_f32(spec.exprs[x].1, values[x]),
             Expr::Iota { stride, size } => {
                 let index = e.b.ins().iadd(row_start, c);
-                e.iota(stride, size, *kind == Kind::I32, index)
+                e.iota(stride, size, *kind, index)
             }
             Expr::Random { dtype, dist, seed, counter } => {
                 let index = e.b.ins().iadd(row_start, c);
@@ -404,7 +422,7 @@ fn body(
                 let addr = b.ins().iadd(row_ptr[n_loads + o], byte);
                 b.ins().store(flags, values[x], addr, 0);
             }
-            (Kind::F64, _) => {
+            (Kind::F64 | Kind::I64, _) => {
                 let addr = b.ins().iadd(row_ptr[n_loads + o], wide_byte);
                 b.ins().store(flags, values[x], addr, 0);
             }
@@ -444,7 +462,7 @@ fn body(
 /// Bytes per element of a value kind in memory.
 fn width(kind: Kind) -> usize {
     match kind {
-        Kind::F64 => 8,
+        Kind::F64 | Kind::I64 => 8,
         Kind::F32 | Kind::I32 => 4,
         Kind::F16 | Kind::BF16 => 2,
         Kind::Mask => 1,

@@ -22,6 +22,7 @@
 //! Example: `Emitter::new(b, true).unary(UnaryOp::Exp, x)` emits the
 //! `F32X4` polynomial exp of `x`.
 
+use crate::ir::spec::Kind;
 use crate::ir::{BinaryOp, UnaryOp};
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
@@ -55,6 +56,17 @@ pub extern "C" fn f64_unary(op: u32, x: f64) -> f64 {
 pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
     let f = crate::ir::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f64_binary(b));
     f.map_or(f64::NAN, |f| f(x, y))
+}
+
+/// `x` as the `f32` rounded to odd, as the interpreter's cast to a half
+/// type narrows it (linked as `tfc_f64_to_f32_odd`).
+pub extern "C" fn f64_to_f32_odd(x: f64) -> f32 {
+    crate::half::f64_to_f32_odd(x)
+}
+
+/// `v` as the `f32` rounded to odd (linked as `tfc_i64_to_f32_odd`).
+pub extern "C" fn i64_to_f32_odd(v: i64) -> f32 {
+    crate::half::i64_to_f32_odd(v)
 }
 
 /// Element `index` of a `random` op's stream as the `f32` its value goes
@@ -112,10 +124,25 @@ pub enum Libm {
     F64Unary,
     F64Binary,
     Random,
+    /// Integer `/` and `^`, which can fail (module `fault`).
+    IntFallible,
+    /// An `f64`, and an integer, as the `f32` rounded to odd (`Expr::ToOddF32`).
+    F64ToOdd,
+    IntToOdd,
 }
 
 impl Libm {
-    pub const ALL: [Libm; 6] = [Libm::Pow, Libm::Sin, Libm::Cos, Libm::F64Unary, Libm::F64Binary, Libm::Random];
+    pub const ALL: [Libm; 9] = [
+        Libm::Pow,
+        Libm::Sin,
+        Libm::Cos,
+        Libm::F64Unary,
+        Libm::F64Binary,
+        Libm::Random,
+        Libm::IntFallible,
+        Libm::F64ToOdd,
+        Libm::IntToOdd,
+    ];
 
     /// The linked symbol, its address, its argument types and its result.
     pub fn symbol(self) -> (&'static str, *const u8, &'static [Type], Type) {
@@ -127,6 +154,12 @@ impl Libm {
             Libm::F64Unary => ("tfc_f64_unary", f64_unary as *const u8, &[I32, F64], F64),
             Libm::F64Binary => ("tfc_f64_binary", f64_binary as *const u8, &[I32, F64, F64], F64),
             Libm::Random => ("tfc_random", random as *const u8, &[I32, I64, F32, I64], F32),
+            Libm::IntFallible => {
+                let f = super::fault::int_fallible as *const u8;
+                ("tfc_int_fallible", f, &[I32, I64, I64, I64, I32, I64], I64)
+            }
+            Libm::F64ToOdd => ("tfc_f64_to_f32_odd", f64_to_f32_odd as *const u8, &[F64], F32),
+            Libm::IntToOdd => ("tfc_i64_to_f32_odd", i64_to_f32_odd as *const u8, &[I64], F32),
         }
     }
 }
@@ -136,7 +169,7 @@ impl Libm {
 pub struct Support {
     /// The function's references to the `Libm` functions, in `Libm::ALL`
     /// order.
-    pub calls: [FuncRef; 6],
+    pub calls: [FuncRef; Libm::ALL.len()],
     /// Whether the machine has fused multiply-add (polynomials use it).
     pub fma: bool,
 }
@@ -235,15 +268,17 @@ impl<'a, 'b> Emitter<'a, 'b> {
     }
 
     /// `iota` at flat indices `index..` (one per lane): `i / stride % size`
-    /// as `i32` lanes (`int`) or `f32` lanes (exact below 2^24).
-    pub fn iota(&mut self, stride: usize, size: usize, int: bool, index: Value) -> Value {
-        let ty = if int { types::I32X4 } else { types::F32X4 };
+    /// as lanes of `kind`: `i32`, `f32` (exact below 2^24) or, in scalar
+    /// code, `i64`.
+    pub fn iota(&mut self, stride: usize, size: usize, kind: Kind, index: Value) -> Value {
+        let ty = if kind == Kind::I32 { types::I32X4 } else { types::F32X4 };
         self.lane_by_lane(ty, index, |e, _, at| {
             let q = e.b.ins().udiv_imm_u(at, stride as i64);
             let coordinate = e.b.ins().urem_imm_u(q, size as i64);
-            match int {
-                true => e.b.ins().ireduce(types::I32, coordinate),
-                false => e.b.ins().fcvt_from_uint(types::F32, coordinate),
+            match kind {
+                Kind::I32 => e.b.ins().ireduce(types::I32, coordinate),
+                Kind::I64 => coordinate,
+                _ => e.b.ins().fcvt_from_uint(types::F32, coordinate),
             }
         })
     }

@@ -154,6 +154,7 @@ mod tests {
             outputs: vec![7, 16, 27],
             output_nodes: (20..23).map(NodeId::new).collect(),
             stores: vec![Kind::F32; 3],
+            fallible: vec![],
         }
     }
 

@@ -92,8 +92,11 @@ impl Step {
     /// or touches a place this step writes (the schedule's contract).
     pub(super) unsafe fn run(&self, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
         match self {
-            Step::Jit { f, args, rows, inner, .. } => {
-                let ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
+            Step::Jit { f, args, rows, inner, fallible, .. } => {
+                let mut ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
+                if let Some(record) = fallible {
+                    ptrs.push(std::ptr::from_ref(&record.faults).cast_mut().cast());
+                }
                 let (f, rows, inner) = (*f, *rows, *inner);
                 let shared = Pointers(ptrs.as_ptr());
                 let threads = if rows * inner >= PARALLEL_MIN_ELEMENTS { threads } else { 1 };
@@ -107,6 +110,13 @@ impl Step {
                     // loads may be shared.
                     unsafe { f(shared.0, lo, hi, inner) }
                 });
+                if let Some((expr, error)) = fallible.as_ref().and_then(|r| r.faults.take()) {
+                    let sites = &fallible.as_ref().map_or(&[][..], |r| &r.sites);
+                    return Err(match sites.iter().find(|s| s.0 == expr) {
+                        Some(&(_, span, op)) => error.label(span, format!("while computing this `{op}`")),
+                        None => error,
+                    });
+                }
             }
             Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
                 let (m, k, n) = (*m, *k, *n);

@@ -47,7 +47,7 @@ use super::recognize::{
     float_conv, float_index_op, float_pool, float_transpose, float_window, is_f64_matmul, is_float_matmul,
     is_max_pool_2x2, native_reduce, pooled_shape, table_reshape,
 };
-use super::step::{place, Arg, ConvPost, InterpNode, Ref, Step};
+use super::step::{place, Arg, ConvPost, Fallible, InterpNode, Ref, Step};
 use crate::backend::cpu::codegen::KernelFn;
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
@@ -248,10 +248,15 @@ impl Builder<'_> {
                 rows,
                 inner,
                 kind: "adam update",
+                fallible: None,
             });
         }
         let f = compile(spec)?;
-        Ok(Step::Jit { f, args, loads: spec.loads.len(), rows: spec.rows(), inner: spec.inner, kind: "fused" })
+        let sites: Vec<_> =
+            spec.fallible.iter().map(|&(e, n)| (e, self.g.node(n).span, self.g.node(n).op.name())).collect();
+        let fallible = (!sites.is_empty()).then(|| Box::new(Fallible { faults: Default::default(), sites }));
+        let (loads, rows, inner) = (spec.loads.len(), spec.rows(), spec.inner);
+        Ok(Step::Jit { f, args, loads, rows, inner, kind: "fused", fallible })
     }
 }
 

@@ -48,6 +48,14 @@ pub(in crate::backend::cpu) enum Ref {
     Table(usize),
 }
 
+/// A compiled step's record of failures (integer `/` and `^`), and for
+/// each expression that can fail, the op and source line an error names.
+pub(super) struct Fallible {
+    pub(super) faults: crate::backend::cpu::codegen::fault::Faults,
+    /// `(expression index, span, op name)`, as `Spec::fallible` lists them.
+    pub(super) sites: Vec<(usize, Span, &'static str)>,
+}
+
 /// An operand of an interpreted node.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Arg {
@@ -74,7 +82,17 @@ pub(super) enum Step {
     /// A compiled loop nest; `args` are its `loads` loads then its outputs;
     /// `kind` says what made `f` (`fused`: Cranelift, `adam update`: the
     /// native loop of module `adam`), for profiles.
-    Jit { f: KernelFn, args: Vec<(Ref, usize)>, loads: usize, rows: usize, inner: usize, kind: &'static str },
+    /// `fallible`: for a spec with ops that can fail, its record of
+    /// failures, passed after the arguments (`codegen::fault`).
+    Jit {
+        f: KernelFn,
+        args: Vec<(Ref, usize)>,
+        loads: usize,
+        rows: usize,
+        inner: usize,
+        kind: &'static str,
+        fallible: Option<Box<Fallible>>,
+    },
     /// `dst = a @ b` (batched over leading dims) through `gemm`.
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
