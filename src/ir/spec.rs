@@ -336,12 +336,13 @@ impl Spec {
                     exprs.push((Expr::Binary(*b, x, y), kind));
                     exprs.len() - 1
                 }
-                Op::OneHot { depth, dtype: to } if computes_as_f32(*to) => {
+                Op::OneHot { depth, dtype: to } => {
                     // Labels computed outside the kernel, one per row of
                     // classes; the class axis is the last one, and alone
                     // the inner extent (checked below).
                     let labels = ins[0];
-                    if value.contains_key(&labels) || g.node(labels).ty.dtype != DType::I32 || *depth >= 1 << 24 {
+                    let int_labels = matches!(g.node(labels).ty.dtype, DType::I32 | DType::I64);
+                    if value.contains_key(&labels) || !int_labels || *depth >= 1 << 24 {
                         return None;
                     }
                     let mut strides = row_major(&g.node(labels).ty.shape);
@@ -350,6 +351,11 @@ impl Spec {
                     let x = load(&mut exprs, labels, strides)?;
                     exprs.push((Expr::Convert(Kind::F32, x), Kind::F32));
                     exprs.push((Expr::OneHot(exprs.len() - 1), Kind::F32));
+                    // Its 1.0 and 0.0 convert exactly to any other dtype.
+                    match Kind::stored(*to)? {
+                        Kind::F32 | Kind::F16 | Kind::BF16 => {}
+                        k => exprs.push((Expr::Convert(k, exprs.len() - 1), k)),
+                    }
                     exprs.len() - 1
                 }
                 Op::Iota { ty, axis } if *axis < ty.rank() && ty.shape[*axis] <= 1 << 24 => {
@@ -389,6 +395,7 @@ impl Spec {
                         (Kind::Mask, Kind::F32, Kind::F32) if computes_as_f32(dtype) => Kind::F32,
                         (Kind::Mask, k, l) if k.is_int() && k == l && Kind::stored(dtype) == Some(k) => k,
                         (Kind::Mask, Kind::F64, Kind::F64) => Kind::F64,
+                        (Kind::Mask, Kind::Mask, Kind::Mask) => Kind::Mask,
                         _ => return None,
                     };
                     exprs.push((Expr::Select(c, x, y), kind));

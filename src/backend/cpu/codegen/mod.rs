@@ -391,7 +391,8 @@ fn body(
             Expr::Binary(op, x, y) if kind.is_int() => e.int_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) if *kind == Kind::F64 => e.f64_binary(op, values[x], values[y]),
             Expr::Binary(op, x, y) => e.binary(op, values[x], values[y]),
-            Expr::Select(m, x, y) if kind.is_int() => e.pick(values[m], values[x], values[y]),
+            // (Integer and mask lanes select bits as they are.)
+            Expr::Select(m, x, y) if kind.is_int() || *kind == Kind::Mask => e.pick(values[m], values[x], values[y]),
             Expr::Select(m, x, y) => e.select(values[m], values[x], values[y]),
             Expr::Convert(to, x) => e.convert(spec.exprs[x].1, to, values[x]),
             Expr::OneHot(label) => {
