@@ -249,7 +249,9 @@ impl Spec {
             }
             if let Op::BroadcastTo { .. } = node.op {
                 let src = g.inputs(m)[0];
-                if !inside.contains_key(&src) && g.node(src).ty.numel() != n {
+                // (A scalar's broadcast reads one value in any shape.)
+                let numel = g.node(src).ty.numel();
+                if !inside.contains_key(&src) && numel != n && numel != 1 {
                     match shape {
                         Some(s) if s != node.ty.shape.as_slice() => return None,
                         _ => shape = Some(&node.ty.shape),
@@ -298,6 +300,7 @@ impl Spec {
                         None if g.node(src).ty.numel() == n || matches!(node.op, Op::Reshape { .. }) => {
                             load(&mut exprs, src, contiguous.clone())?
                         }
+                        None if g.node(src).ty.numel() == 1 => load(&mut exprs, src, vec![0; shape.len()])?,
                         None => load(&mut exprs, src, broadcast_strides(&g.node(src).ty.shape, &shape)?)?,
                     }
                 }
