@@ -208,9 +208,10 @@ fn the_plan_shows_half_kernels_computed_in_f32() {
 
 #[test]
 fn strict_refuses_host_kernels_before_running_and_the_plan_shows_them() {
-    // The CPU backend has no code for integer matrix products.
+    // The CPU backend has no code for boolean matrix products.
     let program = "use std.optim.adam\n\
-        model M { param w: f32[3] = ones()\n fn forward(x) = sum(cast(transpose(x, [1, 0]) @ x, f32) * w) }\nlet net = M()\n\
+        model M { param w: f32[3] = ones()\n fn forward(x) = sum(cast(transpose(x > 2, [1, 0]) @ (x > 4), f32) * w) }\n\
+        let net = M()\n\
         print(\"started\")\n\
         train net on from_tensors([[1, 2, 3], [4, 5, 6], [7, 8, 9], [1, 1, 1]]) |> batch(2) {\n\
             loss(x) = net(x)\n optimizer = adam(lr = 0.1)\n epochs = 1\n}\n";
@@ -222,7 +223,7 @@ fn strict_refuses_host_kernels_before_running_and_the_plan_shows_them() {
     let text = stderr(&strict);
     assert!(text.contains("error[E0901]") && text.contains("would run on the host interpreter"), "{text}");
     assert!(
-        text.contains("`matmul` would run") && text.contains("i32[3, 3] runs only on the host interpreter"),
+        text.contains("`matmul` would run") && text.contains("bool[3, 3] runs only on the host interpreter"),
         "{text}"
     );
     assert!(text.contains("strict.tfl:3:"), "the error points at the product's line: {text}");
@@ -231,7 +232,7 @@ fn strict_refuses_host_kernels_before_running_and_the_plan_shows_them() {
     assert!(relaxed.status.success(), "{}", stderr(&relaxed));
     let plan = tfc(&["build", path, "--emit", "plan"]);
     let plan = String::from_utf8_lossy(&plan.stdout);
-    assert!(plan.contains("on Host (no CPU kernel for `matmul` on i32[3, 3])"), "{plan}");
+    assert!(plan.contains("on Host (no CPU kernel for `matmul` on bool[3, 3])"), "{plan}");
     let mlp = "use std.nn.{Dense, Embedding}\nuse std.optim.adam\n\
         model M { e = Embedding(5, 3)\n l = Dense(3, 2)\n fn forward(ids) = l(e(ids)) }\n\
         let net = M()\ntrain net on from_tensors([[0, 1], [2, 3], [4, 0], [1, 2]]) |> batch(2) {\n\

@@ -434,6 +434,57 @@ fn slices_pads_and_concats_run_natively_and_match_the_interpreter() {
     same_values(&jit, &interp).unwrap();
 }
 
+/// Integer and `f64` kernels that run the interpreter's own loops natively
+/// (reductions, `argmax`, matmuls, convolutions and both their gradients,
+/// poolings and their gradients, scatter-adds) and copies of every type
+/// (transposes, slices, pads, concatenations, gathers of `i32`, `i64`,
+/// `bool` and `f64` values): the run cases that use them have no kernel on
+/// the host, the `f64` CNN's training step has no interpreted step, and
+/// every printed value is exactly the interpreter's.
+#[test]
+fn integer_bool_and_f64_kernels_run_natively_and_match_the_interpreter_exactly() {
+    let cases = [
+        "integer_reductions_argmax_and_matmul_run_natively.tfl",
+        "integer_and_bool_layouts_run_natively.tfl",
+        "f64_convolutions_pools_and_copies_run_natively.tfl",
+    ];
+    for name in cases {
+        let path = root().join("tests/cases/run").join(name);
+        let source = std::fs::read_to_string(&path).unwrap();
+        let mut session = Session::new();
+        let file = session.add_source(&path.to_string_lossy(), &source);
+        let opts = tfc::passes::Options { target: Backend::Jit.target(), ..Default::default() };
+        let program = session.compile(file, &opts).expect("compiles");
+        let host: Vec<String> =
+            tfc::passes::partition::host_kernels(&program).iter().map(|d| d.message.clone()).collect();
+        assert!(host.is_empty(), "{name}: {host:?}");
+        let interp = run(&path, &source, Backend::Interp, true).unwrap();
+        let jit = run(&path, &source, Backend::Jit, true).unwrap();
+        assert_eq!(jit, interp, "{name}");
+    }
+    let cnn = std::fs::read_to_string(root().join("tests/cases/run").join(cases[2])).unwrap();
+    let labels = step_labels(&cnn);
+    let native = [
+        "f64 conv2d ",
+        "f64 conv2d_grad_input ",
+        "f64 conv2d_grad_filter ",
+        "f64 Max pool 4x6x6x4",
+        "f64 Max pool grad ",
+        "f64 Avg pool grad ",
+        "f64 matmul ",
+        "f64 reduce ",
+        "gather ",
+        "scatter_add ",
+        "pad ",
+        "slice ",
+        "concat ",
+    ];
+    for want in native {
+        assert!(labels.iter().any(|l| l.starts_with(want)), "no {want}in {labels:?}");
+    }
+    assert!(!labels.iter().any(|l| l.starts_with("interpreted")), "{labels:?}");
+}
+
 #[test]
 fn jit_runs_are_bit_identical_run_to_run() {
     let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");

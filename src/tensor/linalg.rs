@@ -12,6 +12,10 @@
 //!   walk the same taps as the forward op (`ConvGeometry::for_each_tap`) and
 //!   accumulate each product into the input / weight position it came from:
 //!   `gx[xi] += gy[yi]·w[wi]`, `gw[wi] += x[xi]·gy[yi]`.
+//! - Each op has a slice-level form (`matmul_into`, `conv2d_into`,
+//!   `conv2d_grad_input_into`, `conv2d_grad_filter_into`) over row-major
+//!   element slices, which the tensor-level op calls and the CPU backend
+//!   runs natively for the element types it has no faster kernel for.
 //! - Accumulation is in the storage type (`f32` for `f32`/`f16`/`bf16`, `f64`
 //!   for `f64`; integers wrap; `bool` is or-of-ands), starting from zero, in a
 //!   fixed order: `k` ascending for matmul; `i`, `j`, `c` ascending (row-major
@@ -158,16 +162,10 @@ impl ConvGeometry {
 
 /// NHWC × HWIO convolution producing `out_shape` (`[N, OH, OW, O]`).
 pub fn conv2d(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Result<Data, Diagnostic> {
-    let geo = ConvGeometry::new(x.shape(), w.shape(), out_shape, p)?;
     with_elem!(x.data(), T => {
         let (xv, wv) = (flat(array::<T>(x)?), flat(array::<T>(w)?));
         let mut out = vec![T::zero(); out_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi, n| {
-            let a = xv[xi];
-            for (o, &w) in out[yi..yi + n].iter_mut().zip(&wv[wi..wi + n]) {
-                *o = o.add(a.mul(w));
-            }
-        });
+        conv2d_into(&xv, &wv, [x.shape(), w.shape(), out_shape], p, &mut out)?;
         Ok(T::wrap(array_from(out_shape, out)?))
     })
 }
@@ -176,17 +174,10 @@ pub fn conv2d(x: &Tensor, w: &Tensor, p: ConvParams, out_shape: &[usize]) -> Res
 /// `x[xi] · w[wi]` of the forward op sends `gy[yi] · w[wi]` back to `xi`.
 /// `input_shape` is the shape of the forward input (and of the result).
 pub fn conv2d_grad_input(gy: &Tensor, w: &Tensor, p: ConvParams, input_shape: &[usize]) -> Result<Data, Diagnostic> {
-    let geo = ConvGeometry::new(input_shape, w.shape(), gy.shape(), p)?;
     with_elem!(gy.data(), T => {
         let (gv, wv) = (flat(array::<T>(gy)?), flat(array::<T>(w)?));
         let mut gx = vec![T::zero(); input_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi, n| {
-            let mut acc = gx[xi];
-            for (&g, &w) in gv[yi..yi + n].iter().zip(&wv[wi..wi + n]) {
-                acc = acc.add(g.mul(w));
-            }
-            gx[xi] = acc;
-        });
+        conv2d_grad_input_into(&gv, &wv, [input_shape, w.shape(), gy.shape()], p, &mut gx)?;
         Ok(T::wrap(array_from(input_shape, gx)?))
     })
 }
@@ -195,18 +186,85 @@ pub fn conv2d_grad_input(gy: &Tensor, w: &Tensor, p: ConvParams, input_shape: &[
 /// `x[xi] · w[wi]` of the forward op sends `x[xi] · gy[yi]` back to `wi`.
 /// `filter_shape` is the shape of the forward weights (and of the result).
 pub fn conv2d_grad_filter(x: &Tensor, gy: &Tensor, p: ConvParams, filter_shape: &[usize]) -> Result<Data, Diagnostic> {
-    let geo = ConvGeometry::new(x.shape(), filter_shape, gy.shape(), p)?;
     with_elem!(x.data(), T => {
         let (xv, gv) = (flat(array::<T>(x)?), flat(array::<T>(gy)?));
         let mut gw = vec![T::zero(); filter_shape.iter().product()];
-        geo.for_each_tap(|xi, wi, yi, n| {
-            let a = xv[xi];
-            for (w, &g) in gw[wi..wi + n].iter_mut().zip(&gv[yi..yi + n]) {
-                *w = w.add(a.mul(g));
-            }
-        });
+        conv2d_grad_filter_into(&xv, &gv, [x.shape(), filter_shape, gy.shape()], p, &mut gw)?;
         Ok(T::wrap(array_from(filter_shape, gw)?))
     })
+}
+
+/// The geometry of a convolution of the `[x, w, y]` shapes `shapes`, after
+/// checking that the three row-major slices hold those shapes' elements.
+fn geometry<T>(shapes: [&[usize]; 3], p: ConvParams, slices: [&[T]; 3]) -> Result<ConvGeometry, Diagnostic> {
+    let geo = ConvGeometry::new(shapes[0], shapes[1], shapes[2], p)?;
+    let lens = [geo.x, geo.w, geo.y].map(|s| s.iter().product::<usize>());
+    if slices.iter().zip(lens).any(|(s, n)| s.len() != n) {
+        return Err(Diagnostic::internal(format!("interpreter: conv2d slices do not hold {shapes:?}")));
+    }
+    Ok(geo)
+}
+
+/// `out = conv2d(x, w)` over row-major slices of the `[x, w, out]` shapes
+/// `shapes` (`out` overwritten): the interpreter's convolution, which the
+/// CPU backend also runs for `i32`, `i64` and `f64`.
+pub fn conv2d_into<T: Elem>(
+    xv: &[T],
+    wv: &[T],
+    shapes: [&[usize]; 3],
+    p: ConvParams,
+    out: &mut [T],
+) -> Result<(), Diagnostic> {
+    let geo = geometry(shapes, p, [xv, wv, &*out])?;
+    out.fill(T::zero());
+    geo.for_each_tap(|xi, wi, yi, n| {
+        let a = xv[xi];
+        for (o, &w) in out[yi..yi + n].iter_mut().zip(&wv[wi..wi + n]) {
+            *o = o.add(a.mul(w));
+        }
+    });
+    Ok(())
+}
+
+/// `gx = conv2d_grad_input(gy, w)` over row-major slices of the forward
+/// `[x, w, y]` shapes `shapes` (`gx` overwritten), as `conv2d_into`.
+pub fn conv2d_grad_input_into<T: Elem>(
+    gv: &[T],
+    wv: &[T],
+    shapes: [&[usize]; 3],
+    p: ConvParams,
+    gx: &mut [T],
+) -> Result<(), Diagnostic> {
+    let geo = geometry(shapes, p, [&*gx, wv, gv])?;
+    gx.fill(T::zero());
+    geo.for_each_tap(|xi, wi, yi, n| {
+        let mut acc = gx[xi];
+        for (&g, &w) in gv[yi..yi + n].iter().zip(&wv[wi..wi + n]) {
+            acc = acc.add(g.mul(w));
+        }
+        gx[xi] = acc;
+    });
+    Ok(())
+}
+
+/// `gw = conv2d_grad_filter(x, gy)` over row-major slices of the forward
+/// `[x, w, y]` shapes `shapes` (`gw` overwritten), as `conv2d_into`.
+pub fn conv2d_grad_filter_into<T: Elem>(
+    xv: &[T],
+    gv: &[T],
+    shapes: [&[usize]; 3],
+    p: ConvParams,
+    gw: &mut [T],
+) -> Result<(), Diagnostic> {
+    let geo = geometry(shapes, p, [xv, &*gw, gv])?;
+    gw.fill(T::zero());
+    geo.for_each_tap(|xi, wi, yi, n| {
+        let a = xv[xi];
+        for (w, &g) in gw[wi..wi + n].iter_mut().zip(&gv[yi..yi + n]) {
+            *w = w.add(a.mul(g));
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -53,10 +53,17 @@ fn reduce_t<T: Elem>(op: ReduceOp, x: &Tensor, axes: &[usize], out_shape: &[usiz
     if op == ReduceOp::Mean {
         acc = acc
             .into_iter()
-            .map(|s| s.div_count(count).ok_or_else(|| runtime(format!("mean over {count} elements of {}", x.dtype()))))
+            .map(|s| s.div_count(count).ok_or_else(|| mean_error(count, x.dtype())))
             .collect::<Result<_, _>>()?;
     }
     Ok(T::wrap(array_from(out_shape, acc)?))
+}
+
+/// The failure of a mean over `count` elements of `dtype` that has no
+/// division by it (an integer mean over no elements); the CPU backend's
+/// native reductions report it too.
+pub fn mean_error(count: usize, dtype: impl std::fmt::Display) -> Diagnostic {
+    runtime(format!("mean over {count} elements of {dtype}"))
 }
 
 /// Index of the first maximum of `x` along `axis`, as i32, in shape `out_shape`.

@@ -82,9 +82,17 @@ macro_rules! with_elem {
     };
 }
 
-/// Runs `$body` with `$T` bound to the storage type of dtype `$dtype`.
+/// Runs `$body` with `$T` bound to the storage type of dtype `$dtype`; with
+/// a `bool => $other` arm, `$other` instead for `bool` (code whose element
+/// types have arithmetic, such as the CPU backend's native loops).
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
+        $crate::tensor::with_dtype!($dtype, $T => $body, bool => {
+            type $T = bool;
+            $body
+        })
+    };
+    ($dtype:expr, $T:ident => $body:expr, bool => $other:expr) => {
         match $dtype {
             $crate::ir::DType::F32 | $crate::ir::DType::F16 | $crate::ir::DType::BF16 => {
                 type $T = f32;
@@ -102,13 +110,11 @@ macro_rules! with_dtype {
                 type $T = i64;
                 $body
             }
-            $crate::ir::DType::Bool => {
-                type $T = bool;
-                $body
-            }
+            $crate::ir::DType::Bool => $other,
         }
     };
 }
+pub(crate) use with_dtype;
 
 /// Conversion into a storage type from each kind of source value, with the
 /// semantics of `cast` (see `elementwise::cast`).

@@ -651,7 +651,7 @@ mod tests {
                 // reduction sums the gradient written above.
                 let channels = ty.shape[3];
                 let mut want_sums = vec![f32::NAN; channels];
-                reduce(ReduceOp::Sum, &gx, &ty.shape, &[true, true, true, false], &mut want_sums);
+                reduce(ReduceOp::Sum, &gx, &ty.shape, &[true, true, true, false], &mut want_sums).unwrap();
                 let mut sums = vec![f32::NAN; channels];
                 max_pool_grad_column_sums(&first_max, &gy, &ty.shape, &mut sums).expect("the column sums");
                 let want_sums: Vec<f64> = want_sums.iter().map(|&v| f64::from(v)).collect();

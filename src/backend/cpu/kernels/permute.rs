@@ -1,5 +1,6 @@
-//! Native `f32` transposes of any rank and permutation for the JIT
-//! executor (`transpose(x, perm)`: output axis `i` is input axis `perm[i]`).
+//! Native transposes of any rank and permutation for the JIT executor
+//! (`transpose(x, perm)`: output axis `i` is input axis `perm[i]`), of
+//! elements of any type moved as words of their width (`window::Word`).
 //!
 //! Contract: [`Permutation::apply`] writes exactly what the interpreter's
 //! `transpose` writes, as a copy, so every element keeps its bits. The
@@ -21,7 +22,7 @@
 //! `3x4` matrix transposes; `apply` on `0..24` gives `[0, 4, 8, 1, 5, 9, …]`.
 
 use super::transpose::transpose;
-use super::window::{strides, BlockCopy};
+use super::window::{strides, BlockCopy, Word};
 
 /// A transpose reduced to its essential axes (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,7 +67,7 @@ impl Permutation {
     }
 
     /// `to = transpose(from)` (see the module docs).
-    pub(in crate::backend::cpu) fn apply(&self, from: &[f32], to: &mut [f32]) {
+    pub(in crate::backend::cpu) fn apply<W: Word>(&self, from: &[W], to: &mut [W]) {
         let n = self.numel();
         assert!(from.len() >= n && to.len() >= n, "permutation operands smaller than {n} elements");
         let rank = self.dims.len();
@@ -105,7 +106,7 @@ mod tests {
 
     /// The interpreter's definition: output index `o` reads input index
     /// `i` with `i[perm[k]] = o[k]`.
-    fn reference(from: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    fn reference(from: &[u32], shape: &[usize], perm: &[usize]) -> Vec<u32> {
         let rank = shape.len();
         let out_shape: Vec<usize> = perm.iter().map(|&a| shape[a]).collect();
         let n: usize = shape.iter().product();
@@ -159,16 +160,19 @@ mod tests {
         ];
         for shape in shapes {
             let n: usize = shape.iter().product();
-            let from: Vec<f32> = (0..n)
-                .map(|i| if i % 7 == 3 { f32::from_bits(0x7fc0_0000 | i as u32) } else { i as f32 - 0.5 })
-                .collect();
+            let from: Vec<u32> =
+                (0..n).map(|i| if i % 7 == 3 { 0x7fc0_0000 | i as u32 } else { (i as f32 - 0.5).to_bits() }).collect();
             for perm in permutations(shape.len()) {
                 let p = Permutation::of(shape, &perm);
-                let mut to = vec![-1.0f32; n];
+                let mut to = vec![1u32; n];
                 p.apply(&from, &mut to);
                 let want = reference(&from, shape, &perm);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&to), bits(&want), "shape {shape:?} perm {perm:?} (as {p:?})");
+                assert_eq!(to, want, "shape {shape:?} perm {perm:?} (as {p:?})");
+                // The same in bytes (`bool`s), whose matrix transposes take the scalar loop.
+                let bytes: Vec<u8> = from.iter().map(|&v| v as u8).collect();
+                let mut to = vec![0u8; n];
+                p.apply(&bytes, &mut to);
+                assert!(to.iter().zip(&want).all(|(&t, &w)| t == w as u8), "bytes of {shape:?} perm {perm:?}");
             }
         }
     }
@@ -185,9 +189,9 @@ mod tests {
 
     #[test]
     fn documented_example() {
-        let from: Vec<f32> = (0..24).map(|i| i as f32).collect();
-        let mut to = vec![0.0; 24];
+        let from: Vec<u32> = (0..24).collect();
+        let mut to = vec![0; 24];
         Permutation::of(&[2, 3, 4], &[0, 2, 1]).apply(&from, &mut to);
-        assert_eq!(&to[..6], &[0., 4., 8., 1., 5., 9.]);
+        assert_eq!(&to[..6], &[0, 4, 8, 1, 5, 9]);
     }
 }

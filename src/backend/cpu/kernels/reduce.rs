@@ -1,55 +1,39 @@
-//! Native `f32` and `f64` reductions (`sum`, `mean`, `max`, `min` over any
-//! axes) for the JIT executor, bit-identical to the reference interpreter.
+//! Native reductions (`sum`, `mean`, `max`, `min` over any axes) of `f32`,
+//! `f64`, `i32` and `i64` values for the JIT executor, bit-identical to the
+//! reference interpreter.
 //!
 //! Contract: each output element accumulates its inputs in the input's
-//! row-major order (the interpreter's order), `mean` divides the sum by the
-//! count once, `max`/`min` propagate NaN and start from `-inf`/`inf`; so the
-//! results equal `interp::reduce` bit for bit.
+//! row-major order (the interpreter's order) with the interpreter's element
+//! operations (`tensor::Elem`: integers wrap), `mean` divides the sum by the
+//! count once (integers: floor division, an error over no elements),
+//! `max`/`min` propagate NaN and start from the type's lowest / highest
+//! value; so the results equal `tensor::reduce` bit for bit.
 //!
 //! Example: `reduce(Sum, &[1, 2, 3, 4, 5, 6], &[2, 3], &[true, false], &mut out)`
 //! leaves `out = [5, 7, 9]`.
 
+use crate::diag::Diagnostic;
 use crate::ir::ReduceOp;
-
-/// The element types reduced natively.
-pub trait Float:
-    Copy + PartialOrd + std::ops::Add<Output = Self> + std::ops::AddAssign + std::ops::DivAssign + 'static
-{
-    const ZERO: Self;
-    const NAN: Self;
-    const INFINITY: Self;
-    const NEG_INFINITY: Self;
-    fn is_nan(self) -> bool;
-    /// The count a mean divides by, as the interpreter converts it.
-    fn count(n: usize) -> Self;
-}
-
-macro_rules! float {
-    ($t:ty) => {
-        impl Float for $t {
-            const ZERO: Self = 0.0;
-            const NAN: Self = <$t>::NAN;
-            const INFINITY: Self = <$t>::INFINITY;
-            const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
-            fn is_nan(self) -> bool {
-                <$t>::is_nan(self)
-            }
-            fn count(n: usize) -> Self {
-                n as $t
-            }
-        }
-    };
-}
-float!(f32);
-float!(f64);
+use crate::tensor::Elem;
 
 /// Reduces `x` of `shape` over the dims where `reduced` is true into `out`
-/// (the kept dims in row-major order).
-pub fn reduce<T: Float>(op: ReduceOp, x: &[T], shape: &[usize], reduced: &[bool], out: &mut [T]) {
+/// (the kept dims in row-major order); `x` holds `shape`'s elements and
+/// `out` the kept dims'.
+pub fn reduce<T: Elem>(
+    op: ReduceOp,
+    x: &[T],
+    shape: &[usize],
+    reduced: &[bool],
+    out: &mut [T],
+) -> Result<(), Diagnostic> {
+    let kept: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&n, _)| n).product();
+    if reduced.len() != shape.len() || x.len() != shape.iter().product::<usize>() || out.len() != kept {
+        return Err(Diagnostic::internal(format!("a reduction of {shape:?} into {} elements", out.len())));
+    }
     let init = match op {
-        ReduceOp::Sum | ReduceOp::Mean => T::ZERO,
-        ReduceOp::Max => T::NEG_INFINITY,
-        ReduceOp::Min => T::INFINITY,
+        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
+        ReduceOp::Max => T::lowest(),
+        ReduceOp::Min => T::highest(),
     };
     out.fill(init);
     let count: usize = shape.iter().zip(reduced).filter(|(_, &r)| r).map(|(&n, _)| n).product();
@@ -91,7 +75,7 @@ pub fn reduce<T: Float>(op: ReduceOp, x: &[T], shape: &[usize], reduced: &[bool]
             // The same additions as `combine`, in a loop the compiler
             // vectorizes (a bias gradient sums rows of a batch this way).
             for (a, &v) in out[o..o + last].iter_mut().zip(row) {
-                *a += v;
+                *a = a.add(v);
             }
         } else {
             for (a, &v) in out[o..o + last].iter_mut().zip(row) {
@@ -109,22 +93,22 @@ pub fn reduce<T: Float>(op: ReduceOp, x: &[T], shape: &[usize], reduced: &[bool]
             idx[d] = 0;
         }
     }
-    finish(op, out, count);
+    finish(op, out, count)
 }
 
 /// `out[j] += Σ_r x[r · width + j]` over the rows `r` in order (`out` is
 /// `width` long): the interpreter's order, with a group of columns kept in
 /// registers across all rows rather than in memory (each row's additions
 /// are independent, so a group costs one addition latency per row).
-fn column_sums<T: Float>(x: &[T], width: usize, out: &mut [T]) {
+fn column_sums<T: Elem>(x: &[T], width: usize, out: &mut [T]) {
     /// Columns summed together.
     const GROUP: usize = 32;
-    fn group<T: Float, const L: usize>(x: &[T], width: usize, c0: usize, out: &mut [T]) {
-        let mut acc = [T::ZERO; L];
+    fn group<T: Elem, const L: usize>(x: &[T], width: usize, c0: usize, out: &mut [T]) {
+        let mut acc = [T::zero(); L];
         acc.copy_from_slice(&out[c0..c0 + L]);
         for row in x.chunks_exact(width) {
             for (a, &v) in acc.iter_mut().zip(&row[c0..c0 + L]) {
-                *a += v;
+                *a = a.add(v);
             }
         }
         out[c0..c0 + L].copy_from_slice(&acc);
@@ -143,34 +127,23 @@ fn column_sums<T: Float>(x: &[T], width: usize, out: &mut [T]) {
     (eights..width).for_each(|c0| group::<T, 1>(x, width, c0, out));
 }
 
-fn combine<T: Float>(op: ReduceOp, acc: T, v: T) -> T {
+/// `acc` combined with `v` as the interpreter's reduction does.
+fn combine<T: Elem>(op: ReduceOp, acc: T, v: T) -> T {
     match op {
-        ReduceOp::Sum | ReduceOp::Mean => acc + v,
-        ReduceOp::Max if acc.is_nan() || v.is_nan() => T::NAN,
-        ReduceOp::Min if acc.is_nan() || v.is_nan() => T::NAN,
-        ReduceOp::Max => {
-            if v > acc {
-                v
-            } else {
-                acc
-            }
-        }
-        ReduceOp::Min => {
-            if v < acc {
-                v
-            } else {
-                acc
-            }
-        }
+        ReduceOp::Sum | ReduceOp::Mean => acc.add(v),
+        ReduceOp::Max => acc.max_nan(v),
+        ReduceOp::Min => acc.min_nan(v),
     }
 }
 
-fn finish<T: Float>(op: ReduceOp, out: &mut [T], count: usize) {
+/// A mean's division of each sum by the `count` elements it adds.
+fn finish<T: Elem>(op: ReduceOp, out: &mut [T], count: usize) -> Result<(), Diagnostic> {
     if op == ReduceOp::Mean {
         for o in out {
-            *o /= T::count(count);
+            *o = o.div_count(count).ok_or_else(|| crate::tensor::mean_error(count, std::any::type_name::<T>()))?;
         }
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -180,7 +153,7 @@ mod tests {
     use crate::tensor::{eval_node, Tensor};
 
     /// Every op over every subset of axes of a few shapes, against the
-    /// interpreter, bit for bit (NaN included), in f32 and f64.
+    /// interpreter, bit for bit (NaN included), in f32, f64, i32 and i64.
     #[test]
     fn native_reductions_equal_the_interpreter_bit_for_bit() {
         // [3, 61] and [2, 3, 41]: leading-axes sums over rows wide enough for
@@ -211,7 +184,7 @@ mod tests {
                     let ty = TensorType::new(DType::F32, out_shape.clone());
                     let want = eval_node(&Op::Reduce { op, axes: axes.clone(), keepdims: false }, &[&t], &ty).unwrap();
                     let mut got = vec![0.0; ty.numel()];
-                    reduce(op, &x, &shape, &reduced, &mut got);
+                    reduce(op, &x, &shape, &reduced, &mut got).unwrap();
                     let want: Vec<u32> = want.to_f64_vec().iter().map(|&v| (v as f32).to_bits()).collect();
                     let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
                     let same = want
@@ -226,15 +199,40 @@ mod tests {
                     let want =
                         eval_node(&Op::Reduce { op, axes: axes.clone(), keepdims: false }, &[&t64], &ty).unwrap();
                     let mut got = vec![0.0f64; ty.numel()];
-                    reduce(op, &x64, &shape, &reduced, &mut got);
+                    reduce(op, &x64, &shape, &reduced, &mut got).unwrap();
                     let same = want
                         .to_f64_vec()
                         .iter()
                         .zip(&got)
                         .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
                     assert!(same, "f64 {op:?} over {axes:?} of {shape:?}");
+                    // And in i32 and i64, with values large enough that sums wrap.
+                    let x32: Vec<i32> = (0..n).map(|i| (i as i32 * 7919 % 23 - 11).wrapping_mul(0x0fff_ffff)).collect();
+                    let t32 = Tensor::from_vec(DType::I32, &shape, x32.clone()).unwrap();
+                    let x64: Vec<i64> = x32.iter().map(|&v| i64::from(v) << 31).collect();
+                    let t64 = Tensor::from_vec(DType::I64, &shape, x64.clone()).unwrap();
+                    let reduce_op = Op::Reduce { op, axes: axes.clone(), keepdims: false };
+                    let ty = TensorType::new(DType::I32, out_shape.clone());
+                    let want = eval_node(&reduce_op, &[&t32], &ty).map(|t| t.to_i64_vec());
+                    let mut got = vec![0i32; ty.numel()];
+                    let got = reduce(op, &x32, &shape, &reduced, &mut got)
+                        .map(|()| Some(got.iter().map(|&v| i64::from(v)).collect::<Vec<_>>()));
+                    assert_eq!(got.ok(), want.ok(), "i32 {op:?} over {axes:?} of {shape:?}");
+                    let ty = TensorType::new(DType::I64, out_shape.clone());
+                    let want = eval_node(&reduce_op, &[&t64], &ty).map(|t| t.to_i64_vec());
+                    let mut got = vec![0i64; ty.numel()];
+                    let got = reduce(op, &x64, &shape, &reduced, &mut got).map(|()| Some(got));
+                    assert_eq!(got.ok(), want.ok(), "i64 {op:?} over {axes:?} of {shape:?}");
                 }
             }
         }
+    }
+
+    /// An integer mean over no elements fails, as in the interpreter.
+    #[test]
+    fn an_integer_mean_over_no_elements_is_an_error() {
+        let mut out = [0i32; 3];
+        let e = reduce(ReduceOp::Mean, &[], &[0, 3], &[true, false], &mut out).unwrap_err();
+        assert!(e.message.contains("mean over 0 elements of i32"), "{}", e.message);
     }
 }

@@ -1,8 +1,9 @@
-//! Native `f32` matrix transposes for the JIT executor.
+//! Native matrix transposes for the JIT executor, of elements of any type
+//! moved as words of their width (`window::Word`).
 //!
 //! Contract: [`transpose`] writes `to[c * rows + r] = from[r * cols + c]`
 //! for a row-major `rows × cols` `from`: a copy, so every element keeps its
-//! bits. With AVX-512 (module `simd`) it moves 16-row × 8-column blocks
+//! bits. For four-byte words with AVX-512 (module `simd`) it moves 16-row × 8-column blocks
 //! through eight 256-bit registers (unpack, shuffle, lane permute: the
 //! usual 8x8 register transpose, twice), so each store fills a whole
 //! 64-byte line of `to`, walking 64x64 tiles so that the lines a tile
@@ -14,18 +15,26 @@
 //! because `gemm` packs such an operand far more slowly than this copies
 //! it (`CompiledUnit::matmul_operand_transposes`).
 //!
-//! Example: `transpose(&[1., 2., 3., 4., 5., 6.], &mut to, 2, 3)` leaves
-//! `to = [1., 4., 2., 5., 3., 6.]`.
+//! Example: `transpose(&[1u32, 2, 3, 4, 5, 6], &mut to, 2, 3)` leaves
+//! `to = [1, 4, 2, 5, 3, 6]`.
+
+use super::window::Word;
 
 /// `to = fromᵀ` for a row-major `rows × cols` `from` (see the module docs).
-pub(in crate::backend::cpu) fn transpose(from: &[f32], to: &mut [f32], rows: usize, cols: usize) {
+pub(in crate::backend::cpu) fn transpose<W: Word>(from: &[W], to: &mut [W], rows: usize, cols: usize) {
     assert!(from.len() >= rows * cols && to.len() >= rows * cols, "transpose operands smaller than {rows}x{cols}");
     let mut done_rows = 0;
     #[cfg(target_arch = "x86_64")]
-    if super::simd::avx512() {
-        // SAFETY: `avx512()` checked the CPU's features (AVX2 comes with
+    if std::mem::size_of::<W>() == 4 && super::simd::avx512() {
+        // SAFETY: a four-byte `Word` is a `u32`, whose every bit pattern is
+        // an `f32` the shuffles move unchanged; the views cover the same
+        // elements. `avx512()` checked the CPU's features (AVX2 comes with
         // them); the sizes were checked above.
-        done_rows = unsafe { blocks(from, to, rows, cols) };
+        done_rows = unsafe {
+            let from = std::slice::from_raw_parts(from.as_ptr().cast::<f32>(), from.len());
+            let to = std::slice::from_raw_parts_mut(to.as_mut_ptr().cast::<f32>(), to.len());
+            blocks(from, to, rows, cols)
+        };
     }
     // The columns right of the last whole block in the block rows, then
     // every remaining row.
@@ -35,9 +44,9 @@ pub(in crate::backend::cpu) fn transpose(from: &[f32], to: &mut [f32], rows: usi
 }
 
 /// The scalar loop over `row_range × col_range`, in 32x32 tiles.
-fn scalar(
-    from: &[f32],
-    to: &mut [f32],
+fn scalar<W: Word>(
+    from: &[W],
+    to: &mut [W],
     rows: usize,
     cols: usize,
     row_range: std::ops::Range<usize>,
@@ -128,19 +137,25 @@ mod tests {
         let shapes = [(1, 1), (1, 9), (9, 1), (2, 3), (16, 8), (17, 8), (16, 9), (33, 70), (64, 256), (130, 67)];
         for (rows, cols) in shapes {
             // Distinct bit patterns, NaN payloads and signed zeros included.
-            let from: Vec<f32> = (0..rows * cols)
+            let from: Vec<u32> = (0..rows * cols)
                 .map(|i| match i % 5 {
-                    0 => -0.0,
-                    1 => f32::from_bits(0x7fc0_0000 | i as u32),
-                    _ => i as f32 * 0.5 - 3.0,
+                    0 => (-0.0f32).to_bits(),
+                    1 => 0x7fc0_0000 | i as u32,
+                    _ => (i as f32 * 0.5 - 3.0).to_bits(),
                 })
                 .collect();
-            let mut to = vec![1.0f32; rows * cols];
+            let mut to = vec![1u32; rows * cols];
             transpose(&from, &mut to, rows, cols);
+            // The same in words of one and eight bytes (the scalar loop).
+            let (bytes, wide): (Vec<u8>, Vec<u64>) = from.iter().map(|&v| (v as u8, (u64::from(v) << 20) | 3)).unzip();
+            let (mut to_bytes, mut to_wide) = (vec![0u8; rows * cols], vec![0u64; rows * cols]);
+            transpose(&bytes, &mut to_bytes, rows, cols);
+            transpose(&wide, &mut to_wide, rows, cols);
             for r in 0..rows {
                 for c in 0..cols {
-                    let (want, got) = (from[r * cols + c].to_bits(), to[c * rows + r].to_bits());
-                    assert_eq!(got, want, "{rows}x{cols} at ({r}, {c})");
+                    let (i, o) = (r * cols + c, c * rows + r);
+                    assert_eq!(to[o], from[i], "{rows}x{cols} at ({r}, {c})");
+                    assert_eq!((to_bytes[o], to_wide[o]), (bytes[i], wide[i]), "{rows}x{cols} at ({r}, {c})");
                 }
             }
         }
@@ -148,8 +163,8 @@ mod tests {
 
     #[test]
     fn documented_example() {
-        let mut to = [0.0; 6];
-        transpose(&[1., 2., 3., 4., 5., 6.], &mut to, 2, 3);
-        assert_eq!(to, [1., 4., 2., 5., 3., 6.]);
+        let mut to = [0u32; 6];
+        transpose(&[1u32, 2, 3, 4, 5, 6], &mut to, 2, 3);
+        assert_eq!(to, [1, 4, 2, 5, 3, 6]);
     }
 }

@@ -1,10 +1,11 @@
-//! Native `f32` slices, pads and concatenations for the CPU backend: each
-//! is one or more strided block copies ([`BlockCopy`]) into a result that a pad
+//! Native slices, pads and concatenations for the CPU backend: each is one
+//! or more strided block copies ([`BlockCopy`]) into a result that a pad
 //! first fills with its value.
 //!
 //! Contract: [`Copies::apply`] writes what the interpreter's `slice`, `pad`
 //! and `concat` write, element for element (copies and one fill value, so
-//! every bit is kept). A [`BlockCopy`] walks an index space `shape` and moves
+//! every bit is kept), over elements of any type moved as [`Word`]s of
+//! their width (`f32`, `i32`: `u32`; `f64`, `i64`: `u64`; `bool`: `u8`). A [`BlockCopy`] walks an index space `shape` and moves
 //! `src[src_base + Σ i·src_strides] → dst[dst_base + Σ i·dst_strides]`
 //! (source strides may be negative: a slice with a negative step); when both
 //! innermost strides are 1 the innermost run is one `copy_from_slice`.
@@ -12,6 +13,25 @@
 //! Example: `pad(x: f32[2, 2], low = [1, 0], high = [0, 1])` is a fill of
 //! nine zeros then one copy of shape `[2, 2]` from `x` (strides `[2, 1]`)
 //! to offset 3 of the `[3, 3]` result (strides `[3, 1]`).
+
+/// The unsigned word an element of its width moves as: copies only move
+/// bits, so one loop serves every element type of that width.
+pub(in crate::backend::cpu) trait Word: Copy + 'static {
+    /// The word of the low bits of `bits` (a pad's value, `Copies::fill`).
+    fn from_bits(bits: u64) -> Self;
+}
+
+macro_rules! word {
+    ($($t:ty),*) => {
+        $(impl Word for $t {
+            fn from_bits(bits: u64) -> Self {
+                // The low bits: the value's own bits at its width.
+                bits as $t
+            }
+        })*
+    };
+}
+word!(u8, u32, u64);
 
 /// One strided block copy (see the module docs).
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +48,8 @@ pub(in crate::backend::cpu) struct BlockCopy {
 /// A whole slice, pad or concatenation: an optional fill, then the copies.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::backend::cpu) struct Copies {
-    pub(in crate::backend::cpu) fill: Option<f32>,
+    /// A pad's value: the bits of one element, in the low bits.
+    pub(in crate::backend::cpu) fill: Option<u64>,
     pub(in crate::backend::cpu) copies: Vec<BlockCopy>,
     /// The result's element count.
     pub(in crate::backend::cpu) len: usize,
@@ -60,8 +81,9 @@ impl Copies {
         Copies { fill: None, copies: vec![copy], len: len.iter().product() }
     }
 
-    /// `pad(x, low, high, value)` of `x` of `shape`.
-    pub(in crate::backend::cpu) fn pad(shape: &[usize], low: &[usize], high: &[usize], value: f32) -> Copies {
+    /// `pad(x, low, high, value)` of `x` of `shape`, `value` the bits of
+    /// one element (`Copies::fill`).
+    pub(in crate::backend::cpu) fn pad(shape: &[usize], low: &[usize], high: &[usize], value: u64) -> Copies {
         let out: Vec<usize> = shape.iter().zip(low.iter().zip(high)).map(|(n, (l, h))| n + l + h).collect();
         let to = strides(&out);
         let copy = BlockCopy {
@@ -103,9 +125,9 @@ impl Copies {
     }
 
     /// Writes the result into `dst` from the operands `srcs`.
-    pub(in crate::backend::cpu) fn apply(&self, srcs: &[&[f32]], dst: &mut [f32]) {
+    pub(in crate::backend::cpu) fn apply<W: Word>(&self, srcs: &[&[W]], dst: &mut [W]) {
         if let Some(v) = self.fill {
-            dst[..self.len].fill(v);
+            dst[..self.len].fill(W::from_bits(v));
         }
         for c in &self.copies {
             c.run(srcs[c.operand], dst);
@@ -115,7 +137,7 @@ impl Copies {
 
 impl BlockCopy {
     /// Moves the block from `src` to `dst`.
-    pub(in crate::backend::cpu) fn run(&self, src: &[f32], dst: &mut [f32]) {
+    pub(in crate::backend::cpu) fn run<W: Copy>(&self, src: &[W], dst: &mut [W]) {
         let rank = self.shape.len();
         if self.shape.contains(&0) {
             return;
@@ -165,12 +187,13 @@ mod tests {
     use crate::ir::{DType, Literal, Op, TensorType};
     use crate::tensor::{eval_node, Tensor};
 
-    fn tensor(shape: &[usize]) -> (Vec<f32>, Tensor) {
+    /// A tensor of `shape` and its elements' bits (as a native step moves them).
+    fn tensor(shape: &[usize]) -> (Vec<u32>, Tensor) {
         let n: usize = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|i| if i % 5 == 2 { -0.0 } else { i as f32 * 0.25 - 1.0 }).collect();
         let ty = TensorType::new(DType::F32, shape.to_vec());
         let t = Tensor::from_literal(&Literal::Float(v.iter().map(|&x| x as f64).collect()), &ty).unwrap();
-        (v, t)
+        (bits(&v), t)
     }
 
     fn bits(v: &[f32]) -> Vec<u32> {
@@ -195,33 +218,33 @@ mod tests {
         ];
         for &(start, step, len) in cases {
             let w = Copies::slice(&[4, 5, 3], start, step, len);
-            let mut out = vec![7.0; w.len];
+            let mut out = vec![7u32; w.len];
             w.apply(&[&x], &mut out);
             let op = Op::Slice { start: start.to_vec(), step: step.to_vec(), len: len.to_vec() };
-            assert_eq!(bits(&out), bits(&interpreted(&op, &[&t], len)), "slice {start:?} {step:?} {len:?}");
+            assert_eq!(out, bits(&interpreted(&op, &[&t], len)), "slice {start:?} {step:?} {len:?}");
         }
         // Pads on every side, with a value and with -0.
         for (low, high, value) in
             [([1, 0, 2], [0, 3, 1], 0.0), ([0, 0, 0], [0, 0, 0], 1.5), ([2, 1, 0], [1, 0, 0], -0.0)]
         {
-            let w = Copies::pad(&[4, 5, 3], &low, &high, value as f32);
-            let mut out = vec![7.0; w.len];
+            let w = Copies::pad(&[4, 5, 3], &low, &high, u64::from((value as f32).to_bits()));
+            let mut out = vec![7u32; w.len];
             w.apply(&[&x], &mut out);
             let shape: Vec<usize> = [4, 5, 3].iter().zip(low.iter().zip(&high)).map(|(n, (l, h))| n + l + h).collect();
             let op = Op::Pad { low: low.to_vec(), high: high.to_vec(), value };
-            assert_eq!(bits(&out), bits(&interpreted(&op, &[&t], &shape)), "pad {low:?} {high:?}");
+            assert_eq!(out, bits(&interpreted(&op, &[&t], &shape)), "pad {low:?} {high:?}");
         }
         // Concatenations along each axis, one part empty.
         let (y, u) = tensor(&[4, 2, 3]);
         let (z, v) = tensor(&[4, 0, 3]);
         let w = Copies::concat(&[vec![4, 5, 3], vec![4, 2, 3], vec![4, 0, 3]], 1);
-        let mut out = vec![7.0; w.len];
+        let mut out = vec![7u32; w.len];
         w.apply(&[&x, &y, &z], &mut out);
-        assert_eq!(bits(&out), bits(&interpreted(&Op::Concat { axis: 1 }, &[&t, &u, &v], &[4, 7, 3])));
+        assert_eq!(out, bits(&interpreted(&Op::Concat { axis: 1 }, &[&t, &u, &v], &[4, 7, 3])));
         let (a, at) = tensor(&[2, 5, 3]);
         let w = Copies::concat(&[vec![4, 5, 3], vec![2, 5, 3]], 0);
-        let mut out = vec![7.0; w.len];
+        let mut out = vec![7u32; w.len];
         w.apply(&[&x, &a], &mut out);
-        assert_eq!(bits(&out), bits(&interpreted(&Op::Concat { axis: 0 }, &[&t, &at], &[6, 5, 3])));
+        assert_eq!(out, bits(&interpreted(&Op::Concat { axis: 0 }, &[&t, &at], &[6, 5, 3])));
     }
 }

@@ -13,6 +13,7 @@
 //! Example: with two threads, the MLP's weight and input gradients of a
 //! layer (disjoint places) run at once, each as a `gemm` call.
 
+use super::generic::typed;
 use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Ref, Step};
@@ -25,6 +26,28 @@ use crate::diag::Diagnostic;
 use crate::tensor::{eval_node, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
+
+/// `$body` with `$W` the word (`kernels::window::Word`) of the width of
+/// the elements at arena place `$dst`, for steps that only move bits.
+macro_rules! words {
+    ($dst:expr, $W:ident => $body:expr) => {
+        match $dst.in_arena().map(|(_, width)| width) {
+            Some(1) => {
+                type $W = u8;
+                $body
+            }
+            Some(4) => {
+                type $W = u32;
+                $body
+            }
+            Some(8) => {
+                type $W = u64;
+                $body
+            }
+            _ => return Err(internal(format!("a copy into {:?}", $dst))),
+        }
+    };
+}
 
 impl JitUnit {
     /// Runs one step, timing it when profiling.
@@ -199,7 +222,7 @@ impl Step {
                 let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
-                crate::backend::cpu::kernels::reduce::reduce(*op, from, shape, reduced, to);
+                crate::backend::cpu::kernels::reduce::reduce(*op, from, shape, reduced, to)?;
             }
             Step::Pool { unread: true, .. } => {}
             Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false } => {
@@ -235,81 +258,48 @@ impl Step {
                     None => crate::backend::cpu::kernels::pool::pool(xv, xs, ys, *params, out, threads)?,
                 }
             }
-            Step::Window { srcs, src_lens, dst, window, .. } => {
+            Step::Window { srcs, src_lens, dst, window, .. } => words!(*dst, W => {
                 let from = srcs
                     .iter()
                     .zip(src_lens)
                     // SAFETY: the caller's contract.
-                    .map(|(&r, &n)| unsafe { mem.input(r, n) })
-                    .collect::<Result<Vec<&[f32]>, _>>()?;
+                    .map(|(&r, &n)| unsafe { mem.elems::<W>(r, n) })
+                    .collect::<Result<Vec<&[W]>, _>>()?;
                 // SAFETY: the caller's contract.
-                let to = unsafe { mem.out(*dst, window.len, "a slice, pad or concat result")? };
-                window.apply(&from, to);
-            }
+                window.apply(&from, unsafe { mem.elems_out::<W>(*dst, window.len)? });
+            }),
             Step::Reshape { src, dst: Ref::Table(t), ty } => {
                 let data = crate::tensor::shape_ops::reshape(mem.tensor(*src)?, &ty.shape)?;
                 // SAFETY: the caller's contract.
                 unsafe { mem.set_table(*t, Tensor::new(ty.dtype, data)?)? };
             }
             Step::Reshape { dst, .. } => return Err(internal(format!("a reshaped tensor goes to {dst:?}"))),
-            Step::Gather { params, ids, ids_ty, dst, dims, axis, span } => {
+            Step::Gather { params, ids, ids_ty, dst, dims, axis, span } => words!(*dst, W => {
                 let ([outer, n, inner], count) = (*dims, ids_ty.numel());
                 let idx = indices(mem, *ids, ids_ty, *axis, n, "gather", *span)?;
                 // SAFETY: the caller's contract.
-                let from = unsafe { mem.input(*params, outer * n * inner)? };
+                let from = unsafe { mem.elems::<W>(*params, outer * n * inner)? };
                 // SAFETY: the caller's contract.
-                let to = unsafe { mem.out(*dst, outer * count * inner, "a gather result")? };
+                let to = unsafe { mem.elems_out::<W>(*dst, outer * count * inner)? };
                 crate::tensor::index_ops::gather_rows(from, &idx, *dims, to);
-            }
-            Step::ScatterAdd { ids, ids_ty, updates, dst, dims, axis, span } => {
+            }),
+            Step::ScatterAdd { dtype, ids, ids_ty, updates, dst, dims, axis, span } => typed!(*dtype, T => {
                 let ([outer, dim, inner], count) = (*dims, ids_ty.numel());
                 let idx = indices(mem, *ids, ids_ty, *axis, dim, "scatter_add", *span)?;
                 // SAFETY: the caller's contract.
-                let from = unsafe { mem.input(*updates, outer * count * inner)? };
+                let from = unsafe { mem.elems::<T>(*updates, outer * count * inner)? };
                 // SAFETY: the caller's contract.
-                let to = unsafe { mem.out(*dst, outer * dim * inner, "a scatter_add result")? };
+                let to = unsafe { mem.elems_out::<T>(*dst, outer * dim * inner)? };
                 crate::tensor::index_ops::scatter_add_rows(from, &idx, *dims, to);
-            }
-            Step::Transpose { src, dst, perm, wide, .. } => {
+                Ok(())
+            })?,
+            Step::Transpose { src, dst, perm, .. } => words!(*dst, W => {
                 let n = perm.numel();
-                // SAFETY: the caller's contract.
-                let from = match wide {
-                    // `f64`s moved as pairs of `f32` words: bit copies.
-                    true => unsafe {
-                        let w = mem.wide_input(*src, n / 2)?;
-                        std::slice::from_raw_parts(w.as_ptr().cast::<f32>(), n)
-                    },
-                    false => unsafe { mem.input(*src, n)? },
-                };
-                // SAFETY: the caller's contract.
-                let to = unsafe { mem.out(*dst, n, "a transpose result")? };
-                perm.apply(from, to);
-            }
-            Step::ArgMax { src, dst, lanes } => {
-                let [outer, n, inner] = *lanes;
-                // SAFETY: the caller's contract.
-                let from = unsafe { mem.input(*src, outer * n * inner)? };
-                let p = mem.bytes(*dst, 4 * outer * inner).ok_or_else(|| internal("an argmax outside the arena"))?;
-                // SAFETY: in the arena (checked); exclusive by the caller's
-                // contract.
-                let to = unsafe { std::slice::from_raw_parts_mut(p.cast::<i32>(), outer * inner) };
-                crate::tensor::argmax_lanes(from, *lanes, to);
-            }
-            Step::MatMul64 { a, b, dst, batch, m, k, n } => {
-                let ([batch, m, k, n], len) = ([*batch, *m, *k, *n], batch * m * n);
-                // SAFETY (the three slices): the caller's contract.
-                let (x, y) = unsafe { (mem.wide_input(*a, batch * m * k)?, mem.wide_input(*b, batch * k * n)?) };
-                let out = unsafe { mem.wide_out(*dst, len)? };
-                out.fill(0.0);
-                crate::tensor::matmul_into(x, y, out, [batch, m, k, n]);
-            }
-            Step::Reduce64 { op, src, dst, shape, reduced } => {
-                let n: usize = shape.iter().product();
-                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
                 // SAFETY (both slices): the caller's contract.
-                let (x, out) = unsafe { (mem.wide_input(*src, n)?, mem.wide_out(*dst, m)?) };
-                crate::backend::cpu::kernels::reduce::reduce(*op, x, shape, reduced, out);
-            }
+                perm.apply(unsafe { mem.elems::<W>(*src, n)? }, unsafe { mem.elems_out::<W>(*dst, n)? });
+            }),
+            // SAFETY: the caller's contract.
+            Step::Loop { dtype, kernel, srcs, dst } => unsafe { kernel.run(mem, *dtype, srcs, *dst)? },
             // SAFETY: the caller's contract.
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
             Step::Interp(nodes) => {

@@ -29,11 +29,14 @@
 //!   result to `f32` scratch, rounded into place after it (`native_result`,
 //!   `settle`), one `Step::Convert` each;
 //! - `i32` and `f64` values are compiled the same way (an `f64` kernel one
-//!   element at a time); an `f64` matmul and reduction run the
-//!   interpreter's own loops (`Step::MatMul64`, `Step::Reduce64`), an `f64`
-//!   transpose moves pairs of `f32` words; `argmax` is native;
-//! - anything else (`i64`, ops without a code template) runs node by node
-//!   on the reference interpreter, so every program runs.
+//!   element at a time); `i32`, `i64` and `f64` matmuls, reductions,
+//!   convolutions (and their gradients), poolings (and their gradients) and
+//!   scatter-adds, and `argmax` of every type, run the interpreter's own
+//!   loops (`Step::Loop`, module `generic`, `generic_contraction`); a
+//!   transpose, slice, pad, concatenation or gather of any type moves words
+//!   of its elements' width (`stored_result`);
+//! - anything else (elementwise `i64` ops, ops without a code template)
+//!   runs node by node on the reference interpreter, so every program runs.
 //!
 //! Scratch (values a kernel keeps to itself) goes after the arena, placed
 //! so that sharing bytes adds no wait to the schedule (module `schedule`).
@@ -42,10 +45,11 @@
 //! `Step::Gemm` into the ReLU's buffer and a compiled `add, relu` step that
 //! overwrites it in place.
 
+use super::generic::Loop;
 use super::internal;
 use super::recognize::{
-    float_conv, float_index_op, float_pool, float_transpose, float_window, is_f64_matmul, is_float_matmul,
-    is_max_pool_2x2, native_reduce, pooled_shape, table_reshape,
+    float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul, is_max_pool_2x2,
+    layout_transpose, layout_window, native_reduce, pooled_shape, table_reshape,
 };
 use super::step::{place, Arg, ConvPost, Fallible, InterpNode, Ref, Step};
 use crate::backend::cpu::codegen::KernelFn;
@@ -55,7 +59,7 @@ use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
 use crate::ir::kernel_desc::{part_spec, split_anchor, Fusion, PartRole};
-use crate::ir::spec::{Kind, Spec};
+use crate::ir::spec::{computes_as_f32, Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
 use crate::tensor::{Tensor, Values};
 use std::collections::{HashMap, HashSet};
@@ -402,12 +406,13 @@ impl<'a> Lowering<'a> {
             KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
                 self.contraction(k)
             }
-            KernelKind::Contraction if is_f64_matmul(g, k.nodes[0]) => self.wide_contraction(k),
+            KernelKind::Contraction if generic_loop(g, k.nodes[0]).is_some() => self.generic_contraction(k),
             KernelKind::Reduction => self.reduction(k),
             KernelKind::Layout if float_pool(g, &k.nodes).is_some() => self.pool(k),
-            KernelKind::Layout if float_transpose(g, &k.nodes).is_some() => self.transpose(k),
-            KernelKind::Layout if float_index_op(g, &k.nodes) => self.index(k),
-            KernelKind::Layout if float_window(g, &k.nodes).is_some() => self.window(k),
+            KernelKind::Layout if generic_layout(g, &k.nodes).is_some() => self.generic_layout(k),
+            KernelKind::Layout if layout_transpose(g, &k.nodes).is_some() => self.transpose(k),
+            KernelKind::Layout if index_op(g, &k.nodes) => self.index(k),
+            KernelKind::Layout if layout_window(g, &k.nodes).is_some() => self.window(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -475,20 +480,31 @@ impl<'a> Lowering<'a> {
         let r = match ty.dtype {
             DType::F64 | DType::I64 => Ref::Wide(4 * at),
             DType::I32 => Ref::Int(4 * at),
-            _ => Ref::Arena(at),
+            DType::Bool => Ref::Mask(4 * at),
+            DType::F32 | DType::F16 | DType::BF16 => Ref::Arena(at),
         };
         self.b.loc.insert(n, r);
     }
 
-    /// Where a native kernel writes an `i32` or `f64` result `n`: its arena
-    /// place, or scratch when the kernel keeps it to itself (`None`: in no
-    /// place such a kernel can write).
+    /// Where a native kernel writes an `i32`, `i64`, `f64` or `bool` result
+    /// `n`: its arena place, or scratch when the kernel keeps it to itself
+    /// (`None`: in no place such a kernel can write).
     fn byte_result(&mut self, n: NodeId, reads: &[Place]) -> Result<Option<Ref>, Diagnostic> {
         if !self.b.loc.contains_key(&n) {
             self.sync();
             self.scratch_for(n, reads);
         }
-        Ok(self.b.loc.get(&n).copied().filter(|r| matches!(r, Ref::Int(_) | Ref::Wide(_))))
+        Ok(self.b.loc.get(&n).copied().filter(|r| matches!(r, Ref::Int(_) | Ref::Wide(_) | Ref::Mask(_))))
+    }
+
+    /// Where a native kernel of any type writes `n`, and where `settle` then
+    /// rounds it to: a float kept as `f32`s as `native_result` says, any
+    /// other value in its own storage (`byte_result`).
+    fn stored_result(&mut self, n: NodeId, reads: &[Place]) -> Result<Option<(Ref, Option<Ref>)>, Diagnostic> {
+        match computes_as_f32(self.b.g.node(n).ty.dtype) {
+            true => Ok(self.native_result(n, reads)?.map(|(at, to)| (Ref::Arena(at), to))),
+            false => Ok(self.byte_result(n, reads)?.map(|r| (r, None))),
+        }
     }
 
     /// `n` as a native `f32` kernel reads it: a half-precision value in
@@ -535,9 +551,14 @@ impl<'a> Lowering<'a> {
     /// Rounds the native result of `n` at `at` (`native_result`) into
     /// `to`, if it needs it.
     fn settle(&mut self, n: NodeId, at: usize, to: Option<Ref>) {
+        self.settle_ref(n, Ref::Arena(at), to);
+    }
+
+    /// `settle` of a result at `src` (`stored_result`).
+    fn settle_ref(&mut self, n: NodeId, src: Ref, to: Option<Ref>) {
         if let Some(dst) = to {
             let ty = &self.b.g.node(n).ty;
-            self.steps.push(Step::Convert { src: Ref::Arena(at), dst, len: ty.numel(), dtype: ty.dtype });
+            self.steps.push(Step::Convert { src, dst, len: ty.numel(), dtype: ty.dtype });
             self.counts.native += 1;
         }
     }
@@ -666,21 +687,37 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// An `f64` matmul with its epilogue: the interpreter's loops
-    /// (`Step::MatMul64`), the epilogue compiled.
-    fn wide_contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+    /// One node of an `i32`, `i64` or `f64` kernel as the interpreter's
+    /// generic loop (`generic_loop`, `Step::Loop`); `false` when its result
+    /// has no place such a step writes.
+    fn generic_step(&mut self, n: NodeId, reads: &[Place]) -> Result<bool, Diagnostic> {
         let g = self.b.g;
+        let (Some((dtype, kernel)), Some(dst)) = (generic_loop(g, n), self.byte_result(n, reads)?) else {
+            return Ok(false);
+        };
+        let srcs = g.inputs(n).iter().map(|&i| self.b.get(i)).collect::<Result<Vec<_>, _>>()?;
+        self.steps.push(Step::Loop { dtype, kernel, srcs, dst });
+        Ok(true)
+    }
+
+    /// An `i32`, `i64` or `f64` pooling or pooling gradient: its generic loop.
+    fn generic_layout(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let reads = self.outside(&k.nodes);
+        if !self.generic_step(k.nodes[0], &reads)? {
+            return self.interpreted(&k.nodes, &k.outputs);
+        }
+        self.counts.native += 1;
+        Ok(())
+    }
+
+    /// An `i32`, `i64` or `f64` matmul or convolution (or gradient) with its
+    /// epilogue: the interpreter's loop (`Step::Loop`), the epilogue compiled.
+    fn generic_contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let mm = k.nodes[0];
         let reads = self.outside(&k.nodes);
-        let Some(Ref::Wide(dst)) = self.byte_result(mm, &reads)? else {
+        if !self.generic_step(mm, &reads)? {
             return self.interpreted(&k.nodes, &k.outputs);
-        };
-        let ins = g.inputs(mm);
-        let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        let r = sa.len();
-        let (a, b) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
-        let (batch, m, kk, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
-        self.steps.push(Step::MatMul64 { a, b, dst, batch, m, k: kk, n });
+        }
         self.counts.gemm += 1;
         let epilogue = &k.nodes[1..];
         if !epilogue.is_empty() {
@@ -714,14 +751,14 @@ impl<'a> Lowering<'a> {
         if let Op::ArgMax { axis, .. } = g.node(anchor).op {
             return self.argmax(k, anchor, axis, &tail, &reads);
         }
-        if let (Op::Reduce { op, axes, .. }, DType::F64) = (&g.node(anchor).op, g.node(anchor).ty.dtype) {
-            let Some(Ref::Wide(dst)) = self.byte_result(anchor, &reads)? else {
-                return Err(internal("an f64 reduction outside the arena"));
+        if let (Op::Reduce { op, axes, .. }, Some(dtype)) = (&g.node(anchor).op, generic_type(g, anchor)) {
+            let Some(dst) = self.byte_result(anchor, &reads)? else {
+                return Err(internal(format!("a {dtype} reduction outside the arena")));
             };
             let shape = g.node(input).ty.shape.clone();
             let reduced = (0..shape.len()).map(|d| axes.contains(&d)).collect();
-            let src = self.b.get(input)?;
-            self.steps.push(Step::Reduce64 { op: *op, src, dst, shape, reduced });
+            let srcs = vec![self.b.get(input)?];
+            self.steps.push(Step::Loop { dtype, kernel: Loop::Reduce { op: *op, shape, reduced }, srcs, dst });
             self.counts.native += 1;
             return self.tail(k, &tail);
         }
@@ -771,11 +808,12 @@ impl<'a> Lowering<'a> {
         let input = g.inputs(anchor)[0];
         let shape = &g.node(input).ty.shape;
         let lanes = [shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()];
-        let Some(Ref::Int(dst)) = self.byte_result(anchor, reads)? else {
+        let Some(dst @ Ref::Int(_)) = self.byte_result(anchor, reads)? else {
             return Err(internal("an argmax result outside the arena"));
         };
-        let src = self.widened(input, reads)?;
-        self.steps.push(Step::ArgMax { src, dst, lanes });
+        let srcs = vec![self.widened(input, reads)?];
+        let dtype = g.node(input).ty.dtype;
+        self.steps.push(Step::Loop { dtype, kernel: Loop::ArgMax(lanes), srcs, dst });
         self.counts.native += 1;
         self.tail(k, tail)
     }
@@ -878,40 +916,31 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// An `f32` transpose of any rank, native when its result is in the
+    /// A transpose of any rank and type, native when its result is in the
     /// arena.
     fn transpose(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
-        let Some(perm) = float_transpose(g, &k.nodes) else { return self.interpreted(&k.nodes, &k.outputs) };
-        let src = g.inputs(n)[0];
-        let shape = g.node(src).ty.shape.clone();
         let reads = self.outside(&k.nodes);
-        if g.node(n).ty.dtype == DType::F64 {
-            let Some(Ref::Wide(at)) = self.byte_result(n, &reads)? else {
-                return self.interpreted(&k.nodes, &k.outputs);
-            };
-            let src = self.b.get(src)?;
-            self.steps.push(Step::Transpose { src, dst: at / 4, shape, perm, wide: true });
-            self.counts.native += 1;
-            return Ok(());
-        }
-        let Some((dst, rounding)) = self.native_result(n, &reads)? else {
+        let (Some(perm), Some((dst, rounding))) = (layout_transpose(g, &k.nodes), self.stored_result(n, &reads)?)
+        else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
+        let src = g.inputs(n)[0];
+        let shape = g.node(src).ty.shape.clone();
         let src = self.widened(src, &reads)?;
-        self.steps.push(Step::Transpose { src, dst, shape, perm, wide: false });
+        self.steps.push(Step::Transpose { src, dst, shape, perm });
         self.counts.native += 1;
-        self.settle(n, dst, rounding);
+        self.settle_ref(n, dst, rounding);
         Ok(())
     }
 
-    /// An `f32` slice, pad or concatenation: native block copies.
+    /// A slice, pad or concatenation of any type: native block copies.
     fn window(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
         let reads = self.outside(&k.nodes);
-        let (Some(window), Some((dst, rounding))) = (float_window(g, &k.nodes), self.native_result(n, &reads)?) else {
+        let (Some(window), Some((dst, rounding))) = (layout_window(g, &k.nodes), self.stored_result(n, &reads)?) else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
         let ins = g.inputs(n);
@@ -920,7 +949,7 @@ impl<'a> Lowering<'a> {
         let (op, shape) = (g.node(n).op.name(), g.node(n).ty.shape.clone());
         self.steps.push(Step::Window { srcs, src_lens, dst, window, op, shape });
         self.counts.native += 1;
-        self.settle(n, dst, rounding);
+        self.settle_ref(n, dst, rounding);
         Ok(())
     }
 
@@ -935,14 +964,14 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// An `f32` gather or scatter-add with integer indices, native.
+    /// A gather or scatter-add with integer indices, native.
     fn index(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];
         let node = g.node(n);
         let ins = g.inputs(n);
         let reads = self.outside(&k.nodes);
-        let Some((dst, rounding)) = self.native_result(n, &reads)? else {
+        let Some((dst, rounding)) = self.stored_result(n, &reads)? else {
             return self.interpreted(&k.nodes, &k.outputs);
         };
         let around = |shape: &[usize], at: usize, width: usize| -> (usize, usize) {
@@ -961,6 +990,7 @@ impl<'a> Lowering<'a> {
                 let (outer, inner) = around(us, axis, is.rank());
                 let (ids, updates) = (self.b.get(ins[0])?, self.widened(ins[1], &reads)?);
                 Step::ScatterAdd {
+                    dtype: node.ty.dtype,
                     ids,
                     updates,
                     dst,
@@ -974,7 +1004,7 @@ impl<'a> Lowering<'a> {
         };
         self.steps.push(step);
         self.counts.native += 1;
-        self.settle(n, dst, rounding);
+        self.settle_ref(n, dst, rounding);
         Ok(())
     }
 }

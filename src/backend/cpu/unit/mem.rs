@@ -158,36 +158,40 @@ impl<'a> Mem<'a> {
         }
     }
 
-    /// The `len` `f64`s of `r` (a `Ref::Wide` or an `f64` tensor) as an
-    /// operand slice (checked by `ptr`).
+    /// The `len` elements of `r` as an operand slice of `T`: arena
+    /// elements of `T`'s width, or a tensor whose storage holds `T`s
+    /// (checked, with the length, by `ptr`).
     ///
     /// # Safety
     /// As for `input`.
-    pub(super) unsafe fn wide_input(self, r: Ref, len: usize) -> Result<&'a [f64], Diagnostic> {
-        match r {
-            Ref::Wide(_) | Ref::Input(_) | Ref::Fixed(_) | Ref::Table(_) => {}
-            r => return Err(internal(format!("an f64 operand in {r:?}"))),
+    pub(super) unsafe fn elems<T: Stored>(self, r: Ref, len: usize) -> Result<&'a [T], Diagnostic> {
+        let holds = match r.in_arena() {
+            Some((_, width)) => width == std::mem::size_of::<T>(),
+            None => T::stores(self.tensor(r)?.data()),
+        };
+        if !holds {
+            return Err(internal(format!("a {} operand in {r:?}", std::any::type_name::<T>())));
         }
-        if let Ok(t) = self.tensor(r) {
-            if t.dtype() != DType::F64 {
-                return Err(internal(format!("an f64 operand holds {}", t.dtype())));
-            }
-        }
-        let p = self.ptr(r, len)? as *const f64;
-        // SAFETY: `ptr` checked that `r` holds `len` `f64`s (eight bytes
-        // each in the arena, or an `f64` tensor's elements).
+        let p = self.ptr(r, len)? as *const T;
+        // SAFETY: `ptr` checked that `r` holds `len` elements, of `T`'s
+        // storage (checked above; arena offsets are multiples of their
+        // elements' width); no writer by the caller's contract.
         Ok(unsafe { std::slice::from_raw_parts(p, len) })
     }
 
-    /// The `len` `f64`s at byte `off` of the arena.
+    /// The `len` elements of arena value `r` as a result slice of `T` (of
+    /// `T`'s width, checked).
     ///
     /// # Safety
     /// As for `out`.
-    pub(super) unsafe fn wide_out(self, off: usize, len: usize) -> Result<&'a mut [f64], Diagnostic> {
-        let p = self.bytes(off, 8 * len).ok_or_else(|| internal("an f64 result outside the arena"))?;
-        // SAFETY: in the arena (checked; byte offsets of `f64`s are
-        // multiples of eight); exclusive by the caller's contract.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<f64>(), len) })
+    pub(super) unsafe fn elems_out<T: Stored>(self, r: Ref, len: usize) -> Result<&'a mut [T], Diagnostic> {
+        let Some((at, width)) = r.in_arena().filter(|&(_, width)| width == std::mem::size_of::<T>()) else {
+            return Err(internal(format!("a {} result in {r:?}", std::any::type_name::<T>())));
+        };
+        let p = self.bytes(at, width * len).ok_or_else(|| internal("a kernel result lies outside the arena"))?;
+        // SAFETY: in the arena (checked; offsets are multiples of the
+        // elements' width); exclusive by the caller's contract.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), len) })
     }
 
     /// The `len` floats of `r` as an operand slice (checked by `ptr`).
@@ -222,6 +226,33 @@ impl<'a> Mem<'a> {
             }
         }
     }
+}
+
+/// An element type native steps read and write where values live: as
+/// elements of its width in the arena, and in the tensors whose storage
+/// `stores` says holds it. The unsigned words stand for any element of
+/// their width, for steps that only move bits (copies).
+pub(super) trait Stored: Copy + 'static {
+    fn stores(data: &Data) -> bool;
+}
+
+macro_rules! stored {
+    ($($t:ty: $($variant:ident)|+;)*) => {
+        $(impl Stored for $t {
+            fn stores(data: &Data) -> bool {
+                matches!(data, $(Data::$variant(_))|+)
+            }
+        })*
+    };
+}
+stored! {
+    f32: F32;
+    f64: F64;
+    i32: I32;
+    i64: I64;
+    u8: Bool;
+    u32: F32 | I32;
+    u64: F64 | I64;
 }
 
 /// The value at `r` of type `ty` as a tensor: arena elements copied out of

@@ -8,7 +8,8 @@
 //! (module `lower` says which runs what).
 //!
 //! Layout: `step` (the steps as data: operands, places, labels), `lower`
-//! (kernels to steps), `recognize` (which kernels run natively), `mem`
+//! (kernels to steps), `recognize` (which kernels run natively), `generic`
+//! (the native steps that run the interpreter's own generic loops), `mem`
 //! (the storage and one run's view of it), `execute` (running a step, and
 //! all of them on one thread or a pool).
 //!
@@ -41,6 +42,7 @@
 //! step and calls `run` with `[batch…, step, params…, states…]` per batch.
 
 mod execute;
+mod generic;
 mod lower;
 mod mem;
 mod recognize;

@@ -2,15 +2,18 @@
 //! that pick a kernel's step (module `lower`).
 //!
 //! Contract: each predicate is true only for kernels whose native step
-//! computes what the interpreter would (float operands of one type: `f32`,
+//! computes what the interpreter would: float operands of one type (`f32`,
 //! or `f16`/`bf16`, which the native `f32` loops read widened and whose
-//! results they round once, as the interpreter does; the shapes and
-//! parameters the native loops take); anything else is compiled as a
-//! fused loop or interpreted.
+//! results they round once, as the interpreter does) of the shapes and
+//! parameters the native loops take; `i32`, `i64` and `f64` operands of one
+//! type, which run the interpreter's own generic loops (module `generic`);
+//! layout copies of any type, which move bits. Anything else is compiled as
+//! a fused loop or interpreted.
 //!
 //! Example: `float_pool(g, &[n])` is `Some(params)` for a lone float
 //! `pool2d` node `n`, which then runs on module `pool`.
 
+use super::generic::{ConvPass, Loop};
 use crate::backend::cpu::kernels::conv::Conv;
 use crate::backend::cpu::kernels::permute::Permutation;
 use crate::backend::cpu::kernels::window::Copies;
@@ -19,7 +22,7 @@ use crate::ir::kernel_desc::{describe, Fusion, KernelDesc, PartRole};
 use crate::ir::spec::{computes_as_f32, Spec};
 use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
-use crate::tensor::PoolParams;
+use crate::tensor::{scalar_for, ConvParams, PoolParams};
 
 /// Whether node `n` and all its operands are floats of one type that
 /// native `f32` loops compute (`spec::computes_as_f32`).
@@ -28,20 +31,30 @@ fn one_float_type(g: &Graph, n: NodeId) -> bool {
     computes_as_f32(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)
 }
 
-/// Whether node `n` and all its operands are `f64`.
-pub(super) fn all_f64(g: &Graph, n: NodeId) -> bool {
-    g.node(n).ty.dtype == DType::F64 && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::F64)
+/// Whether values of `dtype` run the interpreter's own generic loops
+/// (module `generic`) where the float types have faster kernels.
+fn generic(dtype: DType) -> bool {
+    matches!(dtype, DType::I32 | DType::I64 | DType::F64)
 }
 
-/// A reduction (the last of `head`) over float values that `reduce.rs`
-/// runs, or an `argmax` of float values along an axis of fewer than 2^31.
+/// The type of node `n` when it and all its operands are of one type whose
+/// kernels run the interpreter's generic loops (`i32`, `i64`, `f64`).
+pub(super) fn generic_type(g: &Graph, n: NodeId) -> Option<DType> {
+    let dtype = g.node(n).ty.dtype;
+    (generic(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)).then_some(dtype)
+}
+
+/// A reduction (the last of `head`) that runs natively: over float values
+/// on `reduce.rs`, over `i32`, `i64` or `f64` values as a generic loop; or
+/// an `argmax` along an axis of fewer than 2^31 elements.
 pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     let Some(&a) = head.last() else { return false };
     match g.node(a).op {
-        Op::Reduce { .. } => one_float_type(g, a) || all_f64(g, a),
+        Op::Reduce { .. } => one_float_type(g, a) || generic_type(g, a).is_some(),
         Op::ArgMax { axis, .. } => {
             let x = &g.node(g.inputs(a)[0]).ty;
-            computes_as_f32(x.dtype) && x.shape.get(axis).is_some_and(|&n| n > 0 && i32::try_from(n).is_ok())
+            let typed = computes_as_f32(x.dtype) || generic(x.dtype);
+            typed && x.shape.get(axis).is_some_and(|&n| n > 0 && i32::try_from(n).is_ok())
         }
         _ => false,
     }
@@ -75,19 +88,12 @@ pub(super) fn float_pool(g: &Graph, nodes: &[NodeId]) -> Option<PoolParams> {
     }
 }
 
-/// A layout kernel that is one float transpose (any rank), as the
-/// permutation module `permute` runs.
-pub(super) fn float_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> {
+/// A layout kernel that is one transpose (any rank, any type: its elements
+/// move as words of their width), as the permutation module `permute` runs.
+pub(super) fn layout_transpose(g: &Graph, nodes: &[NodeId]) -> Option<Permutation> {
     let [n] = nodes else { return None };
-    let node = g.node(*n);
-    let Op::Transpose { perm } = &node.op else { return None };
-    let source = &g.node(*g.inputs(*n).first()?).ty;
-    if all_f64(g, *n) {
-        // `f64`s move as pairs of `f32` words (`Step::Transpose::wide`).
-        let shape = [source.shape.as_slice(), &[2]].concat();
-        return Some(Permutation::of(&shape, &[perm.as_slice(), &[perm.len()]].concat()));
-    }
-    one_float_type(g, *n).then(|| Permutation::of(&source.shape, perm))
+    let Op::Transpose { perm } = &g.node(*n).op else { return None };
+    Some(Permutation::of(&g.node(*g.inputs(*n).first()?).ty.shape, perm))
 }
 
 /// An elementwise kernel that is one reshape of a value kept as a tensor
@@ -99,38 +105,62 @@ pub(super) fn table_reshape(g: &Graph, nodes: &[NodeId]) -> bool {
     matches!(node.op, Op::Reshape { .. }) && !(computes_as_f32(node.ty.dtype) || node.ty.dtype == DType::Bool)
 }
 
-/// A layout kernel that is one float slice, pad or concatenation, as the
-/// block copies module `kernels::window` runs.
-pub(super) fn float_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
+/// The bits of `value` as one element of a `dtype` pad (`Copies::fill`):
+/// the interpreter's conversion (`tensor::scalar_for`), a half-precision
+/// value as the `f32` that rounds to it (native `f32` loops compute those).
+fn fill_bits(value: f64, dtype: DType) -> u64 {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => u64::from(scalar_for::<f32>(value, dtype).to_bits()),
+        DType::F64 => scalar_for::<f64>(value, dtype).to_bits(),
+        // Two's complement bits, at the element's width.
+        DType::I32 => u64::from(scalar_for::<i32>(value, dtype) as u32),
+        DType::I64 => scalar_for::<i64>(value, dtype) as u64,
+        DType::Bool => u64::from(scalar_for::<bool>(value, dtype)),
+    }
+}
+
+/// A layout kernel that is one slice, pad or concatenation (of any type:
+/// its elements move as words of their width), as the block copies module
+/// `kernels::window` runs.
+pub(super) fn layout_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
     let ins = g.inputs(*n);
-    let f32s = one_float_type(g, *n);
+    let one_type = ins.iter().all(|&x| g.node(x).ty.dtype == node.ty.dtype);
     let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
     match &node.op {
-        Op::Slice { start, step, len } if f32s => Some(Copies::slice(&shape(0)?, start, step, len)),
-        Op::Pad { low, high, value } if f32s => Some(Copies::pad(&shape(0)?, low, high, *value as f32)),
-        Op::Concat { axis } if f32s => {
+        Op::Slice { start, step, len } if one_type => Some(Copies::slice(&shape(0)?, start, step, len)),
+        Op::Pad { low, high, value } if one_type => {
+            Some(Copies::pad(&shape(0)?, low, high, fill_bits(*value, node.ty.dtype)))
+        }
+        Op::Concat { axis } if one_type => {
             Some(Copies::concat(&ins.iter().map(|&x| g.node(x).ty.shape.clone()).collect::<Vec<_>>(), *axis))
         }
         _ => None,
     }
 }
 
-/// A layout kernel that is one float gather or scatter-add with integer
-/// indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
-pub(super) fn float_index_op(g: &Graph, nodes: &[NodeId]) -> bool {
+/// A layout kernel that is one gather (of any type: rows move as words of
+/// their width) or one scatter-add (of a type with native arithmetic) with
+/// integer indices, which run natively (`Step::Gather`, `Step::ScatterAdd`).
+pub(super) fn index_op(g: &Graph, nodes: &[NodeId]) -> bool {
     let [n] = nodes else { return false };
     let node = g.node(*n);
     let ins = g.inputs(*n);
-    let f32s = |i: usize| ins.get(i).is_some_and(|&x| g.node(x).ty.dtype == node.ty.dtype);
+    let same = |i: usize| ins.get(i).is_some_and(|&x| g.node(x).ty.dtype == node.ty.dtype);
     let ints = |i: usize| ins.get(i).is_some_and(|&x| matches!(g.node(x).ty.dtype, DType::I32 | DType::I64));
-    computes_as_f32(node.ty.dtype)
-        && match node.op {
-            Op::Gather { .. } => f32s(0) && ints(1),
-            Op::ScatterAdd { .. } => ints(0) && f32s(1),
-            _ => false,
-        }
+    match node.op {
+        Op::Gather { .. } => same(0) && ints(1),
+        Op::ScatterAdd { .. } => (computes_as_f32(node.ty.dtype) || generic(node.ty.dtype)) && ints(0) && same(1),
+        _ => false,
+    }
+}
+
+/// A layout kernel that is one pooling or pooling gradient of `i32`, `i64`
+/// or `f64` values, as its generic loop (`generic_loop`).
+pub(super) fn generic_layout(g: &Graph, nodes: &[NodeId]) -> Option<(DType, Loop)> {
+    let [n] = nodes else { return None };
+    generic_loop(g, *n).filter(|(_, kernel)| matches!(kernel, Loop::Pool { .. }))
 }
 
 /// The lowered geometry of a float convolution node.
@@ -142,9 +172,50 @@ pub(super) fn float_conv(g: &Graph, n: NodeId) -> Option<Conv> {
     Conv::of(&node.op, &g.node(*a).ty.shape, &g.node(*b).ty.shape, &node.ty.shape).filter(|_| all_f32)
 }
 
-/// An `f64` matmul (`Step::MatMul64`).
-pub(super) fn is_f64_matmul(g: &Graph, n: NodeId) -> bool {
-    matches!(g.node(n).op, Op::MatMul) && all_f64(g, n) && g.inputs(n).iter().all(|&i| g.node(i).ty.shape.len() >= 2)
+/// A matmul, convolution (or gradient), pooling (or gradient) node `n` of
+/// `i32`, `i64` or `f64` values, as the generic loop that runs it
+/// (`Step::Loop`), with its element type.
+pub(super) fn generic_loop(g: &Graph, n: NodeId) -> Option<(DType, Loop)> {
+    let dtype = generic_type(g, n)?;
+    let node = g.node(n);
+    let ins = g.inputs(n);
+    let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
+    let four = |s: &[usize]| <[usize; 4]>::try_from(s).ok();
+    let conv = |pass, x: &[usize], w: &[usize], y: &[usize], p| {
+        Some(Loop::Conv { pass, params: p, shapes: [four(x)?, four(w)?, four(y)?] })
+    };
+    let kernel = match &node.op {
+        Op::MatMul => {
+            let (sa, sb) = (shape(0)?, shape(1)?);
+            let r = sa.len();
+            if r < 2 || sb.len() != r {
+                return None;
+            }
+            Loop::MatMul([sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]])
+        }
+        &Op::Conv2d { stride, padding, dilation, groups } => {
+            let p = ConvParams { stride, padding, dilation, groups };
+            conv(ConvPass::Forward, &shape(0)?, &shape(1)?, &node.ty.shape, p)?
+        }
+        &Op::Conv2dGradInput { stride, padding, dilation, groups, input_shape } => {
+            let p = ConvParams { stride, padding, dilation, groups };
+            conv(ConvPass::GradInput, &input_shape, &shape(1)?, &shape(0)?, p)?
+        }
+        &Op::Conv2dGradFilter { stride, padding, dilation, groups, filter_shape } => {
+            let p = ConvParams { stride, padding, dilation, groups };
+            conv(ConvPass::GradFilter, &shape(0)?, &filter_shape, &shape(1)?, p)?
+        }
+        &Op::Pool2d { kind, size, stride, padding } => {
+            let params = PoolParams { kind, size, stride, padding };
+            Loop::Pool { params, xs: shape(0)?, ys: node.ty.shape.clone(), grad: false }
+        }
+        &Op::Pool2dGrad { kind, size, stride, padding } => {
+            let params = PoolParams { kind, size, stride, padding };
+            Loop::Pool { params, xs: shape(0)?, ys: shape(1)?, grad: true }
+        }
+        _ => return None,
+    };
+    Some((dtype, kernel))
 }
 
 pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
@@ -184,7 +255,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         }
         KernelKind::Contraction
             if is_float_matmul(g, k.nodes[0])
-                || is_f64_matmul(g, k.nodes[0])
+                || generic_loop(g, k.nodes[0]).is_some()
                 || float_conv(g, k.nodes[0]).is_some() =>
         {
             (nodes_of(PartRole::Epilogue), false)
@@ -195,9 +266,10 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         },
         KernelKind::Layout => {
             let native = float_pool(g, &k.nodes).is_some()
-                || float_transpose(g, &k.nodes).is_some()
-                || float_index_op(g, &k.nodes)
-                || float_window(g, &k.nodes).is_some();
+                || generic_layout(g, &k.nodes).is_some()
+                || layout_transpose(g, &k.nodes).is_some()
+                || index_op(g, &k.nodes)
+                || layout_window(g, &k.nodes).is_some();
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

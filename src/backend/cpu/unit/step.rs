@@ -14,6 +14,7 @@
 //! arena, module `carry`) and writes `64 * 256` floats of the arena at
 //! `dst`, labelled `gemm 64x784 @ 784x256: matmul, …`.
 
+use super::generic::Loop;
 use super::recognize::pooled_shape;
 use crate::backend::cpu::codegen::KernelFn;
 use crate::backend::cpu::kernels::conv::Conv;
@@ -97,12 +98,11 @@ pub(super) enum Step {
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
     /// source; only without batch dims).
     Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
-    /// `dst = a @ b` of `f64` matrices (batched over `batch`), `dst` at this
-    /// byte offset: the interpreter's own loops (`tensor::matmul_into`).
-    MatMul64 { a: Ref, b: Ref, dst: usize, batch: usize, m: usize, k: usize, n: usize },
-    /// A native `f64` reduction of `src` (of `shape`) over the `reduced`
-    /// dims into `dst` (a byte offset).
-    Reduce64 { op: ReduceOp, src: Ref, dst: usize, shape: Vec<usize>, reduced: Vec<bool> },
+    /// `dst = kernel(srcs)` over `dtype` values: the interpreter's own
+    /// generic loop over slices (module `generic`: matmuls, reductions,
+    /// `argmax`, convolutions and poolings of the types without a faster
+    /// kernel).
+    Loop { dtype: DType, kernel: Loop, srcs: Vec<Ref>, dst: Ref },
     /// A convolution (or one of its gradients) on the direct kernels or
     /// through im2col and `gemm` (module `conv`).
     /// `post`: the epilogue it applies before storing (`conv::PostOps`).
@@ -122,10 +122,6 @@ pub(super) enum Step {
         reduced: Vec<bool>,
         from_maxima: Option<(Ref, usize)>,
     },
-    /// `dst = argmax(src)` (`i32` at this byte offset of the arena) of
-    /// `f32` `src` viewed as `[outer, n, inner]`, along `n`
-    /// (`tensor::argmax_lanes`).
-    ArgMax { src: Ref, dst: usize, lanes: [usize; 3] },
     /// `f32` pooling (`grad: Some(gy)`: its gradient) over arena slices
     /// (module `pool`).
     /// `first_max`: for a max pool's gradient, where the convolution that
@@ -143,34 +139,42 @@ pub(super) enum Step {
         /// step writes nothing.
         unread: bool,
     },
-    /// `dst = transpose(src, perm)` of an `f32` tensor of shape `shape`
-    /// (`perm` in its essential form, module `permute`); `wide`: of an
-    /// `f64` tensor, moved as pairs of `f32` words (`perm` then has a last
-    /// axis of two that stays last).
-    Transpose { src: Ref, dst: usize, shape: Vec<usize>, perm: Permutation, wide: bool },
-    /// `dst = slice | pad | concat(srcs)` of `f32` values (of `src_lens`
-    /// elements), as block copies (`kernels::window`); `shape` is the
-    /// result's, for the label.
-    Window { srcs: Vec<Ref>, src_lens: Vec<usize>, dst: usize, window: Copies, op: &'static str, shape: Vec<usize> },
+    /// `dst = transpose(src, perm)` of a tensor of shape `shape` (`perm` in
+    /// its essential form, module `permute`), its elements moved as words
+    /// of the width of `dst`'s storage (`kernels::window::Word`).
+    Transpose { src: Ref, dst: Ref, shape: Vec<usize>, perm: Permutation },
+    /// `dst = slice | pad | concat(srcs)` (of `src_lens` elements), as block
+    /// copies of words of the width of `dst`'s storage (`kernels::window`);
+    /// `shape` is the result's, for the label.
+    Window { srcs: Vec<Ref>, src_lens: Vec<usize>, dst: Ref, window: Copies, op: &'static str, shape: Vec<usize> },
     /// `dst = reshape(src)` of a value kept as a tensor (`Ref::Table`): a
     /// copy of its elements under the new shape.
     Reshape { src: Ref, dst: Ref, ty: TensorType },
-    /// `dst = gather(params, ids, axis)` of `f32` params viewed as
+    /// `dst = gather(params, ids, axis)` of params viewed as
     /// `[outer, n, inner]` around the axis, with integer ids of type `ids_ty`
-    /// (`tensor::index_ops::gather_rows`); an id out of range is an error
-    /// at `span`.
-    Gather { params: Ref, ids: Ref, ids_ty: TensorType, dst: usize, dims: [usize; 3], axis: usize, span: Span },
+    /// (`tensor::index_ops::gather_rows`, over words of the width of `dst`'s
+    /// storage); an id out of range is an error at `span`.
+    Gather { params: Ref, ids: Ref, ids_ty: TensorType, dst: Ref, dims: [usize; 3], axis: usize, span: Span },
     /// `dst = round(src)` to `dtype` (`f16` or `bf16`) over `len` elements:
     /// widening two-byte `src` into `f32` `dst`, or rounding `f32` `src`
     /// into two-byte `dst` or into `f32` `dst` (in place when they are the
     /// same), so that native `f32` kernels read and write half-precision
     /// values (`tensor`: what the interpreter rounds).
     Convert { src: Ref, dst: Ref, len: usize, dtype: DType },
-    /// `dst = scatter_add(ids, updates, axis, dim)`: `f32` updates viewed as
+    /// `dst = scatter_add(ids, updates, axis, dim)`: `dtype` updates viewed as
     /// `[outer, count, inner]` added into `[outer, dim, inner]` (`count`:
     /// the elements of `ids_ty`)
     /// (`tensor::index_ops::scatter_add_rows`).
-    ScatterAdd { ids: Ref, ids_ty: TensorType, updates: Ref, dst: usize, dims: [usize; 3], axis: usize, span: Span },
+    ScatterAdd {
+        dtype: DType,
+        ids: Ref,
+        ids_ty: TensorType,
+        updates: Ref,
+        dst: Ref,
+        dims: [usize; 3],
+        axis: usize,
+        span: Span,
+    },
 }
 
 /// A convolution's post-ops, by where their operands live.
@@ -239,17 +243,10 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
-            Step::MatMul64 { a, b, dst, batch, m, k, n } => {
-                reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
-                writes.push(Place::Bytes(*dst, dst + 8 * batch * m * n));
-                *cost = (batch * m * k * n) as u64;
-            }
-            Step::Reduce64 { src, dst, shape, reduced, .. } => {
-                let n: usize = shape.iter().product();
-                let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
-                reads.extend(place(*src, n));
-                writes.push(Place::Bytes(*dst, dst + 8 * m));
-                *cost = n as u64;
+            Step::Loop { kernel, srcs, dst, .. } => {
+                reads.extend(srcs.iter().zip(kernel.operand_lens()).filter_map(|(&r, n)| place(r, n)));
+                writes.extend(place(*dst, kernel.result_len()));
+                *cost = kernel.cost();
             }
             Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
@@ -293,11 +290,6 @@ impl Step {
                 writes.push(arena(*dst, m));
                 *cost = (n / 4) as u64;
             }
-            Step::ArgMax { src, dst, lanes: [outer, n, inner] } => {
-                reads.extend(place(*src, outer * n * inner));
-                writes.push(Place::Bytes(*dst, dst + 4 * outer * inner));
-                *cost = (outer * n * inner / 4) as u64;
-            }
             Step::Pool { x, grad, dst, xs, ys, first_max, .. } => {
                 let (nx, ny) = (xs.iter().product::<usize>(), ys.iter().product::<usize>());
                 match first_max {
@@ -310,7 +302,7 @@ impl Step {
             }
             Step::Window { srcs, src_lens, dst, window, .. } => {
                 reads.extend(srcs.iter().zip(src_lens).filter_map(|(&r, &n)| place(r, n)));
-                writes.push(arena(*dst, window.len));
+                writes.extend(place(*dst, window.len));
                 *cost = window.len as u64 / 4;
             }
             Step::Reshape { src, dst, ty } => {
@@ -321,13 +313,13 @@ impl Step {
             Step::Gather { params, ids, ids_ty, dst, dims: [outer, n, inner], .. } => {
                 let count = &ids_ty.numel();
                 reads.extend(place(*params, outer * n * inner).into_iter().chain(place(*ids, *count)));
-                writes.push(arena(*dst, outer * count * inner));
+                writes.extend(place(*dst, outer * count * inner));
                 *cost = (outer * count * inner / 4) as u64;
             }
             Step::ScatterAdd { ids, ids_ty, updates, dst, dims: [outer, dim, inner], .. } => {
                 let count = &ids_ty.numel();
                 reads.extend(place(*updates, outer * count * inner).into_iter().chain(place(*ids, *count)));
-                writes.push(arena(*dst, outer * dim * inner));
+                writes.extend(place(*dst, outer * dim * inner));
                 *cost = (outer * (count + dim) * inner / 2) as u64;
             }
             Step::Convert { src, dst, len, .. } => {
@@ -335,11 +327,10 @@ impl Step {
                 writes.extend(place(*dst, *len));
                 *cost = (*len / 4) as u64;
             }
-            Step::Transpose { src, dst, perm, wide, .. } => {
+            Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
-                // (`place` counts `f64` elements of a `Ref::Wide`.)
-                reads.extend(place(*src, if *wide { n / 2 } else { n }));
-                writes.push(arena(*dst, n));
+                reads.extend(place(*src, n));
+                writes.extend(place(*dst, n));
                 *cost = (n / 2) as u64;
             }
         }
@@ -370,7 +361,6 @@ impl Step {
                 let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
                 format!("reduce {op:?} {} over {axes:?}{from}", dims(shape))
             }
-            Step::ArgMax { lanes, .. } => format!("argmax {} along axis 1", dims(lanes)),
             Step::Pool { params, grad, xs, first_max, unread, .. } => {
                 let grad = if grad.is_some() { " grad" } else { "" };
                 let from = match (first_max.is_some(), unread) {
@@ -381,11 +371,7 @@ impl Step {
                 format!("{:?} pool{grad} {}{from}", params.kind, dims(xs))
             }
             Step::Transpose { shape, .. } => format!("transpose {}", dims(shape)),
-            Step::MatMul64 { batch, m, k, n, .. } => format!("f64 matmul {batch} x {m}x{k} @ {k}x{n}"),
-            Step::Reduce64 { op, shape, reduced, .. } => {
-                let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
-                format!("f64 reduce {op:?} {} over {axes:?}", dims(shape))
-            }
+            Step::Loop { dtype, kernel, .. } => kernel.label(*dtype),
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
             Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
             Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
