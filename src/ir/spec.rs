@@ -209,7 +209,7 @@ pub const FLOAT_UNARY: &[UnaryOp] = &[
 ];
 
 /// The integer unary ops with a code template (wrapping, as the interpreter's).
-pub const INT_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu];
+pub const INT_UNARY: &[UnaryOp] = &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Relu, UnaryOp::Sign];
 
 /// The integer binary ops with a code template (wrapping).
 pub const INT_BINARY: &[BinaryOp] =
@@ -372,7 +372,7 @@ impl Spec {
                     exprs.push((Expr::Iota { stride, size: ty.shape[*axis] }, kind));
                     exprs.len() - 1
                 }
-                Op::Random { ty, dist, seed } if computes_as_f32(ty.dtype) => {
+                Op::Random { ty, dist, seed } if computes_as_f32(ty.dtype) || ty.dtype == DType::F64 => {
                     // The counter is a scalar: read at every index.
                     let counter = match ins.first() {
                         Some(&c) => {
@@ -387,7 +387,8 @@ impl Spec {
                     if counter.is_none() && !ins.is_empty() {
                         return None;
                     }
-                    exprs.push((Expr::Random { dtype: ty.dtype, dist: *dist, seed: *seed, counter }, Kind::F32));
+                    let kind = if ty.dtype == DType::F64 { Kind::F64 } else { Kind::F32 };
+                    exprs.push((Expr::Random { dtype: ty.dtype, dist: *dist, seed: *seed, counter }, kind));
                     exprs.len() - 1
                 }
                 Op::Select => {

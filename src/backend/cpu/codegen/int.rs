@@ -30,6 +30,12 @@ impl Emitter<'_, '_> {
                 let zero = self.int_zero(x);
                 self.b.ins().smax(x, zero)
             }
+            // -1, 0 or 1: x clamped to [-1, 1].
+            UnaryOp::Sign => {
+                let (minus_one, one) = (self.int_const(x, -1), self.int_const(x, 1));
+                let low = self.b.ins().smax(x, minus_one);
+                self.b.ins().smin(low, one)
+            }
             _ => unreachable!("spec admits only the int unaries with templates"),
         }
     }
@@ -86,9 +92,14 @@ impl Emitter<'_, '_> {
 
     /// Zero of `x`'s integer type, in every lane.
     fn int_zero(&mut self, x: Value) -> Value {
+        self.int_const(x, 0)
+    }
+
+    /// `v` in the integer type of `x` (every lane in vector code).
+    fn int_const(&mut self, x: Value, v: i32) -> Value {
         match self.b.func.dfg.value_type(x) {
-            types::I64 => self.b.ins().iconst(types::I64, 0),
-            _ => self.i(0),
+            types::I64 => self.b.ins().iconst(types::I64, i64::from(v)),
+            _ => self.i(v),
         }
     }
 

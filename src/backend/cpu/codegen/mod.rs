@@ -410,7 +410,7 @@ fn body(
             Expr::Random { dtype, dist, seed, counter } => {
                 let index = e.b.ins().iadd(row_start, c);
                 let code = poly::random_code(dtype, dist, counter.is_some());
-                e.random(code, seed, counter.map(|x| values[x]), index)
+                e.random(code, seed, counter.map(|x| values[x]), index, *kind == Kind::F64)
             }
         };
         values.push(v);

@@ -73,10 +73,26 @@ pub extern "C" fn i64_to_f32_odd(v: i64) -> f32 {
 /// through before it is stored (linked as `tfc_random`): exactly the
 /// interpreter's (`tensor::random_at`, then `f32` rounding, or for a half
 /// dtype rounding to odd so that the kernel's half rounding is the
-/// interpreter's single one). `code` is `spec_code`'s; with a counter, the
-/// seed is derived from `seed` and the counter as `ir::random_seed` does,
-/// once per thread and counter value, not per element.
+/// interpreter's single one). `code` is `random_code`'s.
 pub extern "C" fn random(code: u32, seed: u64, counter: f32, index: u64) -> f32 {
+    let (dtype, v) = random_value(code, seed, counter, index);
+    match dtype {
+        crate::ir::DType::F32 => v as f32,
+        _ => crate::half::f64_to_f32_odd(v),
+    }
+}
+
+/// `random` for an `f64` stream (linked as `tfc_random_f64`): the
+/// interpreter's value itself.
+pub extern "C" fn random_f64(code: u32, seed: u64, counter: f32, index: u64) -> f64 {
+    random_value(code, seed, counter, index).1
+}
+
+/// The dtype `code` names and element `index` of its stream. With a
+/// counter, the seed is derived from `seed` and the counter as
+/// `ir::random_seed` does, once per thread and counter value, not per
+/// element.
+fn random_value(code: u32, seed: u64, counter: f32, index: u64) -> (crate::ir::DType, f64) {
     use crate::ir::{DType, Distribution};
     thread_local! {
         static DERIVED: std::cell::Cell<Option<(u64, u32, u64)>> = const { std::cell::Cell::new(None) };
@@ -93,12 +109,8 @@ pub extern "C" fn random(code: u32, seed: u64, counter: f32, index: u64) -> f32 
         }),
     };
     let dist = if code & 2 == 0 { Distribution::Uniform } else { Distribution::Normal };
-    let dtype = [DType::F32, DType::F16, DType::BF16][(code >> 2).min(2) as usize];
-    let v = crate::tensor::random_at(dtype, dist, seed, index);
-    match dtype {
-        DType::F32 => v as f32,
-        _ => crate::half::f64_to_f32_odd(v),
-    }
+    let dtype = [DType::F32, DType::F16, DType::BF16, DType::F64][(code >> 2).min(3) as usize];
+    (dtype, crate::tensor::random_at(dtype, dist, seed, index))
 }
 
 /// The `code` argument of `random` for a spec's `Expr::Random`.
@@ -106,6 +118,7 @@ pub fn random_code(dtype: crate::ir::DType, dist: crate::ir::Distribution, count
     let dtype = match dtype {
         crate::ir::DType::F16 => 1,
         crate::ir::DType::BF16 => 2,
+        crate::ir::DType::F64 => 3,
         _ => 0,
     };
     (dtype << 2) | (u32::from(dist == crate::ir::Distribution::Normal) << 1) | u32::from(counter)
@@ -124,6 +137,7 @@ pub enum Libm {
     F64Unary,
     F64Binary,
     Random,
+    RandomF64,
     /// Integer `/` and `^`, which can fail (module `fault`).
     IntFallible,
     /// An `f64`, and an integer, as the `f32` rounded to odd (`Expr::ToOddF32`).
@@ -132,13 +146,14 @@ pub enum Libm {
 }
 
 impl Libm {
-    pub const ALL: [Libm; 9] = [
+    pub const ALL: [Libm; 10] = [
         Libm::Pow,
         Libm::Sin,
         Libm::Cos,
         Libm::F64Unary,
         Libm::F64Binary,
         Libm::Random,
+        Libm::RandomF64,
         Libm::IntFallible,
         Libm::F64ToOdd,
         Libm::IntToOdd,
@@ -154,6 +169,7 @@ impl Libm {
             Libm::F64Unary => ("tfc_f64_unary", f64_unary as *const u8, &[I32, F64], F64),
             Libm::F64Binary => ("tfc_f64_binary", f64_binary as *const u8, &[I32, F64, F64], F64),
             Libm::Random => ("tfc_random", random as *const u8, &[I32, I64, F32, I64], F32),
+            Libm::RandomF64 => ("tfc_random_f64", random_f64 as *const u8, &[I32, I64, F32, I64], F64),
             Libm::IntFallible => {
                 let f = super::fault::int_fallible as *const u8;
                 ("tfc_int_fallible", f, &[I32, I64, I64, I64, I32, I64], I64)
@@ -250,9 +266,10 @@ impl<'a, 'b> Emitter<'a, 'b> {
 
     /// The inner positions `c` (`c, c+1, c+2, c+3` in a vector) as `f32`.
     /// Random values at flat indices `index..` (one per lane) by calling
-    /// `random` once per lane; `counter` is an `f32` (splat) expression.
-    pub fn random(&mut self, code: u32, seed: u64, counter: Option<Value>, index: Value) -> Value {
-        let func = self.support.calls[Libm::Random as usize];
+    /// `random` once per lane (`random_f64` for `f64` values, in scalar
+    /// code); `counter` is an `f32` (splat) expression.
+    pub fn random(&mut self, code: u32, seed: u64, counter: Option<Value>, index: Value, wide: bool) -> Value {
+        let func = self.support.calls[if wide { Libm::RandomF64 } else { Libm::Random } as usize];
         let code = self.b.ins().iconst(types::I32, i64::from(code));
         let seed = self.b.ins().iconst(types::I64, seed as i64);
         let zero = self.b.ins().f32const(0.0);

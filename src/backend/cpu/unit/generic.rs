@@ -2,7 +2,8 @@
 //! a unit's storage (`Step::Loop`): matrix products, reductions, `argmax`,
 //! convolutions and their two gradients, poolings and their gradients, for
 //! the element types the CPU backend has no faster kernel for (`i32`,
-//! `i64`, `f64`; and `argmax` of every type).
+//! `i64`, `f64`, and `bool` products, convolutions and max pools, which are
+//! or-of-ands and ors; and `argmax` of every type).
 //!
 //! Contract: [`Loop::run`] reads its operands and writes its result as
 //! slices of the value's element type and calls the slice function the
@@ -143,6 +144,10 @@ impl Loop {
     /// Nothing else writes `srcs` or touches `dst` meanwhile (the
     /// schedule's contract).
     pub(super) unsafe fn run(&self, mem: Mem, dtype: DType, srcs: &[Ref], dst: Ref) -> Result<(), Diagnostic> {
+        if dtype == DType::Bool {
+            // SAFETY: the caller's contract.
+            return unsafe { self.run_masks(mem, srcs, dst) };
+        }
         // SAFETY: the caller's contract.
         typed!(dtype, T => unsafe { self.run_as::<T>(mem, dtype, srcs, dst) })
     }
@@ -158,42 +163,74 @@ impl Loop {
         srcs: &[Ref],
         dst: Ref,
     ) -> Result<(), Diagnostic> {
+        // SAFETY (operands and result): the caller's contract.
+        let ins = unsafe { self.operands::<T>(mem, srcs)? };
+        let len = self.result_len();
+        if let Loop::ArgMax(lanes) = self {
+            // SAFETY: the caller's contract.
+            let out = unsafe { mem.elems_out::<i32>(dst, len)? };
+            crate::tensor::argmax_lanes(ins[0], *lanes, out);
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        self.compute(dtype, &ins, unsafe { mem.elems_out::<T>(dst, len)? })
+    }
+
+    /// `run` over `bool` values. The arena holds them as bytes, any nonzero
+    /// byte true (as `mem::read` reads them), so they are copied into
+    /// `bool`s, which must be 0 or 1, and the result is stored back as 0/1.
+    ///
+    /// # Safety
+    /// As for `run`.
+    unsafe fn run_masks(&self, mem: Mem, srcs: &[Ref], dst: Ref) -> Result<(), Diagnostic> {
+        // SAFETY (operands and result): the caller's contract.
+        let bytes = unsafe { self.operands::<u8>(mem, srcs)? };
+        let masks: Vec<Vec<bool>> = bytes.iter().map(|s| s.iter().map(|&b| b != 0).collect()).collect();
+        let mut out = vec![false; self.result_len()];
+        self.compute(DType::Bool, &masks.iter().map(Vec::as_slice).collect::<Vec<_>>(), &mut out)?;
+        // SAFETY: the caller's contract.
+        let dst = unsafe { mem.elems_out::<u8>(dst, out.len())? };
+        dst.iter_mut().zip(out).for_each(|(d, b)| *d = u8::from(b));
+        Ok(())
+    }
+
+    /// The operand slices, as `T`s, checked against `operand_lens`.
+    ///
+    /// # Safety
+    /// As for `run`.
+    unsafe fn operands<'a, T: Stored>(&self, mem: Mem<'a>, srcs: &[Ref]) -> Result<Vec<&'a [T]>, Diagnostic> {
         let lens = self.operand_lens();
         if srcs.len() != lens.len() {
             return Err(internal(format!("a native loop of {} operands given {}", lens.len(), srcs.len())));
         }
-        // SAFETY (operands and result): the caller's contract.
-        let ins = srcs.iter().zip(&lens).map(|(&r, &n)| unsafe { mem.elems::<T>(r, n) });
-        let ins = ins.collect::<Result<Vec<_>, _>>()?;
-        let len = self.result_len();
         // SAFETY: the caller's contract.
-        let out = || unsafe { mem.elems_out::<T>(dst, len) };
+        srcs.iter().zip(&lens).map(|(&r, &n)| unsafe { mem.elems::<T>(r, n) }).collect()
+    }
+
+    /// The loop itself over operand slices `ins`, writing `out` (all but
+    /// `argmax`, whose result is `i32`s whatever its operand's type).
+    fn compute<T: Elem>(&self, dtype: DType, ins: &[&[T]], out: &mut [T]) -> Result<(), Diagnostic> {
         match self {
-            Loop::ArgMax(lanes) => {
-                // SAFETY: the caller's contract.
-                let out = unsafe { mem.elems_out::<i32>(dst, len)? };
-                crate::tensor::argmax_lanes(ins[0], *lanes, out);
-            }
+            Loop::ArgMax(_) => return Err(internal("argmax computed into its operand's type")),
             Loop::MatMul(dims) => {
-                let out = out()?;
                 out.fill(T::zero());
                 crate::tensor::matmul_into(ins[0], ins[1], out, *dims);
             }
             Loop::Reduce { op, shape, reduced } => {
-                crate::backend::cpu::kernels::reduce::reduce(*op, ins[0], shape, reduced, out()?)?
+                crate::backend::cpu::kernels::reduce::reduce(*op, ins[0], shape, reduced, out)?
             }
             Loop::Conv { pass, params, shapes } => {
                 let (shapes, (a, b), p) = (shapes.each_ref().map(|s| s.as_slice()), (ins[0], ins[1]), *params);
                 match pass {
-                    ConvPass::Forward => crate::tensor::conv2d_into(a, b, shapes, p, out()?)?,
-                    ConvPass::GradInput => crate::tensor::conv2d_grad_input_into(a, b, shapes, p, out()?)?,
-                    ConvPass::GradFilter => crate::tensor::conv2d_grad_filter_into(a, b, shapes, p, out()?)?,
+                    ConvPass::Forward => crate::tensor::conv2d_into(a, b, shapes, p, out)?,
+                    ConvPass::GradInput => crate::tensor::conv2d_grad_input_into(a, b, shapes, p, out)?,
+                    ConvPass::GradFilter => crate::tensor::conv2d_grad_filter_into(a, b, shapes, p, out)?,
                 }
             }
-            Loop::Pool { params, xs, ys, grad: false } => crate::tensor::pool_slices(ins[0], xs, ys, *params, out()?)
+            Loop::Pool { params, xs, ys, grad: false } => crate::tensor::pool_slices(ins[0], xs, ys, *params, out)
                 .map_err(|e| e.diagnostic("avg_pool2d", dtype))?,
             Loop::Pool { params, xs, ys, grad: true } => {
-                crate::tensor::pool_grad_slices(ins[0], ins[1], xs, ys, *params, out()?)
+                crate::tensor::pool_grad_slices(ins[0], ins[1], xs, ys, *params, out)
                     .map_err(|e| e.diagnostic("avg_pool2d_grad", dtype))?
             }
         }

@@ -156,8 +156,8 @@ pub(super) fn index_op(g: &Graph, nodes: &[NodeId]) -> bool {
     }
 }
 
-/// A layout kernel that is one pooling or pooling gradient of `i32`, `i64`
-/// or `f64` values, as its generic loop (`generic_loop`).
+/// A layout kernel that is one pooling or pooling gradient of `i32`, `i64`,
+/// `f64` or `bool` values, as its generic loop (`generic_loop`).
 pub(super) fn generic_layout(g: &Graph, nodes: &[NodeId]) -> Option<(DType, Loop)> {
     let [n] = nodes else { return None };
     generic_loop(g, *n).filter(|(_, kernel)| matches!(kernel, Loop::Pool { .. }))
@@ -173,10 +173,11 @@ pub(super) fn float_conv(g: &Graph, n: NodeId) -> Option<Conv> {
 }
 
 /// A matmul, convolution (or gradient), pooling (or gradient) node `n` of
-/// `i32`, `i64` or `f64` values, as the generic loop that runs it
+/// `i32`, `i64`, `f64` or `bool` values, as the generic loop that runs it
 /// (`Step::Loop`), with its element type.
 pub(super) fn generic_loop(g: &Graph, n: NodeId) -> Option<(DType, Loop)> {
-    let dtype = generic_type(g, n)?;
+    let masks = g.node(n).ty.dtype == DType::Bool && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::Bool);
+    let dtype = generic_type(g, n).or(masks.then_some(DType::Bool))?;
     let node = g.node(n);
     let ins = g.inputs(n);
     let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
