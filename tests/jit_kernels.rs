@@ -199,6 +199,13 @@ fn polynomial_exp_is_accurate_to_2e_7() {
     let tiny = sweep(-104.0, -87.5, 10_001);
     let e = max_rel_error(UnaryOp::Exp, &tiny, 1.0);
     assert!(e <= 4.0 * 1.4e-45, "subnormal exp absolute error {e}");
+    // Below -104 the result is exactly +0 (a causal mask's -1e9 scores),
+    // computed without subnormal intermediates.
+    let mut g = Graph::new();
+    let x = slot(&mut g, 0, &[5]);
+    let y = add(&mut g, Op::Unary(UnaryOp::Exp), &[x]);
+    let (jit, _, _) = both(&g, &[x], &[vec![-104.01, -200.0, -1e9, f32::NEG_INFINITY, -f32::MAX]], &[y], y);
+    assert!(jit.iter().all(|v| v.to_bits() == 0), "{jit:?}");
 }
 
 #[test]

@@ -56,7 +56,8 @@ enum Command {
         /// A .tfl file to load first; its bindings stay available.
         file: Option<PathBuf>,
     },
-    /// Time the training steps of a program (one fixed batch reused).
+    /// Time the training steps and the inference (metrics over a dataset:
+    /// `evaluate`, `accuracy`, `mean_loss`) of a program, one fixed batch reused.
     Bench {
         /// The .tfl file.
         file: PathBuf,

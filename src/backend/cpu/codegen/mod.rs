@@ -70,6 +70,10 @@ impl Compiler {
         flags.set("opt_level", "speed").map_err(isa_error)?;
         flags.set("use_colocated_libcalls", "false").map_err(isa_error)?;
         flags.set("is_pic", "false").map_err(isa_error)?;
+        // Cranelift checks every function it is given; the test builds
+        // (debug assertions) keep that, release builds skip it (about a
+        // tenth of code generation).
+        flags.set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }).map_err(isa_error)?;
         let isa =
             cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
         let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
