@@ -21,7 +21,7 @@ mod rules;
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, Program};
 use builder::Builder;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// Gradients of `output` (weighted by `seed`, or ones when `None`) with
 /// respect to each node in `wrt`.
@@ -34,7 +34,7 @@ pub fn gradients(
     let order = g.topo_order();
     let active = active(g, &order, output, wrt);
 
-    let mut adjoint: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut adjoint: HashMap<NodeId, NodeId> = HashMap::default();
     if active.contains(&output) {
         let span = g.node(output).span;
         let mut b = Builder { g, span };
@@ -86,7 +86,7 @@ fn active(g: &Graph, order: &[NodeId], output: NodeId, wrt: &[NodeId]) -> HashSe
             from_wrt.insert(n);
         }
     }
-    let mut to_output: HashSet<NodeId> = HashSet::from([output]);
+    let mut to_output: HashSet<NodeId> = HashSet::from_iter([output]);
     for &n in order.iter().rev() {
         if to_output.contains(&n) {
             to_output.extend(g.inputs(n));
@@ -102,7 +102,7 @@ pub fn has_gradients(g: &Graph, output: NodeId, wrt: &[NodeId]) -> Vec<bool> {
     let active = active(g, &g.topo_order(), output, wrt);
     // Adjoints flow from `output` along active nodes only (every rule gives
     // an active operand its contribution).
-    let mut reached: HashSet<NodeId> = HashSet::new();
+    let mut reached: HashSet<NodeId> = HashSet::default();
     let mut stack: Vec<NodeId> = active.contains(&output).then_some(output).into_iter().collect();
     while let Some(n) = stack.pop() {
         if reached.insert(n) {

@@ -139,7 +139,7 @@ impl Graph {
     /// A deterministic topological order: among ready nodes, the smallest id
     /// goes first, so the order depends only on the graph, never on hashing.
     pub fn topo_order(&self) -> Vec<NodeId> {
-        let mut pending: std::collections::HashMap<NodeId, usize> = std::collections::HashMap::new();
+        let mut pending: rustc_hash::FxHashMap<NodeId, usize> = rustc_hash::FxHashMap::default();
         let mut ready = BinaryHeap::new();
         for id in self.graph.node_indices() {
             let n = self.graph.edges_directed(id, Direction::Incoming).count();

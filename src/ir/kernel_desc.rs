@@ -36,7 +36,7 @@ use super::graph::{Graph, NodeId};
 use super::op::{Op, PoolKind, ReduceOp};
 use super::spec::{Kind, Spec};
 use super::types::DType;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 /// What a kernel computes.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -279,7 +279,7 @@ pub fn split_anchor(g: &Graph, nodes: &[NodeId]) -> (Vec<NodeId>, Vec<NodeId>) {
         return (Vec::new(), nodes.to_vec());
     };
     let members: HashSet<NodeId> = nodes.iter().copied().collect();
-    let mut before: HashSet<NodeId> = HashSet::new();
+    let mut before: HashSet<NodeId> = HashSet::default();
     let mut stack = g.inputs(anchor);
     while let Some(n) = stack.pop() {
         if members.contains(&n) && before.insert(n) {

@@ -18,13 +18,13 @@
 use super::graph::{Graph, NodeId};
 use super::op::Op;
 use super::plan::Region;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// The nodes of `region` that depend on its input slots, in topological
 /// order (`rank` gives each node's position).
 pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec<NodeId> {
     let slots: HashSet<usize> = region.inputs.iter().map(|(s, _)| *s).collect();
-    let mut needed: HashSet<NodeId> = HashSet::new();
+    let mut needed: HashSet<NodeId> = HashSet::default();
     let mut stack: Vec<NodeId> = region.outputs.clone();
     while let Some(n) = stack.pop() {
         if g.contains(n) && needed.insert(n) {
@@ -33,7 +33,7 @@ pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec
     }
     let mut sorted: Vec<NodeId> = needed.into_iter().collect();
     sorted.sort_by_key(|n| rank.get(n).copied().unwrap_or(usize::MAX));
-    let mut vary: HashSet<NodeId> = HashSet::new();
+    let mut vary: HashSet<NodeId> = HashSet::default();
     let mut out = Vec::new();
     for n in sorted {
         let is_input = matches!(&g.node(n).op, Op::Slot { slot, .. } if slots.contains(slot));
@@ -49,10 +49,10 @@ pub fn varying(g: &Graph, region: &Region, rank: &HashMap<NodeId, usize>) -> Vec
 /// nodes it shares with earlier ones (see the module docs).
 pub fn unshare(g: &mut Graph, regions: &mut [&mut Region]) {
     let rank: HashMap<NodeId, usize> = g.topo_order().into_iter().enumerate().map(|(i, n)| (n, i)).collect();
-    let mut taken: HashSet<NodeId> = HashSet::new();
+    let mut taken: HashSet<NodeId> = HashSet::default();
     for region in regions.iter_mut() {
         let mine = varying(g, region, &rank);
-        let mut copy: HashMap<NodeId, NodeId> = HashMap::new();
+        let mut copy: HashMap<NodeId, NodeId> = HashMap::default();
         for &n in &mine {
             if !taken.contains(&n) {
                 continue;
@@ -81,7 +81,7 @@ mod tests {
     use crate::diag::Span;
     use crate::ir::plan::{Region, RegionId};
     use crate::ir::{DType, Graph, Op, TensorType, UnaryOp};
-    use std::collections::HashMap;
+    use rustc_hash::FxHashMap as HashMap;
 
     #[test]
     fn regions_sharing_a_slot_and_its_users_get_copies() {

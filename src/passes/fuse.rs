@@ -81,7 +81,8 @@ use crate::ir::compiled::{Compiled, CompiledUnit, Device, Kernel, KernelKind};
 use crate::ir::{Graph, NodeId, Op, Program};
 use crate::passes::units::{self, Unit};
 use crate::passes::PassCtx;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BTreeSet;
 
 /// How fusion treats a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +150,7 @@ fn classify(g: &Graph, nodes: &[NodeId]) -> Result<KernelKind, String> {
         };
     };
     // The prologue: members the anchor depends on (inside the kernel).
-    let mut before: HashSet<NodeId> = HashSet::new();
+    let mut before: HashSet<NodeId> = HashSet::default();
     let mut stack = g.inputs(a);
     while let Some(n) = stack.pop() {
         if members.contains(&n) && before.insert(n) {
@@ -212,7 +213,7 @@ impl Groups {
     /// rest of the graph for every candidate merge).
     fn path_through_other(&self, a: usize, b: usize) -> bool {
         let end = self.last[a].max(self.last[b]);
-        let mut seen: HashSet<usize> = HashSet::new();
+        let mut seen: HashSet<usize> = HashSet::default();
         let mut stack: Vec<usize> = vec![a, b];
         while let Some(x) = stack.pop() {
             for m in &self.members[x] {
@@ -260,7 +261,7 @@ fn unit_kernels(
 ) -> Result<Vec<Kernel>, String> {
     let rank: HashMap<NodeId, usize> = unit.nodes.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut by_group: Vec<(usize, Vec<NodeId>)> = Vec::new();
-    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut index: HashMap<usize, usize> = HashMap::default();
     for &n in &unit.nodes {
         let gr = group_of(n);
         let k = *index.entry(gr).or_insert_with(|| {
@@ -407,7 +408,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
             return Err(format!("unit `{}` is recorded as `{}`", unit.name, cu.name));
         }
         // A partition of the unit's nodes.
-        let mut kernel_of: HashMap<NodeId, usize> = HashMap::new();
+        let mut kernel_of: HashMap<NodeId, usize> = HashMap::default();
         for (k, kernel) in cu.kernels.iter().enumerate() {
             for &n in &kernel.nodes {
                 if let Some(other) = kernel_of.insert(n, k) {

@@ -93,7 +93,7 @@ use crate::ir::compiled::{Buffer, CompiledUnit, Device, KernelKind};
 use crate::ir::kernel_desc::Fusion;
 use crate::ir::{NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);
@@ -181,7 +181,7 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
     }
     let end = n.saturating_sub(1);
     let mut values = Vec::new();
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for &k in &order {
         let kernel = &u.kernels[k];
         if kernel.kind == KernelKind::Source {
@@ -304,7 +304,7 @@ fn same_layout(a: &TensorType, b: &TensorType) -> bool {
 /// reduction — e.g. the optimizer update fused after a gradient's matmul).
 fn reads_only_elementwise(p: &Program, u: &CompiledUnit, k: usize, input: NodeId, numel: usize) -> bool {
     let nodes = &u.kernels[k].nodes;
-    let mut tainted: HashSet<NodeId> = HashSet::from([input]);
+    let mut tainted: HashSet<NodeId> = HashSet::from_iter([input]);
     for &n in nodes {
         if p.graph.inputs(n).iter().any(|i| tainted.contains(i)) {
             let node = p.graph.node(n);

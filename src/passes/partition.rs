@@ -43,7 +43,7 @@ use crate::diag::Diagnostic;
 use crate::ir::compiled::{Compiled, CompiledUnit, Device, Kernel, KernelKind};
 use crate::ir::{DType, NodeId, Op, Program};
 use crate::passes::PassCtx;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);
@@ -201,7 +201,7 @@ impl KernelGraph {
     /// Like [`KernelGraph::new`] with the program's roots already computed.
     pub fn with_roots(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> KernelGraph {
         let n = u.kernels.len();
-        let mut kernel_of = HashMap::new();
+        let mut kernel_of = HashMap::default();
         for (k, kernel) in u.kernels.iter().enumerate() {
             for &node in &kernel.nodes {
                 kernel_of.entry(node).or_insert(k);
@@ -209,8 +209,8 @@ impl KernelGraph {
         }
         let mut preds: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut succs: Vec<Vec<usize>> = vec![Vec::new(); n];
-        let mut readers: HashMap<NodeId, Vec<usize>> = HashMap::new();
-        let mut live_out = HashSet::new();
+        let mut readers: HashMap<NodeId, Vec<usize>> = HashMap::default();
+        let mut live_out = HashSet::default();
         for (k, kernel) in u.kernels.iter().enumerate() {
             for &node in &kernel.nodes {
                 if !p.graph.contains(node) {
@@ -340,7 +340,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
     let Some(c) = &p.compiled else { return Err("the program has no kernels".into()) };
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
-    let mut covered: HashSet<NodeId> = HashSet::new();
+    let mut covered: HashSet<NodeId> = HashSet::default();
     for u in &c.units {
         let g = KernelGraph::with_roots(p, u, &roots);
         if g.topo().is_none() {

@@ -29,8 +29,9 @@ use crate::ir::compiled::CompiledUnit;
 use crate::ir::kernel_desc::Fusion;
 use crate::ir::{NodeId, Program};
 use crate::passes::PassCtx;
+use rustc_hash::FxHashSet as HashSet;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 
 pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     ensure_kernels(p);

@@ -12,7 +12,7 @@
 use super::splat_copies::is_splat;
 use crate::ir::plan::{Region, RegionId, Source, Transform};
 use crate::ir::{Effect, Graph, NodeId, Op, Program};
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// One graph that runs as a whole.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,7 +124,7 @@ pub fn units(p: &Program) -> Vec<Unit> {
     let rank: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
     let mut roots = p.clone();
     let roots: HashSet<NodeId> = roots.roots().into_iter().collect();
-    let mut owner: HashMap<NodeId, usize> = HashMap::new();
+    let mut owner: HashMap<NodeId, usize> = HashMap::default();
     let mut units = vec![Unit {
         name: "main".into(),
         region: None,

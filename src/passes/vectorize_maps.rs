@@ -31,7 +31,7 @@ use crate::diag::{Diagnostic, Span};
 use crate::ir::plan::{Dataset, Region, RegionId, Transform};
 use crate::ir::{BinaryOp, Effect, Graph, NodeId, Op, Program, TensorType};
 use crate::passes::PassCtx;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     let mut next_slot = max_slot(p) + 1;
@@ -137,7 +137,7 @@ fn batched_op(op: &Op, n: usize) -> Option<Op> {
 /// on them. Values that do not depend on the element are broadcast.
 fn batch_region(g: &mut Graph, element: &Region, n: usize, id: RegionId, next_slot: &mut usize) -> Option<Region> {
     let batched_ty = |t: &TensorType| TensorType::new(t.dtype, std::iter::once(n).chain(t.shape.clone()).collect());
-    let mut slots: HashMap<usize, (usize, TensorType)> = HashMap::new();
+    let mut slots: HashMap<usize, (usize, TensorType)> = HashMap::default();
     let inputs: Vec<(usize, TensorType)> = element
         .inputs
         .iter()
@@ -148,7 +148,7 @@ fn batch_region(g: &mut Graph, element: &Region, n: usize, id: RegionId, next_sl
             new
         })
         .collect();
-    let mut batched: HashMap<NodeId, NodeId> = HashMap::new();
+    let mut batched: HashMap<NodeId, NodeId> = HashMap::default();
     for id in varying_nodes(g, element) {
         let node = g.node(id).clone();
         let span = node.span;

@@ -69,7 +69,7 @@ impl CompiledRegion {
 pub struct Executor<'p> {
     pub program: &'p Program,
     /// Position of every node in one fixed topological order.
-    rank: HashMap<NodeId, usize>,
+    rank: rustc_hash::FxHashMap<NodeId, usize>,
     /// Values computed in the main context.
     pub values: Values,
     /// Values of slots filled by effects that already ran.
@@ -82,7 +82,7 @@ pub struct Executor<'p> {
     pub data_cache: super::pipeline::Caches,
     /// The nodes effects and plans read (`Program::roots`), found at the
     /// first region compiled.
-    roots: Option<HashSet<NodeId>>,
+    roots: Option<rustc_hash::FxHashSet<NodeId>>,
 }
 
 /// The state an executor carries from one run of a growing program to the
@@ -92,7 +92,7 @@ pub struct Executor<'p> {
 pub struct Memory {
     values: Values,
     slots: HashMap<usize, Tensor>,
-    rank: HashMap<NodeId, usize>,
+    rank: rustc_hash::FxHashMap<NodeId, usize>,
     /// The graph's node-id bound when this memory was taken: nodes added
     /// since have ids at or above it.
     bound: usize,

@@ -28,7 +28,7 @@
 use crate::ir::compiled::CompiledUnit;
 use crate::ir::{NodeId, Op, Program};
 use crate::tensor::Values;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 /// The estimated work (about an element or a multiply-add each) from which
 /// statements run on the backend: about a millisecond interpreted.
@@ -54,7 +54,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
     let units = p.compiled.as_ref().map(|c| c.units.as_slice()).unwrap_or_default();
     let main = units.iter().find(|u| u.region.is_none()).ok_or(Unplanned("the program has no plan"))?;
     let wanted: HashSet<NodeId> = needed.iter().copied().collect();
-    let mut index: HashMap<usize, usize> = HashMap::new();
+    let mut index: HashMap<usize, usize> = HashMap::default();
     let mut kernels = Vec::new();
     for (ki, k) in main.kernels.iter().enumerate() {
         let inside = k.nodes.iter().filter(|n| wanted.contains(n)).count();

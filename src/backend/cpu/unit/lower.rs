@@ -80,7 +80,7 @@ pub(super) struct Builder<'a> {
     /// How many table entries (`Ref::Table`) are given out.
     pub(super) tables: usize,
     /// The nodes of the unit.
-    pub(super) in_unit: HashSet<NodeId>,
+    pub(super) in_unit: rustc_hash::FxHashSet<NodeId>,
     /// The executor's values of nodes outside the unit.
     pub(super) values: &'a Values,
     /// Parts the plan names Adam's update that run as Cranelift code

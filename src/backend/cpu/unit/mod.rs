@@ -61,7 +61,7 @@ use crate::ir::{DType, NodeId, Op, Program, TensorType};
 use crate::tensor::{eval_node, Tensor, Values};
 use lower::{Builder, Lowering};
 use mem::{read, write, Line, Mem, State};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use step::Step;
@@ -112,7 +112,8 @@ impl JitUnit {
         threads: usize,
     ) -> Result<JitUnit, Diagnostic> {
         let g = &program.graph;
-        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let in_unit: rustc_hash::FxHashSet<NodeId> =
+            unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
         let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values, unfused: 0 };
         // Region inputs stay in the caller's tensors, so a new parameter the
         // plan writes over its input (`over_input`) gets its own place after
