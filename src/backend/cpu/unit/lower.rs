@@ -29,14 +29,16 @@
 //!   result to `f32` scratch, rounded into place after it (`native_result`,
 //!   `settle`), one `Step::Convert` each;
 //! - `i32` and `f64` values are compiled the same way (an `f64` kernel one
-//!   element at a time); `i32`, `i64` and `f64` matmuls, reductions,
-//!   convolutions (and their gradients), poolings (and their gradients) and
-//!   scatter-adds, and `argmax` of every type, run the interpreter's own
-//!   loops (`Step::Loop`, module `generic`, `generic_contraction`); a
-//!   transpose, slice, pad, concatenation or gather of any type moves words
-//!   of its elements' width (`stored_result`);
-//! - anything else (elementwise `i64` ops, ops without a code template)
-//!   runs node by node on the reference interpreter, so every program runs.
+//!   element at a time, as `i64` ones); `i32`, `i64` and `f64` matmuls,
+//!   reductions, convolutions (and their gradients), poolings (and their
+//!   gradients) and scatter-adds, `bool` matmuls, convolutions and pools,
+//!   and `argmax` of every type, run the interpreter's own loops
+//!   (`Step::Loop`, module `generic`, `generic_contraction`); a transpose,
+//!   slice, pad, concatenation or gather of any type moves words of its
+//!   elements' width (`stored_result`);
+//! - anything else (what `Spec::analyze` refuses: a `one_hot` of 2^24
+//!   classes or more, an `iota` along a longer axis) runs node by node on
+//!   the reference interpreter, so every program runs.
 //!
 //! Scratch (values a kernel keeps to itself) goes after the arena, placed
 //! so that sharing bytes adds no wait to the schedule (module `schedule`).
@@ -687,7 +689,7 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// One node of an `i32`, `i64` or `f64` kernel as the interpreter's
+    /// One node of an `i32`, `i64`, `f64` or `bool` kernel as the interpreter's
     /// generic loop (`generic_loop`, `Step::Loop`); `false` when its result
     /// has no place such a step writes.
     fn generic_step(&mut self, n: NodeId, reads: &[Place]) -> Result<bool, Diagnostic> {
@@ -700,7 +702,7 @@ impl<'a> Lowering<'a> {
         Ok(true)
     }
 
-    /// An `i32`, `i64` or `f64` pooling or pooling gradient: its generic loop.
+    /// An `i32`, `i64`, `f64` or `bool` pooling (or gradient): its generic loop.
     fn generic_layout(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let reads = self.outside(&k.nodes);
         if !self.generic_step(k.nodes[0], &reads)? {
@@ -710,8 +712,8 @@ impl<'a> Lowering<'a> {
         Ok(())
     }
 
-    /// An `i32`, `i64` or `f64` matmul or convolution (or gradient) with its
-    /// epilogue: the interpreter's loop (`Step::Loop`), the epilogue compiled.
+    /// An `i32`, `i64`, `f64` or `bool` matmul or convolution (or gradient)
+    /// with its epilogue: the interpreter's loop (`Step::Loop`), the epilogue compiled.
     fn generic_contraction(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let mm = k.nodes[0];
         let reads = self.outside(&k.nodes);

@@ -6,7 +6,8 @@
 //! or `f16`/`bf16`, which the native `f32` loops read widened and whose
 //! results they round once, as the interpreter does) of the shapes and
 //! parameters the native loops take; `i32`, `i64` and `f64` operands of one
-//! type, which run the interpreter's own generic loops (module `generic`);
+//! type (and `bool` products, convolutions and pools), which run the
+//! interpreter's own generic loops (module `generic`);
 //! layout copies of any type, which move bits. Anything else is compiled as
 //! a fused loop or interpreted.
 //!
@@ -24,11 +25,16 @@ use crate::ir::target::HostPart;
 use crate::ir::{DType, Graph, NodeId, Op, PoolKind};
 use crate::tensor::{scalar_for, ConvParams, PoolParams};
 
+/// The type of node `n` when all its operands are of that type too.
+fn one_type(g: &Graph, n: NodeId) -> Option<DType> {
+    let dtype = g.node(n).ty.dtype;
+    g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype).then_some(dtype)
+}
+
 /// Whether node `n` and all its operands are floats of one type that
 /// native `f32` loops compute (`spec::computes_as_f32`).
 fn one_float_type(g: &Graph, n: NodeId) -> bool {
-    let dtype = g.node(n).ty.dtype;
-    computes_as_f32(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)
+    one_type(g, n).is_some_and(computes_as_f32)
 }
 
 /// Whether values of `dtype` run the interpreter's own generic loops
@@ -40,8 +46,7 @@ fn generic(dtype: DType) -> bool {
 /// The type of node `n` when it and all its operands are of one type whose
 /// kernels run the interpreter's generic loops (`i32`, `i64`, `f64`).
 pub(super) fn generic_type(g: &Graph, n: NodeId) -> Option<DType> {
-    let dtype = g.node(n).ty.dtype;
-    (generic(dtype) && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == dtype)).then_some(dtype)
+    one_type(g, n).filter(|&dtype| generic(dtype))
 }
 
 /// A reduction (the last of `head`) that runs natively: over float values
@@ -126,7 +131,7 @@ pub(super) fn layout_window(g: &Graph, nodes: &[NodeId]) -> Option<Copies> {
     let [n] = nodes else { return None };
     let node = g.node(*n);
     let ins = g.inputs(*n);
-    let one_type = ins.iter().all(|&x| g.node(x).ty.dtype == node.ty.dtype);
+    let one_type = one_type(g, *n).is_some();
     let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
     match &node.op {
         Op::Slice { start, step, len } if one_type => Some(Copies::slice(&shape(0)?, start, step, len)),
@@ -176,8 +181,9 @@ pub(super) fn float_conv(g: &Graph, n: NodeId) -> Option<Conv> {
 /// `i32`, `i64`, `f64` or `bool` values, as the generic loop that runs it
 /// (`Step::Loop`), with its element type.
 pub(super) fn generic_loop(g: &Graph, n: NodeId) -> Option<(DType, Loop)> {
-    let masks = g.node(n).ty.dtype == DType::Bool && g.inputs(n).iter().all(|&i| g.node(i).ty.dtype == DType::Bool);
-    let dtype = generic_type(g, n).or(masks.then_some(DType::Bool))?;
+    // (`bool` has no reductions, and its products, convolutions and
+    // pools are or-of-ands and ors.)
+    let dtype = one_type(g, n).filter(|&dtype| generic(dtype) || dtype == DType::Bool)?;
     let node = g.node(n);
     let ins = g.inputs(n);
     let shape = |i: usize| ins.get(i).map(|&x| g.node(x).ty.shape.clone());
