@@ -102,28 +102,68 @@ impl Compiler {
 
     /// The native function of `spec`, compiled on first use.
     pub fn compile(&mut self, spec: &Spec) -> Result<KernelFn, String> {
-        let key = spec.signature();
-        if let Some(&f) = self.cache.get(&key) {
-            return Ok(f);
+        Ok(self.compile_all(std::slice::from_ref(spec))?[0])
+    }
+
+    /// The native functions of `specs`, in order, each compiled on first
+    /// use: the new ones (one per distinct signature) are built here, turned
+    /// into machine code side by side on the machine's cores (Cranelift
+    /// compiles each function on its own; the code does not depend on
+    /// which thread made it) and linked together.
+    pub fn compile_all(&mut self, specs: &[Spec]) -> Result<Vec<KernelFn>, String> {
+        let keys: Vec<String> = specs.iter().map(Spec::signature).collect();
+        let mut new: Vec<(usize, cranelift_module::FuncId, cranelift_codegen::ir::Function)> = Vec::new();
+        let mut building: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for (i, spec) in specs.iter().enumerate() {
+            if self.cache.contains_key(&keys[i]) || !building.insert(&keys[i]) {
+                continue;
+            }
+            let name = format!("k{}", self.cache.len() + new.len());
+            self.module.clear_context(&mut self.ctx);
+            self.build(spec);
+            let sig = self.ctx.func.signature.clone();
+            let id = self
+                .module
+                .declare_function(&name, Linkage::Local, &sig)
+                .map_err(|e| format!("cannot declare kernel {name}: {e}"))?;
+            self.ctx.func.name = UserFuncName::user(0, id.as_u32());
+            new.push((i, id, std::mem::replace(&mut self.ctx.func, cranelift_codegen::ir::Function::new())));
         }
-        let name = format!("k{}", self.cache.len());
         self.module.clear_context(&mut self.ctx);
-        self.build(spec);
-        let sig = self.ctx.func.signature.clone();
-        let id = self
-            .module
-            .declare_function(&name, Linkage::Local, &sig)
-            .map_err(|e| format!("cannot declare kernel {name}: {e}"))?;
-        self.ctx.func.name = UserFuncName::user(0, id.as_u32());
-        self.module.define_function(id, &mut self.ctx).map_err(|e| format!("cannot compile kernel {name}: {e:?}"))?;
-        self.module.clear_context(&mut self.ctx);
-        self.module.finalize_definitions().map_err(|e| format!("cannot link kernel {name}: {e}"))?;
-        let ptr = self.module.get_finalized_function(id);
-        // SAFETY: the function was built with exactly this signature (one
-        // pointer argument, no results) by `build`.
-        let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
-        self.cache.insert(key, f);
-        Ok(f)
+        let isa = self.module.isa();
+        let machine_code = |(i, id, func): (usize, cranelift_module::FuncId, cranelift_codegen::ir::Function)| {
+            let mut ctx = Context::for_function(func);
+            ctx.compile(isa, &mut cranelift_codegen::control::ControlPlane::default())
+                .map_err(|e| format!("cannot compile kernel k{}: {:?}", id.as_u32(), e.inner))?;
+            let code = ctx.compiled_code().ok_or("Cranelift kept no code")?;
+            let relocs: Vec<cranelift_module::ModuleReloc> = code
+                .buffer
+                .relocs()
+                .iter()
+                .map(|r| cranelift_module::ModuleReloc::from_mach_reloc(r, &ctx.func, id))
+                .collect();
+            let (bytes, align) = (code.code_buffer().to_vec(), u64::from(code.buffer.alignment));
+            Ok::<_, String>((i, id, bytes, align, relocs))
+        };
+        use rayon::prelude::*;
+        let compiled: Vec<_> = match new.len() {
+            0 | 1 => new.into_iter().map(machine_code).collect::<Result<_, _>>()?,
+            _ => new.into_par_iter().map(machine_code).collect::<Result<_, _>>()?,
+        };
+        for (_, id, bytes, align, relocs) in &compiled {
+            self.module
+                .define_function_bytes(*id, *align, bytes, relocs)
+                .map_err(|e| format!("cannot compile kernel k{}: {e}", id.as_u32()))?;
+        }
+        self.module.finalize_definitions().map_err(|e| format!("cannot link the kernels: {e}"))?;
+        for (i, id, ..) in compiled {
+            let ptr = self.module.get_finalized_function(id);
+            // SAFETY: `build` gave the function exactly `KernelFn`'s
+            // signature (four pointer-sized arguments, no results).
+            let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+            self.cache.insert(keys[i].clone(), f);
+        }
+        Ok(keys.iter().map(|k| self.cache[k]).collect())
     }
 
     /// The Cranelift IR of `spec`'s function, as compiled (before lowering).

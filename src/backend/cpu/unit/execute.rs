@@ -16,7 +16,7 @@
 use super::generic::typed;
 use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
-use super::step::{Arg, Ref, Step};
+use super::step::{Arg, Code, Ref, Step};
 use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
@@ -115,12 +115,15 @@ impl Step {
     /// or touches a place this step writes (the schedule's contract).
     pub(super) unsafe fn run(&self, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
         match self {
-            Step::Jit { f, args, rows, inner, fallible, .. } => {
+            Step::Jit { code, args, rows, inner, fallible, .. } => {
+                let Code::Ready(f) = *code else {
+                    return Err(internal("a compiled step runs before its kernel was compiled"));
+                };
                 let mut ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
                 if let Some(record) = fallible {
                     ptrs.push(std::ptr::from_ref(&record.faults).cast_mut().cast());
                 }
-                let (f, rows, inner) = (*f, *rows, *inner);
+                let (rows, inner) = (*rows, *inner);
                 let shared = Pointers(ptrs.as_ptr());
                 let threads = if rows * inner >= PARALLEL_MIN_ELEMENTS { threads } else { 1 };
                 in_ranges(rows, threads, |lo, hi| {

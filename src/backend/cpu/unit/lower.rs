@@ -53,8 +53,7 @@ use super::recognize::{
     float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul, is_max_pool_2x2,
     layout_transpose, layout_window, native_reduce, pooled_shape, table_reshape,
 };
-use super::step::{place, Arg, ConvPost, Fallible, InterpNode, Ref, Step};
-use crate::backend::cpu::codegen::KernelFn;
+use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, Step};
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
@@ -65,11 +64,6 @@ use crate::ir::spec::{computes_as_f32, Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
 use crate::tensor::{Tensor, Values};
 use std::collections::{HashMap, HashSet};
-
-/// Compiles `spec` on this thread's compiler.
-fn compile(spec: &Spec) -> Result<KernelFn, Diagnostic> {
-    crate::backend::cpu::with_compiler(|c| c.compile(spec)).map_err(internal)
-}
 
 /// Where the unit's values live while its steps are built.
 pub(super) struct Builder<'a> {
@@ -88,6 +82,9 @@ pub(super) struct Builder<'a> {
     /// Parts the plan names Adam's update that run as Cranelift code
     /// (`StepCounts::unfused`).
     pub(super) unfused: usize,
+    /// The specs of the compiled steps so far (`Code::Pending`), compiled
+    /// together when the steps are complete (`Lowering::finish`).
+    pub(super) pending: Vec<Spec>,
 }
 
 impl Builder<'_> {
@@ -248,7 +245,7 @@ impl Builder<'_> {
             let args = order.iter().map(|&i| args[i]).collect();
             let (rows, inner) = (spec.rows(), spec.inner);
             return Ok(Step::Jit {
-                f: crate::backend::cpu::kernels::adam::update_rows,
+                code: Code::Ready(crate::backend::cpu::kernels::adam::update_rows),
                 args,
                 loads,
                 rows,
@@ -257,12 +254,13 @@ impl Builder<'_> {
                 fallible: None,
             });
         }
-        let f = compile(spec)?;
+        let code = Code::Pending(self.pending.len());
+        self.pending.push(spec.clone());
         let sites: Vec<_> =
             spec.fallible.iter().map(|&(e, n)| (e, self.g.node(n).span, self.g.node(n).op.name())).collect();
         let fallible = (!sites.is_empty()).then(|| Box::new(Fallible { faults: Default::default(), sites }));
         let (loads, rows, inner) = (spec.loads.len(), spec.rows(), spec.inner);
-        Ok(Step::Jit { f, args, loads, rows, inner, kind: "fused", fallible })
+        Ok(Step::Jit { code, args, loads, rows, inner, kind: "fused", fallible })
     }
 }
 
@@ -423,7 +421,18 @@ impl<'a> Lowering<'a> {
     /// computes from the maxima (they need not be written), and returns the
     /// schedule of the steps and the floats the arena needs with its
     /// scratch.
-    pub(super) fn finish(&mut self) -> (Schedule, usize) {
+    /// The schedule and the scratch's end, once every compiled step has its
+    /// function: the unit's new kernels compile together here (on all
+    /// cores, module `codegen`), not one by one as the steps are built.
+    pub(super) fn finish(&mut self) -> Result<(Schedule, usize), Diagnostic> {
+        let specs = std::mem::take(&mut self.b.pending);
+        let functions = crate::backend::cpu::with_compiler(|c| c.compile_all(&specs)).map_err(internal)?;
+        for step in &mut self.steps {
+            if let Step::Jit { code: code @ Code::Pending(_), .. } = step {
+                let Code::Pending(i) = *code else { unreachable!("matched as pending") };
+                *code = Code::Ready(functions[i]);
+            }
+        }
         let g = self.b.g;
         for (node, &(_, _, at)) in &self.grads_from_maxima {
             let all = self.maxima_readers.get(node) == Some(&g.users(*node).len()) && !self.outputs.contains(node);
@@ -433,7 +442,7 @@ impl<'a> Lowering<'a> {
         }
         self.counts.unfused += std::mem::take(&mut self.b.unfused);
         self.sync();
-        (std::mem::take(&mut self.order).finish(), self.scratch.end())
+        Ok((std::mem::take(&mut self.order).finish(), self.scratch.end()))
     }
 
     /// Catches `order` up with `steps`.

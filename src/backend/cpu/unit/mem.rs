@@ -23,15 +23,109 @@ use crate::tensor::{Data, Tensor};
 #[repr(C, align(64))]
 pub(super) struct Line(pub(super) [f32; 16]);
 
+/// Plain data whose all-zero bytes are a valid value (zero).
+///
+/// # Safety
+/// Implement it only for types without references, niches or padding
+/// that a zero byte would make invalid.
+pub(super) unsafe trait ZeroBits: Copy {}
+// SAFETY: floats, integers and arrays of floats: zero bytes are 0.0 / 0.
+unsafe impl ZeroBits for Line {}
+unsafe impl ZeroBits for f32 {}
+unsafe impl ZeroBits for u64 {}
+
+/// `n` zeros in pages fresh from the operating system (an anonymous
+/// mapping), which it maps and zeroes on first touch.
+///
+/// Why not a `Vec`: writing zeros (or the allocator's `calloc`, which
+/// clears memory it reuses) touches every page of a 15 MB arena at
+/// preparation, a third of the transformer's; fresh pages cost nothing
+/// until a step writes them, and a part no step reaches costs nothing.
+pub(super) struct Zeroed<T: ZeroBits> {
+    ptr: std::ptr::NonNull<T>,
+    len: usize,
+}
+
+// SAFETY: `Zeroed` owns its pages like a `Vec` owns its buffer.
+unsafe impl<T: ZeroBits + Send> Send for Zeroed<T> {}
+unsafe impl<T: ZeroBits + Sync> Sync for Zeroed<T> {}
+
+impl<T: ZeroBits> Zeroed<T> {
+    /// `n` zeros, or an error naming what needed the bytes when the system
+    /// has no memory for them (instead of aborting the process).
+    pub(super) fn new(n: usize, what: &str) -> Result<Zeroed<T>, Diagnostic> {
+        let bytes = n.checked_mul(std::mem::size_of::<T>());
+        let out_of_memory = || {
+            Diagnostic::new(
+                crate::diag::Code::OutOfMemory,
+                format!(
+                    "cannot allocate the unit's {what}: {:.1} GB, out of memory",
+                    n as f64 * std::mem::size_of::<T>() as f64 / 1e9
+                ),
+            )
+        };
+        let bytes = bytes.ok_or_else(out_of_memory)?;
+        if bytes == 0 {
+            return Ok(Zeroed { ptr: std::ptr::NonNull::dangling(), len: 0 });
+        }
+        // SAFETY: a fresh private anonymous mapping (no address hint, no
+        // file); the result is checked below. Its pages are page-aligned,
+        // more than any `ZeroBits` type needs (a `Line`: 64 bytes), and
+        // zero, which is a valid `T`.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(out_of_memory());
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast::<T>()).ok_or_else(out_of_memory)?;
+        Ok(Zeroed { ptr, len: n })
+    }
+}
+
+impl<T: ZeroBits> std::ops::Deref for Zeroed<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `len` initialized values (zeros or what steps wrote).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: ZeroBits> std::ops::DerefMut for Zeroed<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` is the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: ZeroBits> Drop for Zeroed<T> {
+    fn drop(&mut self) {
+        let bytes = self.len * std::mem::size_of::<T>();
+        if bytes > 0 {
+            // SAFETY: the mapping `new` made, of exactly these bytes, unmapped
+            // once. A failure would leave the pages mapped (a leak, not
+            // unsoundness), so its result is not needed.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), bytes) };
+        }
+    }
+}
+
 pub(super) struct State {
-    pub(super) arena: Vec<Line>,
+    pub(super) arena: Zeroed<Line>,
     pub(super) table: Vec<Option<Tensor>>,
     /// The convolutions' scratch: an im2col block, or the direct kernels'
     /// padded source and flipped weights (`Conv::cols_len`).
-    pub(super) cols: Vec<f32>,
+    pub(super) cols: Zeroed<f32>,
     /// The first maxima that fused max pools record for their gradients
     /// (`ConvPost::first_max`).
-    pub(super) first_max: Vec<u64>,
+    pub(super) first_max: Zeroed<u64>,
 }
 
 /// The storage of one run as raw parts, so that the steps the schedule

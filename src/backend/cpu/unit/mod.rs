@@ -60,7 +60,7 @@ use crate::ir::compiled::{CompiledUnit, KernelKind};
 use crate::ir::{DType, NodeId, Op, Program, TensorType};
 use crate::tensor::{eval_node, Tensor, Values};
 use lower::{Builder, Lowering};
-use mem::{read, write, Line, Mem, State};
+use mem::{read, write, Mem, State, Zeroed};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -114,7 +114,16 @@ impl JitUnit {
         let g = &program.graph;
         let in_unit: rustc_hash::FxHashSet<NodeId> =
             unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
-        let mut b = Builder { g, loc: HashMap::new(), fixed: Vec::new(), tables: 0, in_unit, values, unfused: 0 };
+        let mut b = Builder {
+            g,
+            loc: HashMap::new(),
+            fixed: Vec::new(),
+            tables: 0,
+            in_unit,
+            values,
+            unfused: 0,
+            pending: Vec::new(),
+        };
         // Region inputs stay in the caller's tensors, so a new parameter the
         // plan writes over its input (`over_input`) gets its own place after
         // the planned arena; the runtime hands it back as an output.
@@ -187,7 +196,7 @@ impl JitUnit {
             lowering.kernel(&unit.kernels[ki])?;
         }
         kernel_of.resize(lowering.steps.len(), current);
-        let (schedule, floats) = lowering.finish();
+        let (schedule, floats) = lowering.finish()?;
         let Lowering { mut b, steps, mut counts, cols, first_max_end, interpreted_kernels, .. } = lowering;
         let steps_len = steps.len();
         // The steps' estimated work (about a nanosecond a unit): a small unit
@@ -197,10 +206,10 @@ impl JitUnit {
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = floats.div_ceil(16);
         let state = State {
-            arena: zeroed(lines, Line([0.0; 16]), "arena")?,
+            arena: Zeroed::new(lines, "arena")?,
             table: vec![None; b.tables],
-            cols: zeroed(cols, 0.0, "convolution columns")?,
-            first_max: zeroed(first_max_end, 0, "max-pool maxima")?,
+            cols: Zeroed::new(cols, "convolution columns")?,
+            first_max: Zeroed::new(first_max_end, "max-pool maxima")?,
         };
         counts.forks = schedule.forks();
         Ok(JitUnit {
@@ -335,19 +344,4 @@ impl JitUnit {
     fn state(&self) -> Result<MutexGuard<'_, State>, Diagnostic> {
         self.state.lock().map_err(|_| internal("a previous run of this unit panicked"))
     }
-}
-
-/// `n` copies of `zero`, or an error naming what needed the bytes when the
-/// system has no memory for them (instead of aborting the process).
-fn zeroed<T: Clone>(n: usize, zero: T, what: &str) -> Result<Vec<T>, Diagnostic> {
-    let mut v = Vec::new();
-    if v.try_reserve_exact(n).is_err() {
-        let bytes = n as f64 * std::mem::size_of::<T>() as f64;
-        return Err(Diagnostic::new(
-            crate::diag::Code::OutOfMemory,
-            format!("cannot allocate the unit's {what}: {:.1} GB, out of memory", bytes / 1e9),
-        ));
-    }
-    v.resize(n, zero);
-    Ok(v)
 }

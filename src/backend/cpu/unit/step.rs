@@ -78,6 +78,15 @@ pub(super) struct InterpNode {
     pub(super) out: Option<Ref>,
 }
 
+/// A compiled step's native function; `Pending` (the index of its spec
+/// among the unit's) only while the unit's steps are built: the unit's
+/// kernels compile together once all are known (`Lowering::finish`).
+#[derive(Clone, Copy)]
+pub(super) enum Code {
+    Ready(KernelFn),
+    Pending(usize),
+}
+
 /// One step of a prepared unit, in schedule order.
 pub(super) enum Step {
     /// A compiled loop nest; `args` are its `loads` loads then its outputs;
@@ -86,7 +95,7 @@ pub(super) enum Step {
     /// `fallible`: for a spec with ops that can fail, its record of
     /// failures, passed after the arguments (`codegen::fault`).
     Jit {
-        f: KernelFn,
+        code: Code,
         args: Vec<(Ref, usize)>,
         loads: usize,
         rows: usize,
