@@ -261,6 +261,60 @@ fn relu_max_min_and_sign_are_exact_on_special_values() {
     }
 }
 
+#[test]
+fn rounding_remainder_and_library_ops_are_bit_exact() {
+    // Halves (round to even), signed zeros, tiny and huge values, and the
+    // specials; `%` against divisors of both signs, zero and infinity.
+    let xs: Vec<f32> = [
+        0.5f32,
+        1.5,
+        2.5,
+        -0.5,
+        -1.5,
+        -2.5,
+        0.0,
+        -0.0,
+        1e-8,
+        -3e-30,
+        1e30,
+        -7.25,
+        8388609.0,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+    ]
+    .into_iter()
+    .chain((0..48).map(|i| (i as f32 - 24.0) * 0.37))
+    .collect();
+    let divisors: Vec<f32> =
+        xs.iter().enumerate().map(|(i, _)| [2.0f32, -2.0, 0.75, -0.3, 0.0, f32::INFINITY, -1e-3][i % 7]).collect();
+    let bits_equal = |a: &f32, b: &f32| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+    for op in [UnaryOp::Ceil, UnaryOp::Round, UnaryOp::Log1p, UnaryOp::Expm1, UnaryOp::Erf] {
+        let mut g = Graph::new();
+        let x = slot(&mut g, 0, &[xs.len()]);
+        let y = add(&mut g, Op::Unary(op), &[x]);
+        let (jit, interp, _) = both(&g, &[x], std::slice::from_ref(&xs), &[y], y);
+        for (i, (a, b)) in jit.iter().zip(&interp).enumerate() {
+            assert!(bits_equal(a, b), "{op:?}({}): jit {a} vs {b}", xs[i]);
+        }
+    }
+    let mut g = Graph::new();
+    let x = slot(&mut g, 0, &[xs.len()]);
+    let d = slot(&mut g, 1, &[xs.len()]);
+    let z = add(&mut g, Op::Binary(BinaryOp::Mod), &[x, d]);
+    let (jit, interp, _) = both(&g, &[x, d], &[xs.clone(), divisors.clone()], &[z], z);
+    for (i, (a, b)) in jit.iter().zip(&interp).enumerate() {
+        assert!(bits_equal(a, b), "{} % {}: jit {a} vs {b}", xs[i], divisors[i]);
+    }
+    // NumPy's `np.mod` on these float32 pairs: the sign of the divisor,
+    // a zero signed like it, NaN for a zero divisor, `x % inf` for x < 0 inf.
+    let numpy = [(1, -0.5f32), (2, 0.25), (5, f32::INFINITY), (6, -0.0), (7, 0.0)];
+    for (i, want) in numpy {
+        assert_eq!(interp[i].to_bits(), want.to_bits(), "{} % {}", xs[i], divisors[i]);
+    }
+    assert!(interp[4].is_nan(), "x % 0 is NaN");
+}
+
 /// The compiled kernel of `members -> out` over one input slot of `n`
 /// elements held at `input` (in the slot's storage), writing `out`'s
 /// storage to `output`.

@@ -72,7 +72,29 @@ pub(crate) fn vjp(
                     let t = b.mul(gy, s)?;
                     b.unary(U::Neg, t)?
                 }
-                U::Floor | U::Sign | U::Not => return Ok(vec![None]),
+                U::Log1p => {
+                    // d/dx log(1 + x) = 1 / (1 + x)
+                    let ty = b.ty(x);
+                    let ones = b.full(1.0, &ty)?;
+                    let d = b.binary(B::Add, ones, x)?;
+                    b.binary(B::Div, gy, d)?
+                }
+                U::Expm1 => {
+                    // d/dx (exp(x) - 1) = exp(x) = y + 1
+                    let ty = b.ty(y);
+                    let ones = b.full(1.0, &ty)?;
+                    let d = b.binary(B::Add, y, ones)?;
+                    b.mul(gy, d)?
+                }
+                U::Erf => {
+                    // d/dx erf(x) = 2/√π · exp(-x²)
+                    let x2 = b.mul(x, x)?;
+                    let nx2 = b.unary(U::Neg, x2)?;
+                    let e = b.unary(U::Exp, nx2)?;
+                    let t = b.mul(gy, e)?;
+                    b.scale(t, std::f64::consts::FRAC_2_SQRT_PI)?
+                }
+                U::Floor | U::Ceil | U::Round | U::Sign | U::Not => return Ok(vec![None]),
             };
             one(g)
         }
@@ -269,6 +291,19 @@ fn binary(
                 None
             };
             (gl, gr)
+        }
+        B::Mod => {
+            // l % r = l - floor(l / r)·r: d/dl = 1, d/dr = -floor(l / r)
+            // (almost everywhere; the jumps have measure zero).
+            let gr = if wanted[1] {
+                let q = b.binary(B::Div, l, r)?;
+                let q = b.unary(U::Floor, q)?;
+                let t = b.mul(gy, q)?;
+                Some(b.unary(U::Neg, t)?)
+            } else {
+                None
+            };
+            (Some(gy), gr)
         }
         B::Maximum | B::Minimum => {
             // The left operand wins ties, matching the forward choice.

@@ -23,6 +23,15 @@ pub enum UnaryOp {
     Cos,
     Floor,
     Sign,
+    Ceil,
+    /// To the nearest integer, halves to even (NumPy's `round`).
+    Round,
+    /// `log(1 + x)`, accurate for small `x`.
+    Log1p,
+    /// `exp(x) - 1`, accurate for small `x`.
+    Expm1,
+    /// The error function.
+    Erf,
     /// Logical not (bool only).
     Not,
 }
@@ -35,6 +44,9 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// The remainder of floor division, `a - floor(a / b) * b`, with the sign
+    /// of `b` (Python's and NumPy's `%`); integer `% 0` is a run-time error.
+    Mod,
     Pow,
     Maximum,
     Minimum,
@@ -272,6 +284,11 @@ impl Op {
                 UnaryOp::Cos => "cos",
                 UnaryOp::Floor => "floor",
                 UnaryOp::Sign => "sign",
+                UnaryOp::Ceil => "ceil",
+                UnaryOp::Round => "round",
+                UnaryOp::Log1p => "log1p",
+                UnaryOp::Expm1 => "expm1",
+                UnaryOp::Erf => "erf",
                 UnaryOp::Not => "not",
             },
             Op::Binary(b) => match b {
@@ -279,6 +296,7 @@ impl Op {
                 BinaryOp::Sub => "sub",
                 BinaryOp::Mul => "mul",
                 BinaryOp::Div => "div",
+                BinaryOp::Mod => "mod",
                 BinaryOp::Pow => "pow",
                 BinaryOp::Maximum => "maximum",
                 BinaryOp::Minimum => "minimum",

@@ -206,6 +206,11 @@ pub const FLOAT_UNARY: &[UnaryOp] = &[
     UnaryOp::Sign,
     UnaryOp::Sin,
     UnaryOp::Cos,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Log1p,
+    UnaryOp::Expm1,
+    UnaryOp::Erf,
 ];
 
 /// The integer unary ops with a code template (wrapping, as the interpreter's).
@@ -218,13 +223,21 @@ pub const INT_BINARY: &[BinaryOp] =
 /// The integer binary ops that can fail (floor division by zero, a
 /// negative power): compiled code computes them by the interpreter's own
 /// function and reports its error (`Spec::fallible`).
-pub const INT_FALLIBLE: &[BinaryOp] = &[BinaryOp::Div, BinaryOp::Pow];
+pub const INT_FALLIBLE: &[BinaryOp] = &[BinaryOp::Div, BinaryOp::Pow, BinaryOp::Mod];
 
 /// The `f32` arithmetic binary ops with a code template (`pow` calls the
 /// same libm `powf` the interpreter does, lane by lane, as `sin` and `cos`
 /// call theirs).
-pub const FLOAT_BINARY: &[BinaryOp] =
-    &[BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow];
+pub const FLOAT_BINARY: &[BinaryOp] = &[
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Maximum,
+    BinaryOp::Minimum,
+    BinaryOp::Pow,
+    BinaryOp::Mod,
+];
 
 impl Spec {
     /// The spec of `members` (in topological order) writing `outputs`, or

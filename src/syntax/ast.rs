@@ -300,6 +300,8 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
+    /// `%`: the remainder of floor division (the sign of the divisor).
+    Rem,
     Pow,
     MatMul,
     Eq,
@@ -319,6 +321,7 @@ impl BinaryOp {
             BinaryOp::Sub => "-",
             BinaryOp::Mul => "*",
             BinaryOp::Div => "/",
+            BinaryOp::Rem => "%",
             BinaryOp::Pow => "^",
             BinaryOp::MatMul => "@",
             BinaryOp::Eq => "==",

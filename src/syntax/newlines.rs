@@ -339,7 +339,23 @@ fn too_deep(span: Span, limit: usize, what: &str) -> Diagnostic {
 fn is_operator(text: &str) -> bool {
     matches!(
         text,
-        "+" | "-" | "*" | "/" | "^" | "@" | "==" | "!=" | "<" | "<=" | ">" | ">=" | "|>" | "." | "and" | "or" | "not"
+        "+" | "-"
+            | "*"
+            | "/"
+            | "%"
+            | "^"
+            | "@"
+            | "=="
+            | "!="
+            | "<"
+            | "<="
+            | ">"
+            | ">="
+            | "|>"
+            | "."
+            | "and"
+            | "or"
+            | "not"
     )
 }
 

@@ -18,7 +18,7 @@
 //!
 //! Example: `binary(BinaryOp::Div, i32 [-7], i32 [2])` is `[-4]`.
 
-use super::value::{array, array_from, floor_div, runtime, Data, Elem, FloorDivInt, OddF32, Tensor};
+use super::value::{array, array_from, floor_div, floor_mod, runtime, Data, Elem, FloorDivInt, OddF32, Tensor};
 use crate::diag::Diagnostic;
 use crate::ir::{BinaryOp, DType, UnaryOp};
 use ndarray::ArrayD;
@@ -32,12 +32,27 @@ trait Float: Elem + std::ops::Neg<Output = Self> + std::ops::Div<Output = Self> 
     fn sin(self) -> Self;
     fn cos(self) -> Self;
     fn floor(self) -> Self;
+    fn ceil(self) -> Self;
+    fn round_ties_even(self) -> Self;
+    fn ln_1p(self) -> Self;
+    fn exp_m1(self) -> Self;
+    fn erf(self) -> Self;
     fn abs(self) -> Self;
     fn powf(self, e: Self) -> Self;
+    /// The truncated remainder (C's `fmod`, Rust's `%`).
+    fn fmod(self, b: Self) -> Self;
+    fn copysign(self, sign: Self) -> Self;
+}
+
+// The C library's error function (std has none yet); glibc's are correct
+// to within an ulp or so.
+extern "C" {
+    fn erff(x: f32) -> f32;
+    fn erf(x: f64) -> f64;
 }
 
 macro_rules! float_impl {
-    ($t:ty) => {
+    ($t:ty, $erf:ident) => {
         impl Float for $t {
             fn exp(self) -> Self {
                 <$t>::exp(self)
@@ -60,18 +75,40 @@ macro_rules! float_impl {
             fn floor(self) -> Self {
                 <$t>::floor(self)
             }
+            fn ceil(self) -> Self {
+                <$t>::ceil(self)
+            }
+            fn round_ties_even(self) -> Self {
+                <$t>::round_ties_even(self)
+            }
+            fn ln_1p(self) -> Self {
+                <$t>::ln_1p(self)
+            }
+            fn exp_m1(self) -> Self {
+                <$t>::exp_m1(self)
+            }
+            fn erf(self) -> Self {
+                // SAFETY: a pure libm function of one float.
+                unsafe { $erf(self) }
+            }
             fn abs(self) -> Self {
                 <$t>::abs(self)
             }
             fn powf(self, e: Self) -> Self {
                 <$t>::powf(self, e)
             }
+            fn fmod(self, b: Self) -> Self {
+                self % b
+            }
+            fn copysign(self, sign: Self) -> Self {
+                <$t>::copysign(self, sign)
+            }
         }
     };
 }
 
-float_impl!(f32);
-float_impl!(f64);
+float_impl!(f32, erff);
+float_impl!(f64, erf);
 
 /// Integer operations the unary and binary ops need.
 trait Int: Elem + FloorDivInt + Ord {
@@ -156,6 +193,18 @@ pub fn f64_binary(op: BinaryOp) -> Option<fn(f64, f64) -> f64> {
     float_binary_fn(op)
 }
 
+/// What `op` computes on one `f32` (`None`: not a float op): what compiled
+/// code calls for the ops it has no inline template for (`log1p`, `expm1`,
+/// `erf`).
+pub fn f32_unary(op: UnaryOp) -> Option<fn(f32) -> f32> {
+    float_unary(op)
+}
+
+/// What arithmetic `op` computes on two `f32`s, as `f32_unary` (`%`).
+pub fn f32_binary(op: BinaryOp) -> Option<fn(f32, f32) -> f32> {
+    float_binary_fn(op)
+}
+
 fn float_unary<T: Float>(op: UnaryOp) -> Option<fn(T) -> T> {
     let f: fn(T) -> T = match op {
         UnaryOp::Neg => |x: T| -x,
@@ -170,6 +219,11 @@ fn float_unary<T: Float>(op: UnaryOp) -> Option<fn(T) -> T> {
         UnaryOp::Sin => |x: T| x.sin(),
         UnaryOp::Cos => |x: T| x.cos(),
         UnaryOp::Floor => |x: T| x.floor(),
+        UnaryOp::Ceil => |x: T| x.ceil(),
+        UnaryOp::Round => |x: T| x.round_ties_even(),
+        UnaryOp::Log1p => |x: T| x.ln_1p(),
+        UnaryOp::Expm1 => |x: T| x.exp_m1(),
+        UnaryOp::Erf => |x: T| x.erf(),
         UnaryOp::Sign => |x: T| {
             if x > T::zero() {
                 T::one()
@@ -246,11 +300,26 @@ fn float_binary_fn<T: Float>(op: BinaryOp) -> Option<fn(T, T) -> T> {
         BinaryOp::Mul => |a: T, b: T| a.mul(b),
         BinaryOp::Div => |a: T, b: T| a / b,
         BinaryOp::Pow => |a: T, b: T| a.powf(b),
+        BinaryOp::Mod => float_mod,
         BinaryOp::Maximum => |a: T, b: T| a.max_nan(b),
         BinaryOp::Minimum => |a: T, b: T| a.min_nan(b),
         _ => return None,
     };
     Some(f)
+}
+
+/// `a % b` as NumPy's `mod` (Python's `%` on floats): the truncated
+/// remainder moved by `b` when its sign differs from `b`'s, and a zero
+/// remainder signed like `b`; `x % 0` is NaN, `x % ±inf` is `x` or `±inf`.
+fn float_mod<T: Float>(a: T, b: T) -> T {
+    let r = a.fmod(b);
+    if r == T::zero() {
+        r.copysign(b)
+    } else if (r < T::zero()) != (b < T::zero()) {
+        r.add(b)
+    } else {
+        r
+    }
 }
 
 fn int_binary<T: Int>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<ArrayD<T>, Diagnostic> {
@@ -260,19 +329,20 @@ fn int_binary<T: Int>(op: BinaryOp, x: &ArrayD<T>, y: &ArrayD<T>) -> Result<Arra
         BinaryOp::Mul => zip_map(x, y, |a, b| Ok(a.mul(b))),
         BinaryOp::Maximum => zip_map(x, y, |a, b| Ok(a.max(b))),
         BinaryOp::Minimum => zip_map(x, y, |a, b| Ok(a.min(b))),
-        BinaryOp::Div | BinaryOp::Pow => zip_map(x, y, |a, b| checked_int_binary(op, a, b)),
+        BinaryOp::Div | BinaryOp::Pow | BinaryOp::Mod => zip_map(x, y, |a, b| checked_int_binary(op, a, b)),
         _ => Err(unsupported(op_name_b(op), DType::I32)),
     }
 }
 
-/// `a / b` (floor division) or `a ^ b` on integers, the two integer ops
-/// that can fail: division by zero and a negative power are run-time
-/// errors (E0402).
+/// `a / b` (floor division), `a % b` or `a ^ b` on integers, the integer
+/// ops that can fail: division or modulo by zero and a negative power are
+/// run-time errors (E0402).
 fn checked_int_binary<T: Int>(op: BinaryOp, a: T, b: T) -> Result<T, Diagnostic> {
     match op {
         BinaryOp::Div => {
             floor_div(a, b).ok_or_else(|| runtime(format!("integer division by zero ({} / 0)", a.as_i64())))
         }
+        BinaryOp::Mod => floor_mod(a, b).ok_or_else(|| runtime(format!("integer modulo by zero ({} % 0)", a.as_i64()))),
         BinaryOp::Pow => {
             let e = u64::try_from(b.as_i64())
                 .map_err(|_| runtime(format!("integer {} raised to the negative power {}", a.as_i64(), b.as_i64())))?;

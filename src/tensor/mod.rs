@@ -47,12 +47,12 @@ pub mod shape_ops;
 mod testutil;
 
 pub use creation::random_at;
-pub use elementwise::{f64_binary, f64_unary, fallible_int_binary};
+pub use elementwise::{f32_binary, f32_unary, f64_binary, f64_unary, fallible_int_binary};
 pub use linalg::{conv2d_grad_filter_into, conv2d_grad_input_into, conv2d_into, matmul_into, ConvParams};
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use reduce::{argmax_lanes, mean_error};
 pub(crate) use value::with_dtype;
-pub use value::{scalar_for, unravel, Data, Elem, FromScalar, Tensor};
+pub use value::{floor_div, floor_mod, scalar_for, unravel, Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, TensorType};

@@ -333,11 +333,28 @@ where
     }
 }
 
-/// The integer operations `floor_div` needs.
+/// The remainder of [`floor_div`] (NumPy `mod`, Python `%`): it has the
+/// sign of `b`, and `floor_div(a, b) * b + floor_mod(a, b) == a`; `None`
+/// for a zero `b`. `MIN % -1` is 0.
+pub fn floor_mod<T>(a: T, b: T) -> Option<T>
+where
+    T: Copy + PartialOrd + PartialEq + FloorDivInt,
+{
+    if b == T::ZERO {
+        return None;
+    }
+    let r = a.wrapping_rem_(b);
+    // A truncated remainder of the other sign moves by one `b` (it cannot
+    // overflow: |r| < |b| and they differ in sign).
+    Some(if r != T::ZERO && ((r < T::ZERO) != (b < T::ZERO)) { r.wrapping_add_(b) } else { r })
+}
+
+/// The integer operations `floor_div` and `floor_mod` need.
 pub trait FloorDivInt: Sized {
     const ZERO: Self;
     fn wrapping_div_(self, b: Self) -> Self;
     fn wrapping_rem_(self, b: Self) -> Self;
+    fn wrapping_add_(self, b: Self) -> Self;
     fn wrapping_sub_one(self) -> Self;
 }
 
@@ -350,6 +367,9 @@ macro_rules! floor_div_int {
             }
             fn wrapping_rem_(self, b: Self) -> Self {
                 self.wrapping_rem(b)
+            }
+            fn wrapping_add_(self, b: Self) -> Self {
+                self.wrapping_add(b)
             }
             fn wrapping_sub_one(self) -> Self {
                 self.wrapping_sub(1)
@@ -620,6 +640,13 @@ mod tests {
         assert_eq!(floor_div(-6, 2), Some(-3));
         assert_eq!(floor_div(i32::MIN, -1), Some(i32::MIN));
         assert_eq!(floor_div(1i64, 0), None);
+        assert_eq!(floor_mod(7, 3), Some(1));
+        assert_eq!(floor_mod(-7, 3), Some(2));
+        assert_eq!(floor_mod(7, -3), Some(-2));
+        assert_eq!(floor_mod(-7, -3), Some(-1));
+        assert_eq!(floor_mod(-6, 3), Some(0));
+        assert_eq!(floor_mod(i32::MIN, -1), Some(0));
+        assert_eq!(floor_mod(5i64, 0), None);
     }
 
     #[test]

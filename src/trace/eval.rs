@@ -74,23 +74,7 @@ impl Tracer<'_> {
     /// The span of the operator token of `a op b`, found in the source text
     /// between the operands (the AST keeps only the whole expression's span).
     fn operator_span(&self, op: ast::BinaryOp, a: Span, b: Span) -> Option<Span> {
-        use ast::BinaryOp as A;
-        let symbol = match op {
-            A::Add => "+",
-            A::Sub => "-",
-            A::Mul => "*",
-            A::Div => "/",
-            A::Pow => "^",
-            A::MatMul => "@",
-            A::Eq => "==",
-            A::Ne => "!=",
-            A::Lt => "<",
-            A::Le => "<=",
-            A::Gt => ">",
-            A::Ge => ">=",
-            A::And => "and",
-            A::Or => "or",
-        };
+        let symbol = op.symbol();
         if a.file != b.file || a.end > b.start {
             return None;
         }
@@ -208,6 +192,7 @@ impl Tracer<'_> {
             A::Sub => BinaryOp::Sub,
             A::Mul => BinaryOp::Mul,
             A::Div => BinaryOp::Div,
+            A::Rem => BinaryOp::Mod,
             A::Pow => BinaryOp::Pow,
             A::Eq => BinaryOp::Eq,
             A::Ne => BinaryOp::Ne,
@@ -386,6 +371,9 @@ fn fold_unary(op: UnaryOp, x: f64) -> Option<f64> {
             } else {
                 0.0
             }
+        }
+        UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Erf => {
+            crate::tensor::f64_unary(op)?(x)
         }
         UnaryOp::Not => return None,
     })

@@ -307,6 +307,7 @@ fn binary_symbol(op: BinaryOp) -> &'static str {
         BinaryOp::Sub => "`-`",
         BinaryOp::Mul => "`*`",
         BinaryOp::Div => "`/`",
+        BinaryOp::Mod => "`%`",
         BinaryOp::Pow => "`^`",
         BinaryOp::Maximum => "`maximum`",
         BinaryOp::Minimum => "`minimum`",
@@ -334,6 +335,7 @@ fn fold_numbers(op: BinaryOp, a: &Value, b: &Value) -> Option<Result<Value, Stri
                 Mul => x.checked_mul(y).map(Value::Int).ok_or("integer overflow".to_string()),
                 Div if y == 0 => Err("division by zero".to_string()),
                 Div => Ok(Value::Float(x as f64 / y as f64)),
+                Mod => crate::tensor::floor_mod(x, y).map(Value::Int).ok_or("modulo by zero".to_string()),
                 // A non-negative power of an int is an int, or an overflow
                 // (as `+`, `-` and `*`); a negative power is a float.
                 Pow if y >= 0 => match x {
@@ -365,6 +367,7 @@ fn fold_numbers(op: BinaryOp, a: &Value, b: &Value) -> Option<Result<Value, Stri
                 Sub => Value::Float(x - y),
                 Mul => Value::Float(x * y),
                 Div => Value::Float(x / y),
+                Mod => Value::Float(crate::tensor::f64_binary(Mod).map_or(f64::NAN, |f| f(x, y))),
                 Pow => Value::Float(x.powf(y)),
                 Maximum => Value::Float(x.max(y)),
                 Minimum => Value::Float(x.min(y)),

@@ -3,7 +3,7 @@
 //! Contract: the grammar hands over an `expr` as a flat sequence
 //! `prefix* primary postfix* (infix prefix* primary postfix*)*`; this module
 //! applies the precedence table of LANGUAGE.md §4 with a Pratt loop:
-//! `^` (right-assoc) > unary `-`/`not` > `@` > `* /` > `+ -` > comparisons >
+//! `^` (right-assoc) > unary `-`/`not` > `@` > `* / %` > `+ -` > comparisons >
 //! `and` > `or` > `|>`, all binary operators but `^` left-associative.
 //! Recursion depth is bounded by the pre-pass (`MAX_OPERATOR_DEPTH`).
 //!
@@ -39,7 +39,7 @@ fn binding(op: Infix) -> (u8, u8) {
         Infix::Binary(And) => 3,
         Infix::Binary(Eq | Ne | Lt | Le | Gt | Ge) => 4,
         Infix::Binary(Add | Sub) => 5,
-        Infix::Binary(Mul | Div) => 6,
+        Infix::Binary(Mul | Div | Rem) => 6,
         Infix::Binary(MatMul) => 7,
         Infix::Binary(Pow) => return (19, 18),
     };
@@ -62,6 +62,7 @@ fn infix_op(rule: Rule) -> Option<Infix> {
         Rule::sub => Sub,
         Rule::mul => Mul,
         Rule::div => Div,
+        Rule::rem => Rem,
         Rule::matmul => MatMul,
         Rule::pow => Pow,
         _ => return None,

@@ -32,7 +32,13 @@ const TABLE: &[(&str, &[&str])] = &[
     ("sin", &["x"]),
     ("cos", &["x"]),
     ("floor", &["x"]),
+    ("ceil", &["x"]),
+    ("round", &["x"]),
+    ("log1p", &["x"]),
+    ("expm1", &["x"]),
+    ("erf", &["x"]),
     ("sign", &["x"]),
+    ("floor_div", &["a", "b"]),
     ("maximum", &["a", "b"]),
     ("minimum", &["a", "b"]),
     ("pow", &["a", "b"]),
@@ -136,6 +142,11 @@ fn unary_of(name: &str) -> Option<UnaryOp> {
         "sin" => UnaryOp::Sin,
         "cos" => UnaryOp::Cos,
         "floor" => UnaryOp::Floor,
+        "ceil" => UnaryOp::Ceil,
+        "round" => UnaryOp::Round,
+        "log1p" => UnaryOp::Log1p,
+        "expm1" => UnaryOp::Expm1,
+        "erf" => UnaryOp::Erf,
         "sign" => UnaryOp::Sign,
         _ => return None,
     })
@@ -159,6 +170,7 @@ impl Tracer<'_> {
                 let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
                 self.binary(op, (&x, xs), (&y, ys), span)
             }
+            "floor_div" => self.floor_div(&a),
             "where" => self.select(&a),
             "cast" => {
                 let x = self.arg_tensor(&a, 0, None)?;
@@ -189,6 +201,25 @@ impl Tracer<'_> {
             "save" | "load" => self.checkpoint_builtin(&a),
             "evaluate" => self.evaluate_builtin(&a),
             _ => self.data_builtin(&a),
+        }
+    }
+
+    /// `floor_div(a, b)`: `floor(a / b)`, Python's `//`. Integer tensors
+    /// divide so already (`/`); two ints give an int; anything else is the
+    /// float quotient, floored.
+    fn floor_div(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let (x, xs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor or a number"))?;
+        let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor or a number"))?;
+        if let (Value::Int(p), Value::Int(q)) = (&x, &y) {
+            return match crate::tensor::floor_div(*p, *q) {
+                Some(r) => Ok(Value::Int(r)),
+                None => Err(a.bad_value(1, "division by zero".to_string())),
+            };
+        }
+        let q = self.binary(BinaryOp::Div, (&x, xs), (&y, ys), a.span)?;
+        match &q {
+            Value::Tensor(_, ty) if !ty.dtype.is_float() => Ok(q),
+            _ => self.unary_op(UnaryOp::Floor, &q, a.span, a.span),
         }
     }
 

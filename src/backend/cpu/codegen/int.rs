@@ -171,12 +171,8 @@ impl Emitter<'_, '_> {
             UnaryOp::Neg => self.b.ins().fneg(x),
             UnaryOp::Abs => self.b.ins().fabs(x),
             UnaryOp::Sqrt => self.b.ins().sqrt(x),
-            _ => {
-                // (Any other op is NaN: `Spec::analyze` admits none.)
-                let at = FLOAT_UNARY.iter().position(|&u| u == op).map_or(-1, |i| i as i64);
-                let code = self.b.ins().iconst(types::I32, at);
-                self.call(Libm::F64Unary, &[code, x])
-            }
+            // (Any other op is NaN: `Spec::analyze` admits none.)
+            _ => self.call_op(Libm::F64Unary, FLOAT_UNARY, op, &[x]),
         }
     }
 
@@ -188,11 +184,7 @@ impl Emitter<'_, '_> {
             BinaryOp::Sub => self.b.ins().fsub(x, y),
             BinaryOp::Mul => self.b.ins().fmul(x, y),
             BinaryOp::Div => self.b.ins().fdiv(x, y),
-            _ => {
-                let at = FLOAT_BINARY.iter().position(|&b| b == op).map_or(-1, |i| i as i64);
-                let code = self.b.ins().iconst(types::I32, at);
-                self.call(Libm::F64Binary, &[code, x, y])
-            }
+            _ => self.call_op(Libm::F64Binary, FLOAT_BINARY, op, &[x, y]),
         }
     }
 

@@ -14,7 +14,8 @@
 //!
 //! `pow`, `sin` and `cos` are no polynomials: they call [`powf`],
 //! [`sinf`], [`cosf`] (Rust's `f32` methods, libm's, exactly what the
-//! interpreter computes) once per lane.
+//! interpreter computes) once per lane; `log1p`, `expm1`, `erf` and `%`
+//! call the interpreter's own function ([`f32_unary`], [`f32_binary`]).
 //!
 //! Masks (comparison results that stay inside a kernel) are `i8` 0/1 in
 //! scalar code and all-ones/all-zeros `I32X4` lanes in vector code.
@@ -42,6 +43,21 @@ pub extern "C" fn sinf(x: f32) -> f32 {
 /// `cos x` as the interpreter computes it (linked as `tfc_cosf`).
 pub extern "C" fn cosf(x: f32) -> f32 {
     x.cos()
+}
+
+/// `f32` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
+/// interpreter's own function (linked as `tfc_f32_unary`): the ops with no
+/// inline template (`log1p`, `expm1`, `erf`).
+pub extern "C" fn f32_unary(op: u32, x: f32) -> f32 {
+    let f = crate::ir::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f32_unary(u));
+    f.map_or(f32::NAN, |f| f(x))
+}
+
+/// `f32` binary op number `op` of `spec::FLOAT_BINARY` on `x` and `y`, by
+/// the interpreter's own function (linked as `tfc_f32_binary`; `%`).
+pub extern "C" fn f32_binary(op: u32, x: f32, y: f32) -> f32 {
+    let f = crate::ir::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f32_binary(b));
+    f.map_or(f32::NAN, |f| f(x, y))
 }
 
 /// `f64` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
@@ -134,6 +150,9 @@ pub enum Libm {
     Pow,
     Sin,
     Cos,
+    /// `log1p`, `expm1`, `erf` and `%` on `f32`s (the op's index first).
+    F32Unary,
+    F32Binary,
     F64Unary,
     F64Binary,
     Random,
@@ -146,10 +165,12 @@ pub enum Libm {
 }
 
 impl Libm {
-    pub const ALL: [Libm; 10] = [
+    pub const ALL: [Libm; 12] = [
         Libm::Pow,
         Libm::Sin,
         Libm::Cos,
+        Libm::F32Unary,
+        Libm::F32Binary,
         Libm::F64Unary,
         Libm::F64Binary,
         Libm::Random,
@@ -166,6 +187,8 @@ impl Libm {
             Libm::Pow => ("tfc_powf", powf as *const u8, &[F32, F32], F32),
             Libm::Sin => ("tfc_sinf", sinf as *const u8, &[F32], F32),
             Libm::Cos => ("tfc_cosf", cosf as *const u8, &[F32], F32),
+            Libm::F32Unary => ("tfc_f32_unary", f32_unary as *const u8, &[I32, F32], F32),
+            Libm::F32Binary => ("tfc_f32_binary", f32_binary as *const u8, &[I32, F32, F32], F32),
             Libm::F64Unary => ("tfc_f64_unary", f64_unary as *const u8, &[I32, F64], F64),
             Libm::F64Binary => ("tfc_f64_binary", f64_binary as *const u8, &[I32, F64, F64], F64),
             Libm::Random => ("tfc_random", random as *const u8, &[I32, I64, F32, I64], F32),
@@ -204,14 +227,30 @@ impl<'a, 'b> Emitter<'a, 'b> {
 
     /// `f(args)` by calling the `Libm` function, once per lane of a vector.
     pub(super) fn call(&mut self, f: Libm, args: &[Value]) -> Value {
+        self.call_with(f, &[], args)
+    }
+
+    /// `f(code, args)`: the `Libm` function that takes the op's index in
+    /// `list` (`spec::FLOAT_UNARY` or `FLOAT_BINARY`) first.
+    pub(super) fn call_op<T: PartialEq>(&mut self, f: Libm, list: &[T], op: T, args: &[Value]) -> Value {
+        let at = list.iter().position(|o| *o == op).map_or(-1, |i| i as i64);
+        let code = self.b.ins().iconst(types::I32, at);
+        self.call_with(f, &[code], args)
+    }
+
+    /// `f(fixed, args)`, once per lane of the vector `args`; `fixed` are
+    /// scalars passed to every call.
+    fn call_with(&mut self, f: Libm, fixed: &[Value], args: &[Value]) -> Value {
         let func = self.support.calls[f as usize];
         if !self.vector {
-            let inst = self.b.ins().call(func, args);
+            let all: Vec<Value> = fixed.iter().chain(args).copied().collect();
+            let inst = self.b.ins().call(func, &all);
             return self.b.inst_results(inst)[0];
         }
         let mut out = args[0];
         for lane in 0..4u8 {
-            let lanes: Vec<Value> = args.iter().map(|&a| self.b.ins().extractlane(a, lane)).collect();
+            let mut lanes: Vec<Value> = fixed.to_vec();
+            lanes.extend(args.iter().map(|&a| self.b.ins().extractlane(a, lane)));
             let inst = self.b.ins().call(func, &lanes);
             let r = self.b.inst_results(inst)[0];
             out = self.b.ins().insertlane(out, r, lane);
@@ -401,6 +440,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.select(nan, q, r)
             }
             BinaryOp::Pow => self.call(Libm::Pow, &[x, y]),
+            BinaryOp::Mod => self.call_op(Libm::F32Binary, crate::ir::spec::FLOAT_BINARY, op, &[x, y]),
             _ => unreachable!("spec admits only arithmetic float binaries here"),
         }
     }
@@ -416,6 +456,12 @@ impl<'a, 'b> Emitter<'a, 'b> {
                 self.b.ins().fdiv(one, s)
             }
             UnaryOp::Floor => self.b.ins().floor(x),
+            UnaryOp::Ceil => self.b.ins().ceil(x),
+            // Cranelift's `nearest` rounds halves to even, as NumPy does.
+            UnaryOp::Round => self.b.ins().nearest(x),
+            UnaryOp::Log1p | UnaryOp::Expm1 | UnaryOp::Erf => {
+                self.call_op(Libm::F32Unary, crate::ir::spec::FLOAT_UNARY, op, &[x])
+            }
             UnaryOp::Relu => {
                 // x > 0 or NaN keeps x (so -0 becomes +0).
                 let zero = self.f(0.0);
