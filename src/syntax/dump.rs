@@ -279,7 +279,9 @@ fn expr(e: &Expr) -> S {
         ExprKind::If { cond, then, else_ } => {
             list("if", [expr(cond), block_sexp(then)].into_iter().chain(else_.as_ref().map(|e| expr(e))))
         }
-        ExprKind::Comprehension { elem, head } => list("comprehension", [expr(elem)].into_iter().chain(head_sexp(head))),
+        ExprKind::Comprehension { elem, head } => {
+            list("comprehension", [expr(elem)].into_iter().chain(head_sexp(head)))
+        }
     }
 }
 

@@ -145,7 +145,9 @@ impl Tracer<'_> {
                 Value::Tuple(items) => Ok(items),
                 Value::Tensor(_, ty) => Err(Diagnostic::new(
                     Code::NotStatic,
-                    format!("a `for` loop cannot run over a tensor ({ty}): its values are only known when the program runs"),
+                    format!(
+                        "a `for` loop cannot run over a tensor ({ty}): its values are only known when the program runs"
+                    ),
                 )
                 .label(e.span, format!("{ty}"))
                 .help("loop over a range of indices instead: `for i in 0..shape(x)[0] { … x[i] … }`")
