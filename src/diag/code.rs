@@ -60,6 +60,7 @@ codes! {
     TooLarge = "E0317", "a tensor shape is too large to allocate";
     LossNotScalar = "E0318", "a training loss is not a float scalar";
     NoGradient = "E0319", "a trained parameter gets no gradient from the loss";
+    LoopTooLong = "E0320", "a compile-time `for` loop would unroll too many iterations";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";

@@ -19,8 +19,23 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-const KEYWORDS: &[&str] =
-    &["let", "fn", "model", "param", "train", "on", "use", "const", "if", "else", "optimizer", "true", "false"];
+const KEYWORDS: &[&str] = &[
+    "let",
+    "fn",
+    "model",
+    "param",
+    "train",
+    "on",
+    "use",
+    "const",
+    "if",
+    "else",
+    "for",
+    "in",
+    "optimizer",
+    "true",
+    "false",
+];
 
 /// What completion can offer, refreshed by the loop after every entry.
 #[derive(Default)]

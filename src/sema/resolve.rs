@@ -63,19 +63,11 @@ fn top_level_names(p: &Program) -> Vec<&str> {
             StmtKind::Fn(f) => out.push(&f.name.name),
             StmtKind::Model(m) => out.push(&m.name.name),
             StmtKind::Optimizer(o) => out.push(&o.name.name),
-            StmtKind::Let { pattern, .. } => pattern_names(pattern, &mut out),
-            StmtKind::Train(_) | StmtKind::Expr(_) => {}
+            StmtKind::Let { pattern, .. } => out.extend(pattern.names()),
+            StmtKind::Train(_) | StmtKind::For(_) | StmtKind::Expr(_) => {}
         }
     }
     out
-}
-
-fn pattern_names<'a>(p: &'a Pattern, out: &mut Vec<&'a str>) {
-    match p {
-        Pattern::Name(i) => out.push(&i.name),
-        Pattern::Wildcard(_) => {}
-        Pattern::Tuple(parts, _) => parts.iter().for_each(|p| pattern_names(p, out)),
-    }
 }
 
 /// Checks that every name in `program` is bound.
@@ -132,9 +124,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn bind_pattern(&mut self, p: &'a Pattern) {
-        let mut names = Vec::new();
-        pattern_names(p, &mut names);
-        names.into_iter().for_each(|n| self.bind(n));
+        p.names().into_iter().for_each(|n| self.bind(n));
     }
 
     fn use_name(&mut self, name: &str, span: Span) {
@@ -268,8 +258,25 @@ impl<'a> Resolver<'a> {
                     }
                 }
             }
+            StmtKind::For(f) => self.for_head(&f.head, |r| r.block(&f.body)),
             StmtKind::Expr(e) => self.expr(e),
         }
+    }
+
+    /// What a `for` loop or comprehension runs over is read outside it;
+    /// `inside` (the body, or the element) sees the loop variable too.
+    fn for_head(&mut self, head: &'a ForHead, inside: impl FnOnce(&mut Resolver<'a>)) {
+        match &head.iter {
+            ForIter::Range(a, b) => {
+                self.expr(a);
+                self.expr(b);
+            }
+            ForIter::Each(e) => self.expr(e),
+        }
+        self.scoped(|r| {
+            r.bind_pattern(&head.var);
+            inside(r);
+        });
     }
 
     fn func(&mut self, f: &'a FnDef) {
@@ -331,6 +338,7 @@ impl<'a> Resolver<'a> {
                         r.expr(value);
                         r.use_name(&name.name, name.span);
                     }
+                    BlockStmt::For(f) => r.for_head(&f.head, |r| r.block(&f.body)),
                     BlockStmt::Expr(e) => r.expr(e),
                 }
             }
@@ -384,6 +392,7 @@ impl<'a> Resolver<'a> {
                     self.expr(e);
                 }
             }
+            ExprKind::Comprehension { elem, head } => self.for_head(head, |r| r.expr(elem)),
         }
     }
 }

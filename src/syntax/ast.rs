@@ -54,6 +54,8 @@ pub enum StmtKind {
         value: Expr,
     },
     Train(TrainDef),
+    /// `for i in 0..n { … }` at top level.
+    For(ForLoop),
     /// Any expression statement, including `print(...)`, `save(...)`,
     /// `load(...)` and `assert_close(...)`, which are calls of built-ins.
     Expr(Expr),
@@ -156,6 +158,15 @@ pub enum Pattern {
 }
 
 impl Pattern {
+    /// The names the pattern binds, left to right.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Pattern::Name(i) => vec![i.name.as_str()],
+            Pattern::Wildcard(_) => vec![],
+            Pattern::Tuple(parts, _) => parts.iter().flat_map(Pattern::names).collect(),
+        }
+    }
+
     pub fn span(&self) -> Span {
         match self {
             Pattern::Name(i) => i.span,
@@ -243,6 +254,36 @@ pub enum ExprKind {
         then: Block,
         else_: Option<Box<Expr>>,
     },
+    /// `[elem for i in 0..n]`: a list (of models, functions …) or a tensor.
+    Comprehension {
+        elem: Box<Expr>,
+        head: Box<ForHead>,
+    },
+}
+
+/// `for pattern in 0..n` or `for pattern in list`: what a `for` loop and a
+/// comprehension run over.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForHead {
+    pub var: Pattern,
+    pub iter: ForIter,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ForIter {
+    /// `start..end`: compile-time ints, `end` excluded.
+    Range(Expr, Expr),
+    /// A list or tuple, element by element.
+    Each(Expr),
+}
+
+/// `for i in 0..n { body }`, unrolled while tracing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForLoop {
+    pub head: ForHead,
+    pub body: Block,
+    pub span: Span,
 }
 
 /// A call argument, positional or named.
@@ -285,6 +326,7 @@ pub enum BlockStmt {
         value: Expr,
         span: Span,
     },
+    For(ForLoop),
     Expr(Expr),
 }
 

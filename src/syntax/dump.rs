@@ -118,8 +118,23 @@ fn stmt_sexp(kind: &StmtKind) -> S {
             let fields = t.fields.iter().map(train_field_sexp);
             list("train", [expr(&t.model), list("on", [expr(&t.data)])].into_iter().chain(fields))
         }
+        StmtKind::For(f) => for_sexp(f),
         StmtKind::Expr(e) => expr(e),
     }
+}
+
+/// `(for i (range a b) (block …))` or `(for b (each xs) (block …))`.
+fn for_sexp(f: &ForLoop) -> S {
+    list("for", head_sexp(&f.head).into_iter().chain([block_sexp(&f.body)]))
+}
+
+/// The variable and what it runs over, shared by loops and comprehensions.
+fn head_sexp(h: &ForHead) -> [S; 2] {
+    let iter = match &h.iter {
+        ForIter::Range(a, b) => list("range", [expr(a), expr(b)]),
+        ForIter::Each(e) => list("each", [expr(e)]),
+    };
+    [atom(pattern_text(&h.var)), iter]
 }
 
 fn let_sexp(pattern: &Pattern, ty: Option<&TypeExpr>, value: &Expr) -> S {
@@ -222,6 +237,7 @@ fn block_sexp(b: &Block) -> S {
     let stmts = b.stmts.iter().map(|s| match s {
         BlockStmt::Let { pattern, ty, value, .. } => let_sexp(pattern, ty.as_ref(), value),
         BlockStmt::Assign { name, value, .. } => list("assign", [atom(&name.name), expr(value)]),
+        BlockStmt::For(f) => for_sexp(f),
         BlockStmt::Expr(e) => expr(e),
     });
     let result = b.result.as_ref().map(|r| list("result", [expr(r)]));
@@ -262,6 +278,9 @@ fn expr(e: &Expr) -> S {
         ExprKind::Block(b) => block_sexp(b),
         ExprKind::If { cond, then, else_ } => {
             list("if", [expr(cond), block_sexp(then)].into_iter().chain(else_.as_ref().map(|e| expr(e))))
+        }
+        ExprKind::Comprehension { elem, head } => {
+            list("comprehension", [expr(elem)].into_iter().chain(head_sexp(head)))
         }
     }
 }

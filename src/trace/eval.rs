@@ -1,6 +1,6 @@
 //! Expression evaluation: literals, names, operators, pipes, blocks, `if`,
-//! lambdas and tensor literals. Calls, indexing and models live in their own
-//! files.
+//! lambdas and tensor literals (and lists: `[Dense(4, 8), Dense(8, 2)]`).
+//! Calls, indexing, models and loops live in their own files.
 
 use super::value::{Scope, Value};
 use super::{call, Fail, TResult, Tracer};
@@ -24,8 +24,12 @@ impl Tracer<'_> {
             ExprKind::Str(s) => Ok(Value::Str(s.clone())),
             ExprKind::Name(n) => self.lookup(n, e.span, env),
             ExprKind::Tuple(items) => {
-                let vals = items.iter().map(|i| self.eval(i, env)).collect::<TResult<Vec<_>>>()?;
-                Ok(Value::Tuple(vals))
+                // Like a list's, the models of element k of a model's field
+                // get the path `field.k`.
+                self.with_element_paths(|t, path| {
+                    let vals = items.iter().enumerate().map(|(k, i)| t.eval_element(i, env, path, k));
+                    Ok(Value::Tuple(vals.collect::<TResult<Vec<_>>>()?))
+                })
             }
             ExprKind::Tensor(items) => self.tensor_literal(e, items, env),
             ExprKind::Unary(op, x) => {
@@ -68,6 +72,7 @@ impl Tracer<'_> {
                 .help("use `where(mask, a, b)` to choose between tensors elementwise")
                 .into()),
             },
+            ExprKind::Comprehension { elem, head } => self.comprehension(elem, head, e.span, env),
         }
     }
 
@@ -150,6 +155,7 @@ impl Tracer<'_> {
                     let v = self.eval(value, &scope)?;
                     scope.set(&name.name, v);
                 }
+                ast::BlockStmt::For(f) => self.for_loop(f, &scope)?,
                 ast::BlockStmt::Expr(e) => {
                     self.eval(e, &scope)?;
                 }
@@ -222,18 +228,64 @@ impl Tracer<'_> {
         }
     }
 
+    /// Evaluates a tuple, list or comprehension with `f`, which evaluates
+    /// its elements with `eval_element` under the pending model path. A
+    /// result that holds no model gives the path back, for the model a
+    /// later part of the same field expression makes (`l = Dense((3, 3))`).
+    pub(crate) fn with_element_paths(
+        &mut self,
+        f: impl FnOnce(&mut Self, Option<&(u64, String)>) -> TResult<Value>,
+    ) -> TResult<Value> {
+        let path = self.model_path.take();
+        let v = f(self, path.as_ref())?;
+        if !super::value::holds_models(&v) {
+            self.model_path = path;
+        }
+        Ok(v)
+    }
+
+    /// Evaluates element `k` of a tuple, list or comprehension. Inside a
+    /// model's field (`path` = its seed and path), a model the element makes
+    /// gets the path `field.k`, so each element's parameters have their
+    /// own seeds and checkpoint names (`blocks.0.w`).
+    pub(crate) fn eval_element(
+        &mut self,
+        item: &Expr,
+        env: &Rc<Scope>,
+        path: Option<&(u64, String)>,
+        k: usize,
+    ) -> TResult<Value> {
+        self.model_path = path.map(|(seed, prefix)| (*seed, format!("{prefix}.{k}")));
+        let v = self.eval(item, env);
+        self.model_path = None;
+        v
+    }
+
     /// `[[1, 2], [3, 4]]`: numbers become one constant; tensors (including
-    /// suffixed literals such as `1f16`) are stacked.
+    /// suffixed literals such as `1f16`) are stacked; models, functions and
+    /// other compile-time values make a list (`literal_value`). Inside a
+    /// model, the models of element k get the path `field.k`.
     fn tensor_literal(&mut self, e: &Expr, items: &[Expr], env: &Rc<Scope>) -> TResult<Value> {
-        let mut shape = Vec::new();
-        let mut flat = Vec::new();
-        let mut leaf_depth = None;
-        self.flatten_literal(e, items, env, 0, &mut shape, &mut flat, &mut leaf_depth)?;
-        if let Some(l) = leaf_depth {
-            shape.truncate(l);
+        self.with_element_paths(|t, path| {
+            let mut out = Flattened::default();
+            t.flatten_literal(e, items, env, 0, &mut out, path)?;
+            if let Some(l) = out.leaf_depth {
+                out.shape.truncate(l);
+            }
+            t.literal_value(out.leaves, &out.shape, e.span)
+        })
+    }
+
+    /// The value of a literal or comprehension with these leaves: a list
+    /// (a tuple) when it is flat and no leaf is a number, bool or tensor,
+    /// else a tensor of `shape` (stacked when a leaf is a tensor).
+    pub(crate) fn literal_value(&mut self, flat: Vec<(Value, Span)>, shape: &[usize], span: Span) -> TResult<Value> {
+        let is_number = |v: &Value| matches!(v, Value::Int(_) | Value::Float(_) | Value::Bool(_) | Value::Tensor(..));
+        if shape.len() == 1 && !flat.is_empty() && !flat.iter().any(|(v, _)| is_number(v)) {
+            return Ok(Value::Tuple(flat.into_iter().map(|(v, _)| v).collect()));
         }
         if flat.iter().any(|(v, _)| matches!(v, Value::Tensor(..))) {
-            return self.stack_literal(&flat, &shape, e.span);
+            return self.stack_literal(&flat, shape, span);
         }
         let dtype = if flat.is_empty() || flat.iter().any(|(v, _)| matches!(v, Value::Float(_))) {
             DType::F32
@@ -269,45 +321,44 @@ impl Tracer<'_> {
             DType::F32 => Literal::Float(floats),
             _ => Literal::Int(ints),
         };
-        let o = self.constant(value, TensorType::new(dtype, shape), e.span)?;
+        let o = self.constant(value, TensorType::new(dtype, shape.to_vec()), span)?;
         Ok(Value::Tensor(o.id, o.ty))
     }
 
     /// Walks nested brackets, checking that rows are rectangular and that
-    /// every leaf sits at the same depth.
-    #[allow(clippy::too_many_arguments)]
+    /// every leaf sits at the same depth. The elements of the outermost
+    /// brackets are evaluated under the model paths `path.k`.
     fn flatten_literal(
         &mut self,
         e: &Expr,
         items: &[Expr],
         env: &Rc<Scope>,
         depth: usize,
-        shape: &mut Vec<usize>,
-        flat: &mut Vec<(Value, Span)>,
-        leaf_depth: &mut Option<usize>,
+        out: &mut Flattened,
+        path: Option<&(u64, String)>,
     ) -> TResult<()> {
-        if shape.len() == depth {
-            shape.push(items.len());
-        } else if shape[depth] != items.len() {
+        if out.shape.len() == depth {
+            out.shape.push(items.len());
+        } else if out.shape[depth] != items.len() {
             return Err(Diagnostic::new(
                 Code::Ragged,
                 format!(
                     "ragged tensor literal: this row has {} element{}, the first has {}",
                     items.len(),
                     if items.len() == 1 { "" } else { "s" },
-                    shape[depth]
+                    out.shape[depth]
                 ),
             )
             .label(e.span, format!("{} element{}", items.len(), if items.len() == 1 { "" } else { "s" }))
             .into());
         }
-        for item in items {
+        for (k, item) in items.iter().enumerate() {
             if let ExprKind::Tensor(inner) = &item.kind {
-                self.flatten_literal(item, inner, env, depth + 1, shape, flat, leaf_depth)?;
+                self.flatten_literal(item, inner, env, depth + 1, out, None)?;
                 continue;
             }
-            match *leaf_depth {
-                None => *leaf_depth = Some(depth + 1),
+            match out.leaf_depth {
+                None => out.leaf_depth = Some(depth + 1),
                 Some(l) if l != depth + 1 => {
                     return Err(Diagnostic::new(Code::Ragged, "ragged tensor literal: rows and numbers are mixed")
                         .label(item.span, "this element is at a different nesting depth")
@@ -315,8 +366,8 @@ impl Tracer<'_> {
                 }
                 Some(_) => {}
             }
-            let v = self.eval(item, env)?;
-            flat.push((v, item.span));
+            let v = self.eval_element(item, env, path, k)?;
+            out.leaves.push((v, item.span));
         }
         Ok(())
     }
@@ -346,6 +397,15 @@ impl Tracer<'_> {
         let out = self.reshape(&cat, full, span)?;
         Ok(Value::Tensor(out.id, out.ty))
     }
+}
+
+/// What `flatten_literal` collects: the literal's shape so far, its leaves
+/// in order, and the depth at which they sit.
+#[derive(Default)]
+struct Flattened {
+    shape: Vec<usize>,
+    leaves: Vec<(Value, Span)>,
+    leaf_depth: Option<usize>,
 }
 
 /// Unary math on a compile-time number, where it stays a number.

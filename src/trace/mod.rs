@@ -23,6 +23,7 @@ mod modules;
 mod scopes;
 mod tensor;
 mod train;
+mod unroll;
 mod value;
 
 pub use builtins::elements_text as data_elements_text;
@@ -180,6 +181,10 @@ impl Tracer<'_> {
                 if let ast::StmtKind::Const { name, .. } = &stmt.kind {
                     env.set(&name.name, Value::Poison);
                 }
+                // A failed loop leaves the names it carries half updated.
+                if let ast::StmtKind::For(f) = &stmt.kind {
+                    unroll::carried_names(f).into_iter().for_each(|n| env.set(n, Value::Poison));
+                }
             }
         }
     }
@@ -223,6 +228,7 @@ impl Tracer<'_> {
                 }
                 self.bind_pattern(pattern, v, env)
             }
+            ast::StmtKind::For(f) => self.for_loop(f, env),
             ast::StmtKind::Expr(e) => self.eval(e, env).map(|_| ()),
         }
     }
@@ -258,11 +264,7 @@ impl Tracer<'_> {
 }
 
 fn bind_poison(pattern: &ast::Pattern, env: &Rc<Scope>) {
-    match pattern {
-        ast::Pattern::Name(id) => env.set(&id.name, Value::Poison),
-        ast::Pattern::Wildcard(_) => {}
-        ast::Pattern::Tuple(parts, _) => parts.iter().for_each(|p| bind_poison(p, env)),
-    }
+    pattern.names().into_iter().for_each(|n| env.set(n, Value::Poison));
 }
 
 /// Moves a diagnostic's primary span from a whole operation (`a + b`,

@@ -101,7 +101,7 @@ impl Tracer<'_> {
                     let v = self.eval(value, &scope);
                     self.model_path = None;
                     let v = v?;
-                    if matches!(v, Value::Model(_)) {
+                    if super::value::holds_models(&v) {
                         submodels.push(n.name.clone());
                     }
                     scope.set(&n.name, v);

@@ -135,24 +135,26 @@ pub struct ModelInstance {
     pub scope: Rc<Scope>,
     /// Names of the trainable parameters declared directly by this model.
     pub params: Vec<String>,
-    /// Names of the sub-model fields.
+    /// Names of the sub-model fields: a model, or a list (a tuple) that
+    /// holds models (`blocks = [Block(d) for i in 0..n]`).
     pub submodels: Vec<String>,
 }
 
 impl ModelInstance {
-    /// Rebinds the parameter at `path` (`l1.w`) to `value`.
+    /// Rebinds the parameter at `path` (`l1.w`, `blocks.0.w`) to `value`.
     pub fn set_param(&self, path: &str, value: Value) {
         match path.split_once('.') {
             Some((sub, rest)) => {
-                if let Some(Value::Model(m)) = self.scope.get_local(sub) {
-                    m.set_param(rest, value);
+                if let Some(v) = self.scope.get_local(sub) {
+                    set_in(&v, rest, value);
                 }
             }
             None => self.scope.set(path, value),
         }
     }
 
-    /// `l1.w`-style paths of every parameter, depth first in declaration order.
+    /// `l1.w`-style paths of every parameter, depth first in declaration
+    /// order; the models of a list are numbered (`blocks.0.w`).
     pub fn param_paths(&self) -> Vec<(String, Value)> {
         let mut out = Vec::new();
         for name in &self.params {
@@ -161,13 +163,43 @@ impl ModelInstance {
             }
         }
         for sub in &self.submodels {
-            if let Some(Value::Model(m)) = self.scope.get_local(sub) {
-                for (p, v) in m.param_paths() {
-                    out.push((format!("{sub}.{p}"), v));
-                }
+            if let Some(v) = self.scope.get_local(sub) {
+                paths_in(&v, sub, &mut out);
             }
         }
         out
+    }
+}
+
+/// True for a model, or a list that holds one (at any depth).
+pub fn holds_models(v: &Value) -> bool {
+    match v {
+        Value::Model(_) => true,
+        Value::Tuple(items) => items.iter().any(holds_models),
+        _ => false,
+    }
+}
+
+/// The parameter paths under `prefix` of the models in `v`.
+fn paths_in(v: &Value, prefix: &str, out: &mut Vec<(String, Value)>) {
+    match v {
+        Value::Model(m) => out.extend(m.param_paths().into_iter().map(|(p, v)| (format!("{prefix}.{p}"), v))),
+        Value::Tuple(items) => items.iter().enumerate().for_each(|(k, i)| paths_in(i, &format!("{prefix}.{k}"), out)),
+        _ => {}
+    }
+}
+
+/// Rebinds the parameter at `path` inside the model or list `v`.
+fn set_in(v: &Value, path: &str, value: Value) {
+    match v {
+        Value::Model(m) => m.set_param(path, value),
+        Value::Tuple(items) => {
+            let (k, rest) = path.split_once('.').unwrap_or((path, ""));
+            if let Some(item) = k.parse::<usize>().ok().and_then(|k| items.get(k)) {
+                set_in(item, rest, value);
+            }
+        }
+        _ => {}
     }
 }
 

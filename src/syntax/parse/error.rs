@@ -73,7 +73,9 @@ fn want(rule: Rule) -> Option<Want> {
         pipe | or | and | eq | ne | le | ge | lt | gt | add | sub | mul | div | matmul | pow | call_args | field
         | index => Want::Operator,
         sep | EOI => Want::EndOfStmt,
-        stmt | use_stmt | const_stmt | fn_def | model_def | optimizer_def | let_stmt | train_stmt => Want::Statement,
+        stmt | use_stmt | const_stmt | fn_def | model_def | optimizer_def | let_stmt | train_stmt | for_stmt => {
+            Want::Statement
+        }
         member_param | member_state | member_field => Want::Member,
         opt_state | opt_update => Want::OptMember,
         tf_loss | tf_eval | tf_checkpoint | tf_log | tf_set => Want::TrainField,
@@ -84,6 +86,8 @@ fn want(rule: Rule) -> Option<Want> {
         every | k_every => Want::Word("`every`"),
         every_unit => Want::Word(EVERY_UNIT),
         k_on => Want::Word("`on`"),
+        k_in => Want::Word("`in`"),
+        dotdot => Want::Tok(".."),
         k_param => Want::Member,
         k_update => Want::OptMember,
         k_eval | k_checkpoint | k_loss | k_log => Want::TrainField,

@@ -221,7 +221,16 @@ fn primary(cx: &Cx, node: &Node) -> Result<Expr> {
         Rule::ident => ExprKind::Name(ident(cx, node).name),
         Rule::param_ref => ExprKind::Name(node.as_str().to_string()),
         Rule::block => ExprKind::Block(items::block(cx, node)?),
-        Rule::tensor_lit => ExprKind::Tensor(exprs(cx, node)?),
+        Rule::tensor_lit => match inner(node).find(|n| n.as_rule() == Rule::for_head) {
+            Some(head) => {
+                let elem = Kids::of(node).expect(cx, Rule::expr)?;
+                ExprKind::Comprehension {
+                    elem: Box::new(expr(cx, &elem)?),
+                    head: Box::new(items::for_head(cx, &head)?),
+                }
+            }
+            None => ExprKind::Tensor(exprs(cx, node)?),
+        },
         Rule::paren => {
             let parts = exprs(cx, node)?;
             let trailing = inner(node).any(|n| n.as_rule() == Rule::trailing_comma);

@@ -44,6 +44,7 @@ fn stmt(cx: &Cx, node: &Node) -> Result<Stmt> {
         Rule::model_def => StmtKind::Model(model_def(cx, &item)?),
         Rule::optimizer_def => StmtKind::Optimizer(optimizer_def(cx, &item)?),
         Rule::train_stmt => StmtKind::Train(train(cx, &item)?),
+        Rule::for_stmt => StmtKind::For(for_loop(cx, &item)?),
         Rule::expr => StmtKind::Expr(expr(cx, &item)?),
         _ => return Err(internal(cx, &item, "expected a statement")),
     };
@@ -213,6 +214,27 @@ fn every(cx: &Cx, kids: &mut Kids) -> Result<Option<Every>> {
     Ok(Some(Every { count, unit, span: cx.span(&node) }))
 }
 
+/// A `for_stmt` node: `for pattern in iter { body }`.
+fn for_loop(cx: &Cx, node: &Node) -> Result<ForLoop> {
+    let mut kids = Kids::of(node);
+    let head = for_head(cx, &kids.expect(cx, Rule::for_head)?)?;
+    let body = block(cx, &kids.expect(cx, Rule::block)?)?;
+    Ok(ForLoop { head, body, span: cx.span(node) })
+}
+
+/// A `for_head` node: `pattern in a..b` or `pattern in list`, shared by
+/// `for` loops and comprehensions.
+pub(super) fn for_head(cx: &Cx, node: &Node) -> Result<ForHead> {
+    let mut kids = Kids::of(node);
+    let var = pattern(cx, &kids.expect(cx, Rule::pattern)?)?;
+    let first = expr(cx, &kids.expect(cx, Rule::expr)?)?;
+    let iter = match kids.optional(Rule::expr) {
+        Some(end) => ForIter::Range(first, expr(cx, &end)?),
+        None => ForIter::Each(first),
+    };
+    Ok(ForHead { var, iter, span: cx.span(node) })
+}
+
 /// A `block` node: statements, the last of which, if an expression, is
 /// the block's value.
 pub(super) fn block(cx: &Cx, node: &Node) -> Result<Block> {
@@ -228,6 +250,7 @@ pub(super) fn block(cx: &Cx, node: &Node) -> Result<Block> {
                 let (name, _, value) = named_value(cx, &item)?;
                 BlockStmt::Assign { name, value, span }
             }
+            Rule::for_stmt => BlockStmt::For(for_loop(cx, &item)?),
             Rule::expr => BlockStmt::Expr(expr(cx, &item)?),
             _ => return Err(internal(cx, &item, "expected a block statement")),
         });

@@ -203,7 +203,7 @@ impl Cx<'_> {
 }
 
 /// The words the `keyword` rule of `grammar/tfl.pest` reserves, sorted.
-pub(in crate::syntax) const KEYWORDS: [&str; 23] = [
+pub(in crate::syntax) const KEYWORDS: [&str; 24] = [
     "and",
     "checkpoint",
     "const",
@@ -213,6 +213,7 @@ pub(in crate::syntax) const KEYWORDS: [&str; 23] = [
     "every",
     "false",
     "fn",
+    "for",
     "if",
     "let",
     "model",
@@ -258,6 +259,8 @@ fn is_token(rule: Rule) -> bool {
             | Rule::k_checkpoint
             | Rule::k_if
             | Rule::k_else
+            | Rule::k_for
+            | Rule::k_in
             | Rule::k_loss
             | Rule::k_log
     )
