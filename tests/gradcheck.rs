@@ -172,11 +172,11 @@ proptest! {
     fn unary_ops((s, x) in tensor(0..=3)) {
         let abs: Vec<f64> = x.iter().map(|v| v.abs()).collect();
         for u in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu,
-                  UnaryOp::Sin, UnaryOp::Cos] {
+                  UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Expm1, UnaryOp::Erf] {
             check_op(un(u), vec![(s.clone(), x.clone())]);
         }
         // Positive domain only.
-        for u in [UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt] {
+        for u in [UnaryOp::Log, UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Log1p] {
             check_op(un(u), vec![(s.clone(), abs.clone())]);
         }
     }
@@ -194,6 +194,10 @@ proptest! {
         for o in [BinaryOp::Maximum, BinaryOp::Minimum] {
             check_op(bin(o), vec![(s.clone(), a.clone()), (s.clone(), near.clone())]);
         }
+        // %: divisors in ±[3.2, 5], so a / b stays in ±[0.04, 0.63], away
+        // from the integers where floor(a / b) (and the result) jumps.
+        let wide: Vec<f64> = b.iter().map(|v| v + 3.0 * v.signum()).collect();
+        check_op(bin(BinaryOp::Mod), vec![(s.clone(), a.clone()), (s.clone(), wide)]);
     }
 
     #[test]

@@ -873,3 +873,39 @@ fn compiled_integer_division_by_zero_reports_the_interpreters_error_at_any_threa
         assert_eq!(fail(Backend::Jit, threads), interp, "at {threads} threads");
     }
 }
+
+/// Integer `%` in compiled code gives the interpreter's floored remainders
+/// (the divisor's sign), and `% 0` fails as there, with the same error at
+/// the first failing element, at one thread and at two.
+#[test]
+fn compiled_integer_remainder_matches_the_interpreter_and_reports_modulo_by_zero() {
+    let run = |source: &str, backend: Backend, threads: usize| {
+        let mut session = Session::new();
+        let file = session.add_source("rem.tfl", source);
+        let program = session.compile(file, &tfc::passes::Options::default()).expect("compiles");
+        assert!(tfc::passes::partition::host_kernels(&program).is_empty(), "the map's kernels are compiled");
+        let mut out = Vec::new();
+        let options = RunOptions { backend, threads, ..RunOptions::default() };
+        execute(&program, &mut out, options).map(|()| String::from_utf8(out).unwrap())
+    };
+    // Remainders of every sign pair, over enough elements to split rows.
+    let fine = "let i = cast(arange(1000000), i32) - 500000\n\
+        let ds = from_tensors(reshape(i, [1, 1000000]))\n\
+        let r = first(ds |> map(fn(a) = (a % 7, a % -7, sum(a % 7), sum(a % -7))))\n\
+        print(r[0][0:9], r[1][0:9], r[2], r[3])\n";
+    let expected = run(fine, Backend::Interp, 1).expect("runs");
+    // -500000 = -71429·7 + 3: the floored remainder is 3, not -4.
+    assert!(expected.starts_with("i32[9] [3, 4, 5, 6, 0, 1, 2, 3, 4]"), "{expected}");
+    for threads in [1, 2] {
+        assert_eq!(run(fine, Backend::Jit, threads).expect("runs"), expected, "at {threads} threads");
+    }
+    let failing = "let i = cast(arange(1000000), i32)\n\
+        let b = where(i == 50000 or i == 950000, 0, i + 1)\n\
+        let ds = from_tensors(reshape(i, [1, 1000000]), reshape(b, [1, 1000000]))\n\
+        print(collect(ds |> map(fn(a, b) = a % b)))\n";
+    let interp = run(failing, Backend::Interp, 1).expect_err("the remainder fails");
+    assert!(interp.message.contains("integer modulo by zero (50000 % 0)"), "{interp:?}");
+    for threads in [1, 2] {
+        assert_eq!(run(failing, Backend::Jit, threads).expect_err("fails"), interp, "at {threads} threads");
+    }
+}

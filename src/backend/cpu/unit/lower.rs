@@ -428,9 +428,10 @@ impl<'a> Lowering<'a> {
         let specs = std::mem::take(&mut self.b.pending);
         let functions = crate::backend::cpu::with_compiler(|c| c.compile_all(&specs)).map_err(internal)?;
         for step in &mut self.steps {
-            if let Step::Jit { code: code @ Code::Pending(_), .. } = step {
-                let Code::Pending(i) = *code else { unreachable!("matched as pending") };
-                *code = Code::Ready(functions[i]);
+            if let Step::Jit { code, .. } = step {
+                if let Code::Pending(i) = *code {
+                    *code = Code::Ready(functions[i]);
+                }
             }
         }
         let g = self.b.g;

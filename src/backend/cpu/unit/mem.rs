@@ -507,3 +507,27 @@ fn start<T>(elements: Option<&[T]>, len: usize) -> Result<*mut f32, Diagnostic> 
     }
     Ok(s.as_ptr() as *mut f32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Line, Zeroed};
+
+    #[test]
+    fn zeroed_storage_reads_zero_and_keeps_what_is_written() {
+        let mut lines: Zeroed<Line> = Zeroed::new(1000, "arena").unwrap();
+        assert_eq!(lines.as_ptr() as usize % 64, 0, "lines are 64-byte aligned");
+        assert!(lines.iter().all(|l| l.0.iter().all(|&x| x.to_bits() == 0)));
+        lines[999].0[15] = 2.5;
+        assert_eq!(lines[999].0[15], 2.5);
+        assert_eq!(Zeroed::<u64>::new(0, "maxima").unwrap().len(), 0);
+    }
+
+    #[test]
+    fn storage_the_system_cannot_give_is_an_error_not_an_abort() {
+        for n in [usize::MAX / 4, 1 << 58] {
+            let e = Zeroed::<f32>::new(n, "convolution columns").err().expect("no such memory");
+            assert_eq!(e.code, crate::diag::Code::OutOfMemory);
+            assert!(e.message.contains("cannot allocate the unit's convolution columns"), "{}", e.message);
+        }
+    }
+}
