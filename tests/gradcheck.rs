@@ -224,6 +224,20 @@ proptest! {
         }
     }
 
+    // Products of up to 16 values in ±[0.2, 2] (larger ones would make the
+    // central difference's rounding error exceed the tolerance).
+    #[test]
+    fn products((s, x) in tensor(1..=2), mask in vec(any::<bool>(), 2), keepdims in any::<bool>()) {
+        let axes: Vec<usize> = (0..s.len()).filter(|&i| mask[i]).collect();
+        check_op(op(Op::Reduce { op: ReduceOp::Prod, axes, keepdims }), vec![(s, x)]);
+    }
+
+    #[test]
+    fn cumulative_sums((s, x) in tensor(1..=3), axis in 0usize..3, reverse in any::<bool>()) {
+        let axis = axis % s.len();
+        check_op(op(Op::CumSum { axis, reverse }), vec![(s, x)]);
+    }
+
     #[test]
     fn reshape_and_transpose((s, x) in tensor(0..=3), perm in Just(vec![0usize, 1, 2]).prop_shuffle()) {
         let n = x.len();

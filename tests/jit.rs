@@ -485,6 +485,53 @@ fn integer_bool_and_f64_kernels_run_natively_and_match_the_interpreter_exactly()
     assert!(!labels.iter().any(|l| l.starts_with("interpreted")), "{labels:?}");
 }
 
+/// `cumsum` (f32, f16 and i32 lanes), `argsort` (behind `sort`, `top_k`)
+/// and `prod` in a training step run as native loops, none interpreted;
+/// the plan puts none of them on the host. (Every run case, this one
+/// included, also prints the same values on jit and interp.)
+#[test]
+fn cumsum_argsort_and_prod_in_a_training_step_run_natively() {
+    let path = root().join("tests/cases/run/sorting_scans_and_products_in_a_training_step.tfl");
+    let source = std::fs::read_to_string(&path).unwrap();
+    let labels = step_labels(&source);
+    let native = [
+        "f32 argsort 4x6x1 along axis 1, descending",
+        "f32 argsort 1x4x6 along axis 1, ascending",
+        "f32 cumsum 4x6x1 along axis 1 reversed",
+        "f32 cumsum 4x6x1 along axis 1",
+        "f16 cumsum 4x6x1 along axis 1",
+        "i32 cumsum 4x3x1 along axis 1",
+        "reduce Prod 4x6 over [1]",
+        "gather ",
+        "scatter_add ",
+    ];
+    for want in native {
+        assert!(labels.iter().any(|l| l.contains(want)), "no {want} in {labels:?}");
+    }
+    assert!(!labels.iter().any(|l| l.starts_with("interpreted")), "{labels:?}");
+    let mut session = Session::new();
+    let file = session.add_source(&path.to_string_lossy(), &source);
+    let opts = tfc::passes::Options { target: Backend::Jit.target(), ..Default::default() };
+    let program = session.compile(file, &opts).expect("compiles");
+    assert!(tfc::passes::partition::host_kernels(&program).is_empty());
+}
+
+/// An index of `take_along_axis` outside its axis is a run-time error
+/// (E0402) on both backends, not a read of the neighbouring row through
+/// the flat index the gather uses.
+#[test]
+fn take_along_axis_refuses_an_index_outside_the_axis() {
+    let ok = "let x = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]\nprint(take_along_axis(x, [[2], [0]], axis = 1))\n";
+    for backend in [Backend::Interp, Backend::Jit] {
+        assert_eq!(run(Path::new("t.tfl"), ok, backend, true).unwrap().trim(), "f32[2, 1] [[3], [4]]");
+        for bad in ["[[0], [3]]", "[[-1], [0]]"] {
+            let source = ok.replace("[[2], [0]]", bad);
+            let e = run(Path::new("t.tfl"), &source, backend, true).expect_err("out of range");
+            assert!(e.contains("Runtime") && e.contains("out of range"), "{backend:?} {bad}: {e}");
+        }
+    }
+}
+
 #[test]
 fn jit_runs_are_bit_identical_run_to_run() {
     let path = root().join("tests/cases/run/optimizers_adam_adamw_and_rmsprop.tfl");

@@ -147,6 +147,42 @@ const CASES: &[Case] = &[
         expr: "layer_norm(x, g, b)",
     },
     Case { name: "gelu", uses: "", inputs: &[input("x", &[2, 4], Signed)], expr: "gelu(x)" },
+    Case { name: "gelu_exact", uses: "", inputs: &[input("x", &[2, 4], Signed)], expr: "gelu(x, approximate = false)" },
+    // ---- reductions, scans and sorts along an axis (built-ins) ----
+    Case { name: "prod", uses: "", inputs: &[input("x", &[2, 4], Signed)], expr: "prod(x, axis = 1)" },
+    Case {
+        name: "prod_with_zeros",
+        uses: "",
+        // Rows with one zero, two zeros and none: the partials are the
+        // products of the others, never a division by zero.
+        inputs: &[input("x", &[3, 3], Given(&[0.0, 1.5, -2.0, 0.0, 0.0, 0.7, 1.2, -0.4, 0.9]))],
+        expr: "prod(x, axis = 1) + prod(x)",
+    },
+    Case {
+        name: "cumsum",
+        uses: "",
+        inputs: &[input("x", &[3, 4], Signed)],
+        expr: "cumsum(x, axis = 0) * cumsum(x, reverse = true)",
+    },
+    // Sorting is piecewise linear: `Signed` values differ by far more than `h`.
+    Case {
+        name: "sort",
+        uses: "",
+        inputs: &[input("x", &[3, 4], Signed)],
+        expr: "sort(x, axis = 0) * [1.0f64, 2.0f64, 3.0f64, 4.0f64] + sort(x, descending = true)",
+    },
+    Case {
+        name: "top_k",
+        uses: "",
+        inputs: &[input("x", &[2, 5], Signed)],
+        expr: "{ let (v, i) = top_k(x, 3); v * [1.0f64, 2.0f64, 3.0f64] }",
+    },
+    Case {
+        name: "take_along_axis",
+        uses: "",
+        inputs: &[input("x", &[2, 3], Signed)],
+        expr: "take_along_axis(x, [[2, 0, 2, 2], [1, 1, 0, 2]], axis = 1)",
+    },
     Case { name: "silu", uses: "", inputs: &[input("x", &[2, 4], Signed)], expr: "silu(x)" },
     Case { name: "softplus", uses: "", inputs: &[input("x", &[2, 4], Signed)], expr: "softplus(x)" },
     // elu and leaky_relu: `Signed` values are at least 0.2 away from the kink at 0.

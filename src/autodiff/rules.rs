@@ -2,7 +2,7 @@
 //! the forward node `y = op(x…)` and the adjoint `gy` of `y`, the adjoint
 //! contribution for each operand (only for operands that are `wanted`).
 //! Ops whose output is piecewise constant (floor, sign, comparisons,
-//! argmax, one_hot) contribute nothing.
+//! argmax, argsort, one_hot) contribute nothing.
 
 use super::builder::{BResult, Builder};
 use crate::ir::{BinaryOp as B, NodeId, Op, ReduceOp, UnaryOp as U};
@@ -23,7 +23,10 @@ pub(crate) fn vjp(
         | Op::Iota { .. }
         | Op::Random { .. }
         | Op::ArgMax { .. }
+        | Op::ArgSort { .. }
         | Op::OneHot { .. } => Ok(vec![None; xs.len()]),
+        // The adjoint of running sums is running sums the other way.
+        Op::CumSum { axis, reverse } => one(b.node(Op::CumSum { axis, reverse: !reverse }, &[gy])?),
         Op::Unary(u) => {
             let g = match u {
                 U::Neg => b.unary(U::Neg, gy)?,
@@ -136,6 +139,7 @@ pub(crate) fn vjp(
                     let share = b.binary(B::Div, mask, count)?;
                     one(b.mul(gb, share)?)
                 }
+                ReduceOp::Prod => one(prod_grad(b, x, &axes, &kept, gb)?),
             }
         }
         Op::Reshape { .. } => {
@@ -235,6 +239,36 @@ pub(crate) fn vjp(
             .label(b.span, "differentiated twice here"))
         }
     }
+}
+
+/// The adjoint of `prod(x, axes)` given `gb`, the output adjoint broadcast
+/// back over `x`: each element's partial is the product of the *other*
+/// elements of its slice. `prod / x` would divide by zero, so (as
+/// TensorFlow does, without its cumulative products) the zeros of each
+/// slice are counted: with none the partial is `p / x` where `p` is the
+/// slice's product; with exactly one it is the product of the nonzero
+/// elements at the zero and 0 elsewhere; with two or more it is 0.
+fn prod_grad(b: &mut Builder, x: NodeId, axes: &[usize], kept: &[usize], gb: NodeId) -> BResult<NodeId> {
+    let xt = b.ty(x);
+    let zero = b.zeros_like(x)?;
+    let one = b.full(1.0, &xt)?;
+    let is_zero = b.binary(B::Eq, x, zero)?;
+    let zero_count = b.cast(is_zero, xt.dtype)?;
+    let reduce = |b: &mut Builder, op, v| -> BResult<NodeId> {
+        let r = b.node(Op::Reduce { op, axes: axes.to_vec(), keepdims: true }, &[v])?;
+        let r = b.reshape(r, kept)?;
+        b.broadcast(r, &xt.shape)
+    };
+    let zeros = reduce(b, ReduceOp::Sum, zero_count)?;
+    let nonzero = b.select(is_zero, one, x)?;
+    let others = reduce(b, ReduceOp::Prod, nonzero)?;
+    let no_zero = b.binary(B::Eq, zeros, zero)?;
+    let one_zero = b.binary(B::Eq, zeros, one)?;
+    let the_zero = b.binary(B::And, one_zero, is_zero)?;
+    let at_zero = b.select(the_zero, others, zero)?;
+    let quotient = b.binary(B::Div, others, nonzero)?;
+    let partial = b.select(no_zero, quotient, at_zero)?;
+    b.mul(gb, partial)
 }
 
 #[allow(clippy::too_many_arguments)]

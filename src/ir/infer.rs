@@ -158,6 +158,15 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             }
             Ok(TensorType::new(DType::I32, reduced_shape(&t.shape, &[*axis], *keepdims)))
         }
+        Op::CumSum { axis, .. } | Op::ArgSort { axis, .. } => {
+            let t = inputs[0];
+            check_axes(&[*axis], t.rank())?;
+            if t.dtype == DType::Bool {
+                return err(Code::DtypeMismatch, format!("{} does not take bool", op.name()));
+            }
+            let dtype = if matches!(op, Op::ArgSort { .. }) { DType::I32 } else { t.dtype };
+            Ok(TensorType::new(dtype, t.shape.clone()))
+        }
         Op::Reshape { shape } => {
             let t = inputs[0];
             if shape.iter().product::<usize>() != t.numel() {

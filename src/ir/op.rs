@@ -78,6 +78,8 @@ pub enum ReduceOp {
     Mean,
     Max,
     Min,
+    /// The product (`prod`); 1 over no elements.
+    Prod,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,6 +167,19 @@ pub enum Op {
     ArgMax {
         axis: usize,
         keepdims: bool,
+    },
+    /// Running sums along `axis` (`cumsum`): element `k` adds elements
+    /// `0..=k` in order; with `reverse`, elements `k..n` from the end.
+    CumSum {
+        axis: usize,
+        reverse: bool,
+    },
+    /// The permutation (as i32 indices) that sorts each lane along `axis`,
+    /// stably: ties keep their order; NaN orders above every number.
+    /// `sort` and `top_k` gather their values with it.
+    ArgSort {
+        axis: usize,
+        descending: bool,
     },
     /// Same elements, new shape.
     Reshape {
@@ -316,8 +331,11 @@ impl Op {
                 ReduceOp::Mean => "reduce_mean",
                 ReduceOp::Max => "reduce_max",
                 ReduceOp::Min => "reduce_min",
+                ReduceOp::Prod => "reduce_prod",
             },
             Op::ArgMax { .. } => "argmax",
+            Op::CumSum { .. } => "cumsum",
+            Op::ArgSort { .. } => "argsort",
             Op::Reshape { .. } => "reshape",
             Op::Transpose { .. } => "transpose",
             Op::BroadcastTo { .. } => "broadcast_to",

@@ -137,6 +137,8 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
         Op::Cast(to) => vec![format!("to={to}")],
         Op::Reduce { axes, keepdims, .. } => vec![format!("axes={}", list(axes)), format!("keepdims={keepdims}")],
         Op::ArgMax { axis, keepdims } => vec![format!("axis={axis}"), format!("keepdims={keepdims}")],
+        Op::CumSum { axis, reverse } => vec![format!("axis={axis}"), format!("reverse={reverse}")],
+        Op::ArgSort { axis, descending } => vec![format!("axis={axis}"), format!("descending={descending}")],
         Op::Reshape { shape } | Op::BroadcastTo { shape } => vec![format!("shape={}", list(shape))],
         Op::Transpose { perm } => vec![format!("perm={}", list(perm))],
         Op::Concat { axis } | Op::Gather { axis } => vec![format!("axis={axis}")],

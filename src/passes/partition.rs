@@ -163,6 +163,8 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
             KernelKind::Contraction
         }
         Op::Transpose { .. }
+        | Op::CumSum { .. }
+        | Op::ArgSort { .. }
         | Op::Concat { .. }
         | Op::Slice { .. }
         | Op::Pad { .. }

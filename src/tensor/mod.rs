@@ -34,6 +34,7 @@
 
 #[macro_use]
 mod value;
+pub mod along;
 mod creation;
 mod elementwise;
 pub mod host;
@@ -50,9 +51,9 @@ pub use creation::random_at;
 pub use elementwise::{f32_binary, f32_unary, f64_binary, f64_unary, fallible_int_binary};
 pub use linalg::{conv2d_grad_filter_into, conv2d_grad_input_into, conv2d_into, matmul_into, ConvParams};
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
-pub use reduce::{argmax_lanes, mean_error};
+pub use reduce::{argmax_lanes, mean_error, reduce_combine, reduce_identity};
 pub(crate) use value::with_dtype;
-pub use value::{floor_div, floor_mod, scalar_for, unravel, Data, Elem, FromScalar, Tensor};
+pub use value::{floor_div, floor_mod, scalar_for, strides, unravel, Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, TensorType};
@@ -88,6 +89,8 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
         Op::Cast(to) => elementwise::cast(inputs[0], *to)?,
         Op::Reduce { op, axes, .. } => reduce::reduce(*op, inputs[0], axes, &ty.shape)?,
         Op::ArgMax { axis, .. } => reduce::argmax(inputs[0], *axis, &ty.shape)?,
+        Op::CumSum { axis, reverse } => along::cumsum(inputs[0], *axis, *reverse)?,
+        Op::ArgSort { axis, descending } => along::argsort(inputs[0], *axis, *descending)?,
         Op::Reshape { shape } => shape_ops::reshape(inputs[0], shape)?,
         Op::Transpose { perm } => shape_ops::transpose(inputs[0], perm)?,
         Op::BroadcastTo { shape } => shape_ops::broadcast_to(inputs[0], shape)?,

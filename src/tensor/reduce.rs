@@ -1,4 +1,4 @@
-//! Reductions (`sum`, `mean`, `max`, `min` over axes) and `argmax`.
+//! Reductions (`sum`, `mean`, `prod`, `max`, `min` over axes) and `argmax`.
 //!
 //! Contract:
 //! - Accumulation is in the storage type (`f16`/`bf16` in `f32`, rounded
@@ -7,7 +7,7 @@
 //!   order of the reduced axes. `mean` is that sum divided by the count.
 //! - `max`/`min` propagate NaN (NumPy `np.max`). Over an empty axis they
 //!   give their identity (`-inf`/`inf`, or the integer type's min/max), as
-//!   TensorFlow and JAX do; `sum` gives 0 and `mean` NaN.
+//!   TensorFlow and JAX do; `sum` gives 0, `prod` 1 and `mean` NaN.
 //! - `argmax` gives the first index of the maximum along the axis, as i32; a
 //!   NaN counts as the maximum (the first NaN wins), as in NumPy.
 //!
@@ -34,21 +34,12 @@ fn reduce_t<T: Elem>(op: ReduceOp, x: &Tensor, axes: &[usize], out_shape: &[usiz
     let kept_strides = strides(&kept);
     let out_len: usize = kept.iter().product();
     let count: usize = axes.iter().map(|&ax| shape[ax]).product();
-    let init = match op {
-        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
-        ReduceOp::Max => T::lowest(),
-        ReduceOp::Min => T::highest(),
-    };
-    let mut acc = vec![init; out_len];
+    let mut acc = vec![reduce_identity::<T>(op); out_len];
     for (i, &v) in a.iter().enumerate() {
         let idx = unravel(i, &shape);
         let o: usize =
             idx.iter().zip(&kept).zip(&kept_strides).map(|((&j, &k), &s)| if k == 1 { 0 } else { j * s }).sum();
-        acc[o] = match op {
-            ReduceOp::Sum | ReduceOp::Mean => acc[o].add(v),
-            ReduceOp::Max => acc[o].max_nan(v),
-            ReduceOp::Min => acc[o].min_nan(v),
-        };
+        acc[o] = reduce_combine(op, acc[o], v);
     }
     if op == ReduceOp::Mean {
         acc = acc
@@ -57,6 +48,27 @@ fn reduce_t<T: Elem>(op: ReduceOp, x: &Tensor, axes: &[usize], out_shape: &[usiz
             .collect::<Result<_, _>>()?;
     }
     Ok(T::wrap(array_from(out_shape, acc)?))
+}
+
+/// The value a reduction starts from (and gives over no elements, before a
+/// mean's division).
+pub fn reduce_identity<T: Elem>(op: ReduceOp) -> T {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
+        ReduceOp::Prod => T::one(),
+        ReduceOp::Max => T::lowest(),
+        ReduceOp::Min => T::highest(),
+    }
+}
+
+/// The accumulator `acc` of a reduction with one more element `v`.
+pub fn reduce_combine<T: Elem>(op: ReduceOp, acc: T, v: T) -> T {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => acc.add(v),
+        ReduceOp::Prod => acc.mul(v),
+        ReduceOp::Max => acc.max_nan(v),
+        ReduceOp::Min => acc.min_nan(v),
+    }
 }
 
 /// The failure of a mean over `count` elements of `dtype` that has no

@@ -1,6 +1,7 @@
 //! The built-in operations (§10 of the language reference): their
 //! parameter lists and how each lowers to primitive IR ops.
 
+mod along;
 mod create;
 mod data;
 pub use data::elements_text;
@@ -38,6 +39,9 @@ const TABLE: &[(&str, &[&str])] = &[
     ("expm1", &["x"]),
     ("erf", &["x"]),
     ("sign", &["x"]),
+    ("isnan", &["x"]),
+    ("isinf", &["x"]),
+    ("isfinite", &["x"]),
     ("floor_div", &["a", "b"]),
     ("maximum", &["a", "b"]),
     ("minimum", &["a", "b"]),
@@ -48,7 +52,16 @@ const TABLE: &[(&str, &[&str])] = &[
     ("mean", &["x", "axis=", "keepdims="]),
     ("max", &["x", "axis=", "keepdims="]),
     ("min", &["x", "axis=", "keepdims="]),
+    ("prod", &["x", "axis=", "keepdims="]),
     ("argmax", &["x", "axis=", "keepdims="]),
+    ("argmin", &["x", "axis=", "keepdims="]),
+    ("any", &["x", "axis=", "keepdims="]),
+    ("all", &["x", "axis=", "keepdims="]),
+    ("cumsum", &["x", "axis=", "reverse="]),
+    ("argsort", &["x", "axis=", "descending="]),
+    ("sort", &["x", "axis=", "descending="]),
+    ("top_k", &["x", "k"]),
+    ("take_along_axis", &["x", "indices", "axis="]),
     ("reshape", &["x", "shape"]),
     ("transpose", &["x", "perm="]),
     ("broadcast_to", &["x", "shape"]),
@@ -69,6 +82,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("gather", &["params", "indices", "axis="]),
     ("embedding", &["table", "ids"]),
     ("dropout", &["x", "rate", "seed="]),
+    ("categorical", &["logits", "seed="]),
     ("zeros", &["shape=", "dtype="]),
     ("ones", &["shape=", "dtype="]),
     ("full", &["shape", "value", "dtype="]),
@@ -171,6 +185,7 @@ impl Tracer<'_> {
                 self.binary(op, (&x, xs), (&y, ys), span)
             }
             "floor_div" => self.floor_div(&a),
+            "isnan" | "isinf" | "isfinite" => self.float_class(&a),
             "where" => self.select(&a),
             "cast" => {
                 let x = self.arg_tensor(&a, 0, None)?;
@@ -181,7 +196,8 @@ impl Tracer<'_> {
                 let out = self.cast(&x, d, span)?;
                 Ok(tensor(out))
             }
-            "sum" | "mean" | "max" | "min" | "argmax" => self.reduce(&a),
+            "sum" | "mean" | "max" | "min" | "prod" | "argmax" | "argmin" | "any" | "all" => self.reduce(&a),
+            "cumsum" | "argsort" | "sort" | "top_k" | "take_along_axis" => self.along_builtin(&a),
             "reshape" | "transpose" | "broadcast_to" | "concat" | "stack" | "slice" | "pad" | "squeeze"
             | "expand_dims" | "shape" => self.shape_builtin(&a),
             "matmul" => {
@@ -189,7 +205,7 @@ impl Tracer<'_> {
                 let y = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
                 self.matmul((&x.0, x.1), (&y.0, y.1), span)
             }
-            "conv2d" | "max_pool2d" | "avg_pool2d" | "one_hot" | "gather" | "embedding" | "dropout" => {
+            "conv2d" | "max_pool2d" | "avg_pool2d" | "one_hot" | "gather" | "embedding" | "dropout" | "categorical" => {
                 self.nn_builtin(&a)
             }
             "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
@@ -221,6 +237,32 @@ impl Tracer<'_> {
             Value::Tensor(_, ty) if !ty.dtype.is_float() => Ok(q),
             _ => self.unary_op(UnaryOp::Floor, &q, a.span, a.span),
         }
+    }
+
+    /// `isnan(x)`, `isinf(x)`, `isfinite(x)`: bool tensors of `x`'s shape,
+    /// built from IEEE comparisons that no rewrite folds (`x != x` is true
+    /// exactly for NaN; `abs(x) == inf` for the infinities; `abs(x) < inf`
+    /// for everything else). Integers are always finite and never NaN.
+    fn float_class(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let x = self.arg_tensor(a, 0, None)?;
+        let span = a.span;
+        if x.ty.dtype == crate::ir::DType::Bool {
+            return Err(a.bad(0, "a number tensor"));
+        }
+        if !x.ty.dtype.is_float() {
+            let answer = a.name == "isfinite";
+            let value = crate::ir::Literal::Bool(vec![answer]);
+            let c = self.constant(value, crate::ir::TensorType::scalar(crate::ir::DType::Bool), span)?;
+            return Ok(tensor(self.broadcast_to(&c, &x.ty.shape, span)?));
+        }
+        if a.name == "isnan" {
+            return Ok(tensor(self.node(Op::Binary(BinaryOp::Ne), &[&x, &x], span)?));
+        }
+        let magnitude = self.node(Op::Unary(UnaryOp::Abs), &[&x], span)?;
+        let inf = self.scalar(f64::INFINITY, x.ty.dtype, span)?;
+        let inf = self.broadcast_to(&inf, &x.ty.shape, span)?;
+        let test = if a.name == "isinf" { BinaryOp::Eq } else { BinaryOp::Lt };
+        Ok(tensor(self.node(Op::Binary(test), &[&magnitude, &inf], span)?))
     }
 
     fn select(&mut self, a: &BuiltinArgs) -> TResult<Value> {

@@ -1,5 +1,6 @@
 //! Linear algebra and neural-network built-ins: `matmul (@)`, `conv2d`,
-//! `max_pool2d`, `avg_pool2d`, `one_hot`, `gather`, `embedding`, `dropout`.
+//! `max_pool2d`, `avg_pool2d`, `one_hot`, `gather`, `embedding`, `dropout`,
+//! and sampling a class from logits, `categorical`.
 
 use super::tensor;
 use crate::diag::{Code, Diagnostic, Span};
@@ -91,6 +92,7 @@ impl Tracer<'_> {
     pub(crate) fn nn_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         match a.name {
             "conv2d" => self.conv2d(a),
+            "categorical" => self.categorical(a),
             "max_pool2d" | "avg_pool2d" => self.pool2d(a),
             "one_hot" => {
                 let labels = self.arg_tensor(a, 0, Some(DType::I32))?;
@@ -124,19 +126,7 @@ impl Tracer<'_> {
             return Err(a.bad(0, "a float tensor"));
         }
         let seed = a.int_or(2, 0)? as u64;
-        // Inside a train step the mask depends on the step: without it the
-        // random op would depend on no step input, be computed once, and
-        // every step would drop the same units (a fixed sub-network, not
-        // dropout).
-        let random = Op::Random { ty: x.ty.clone(), dist: Distribution::Uniform, seed };
-        let u = match self.random_counter(a.span) {
-            Some(step) => {
-                let ty = self.graph.node(step).ty.clone();
-                let step = crate::trace::tensor::Operand { id: step, ty, span: a.span };
-                self.node(random, &[&step], a.span)?
-            }
-            None => self.node(random, &[], a.span)?,
-        };
+        let u = self.fresh_uniform(x.ty.clone(), seed, a.span)?;
         let r = self.scalar(rate, x.ty.dtype, a.span)?;
         let r = self.broadcast_to(&r, &x.ty.shape, a.span)?;
         let keep = self.node(Op::Binary(BinaryOp::Ge), &[&u, &r], a.span)?;
@@ -146,6 +136,45 @@ impl Tracer<'_> {
         let zero = self.scalar(0.0, x.ty.dtype, a.span)?;
         let zero = self.broadcast_to(&zero, &x.ty.shape, a.span)?;
         Ok(tensor(self.node(Op::Select, &[&keep, &scaled, &zero], a.span)?))
+    }
+
+    /// Uniform `[0, 1)` values of type `ty` from `seed`, fresh for every
+    /// training step (and every dataset element inside `map`). Without the
+    /// step counter the random op would depend on no step input, be
+    /// computed once, and every step would draw the same values (dropout
+    /// would drop a fixed sub-network; sampling would repeat itself).
+    fn fresh_uniform(&mut self, ty: TensorType, seed: u64, span: Span) -> TResult<crate::trace::tensor::Operand> {
+        let random = Op::Random { ty, dist: Distribution::Uniform, seed };
+        match self.random_counter(span) {
+            Some(step) => {
+                let ty = self.graph.node(step).ty.clone();
+                let step = crate::trace::tensor::Operand { id: step, ty, span };
+                self.node(random, &[&step], span)
+            }
+            None => self.node(random, &[], span),
+        }
+    }
+
+    /// `categorical(logits, seed = 0)`: one class index (i32) per row of
+    /// unnormalized log-probabilities along the last axis, drawn with the
+    /// Gumbel-max trick, `argmax(logits - log(-log(u)))` with `u` uniform
+    /// (`jax.random.categorical`'s method): class `i` wins with probability
+    /// `softmax(logits)[i]`. `u = 0` gives noise `-inf` (that class cannot
+    /// win that draw), never NaN.
+    fn categorical(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let logits = self.arg_tensor(a, 0, None)?;
+        if !logits.ty.dtype.is_float() || logits.ty.rank() == 0 {
+            return Err(a.bad(0, "float logits of rank ≥ 1"));
+        }
+        let seed = a.int_or(1, 0)? as u64;
+        let span = a.span;
+        let u = self.fresh_uniform(logits.ty.clone(), seed, span)?;
+        let log_u = self.node(Op::Unary(crate::ir::UnaryOp::Log), &[&u], span)?;
+        let minus_log_u = self.node(Op::Unary(crate::ir::UnaryOp::Neg), &[&log_u], span)?;
+        let log_log = self.node(Op::Unary(crate::ir::UnaryOp::Log), &[&minus_log_u], span)?;
+        let perturbed = self.node(Op::Binary(BinaryOp::Sub), &[&logits, &log_log], span)?;
+        let axis = logits.ty.rank() - 1;
+        Ok(tensor(self.node(Op::ArgMax { axis, keepdims: false }, &[&perturbed], span)?))
     }
 
     fn conv2d(&mut self, a: &BuiltinArgs) -> TResult<Value> {

@@ -1,4 +1,4 @@
-//! Native reductions (`sum`, `mean`, `max`, `min` over any axes) of `f32`,
+//! Native reductions (`sum`, `mean`, `prod`, `max`, `min` over any axes) of `f32`,
 //! `f64`, `i32` and `i64` values for the JIT executor, bit-identical to the
 //! reference interpreter.
 //!
@@ -14,7 +14,7 @@
 
 use crate::diag::Diagnostic;
 use crate::ir::ReduceOp;
-use crate::tensor::Elem;
+use crate::tensor::{reduce_combine as combine, reduce_identity, Elem};
 
 /// Reduces `x` of `shape` over the dims where `reduced` is true into `out`
 /// (the kept dims in row-major order); `x` holds `shape`'s elements and
@@ -30,11 +30,7 @@ pub fn reduce<T: Elem>(
     if reduced.len() != shape.len() || x.len() != shape.iter().product::<usize>() || out.len() != kept {
         return Err(Diagnostic::internal(format!("a reduction of {shape:?} into {} elements", out.len())));
     }
-    let init = match op {
-        ReduceOp::Sum | ReduceOp::Mean => T::zero(),
-        ReduceOp::Max => T::lowest(),
-        ReduceOp::Min => T::highest(),
-    };
+    let init = reduce_identity::<T>(op);
     out.fill(init);
     let count: usize = shape.iter().zip(reduced).filter(|(_, &r)| r).map(|(&n, _)| n).product();
     if x.is_empty() || shape.is_empty() {
@@ -127,15 +123,6 @@ fn column_sums<T: Elem>(x: &[T], width: usize, out: &mut [T]) {
     (eights..width).for_each(|c0| group::<T, 1>(x, width, c0, out));
 }
 
-/// `acc` combined with `v` as the interpreter's reduction does.
-fn combine<T: Elem>(op: ReduceOp, acc: T, v: T) -> T {
-    match op {
-        ReduceOp::Sum | ReduceOp::Mean => acc.add(v),
-        ReduceOp::Max => acc.max_nan(v),
-        ReduceOp::Min => acc.min_nan(v),
-    }
-}
-
 /// A mean's division of each sum by the `count` elements it adds.
 fn finish<T: Elem>(op: ReduceOp, out: &mut [T], count: usize) -> Result<(), Diagnostic> {
     if op == ReduceOp::Mean {
@@ -180,7 +167,7 @@ mod tests {
                 let axes: Vec<usize> = (0..shape.len()).filter(|d| mask & (1 << d) != 0).collect();
                 let reduced: Vec<bool> = (0..shape.len()).map(|d| mask & (1 << d) != 0).collect();
                 let out_shape: Vec<usize> = shape.iter().zip(&reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).collect();
-                for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min] {
+                for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod] {
                     let ty = TensorType::new(DType::F32, out_shape.clone());
                     let want = eval_node(&Op::Reduce { op, axes: axes.clone(), keepdims: false }, &[&t], &ty).unwrap();
                     let mut got = vec![0.0; ty.numel()];

@@ -3,7 +3,7 @@
 //! convolutions and their two gradients, poolings and their gradients, for
 //! the element types the CPU backend has no faster kernel for (`i32`,
 //! `i64`, `f64`, and `bool` products, convolutions and max pools, which are
-//! or-of-ands and ors; and `argmax` of every type).
+//! or-of-ands and ors; and `argmax`, `cumsum` and `argsort` of every type).
 //!
 //! Contract: [`Loop::run`] reads its operands and writes its result as
 //! slices of the value's element type and calls the slice function the
@@ -45,6 +45,10 @@ pub(super) enum Loop {
     Reduce { op: ReduceOp, shape: Vec<usize>, reduced: Vec<bool> },
     /// `argmax` of `[outer, n, inner]` along `n`, into `i32`s.
     ArgMax([usize; 3]),
+    /// Running sums of `[outer, n, inner]` along `n`.
+    CumSum { lanes: [usize; 3], reverse: bool },
+    /// The sorting permutation of `[outer, n, inner]` along `n`, into `i32`s.
+    ArgSort { lanes: [usize; 3], descending: bool },
     /// A convolution pass over the forward `[x, w, y]` shapes; its operands
     /// are the pass's (`x, w`; `gy, w`; `x, gy`).
     Conv { pass: ConvPass, params: ConvParams, shapes: [[usize; 4]; 3] },
@@ -72,7 +76,9 @@ impl Loop {
         match self {
             Loop::MatMul([batch, m, k, n]) => vec![batch * m * k, batch * k * n],
             Loop::Reduce { shape, .. } => vec![n(shape)],
-            Loop::ArgMax([outer, len, inner]) => vec![outer * len * inner],
+            Loop::ArgMax([outer, len, inner])
+            | Loop::CumSum { lanes: [outer, len, inner], .. }
+            | Loop::ArgSort { lanes: [outer, len, inner], .. } => vec![outer * len * inner],
             Loop::Conv { pass, shapes: [x, w, y], .. } => match pass {
                 ConvPass::Forward => vec![n(x), n(w)],
                 ConvPass::GradInput => vec![n(y), n(w)],
@@ -92,6 +98,7 @@ impl Loop {
                 shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product()
             }
             Loop::ArgMax([outer, _, inner]) => outer * inner,
+            Loop::CumSum { lanes, .. } | Loop::ArgSort { lanes, .. } => lanes.iter().product(),
             Loop::Conv { pass, shapes: [x, w, y], .. } => match pass {
                 ConvPass::Forward => n(y),
                 ConvPass::GradInput => n(x),
@@ -109,7 +116,11 @@ impl Loop {
             Loop::Pool { params, xs, ys, .. } => {
                 xs.iter().product::<usize>() + ys.iter().product::<usize>() * params.size[0] * params.size[1]
             }
-            Loop::Reduce { .. } | Loop::ArgMax(_) => self.operand_lens()[0],
+            Loop::Reduce { .. } | Loop::ArgMax(_) | Loop::CumSum { .. } => self.operand_lens()[0],
+            // A comparison sort: about n log n comparisons per lane.
+            Loop::ArgSort { lanes: [outer, n, inner], .. } => {
+                outer * inner * n * (usize::BITS - n.leading_zeros()) as usize
+            }
         };
         work as u64
     }
@@ -124,6 +135,13 @@ impl Loop {
                 format!("{dtype} reduce {op:?} {} over {axes:?}", dims(shape))
             }
             Loop::ArgMax(lanes) => format!("{dtype} argmax {} along axis 1", dims(lanes)),
+            Loop::CumSum { lanes, reverse } => {
+                format!("{dtype} cumsum {} along axis 1{}", dims(lanes), if *reverse { " reversed" } else { "" })
+            }
+            Loop::ArgSort { lanes, descending } => {
+                let order = if *descending { "descending" } else { "ascending" };
+                format!("{dtype} argsort {} along axis 1, {order}", dims(lanes))
+            }
             Loop::Conv { pass, shapes: [x, w, _], .. } => {
                 let what = match pass {
                     ConvPass::Forward => "conv2d",
@@ -166,11 +184,20 @@ impl Loop {
         // SAFETY (operands and result): the caller's contract.
         let ins = unsafe { self.operands::<T>(mem, srcs)? };
         let len = self.result_len();
-        if let Loop::ArgMax(lanes) = self {
-            // SAFETY: the caller's contract.
-            let out = unsafe { mem.elems_out::<i32>(dst, len)? };
-            crate::tensor::argmax_lanes(ins[0], *lanes, out);
-            return Ok(());
+        match self {
+            Loop::ArgMax(lanes) => {
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.elems_out::<i32>(dst, len)? };
+                crate::tensor::argmax_lanes(ins[0], *lanes, out);
+                return Ok(());
+            }
+            Loop::ArgSort { lanes, descending } => {
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.elems_out::<i32>(dst, len)? };
+                crate::tensor::along::argsort_lanes(ins[0], *lanes, *descending, out);
+                return Ok(());
+            }
+            _ => {}
         }
         // SAFETY: the caller's contract.
         self.compute(dtype, &ins, unsafe { mem.elems_out::<T>(dst, len)? })
@@ -211,7 +238,10 @@ impl Loop {
     /// `argmax`, whose result is `i32`s whatever its operand's type).
     fn compute<T: Elem>(&self, dtype: DType, ins: &[&[T]], out: &mut [T]) -> Result<(), Diagnostic> {
         match self {
-            Loop::ArgMax(_) => return Err(internal("argmax computed into its operand's type")),
+            Loop::ArgMax(_) | Loop::ArgSort { .. } => {
+                return Err(internal("an index result computed into its operand's type"))
+            }
+            Loop::CumSum { lanes, reverse } => crate::tensor::along::cumsum_lanes(ins[0], *lanes, *reverse, out),
             Loop::MatMul(dims) => {
                 out.fill(T::zero());
                 crate::tensor::matmul_into(ins[0], ins[1], out, *dims);

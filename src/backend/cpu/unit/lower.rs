@@ -50,8 +50,8 @@
 use super::generic::Loop;
 use super::internal;
 use super::recognize::{
-    float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul, is_max_pool_2x2,
-    layout_transpose, layout_window, native_reduce, pooled_shape, table_reshape,
+    along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul,
+    is_max_pool_2x2, layout_transpose, layout_window, native_reduce, pooled_shape, table_reshape,
 };
 use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, Step};
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
@@ -412,6 +412,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Layout if generic_layout(g, &k.nodes).is_some() => self.generic_layout(k),
             KernelKind::Layout if layout_transpose(g, &k.nodes).is_some() => self.transpose(k),
             KernelKind::Layout if index_op(g, &k.nodes) => self.index(k),
+            KernelKind::Layout if along_axis(g, &k.nodes).is_some() => self.along(k),
             KernelKind::Layout if layout_window(g, &k.nodes).is_some() => self.window(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
@@ -973,6 +974,33 @@ impl<'a> Lowering<'a> {
         let Ref::Table(_) = dst else { return self.interpreted(&k.nodes, &k.outputs) };
         self.steps.push(Step::Reshape { src, dst, ty: g.node(n).ty.clone() });
         self.counts.native += 1;
+        Ok(())
+    }
+
+    /// A `cumsum` or `argsort` (`along_axis`): the interpreter's lane loop
+    /// over the operand (widened if half precision); a `cumsum` result is
+    /// rounded into its storage as every native float result is.
+    fn along(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let Some((dtype, kernel)) = along_axis(g, &k.nodes) else {
+            return self.interpreted(&k.nodes, &k.outputs);
+        };
+        let reads = self.outside(&k.nodes);
+        let (dst, rounding) = match kernel {
+            Loop::ArgSort { .. } => match self.byte_result(n, &reads)? {
+                Some(dst @ Ref::Int(_)) => (dst, None),
+                _ => return Err(internal("an argsort result outside the arena")),
+            },
+            _ => match self.stored_result(n, &reads)? {
+                Some(place) => place,
+                None => return self.interpreted(&k.nodes, &k.outputs),
+            },
+        };
+        let srcs = vec![self.widened(g.inputs(n)[0], &reads)?];
+        self.steps.push(Step::Loop { dtype, kernel, srcs, dst });
+        self.counts.native += 1;
+        self.settle_ref(n, dst, rounding);
         Ok(())
     }
 

@@ -65,6 +65,24 @@ pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     }
 }
 
+/// A layout kernel that is one `cumsum` or `argsort` of numbers (floats
+/// computed as `f32`, or `i32`, `i64`, `f64`) along an axis of fewer than
+/// 2^31 elements, as the loop that runs it over its operand's type.
+pub(super) fn along_axis(g: &Graph, nodes: &[NodeId]) -> Option<(DType, Loop)> {
+    let [n] = nodes else { return None };
+    let x = &g.node(*g.inputs(*n).first()?).ty;
+    let numbers = computes_as_f32(x.dtype) || generic(x.dtype);
+    let lanes = |axis: usize| crate::tensor::along::lanes(&x.shape, axis);
+    let kernel = match g.node(*n).op {
+        Op::CumSum { axis, reverse } => Loop::CumSum { lanes: lanes(axis), reverse },
+        Op::ArgSort { axis, descending } if i32::try_from(x.shape[axis]).is_ok() => {
+            Loop::ArgSort { lanes: lanes(axis), descending }
+        }
+        _ => return None,
+    };
+    numbers.then_some((x.dtype, kernel))
+}
+
 /// The shape of the 2x2 max pool of `[N, H, W, C]` (even `H` and `W`).
 pub(super) fn pooled_shape(shape: &[usize]) -> [usize; 4] {
     match *shape {
@@ -276,6 +294,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
                 || generic_layout(g, &k.nodes).is_some()
                 || layout_transpose(g, &k.nodes).is_some()
                 || index_op(g, &k.nodes)
+                || along_axis(g, &k.nodes).is_some()
                 || layout_window(g, &k.nodes).is_some();
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
