@@ -152,5 +152,14 @@ pub fn expand_requests(p: &mut Program) -> Result<(), Diagnostic> {
         p.replace_uses(request, gradient);
         p.graph.remove(request);
     }
+    // With every gradient built, a stop-gradient is its operand: nothing
+    // after this differentiates, and no pass or backend sees one.
+    for n in p.graph.node_ids() {
+        if matches!(p.graph.node(n).op, Op::StopGradient) {
+            let x = p.graph.inputs(n)[0];
+            p.replace_uses(n, x);
+            p.graph.remove(n);
+        }
+    }
     Ok(())
 }

@@ -23,7 +23,8 @@ pub(crate) fn vjp(
         | Op::Iota { .. }
         | Op::Random { .. }
         | Op::ArgMax { .. }
-        | Op::OneHot { .. } => Ok(vec![None; xs.len()]),
+        | Op::OneHot { .. }
+        | Op::StopGradient => Ok(vec![None; xs.len()]),
         Op::Unary(u) => {
             let g = match u {
                 U::Neg => b.unary(U::Neg, gy)?,
