@@ -146,7 +146,8 @@ pub fn expand(g: &mut Graph) -> Result<Vec<Expanded>, Diagnostic> {
 
 /// Replaces every gradient request of `p` by its gradient (`expand`): its
 /// users, the effects and plans that refer to it (a step's recorded
-/// gradients) read the gradient, and the request is removed.
+/// gradients) read the gradient, and the request is removed. Then every
+/// stop-gradient is replaced by its operand.
 pub fn expand_requests(p: &mut Program) -> Result<(), Diagnostic> {
     for (request, gradient) in expand(&mut p.graph)? {
         p.replace_uses(request, gradient);
