@@ -2,7 +2,8 @@
 //! end to end through the `tfc` binary: a small network with
 //! `std.nn.BatchNorm` trains, its running statistics leave their initial
 //! values, are saved in checkpoints and by `save` under their paths,
-//! resume bit for bit, and inference reads them; the compiled CPU backend
+//! resume bit for bit, and inference and `eval` metrics (during training
+//! and after) read them; the compiled CPU backend
 //! and the interpreter agree, and the JIT gives the same bits at one and
 //! two threads. Older files without states keep the states as they were.
 //!
@@ -23,22 +24,7 @@ fn program(epochs: usize, settings: &str, tail: &str) -> String {
 
 fn program_with(optimizer: &str, epochs: usize, settings: &str, tail: &str) -> String {
     format!(
-        r#"
-use std.nn.{{Dense, BatchNorm}}
-use std.loss.mse
-use std.optim.{{adam, sgd}}
-
-model Net {{
-    l1 = Dense(4, 6, act = relu)
-    bn = BatchNorm(6, momentum = 0.2)
-    l2 = Dense(6, 1)
-    fn forward(x) = x |> l1 |> bn |> l2
-}}
-
-let xs = reshape(sin(cast(arange(48), f32)) * 2.0, [12, 4])
-let ys = reshape(sum(xs, axis = 1) * 0.5, [12, 1])
-let data = from_tensors(xs, ys) |> shuffle(12, seed = 3) |> batch(4)
-let net = Net(seed = 1)
+        "{PRELUDE}
 train net on data {{
     loss(x, y) = mse(net(x), y)
     optimizer = {optimizer}
@@ -46,8 +32,48 @@ train net on data {{
 {settings}
 }}
 {tail}
-"#
+"
     )
+}
+
+/// The model, the data and a metric, before any training.
+const PRELUDE: &str = r#"
+use std.nn.{Dense, BatchNorm}
+use std.loss.mse
+use std.optim.{adam, sgd}
+use std.metrics.mean_loss
+
+model Net {
+    l1 = Dense(4, 6, act = relu)
+    bn = BatchNorm(6, momentum = 0.2)
+    l2 = Dense(6, 1)
+    fn forward(x) = x |> l1 |> bn |> l2
+}
+fn err(net, ds) = mean_loss(net, ds, mse)
+
+let xs = reshape(sin(cast(arange(48), f32)) * 2.0, [12, 4])
+let ys = reshape(sum(xs, axis = 1) * 0.5, [12, 1])
+let data = from_tensors(xs, ys) |> shuffle(12, seed = 3) |> batch(4)
+let all = from_tensors(xs, ys) |> batch(12)
+let net = Net(seed = 1)
+"#;
+
+/// The tensors of the safetensors file `from` but the BatchNorm's running
+/// statistics, written to `to`: a file as an earlier version wrote it.
+fn without_states(from: &Path, to: &Path) {
+    let file = tfc::io::checkpoint::SafeFile::read(from).expect("read the file");
+    let tensors: Vec<(String, tfc::tensor::Tensor)> = file
+        .names()
+        .into_iter()
+        .filter(|n| !n.starts_with("bn.running"))
+        .map(|n| {
+            let t = file.tensor(&n, true).expect("a tensor").1.expect("its values");
+            (n, t)
+        })
+        .collect();
+    let named: Vec<(String, &tfc::tensor::Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
+    let meta: Vec<(String, String)> = file.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    tfc::io::checkpoint::save(to, &named, &meta).expect("write the file");
 }
 
 /// Prints every trained value with all its digits, and checks that
@@ -139,12 +165,7 @@ print(copy.bn.running_var, full = true)
     // A file of the parameters only (as written before states were saved):
     // `load` keeps the states as they were.
     let trained = dir.join("trained.safetensors");
-    let file = tfc::io::checkpoint::SafeFile::read(&trained).expect("read the saved file");
-    let names: Vec<String> = file.names().into_iter().filter(|n| !n.starts_with("bn.running")).collect();
-    let tensors: Vec<(String, tfc::tensor::Tensor)> =
-        names.iter().map(|n| (n.clone(), file.tensor(n, true).expect("a tensor").1.expect("its values"))).collect();
-    let named: Vec<(String, &tfc::tensor::Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    tfc::io::checkpoint::save(&dir.join("params_only.safetensors"), &named, &[]).expect("write the file");
+    without_states(&trained, &dir.join("params_only.safetensors"));
     let keeps = r#"
 let fresh = Net(seed = 2)
 load(fresh, "params_only.safetensors")
@@ -156,9 +177,19 @@ print("kept")
     assert!(ok(&dir, &program(1, "", keeps)).ends_with("kept\n"));
 
     // A state of the wrong shape is an error listing it, like a parameter.
+    let file = tfc::io::checkpoint::SafeFile::read(&trained).expect("read the saved file");
+    let mut tensors: Vec<(String, tfc::tensor::Tensor)> = file
+        .names()
+        .into_iter()
+        .filter(|n| n != "bn.running_var")
+        .map(|n| {
+            let t = file.tensor(&n, true).expect("a tensor").1.expect("its values");
+            (n, t)
+        })
+        .collect();
     let bad_var = tfc::tensor::Tensor::from_vec(DType::F32, &[3], vec![1.0f32, 1.0, 1.0]).expect("a tensor");
-    let mut wrong = named.clone();
-    wrong.push(("bn.running_var".to_string(), &bad_var));
+    tensors.push(("bn.running_var".to_string(), bad_var));
+    let wrong: Vec<(String, &tfc::tensor::Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
     tfc::io::checkpoint::save(&dir.join("wrong.safetensors"), &wrong, &[]).expect("write the file");
     fails(
         &dir,
@@ -172,21 +203,30 @@ fn resuming_a_checkpoint_without_states_starts_them_from_their_initial_values() 
     let dir = scratch("state-old-checkpoint");
     ok(&dir, &program(1, "    checkpoint \"ckpt.safetensors\" every 1 epochs", ""));
     // The checkpoint as an earlier version wrote it: no model states.
-    let ckpt = dir.join("ckpt.safetensors");
-    let file = tfc::io::checkpoint::SafeFile::read(&ckpt).expect("read the checkpoint");
-    let tensors: Vec<(String, tfc::tensor::Tensor)> = file
-        .names()
-        .into_iter()
-        .filter(|n| !n.starts_with("bn.running"))
-        .map(|n| {
-            let t = file.tensor(&n, true).expect("a tensor").1.expect("its values");
-            (n, t)
-        })
-        .collect();
-    let named: Vec<(String, &tfc::tensor::Tensor)> = tensors.iter().map(|(n, t)| (n.clone(), t)).collect();
-    let meta: Vec<(String, String)> = file.metadata().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    tfc::io::checkpoint::save(&dir.join("old.safetensors"), &named, &meta).expect("write the old checkpoint");
+    without_states(&dir.join("ckpt.safetensors"), &dir.join("old.safetensors"));
     // Resuming at epoch 1 of 1 runs no step: the states are their initial values.
     let tail = "assert_close(net.bn.running_mean, zeros([6]), tol = 0.0)\nprint(\"initial\")";
     assert!(ok(&dir, &program(1, "    resume = \"old.safetensors\"", tail)).ends_with("initial\n"));
+}
+
+#[test]
+fn eval_metrics_during_training_read_the_running_statistics() {
+    let dir = scratch("state-eval");
+    // The metric of the last epoch, in the log, is the metric computed after
+    // training: both read the trained running statistics.
+    let settings = "    eval err on all\n    log \"log.jsonl\"";
+    let tail = "save(net, \"trained.safetensors\")\nprint(err(net, all), full = true)";
+    let after = ok(&dir, &program(2, settings, tail));
+    let log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
+    let last: serde_json::Value = serde_json::from_str(log.lines().last().expect("a line")).expect("JSON");
+    let printed: f32 = after.trim().trim_start_matches("f32 ").parse().expect("a number");
+    assert_eq!(last["err"].as_f64().map(|e| e as f32), Some(printed), "{log}\n{after}");
+    // With the trained parameters but the initial statistics the metric
+    // is another number: the statistics matter to it.
+    without_states(&dir.join("trained.safetensors"), &dir.join("params.safetensors"));
+    let initial = ok(
+        &dir,
+        &format!("{PRELUDE}load(net, \"params.safetensors\")\nprint(err(net, all), full = true)"),
+    );
+    assert_ne!(initial, after, "the metric does not depend on the running statistics");
 }
