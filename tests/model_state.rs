@@ -3,9 +3,9 @@
 //! `std.nn.BatchNorm` trains, its running statistics leave their initial
 //! values, are saved in checkpoints and by `save` under their paths,
 //! resume bit for bit, and inference and `eval` metrics (during training
-//! and after) read them; the compiled CPU backend
-//! and the interpreter agree, and the JIT gives the same bits at one and
-//! two threads. Older files without states keep the states as they were.
+//! and after) read them; the compiled CPU backend and the interpreter
+//! agree, and the JIT gives the same bits at one and two threads. Older
+//! files without states keep the states as they were.
 //!
 //! Every test works in its own scratch directory (`support::scratch`).
 
