@@ -224,9 +224,6 @@ fn eval_metrics_during_training_read_the_running_statistics() {
     // With the trained parameters but the initial statistics the metric
     // is another number: the statistics matter to it.
     without_states(&dir.join("trained.safetensors"), &dir.join("params.safetensors"));
-    let initial = ok(
-        &dir,
-        &format!("{PRELUDE}load(net, \"params.safetensors\")\nprint(err(net, all), full = true)"),
-    );
+    let initial = ok(&dir, &format!("{PRELUDE}load(net, \"params.safetensors\")\nprint(err(net, all), full = true)"));
     assert_ne!(initial, after, "the metric does not depend on the running statistics");
 }

@@ -192,8 +192,13 @@ impl Tracer<'_> {
         self.step_models = saved_models;
         let loss = loss?;
         // The states as the loss left them: written, or the step's inputs.
-        let new_model_states: Vec<NodeId> =
-            model_states.iter().map(|s| s.owner.get_local(&s.name).map_or(NodeId::end(), |v| tensor_id(&v))).collect();
+        let mut new_model_states = Vec::with_capacity(model_states.len());
+        for s in model_states {
+            match s.owner.get_local(&s.name) {
+                Some(Value::Tensor(id, _)) => new_model_states.push(id),
+                _ => return Err(Diagnostic::internal(format!("state `{}` is unbound after the loss", s.path)).into()),
+            }
+        }
         // One gradient request per parameter, which the `autodiff` pass
         // builds (`Op::Gradient`: the traced step shows what it asks for),
         // or the gradients themselves (`defer_gradients`).
