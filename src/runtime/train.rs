@@ -4,9 +4,10 @@
 //! Contract: the loop is deterministic — the final parameters depend only on
 //! the program, its seeds and the data. A checkpoint written at the end of
 //! epoch k holds the parameters, the optimizer states, the model states
-//! (a BatchNorm's running statistics), the step and the epoch; because the data order of an epoch is a pure function of its
-//! seeds and the epoch number, `resume` from it ends with bit-identical
-//! weights to an uninterrupted run. A NaN or infinite loss stops training
+//! (a BatchNorm's running statistics), the step and the epoch; because the
+//! data order of an epoch is a pure function of its seeds and the epoch
+//! number, `resume` from it ends with bit-identical weights and states to
+//! an uninterrupted run. A NaN or infinite loss stops training
 //! with a diagnostic naming the step (and, with `--check-numerics`, the op).
 
 use super::dataset::reduce_mean;
