@@ -7,7 +7,8 @@
 //! logsumexp variance normalize layer_norm gelu silu softplus elu leaky_relu
 //! logit clip square`), or the computation of a std layer (`Dense`:
 //! `act(x @ w + b)`; `Conv2d`: `conv2d(x, w, stride, padding) + b`;
-//! `LayerNorm`: `layer_norm(x, gamma, beta)`; `Embedding`:
+//! `LayerNorm`: `layer_norm(x, gamma, beta)`; `BatchNorm` while training:
+//! `batch_norm(x, gamma, beta)` of `std.nn`; `Embedding`:
 //! `embedding(table, ids)`), with respect to every float input (weights and
 //! biases included). The layer models declare `f32` parameters, so their
 //! *math* is checked here in `f64`; `tests/cases/run/
@@ -219,6 +220,21 @@ const CASES: &[Case] = &[
         uses: "",
         inputs: &[input("x", &[2, 3], Signed), input("g", &[3], Signed), input("b", &[3], Signed)],
         expr: "layer_norm(x, g, b, eps = 1e-3)",
+    },
+    // BatchNorm while training (`std.nn.batch_norm`, which its `forward`
+    // calls): the batch statistics depend on every input, so the gradient
+    // of one input mixes the whole channel.
+    Case {
+        name: "batch_norm_over_rows",
+        uses: "use std.nn.{batch_norm}",
+        inputs: &[input("x", &[4, 3], Signed), input("g", &[3], Signed), input("b", &[3], Signed)],
+        expr: "batch_norm(x, g, b)",
+    },
+    Case {
+        name: "batch_norm_over_nhwc",
+        uses: "use std.nn.{batch_norm}",
+        inputs: &[input("x", &[2, 2, 2, 3], Signed), input("g", &[3], Signed), input("b", &[3], Signed)],
+        expr: "batch_norm(x, g, b, eps = 1e-3)",
     },
     Case {
         name: "embedding_with_repeated_ids",

@@ -146,11 +146,21 @@ pub fn expand(g: &mut Graph) -> Result<Vec<Expanded>, Diagnostic> {
 
 /// Replaces every gradient request of `p` by its gradient (`expand`): its
 /// users, the effects and plans that refer to it (a step's recorded
-/// gradients) read the gradient, and the request is removed.
+/// gradients) read the gradient, and the request is removed. Then every
+/// stop-gradient is replaced by its operand.
 pub fn expand_requests(p: &mut Program) -> Result<(), Diagnostic> {
     for (request, gradient) in expand(&mut p.graph)? {
         p.replace_uses(request, gradient);
         p.graph.remove(request);
+    }
+    // With every gradient built, a stop-gradient is its operand: nothing
+    // after this differentiates, and no pass or backend sees one.
+    for n in p.graph.node_ids() {
+        if matches!(p.graph.node(n).op, Op::StopGradient) {
+            let x = p.graph.inputs(n)[0];
+            p.replace_uses(n, x);
+            p.graph.remove(n);
+        }
     }
     Ok(())
 }

@@ -24,7 +24,8 @@ pub(crate) fn vjp(
         | Op::Random { .. }
         | Op::ArgMax { .. }
         | Op::ArgSort { .. }
-        | Op::OneHot { .. } => Ok(vec![None; xs.len()]),
+        | Op::OneHot { .. }
+        | Op::StopGradient => Ok(vec![None; xs.len()]),
         // The adjoint of running sums is running sums the other way.
         Op::CumSum { axis, reverse } => one(b.node(Op::CumSum { axis, reverse: !reverse }, &[gy])?),
         Op::Unary(u) => {

@@ -97,10 +97,9 @@ fn bench_train(
     args: &BenchArgs,
     front_ms: f64,
 ) -> Result<serde_json::Value, Diagnostic> {
-    let init: Vec<_> = plan.params.iter().chain(&plan.states).map(|(_, id)| *id).collect();
+    let init: Vec<_> = plan.carried().map(|(_, id)| *id).collect();
     ex.demand(&init)?;
-    let mut carried: Vec<Tensor> =
-        plan.params.iter().chain(&plan.states).map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    let mut carried: Vec<Tensor> = init.iter().map(|id| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
     let batch = first_batch(ex, &plan.data, "the training data", plan.span)?;
     let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
     let (_, region) = plan

@@ -258,12 +258,30 @@ fn scalar_of(name: &str) -> Option<Scalar> {
 /// Reads the requested tensors (by name, with their expected types) and
 /// the metadata. Every mismatch is listed in one diagnostic.
 pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, BTreeMap<String, String>), Diagnostic> {
+    let (found, meta) = load_optional(path, want, want.len())?;
+    let all = found.into_iter().collect::<Option<Vec<Tensor>>>();
+    Ok((all.ok_or_else(|| Diagnostic::internal("a required tensor was not loaded"))?, meta))
+}
+
+/// What `load_optional` reads: each requested tensor if the file has it,
+/// and the metadata.
+pub type Loaded = (Vec<Option<Tensor>>, BTreeMap<String, String>);
+
+/// `load` where only the first `required` tensors must be in the file: a
+/// later one that is missing is `None` (one that is there must match).
+/// Model states are optional: files written before they were saved lack
+/// them.
+pub fn load_optional(path: &Path, want: &[(String, TensorType)], required: usize) -> Result<Loaded, Diagnostic> {
     let file = SafeFile::read(path)?;
     let mut problems = Vec::new();
     let mut out = Vec::new();
-    for (name, ty) in want {
+    for (k, (name, ty)) in want.iter().enumerate() {
         let e = match file.entry(name) {
             Ok(Some(e)) => e,
+            Ok(None) if k >= required => {
+                out.push(None);
+                continue;
+            }
             Ok(None) => {
                 problems.push(format!("`{name}` is missing (expected {ty})"));
                 continue;
@@ -283,7 +301,7 @@ pub fn load(path: &Path, want: &[(String, TensorType)]) -> Result<(Vec<Tensor>, 
             continue;
         }
         match (file.data_of(name, &e, ty.size_bytes()), scalar_of(&e.dtype)) {
-            (Ok(raw), Some(scalar)) => out.push(decode(raw, scalar, false, ty.dtype, &ty.shape)?),
+            (Ok(raw), Some(scalar)) => out.push(Some(decode(raw, scalar, false, ty.dtype, &ty.shape)?)),
             (Err(p), _) => problems.push(p),
             (_, None) => problems.push(format!("`{name}` has the unsupported dtype `{}`", e.dtype)),
         }

@@ -139,6 +139,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             Ok(a.clone())
         }
         Op::Cast(to) => Ok(TensorType::new(*to, inputs[0].shape.clone())),
+        Op::StopGradient => Ok(inputs[0].clone()),
         Op::Reduce { op: r, axes, keepdims } => {
             let t = inputs[0];
             check_axes(axes, t.rank())?;

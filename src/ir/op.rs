@@ -268,6 +268,12 @@ pub enum Op {
     /// replaces by the nodes that compute it (`passes::autodiff`), before
     /// anything runs or is optimized.
     Gradient,
+    /// Operand 0 unchanged, through which no gradient flows: the value a
+    /// write to a model's `state` stores (§6), so that code reading the
+    /// state after the write in a training step does not differentiate
+    /// through the update. The `autodiff` lowering replaces it by its
+    /// operand once the gradients are built (`autodiff::expand_requests`).
+    StopGradient,
     /// The gradient of `Gather`: operands `(indices, updates)`; adds each
     /// update slice into zeros of size `dim` along `axis` at its index.
     ScatterAdd {
@@ -354,6 +360,7 @@ impl Op {
             Op::Pool2dGrad { kind: PoolKind::Avg, .. } => "avg_pool2d_grad",
             Op::ScatterAdd { .. } => "scatter_add",
             Op::Gradient => "gradient",
+            Op::StopGradient => "stop_gradient",
         }
     }
 

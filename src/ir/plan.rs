@@ -169,7 +169,8 @@ pub struct TrainPlan {
     pub data: Dataset,
     /// Step regions, one per distinct batch size. Inputs, in order: the batch
     /// parts, the step number (f32 scalar, 1-based), the parameters, the
-    /// optimizer states. Outputs: the loss, the new parameters, the new states.
+    /// optimizer states, the model states. Outputs: the loss, the new
+    /// parameters, the new optimizer states, the new model states.
     pub steps: Vec<(usize, Region)>,
     /// The structure of each step region (in `steps` order) beyond its
     /// inputs and outputs, for passes and plans to see.
@@ -178,15 +179,32 @@ pub struct TrainPlan {
     pub params: Vec<(String, NodeId)>,
     /// Optimizer states (`l1.w/m`) and their initial values.
     pub states: Vec<(String, NodeId)>,
+    /// The model's tensor `state`s (`bn1.running_mean`) and their values
+    /// before training; a step may write them (§6).
+    pub model_states: Vec<(String, NodeId)>,
     pub epochs: Option<usize>,
     pub max_steps: Option<usize>,
     pub evals: Vec<EvalPlan>,
     pub checkpoint: Option<(String, usize)>,
     pub log: Option<String>,
     pub resume: Option<String>,
-    /// Slots that receive the trained parameters and states afterwards.
+    /// Slots that receive the trained parameters, optimizer states and
+    /// model states afterwards.
     pub result_slots: Vec<usize>,
     pub span: Span,
+}
+
+impl TrainPlan {
+    /// What a step carries to the next, in the order of its last inputs
+    /// and its outputs after the loss: the parameters, the optimizer
+    /// states, the model states, each with its initial value.
+    pub fn carried(&self) -> impl Iterator<Item = &(String, NodeId)> {
+        self.params.iter().chain(&self.states).chain(&self.model_states)
+    }
+
+    pub fn carried_len(&self) -> usize {
+        self.params.len() + self.states.len() + self.model_states.len()
+    }
 }
 
 /// What the nodes of a training step region are, beyond its outputs (the
@@ -211,7 +229,8 @@ pub struct StepParts {
 pub struct EvalPlan {
     pub name: String,
     pub reduce: ReducePlan,
-    /// Slots the region reads for each parameter, in `TrainPlan::params` order.
+    /// Slots the region reads for each parameter, in `TrainPlan::params`
+    /// order, then for each model state (`TrainPlan::model_states`).
     pub param_slots: Vec<usize>,
     pub every: usize,
 }

@@ -61,11 +61,16 @@ fn step_parts(p: &Program, u: &CompiledUnit, numbering: &Numbering) -> Option<St
             let loss = outputs.first().map_or("-".into(), |&l| numbering.name(l));
             let updates = outputs.get(1..1 + params.len()).unwrap_or(&[]);
             let new_states = outputs.get(1 + params.len()..).unwrap_or(&[]);
+            let new_model_states = new_states.get(states.len()..).unwrap_or(&[]);
             let norm = parts.global_norm.map(|n| format!(" (clipped by the global norm {})", numbering.name(n)));
-            let states = match states.is_empty() {
+            let mut states = match states.is_empty() {
                 true => String::new(),
                 false => format!("; states: {}", named(&mut states.iter().map(|(n, _)| n), new_states)),
             };
+            if !t.model_states.is_empty() {
+                let names = &mut t.model_states.iter().map(|(n, _)| n);
+                states.push_str(&format!("; model states: {}", named(names, new_model_states)));
+            }
             return Some(format!(
                 "  step: loss {loss}; gradients: {}{}; updates: {}{states}\n",
                 named(&mut params.iter().map(|(n, _)| n), &parts.gradients),

@@ -178,7 +178,7 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
             vec![format!("size={size:?}"), format!("stride={stride:?}"), format!("padding={padding:?}")]
         }
         Op::ScatterAdd { axis, dim } => vec![format!("axis={axis}"), format!("dim={dim}")],
-        Op::Gradient => vec![],
+        Op::Gradient | Op::StopGradient => vec![],
     }
 }
 

@@ -32,9 +32,17 @@ pub enum Effect {
     Collect { data: Box<super::plan::Dataset>, all: bool, slots: Vec<usize>, span: Span },
     /// `save(model, path)`: writes the named tensors as safetensors.
     Save { tensors: Vec<(String, NodeId)>, path: String, span: Span },
-    /// `load(model, path)`: reads named tensors of the given types into slots.
-    Load { tensors: Vec<(String, TensorType, usize)>, path: String, span: Span },
+    /// `load(model, path)`: reads named tensors of the given types into
+    /// slots: the parameters, which the file must hold, and the model
+    /// states, each with its value before the load, which its slot keeps
+    /// when the file has no such tensor (files written before states were
+    /// saved).
+    Load { tensors: Vec<(String, TensorType, usize)>, states: Vec<LoadState>, path: String, span: Span },
 }
+
+/// A model state `load` reads if the file holds it: its name, type and
+/// slot, and the node of its value before the load.
+pub type LoadState = (String, TensorType, usize, NodeId);
 
 /// What `tfc run` executes: evaluate the graph, then perform the effects in
 /// order.
@@ -68,7 +76,9 @@ impl Effect {
                 format!("{} -> slots {slots:?}", if *all { "collect" } else { "first" })
             }
             Effect::Save { path, tensors, .. } => format!("save {} tensors to {path:?}", tensors.len()),
-            Effect::Load { path, tensors, .. } => format!("load {} tensors from {path:?}", tensors.len()),
+            Effect::Load { path, tensors, states, .. } => {
+                format!("load {} tensors from {path:?}", tensors.len() + states.len())
+            }
         }
     }
 
@@ -88,8 +98,7 @@ impl Effect {
             Effect::Print { .. } | Effect::AssertClose { .. } | Effect::Load { .. } => {}
             Effect::Train(t) => {
                 dataset(&t.data, &mut out);
-                out.extend(t.params.iter().map(|(_, id)| *id));
-                out.extend(t.states.iter().map(|(_, id)| *id));
+                out.extend(t.carried().map(|(_, id)| *id));
                 for (_, r) in &t.steps {
                     out.extend(&r.outputs);
                 }
@@ -143,6 +152,7 @@ impl Program {
                     dataset(&mut t.data, f);
                     t.params.iter_mut().for_each(|(_, id)| f(id));
                     t.states.iter_mut().for_each(|(_, id)| f(id));
+                    t.model_states.iter_mut().for_each(|(_, id)| f(id));
                     t.steps.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
                     for ev in &mut t.evals {
                         dataset(&mut ev.reduce.data, f);
@@ -155,7 +165,7 @@ impl Program {
                 }
                 Effect::Collect { data, .. } => dataset(data, f),
                 Effect::Save { tensors, .. } => tensors.iter_mut().for_each(|(_, id)| f(id)),
-                Effect::Load { .. } => {}
+                Effect::Load { states, .. } => states.iter_mut().for_each(|(_, _, _, id)| f(id)),
             }
         }
     }

@@ -5,8 +5,9 @@
 //!
 //! Contract: runs first, before any other pass or anything runs
 //! (`Session::check` runs it as the last step of lowering, and it cannot
-//! be disabled); afterwards no `Op::Gradient` node is left and every user
-//! of a request — the clipping, the optimizer's update, the step's
+//! be disabled); afterwards no `Op::Gradient` node is left (nor an
+//! `Op::StopGradient`: each is its operand then) and every user of a
+//! request — the clipping, the optimizer's update, the step's
 //! recorded gradients (`TrainPlan::parts`) — reads its gradient instead.
 //! `--emit ir` shows the requests (the IR as traced), `--dump-after
 //! autodiff` their expansion.
@@ -24,8 +25,9 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
 }
 
 pub fn postcondition(p: &Program) -> Result<(), String> {
-    match p.graph.node_ids().into_iter().find(|&n| matches!(p.graph.node(n).op, Op::Gradient)) {
-        Some(n) => Err(format!("gradient request %{} is still in the graph", n.index())),
+    let left = |n: &crate::ir::NodeId| matches!(p.graph.node(*n).op, Op::Gradient | Op::StopGradient);
+    match p.graph.node_ids().into_iter().find(left) {
+        Some(n) => Err(format!("{} %{} is still in the graph", p.graph.node(n).op.name(), n.index())),
         None => Ok(()),
     }
 }

@@ -171,7 +171,8 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::OneHot { .. }
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
-        | Op::Gradient => KernelKind::Layout,
+        | Op::Gradient
+        | Op::StopGradient => KernelKind::Layout,
     }
 }
 

@@ -92,7 +92,7 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                 for (b, r) in &t.steps {
                     // Inputs end with the parameters and states, outputs
                     // start with the loss and then their new values.
-                    let carried = t.params.len() + t.states.len();
+                    let carried = t.carried_len();
                     let first = r.inputs.len().saturating_sub(carried);
                     let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, 1 + j)).collect();
                     out.push(NamedRegion { name: format!("train {e} step (batch {b})"), region: r, updates });

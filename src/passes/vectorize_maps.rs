@@ -243,7 +243,9 @@ fn max_slot(p: &Program) -> usize {
             }
             Effect::Reduce { slot, .. } => vec![*slot],
             Effect::Collect { slots, .. } => slots.clone(),
-            Effect::Load { tensors, .. } => tensors.iter().map(|(_, _, s)| *s).collect(),
+            Effect::Load { tensors, states, .. } => {
+                tensors.iter().map(|(_, _, s)| *s).chain(states.iter().map(|(_, _, s, _)| *s)).collect()
+            }
             _ => Vec::new(),
         };
         max = filled.into_iter().fold(max, usize::max);

@@ -228,13 +228,26 @@ impl<'p> Executor<'p> {
                 let path = self.resolve_path(path);
                 crate::io::checkpoint::save(&path, &named, &[]).map_err(|d| d.label(*span, "while saving"))
             }
-            Effect::Load { tensors, path, span } => {
+            Effect::Load { tensors, states, path, span } => {
                 let path = self.resolve_path(path);
-                let want: Vec<(String, crate::ir::TensorType)> =
+                let mut want: Vec<(String, crate::ir::TensorType)> =
                     tensors.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect();
-                let (loaded, _) =
-                    crate::io::checkpoint::load(&path, &want).map_err(|d| d.label(*span, "while loading"))?;
-                for ((_, _, slot), t) in tensors.iter().zip(loaded) {
+                want.extend(states.iter().map(|(n, t, _, _)| (n.clone(), t.clone())));
+                let (loaded, _) = crate::io::checkpoint::load_optional(&path, &want, tensors.len())
+                    .map_err(|d| d.label(*span, "while loading"))?;
+                let (params, loaded_states) = loaded.split_at(tensors.len());
+                for ((_, _, slot), t) in tensors.iter().zip(params) {
+                    self.slots.insert(*slot, t.clone().ok_or_else(|| Diagnostic::internal("a parameter not loaded"))?);
+                }
+                // A state the file lacks keeps its value.
+                for ((_, _, slot, before), t) in states.iter().zip(loaded_states) {
+                    let t = match t {
+                        Some(t) => t.clone(),
+                        None => {
+                            self.demand(&[*before])?;
+                            self.value(*before)?.clone()
+                        }
+                    };
                     self.slots.insert(*slot, t);
                 }
                 Ok(())

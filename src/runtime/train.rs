@@ -3,10 +3,11 @@
 //!
 //! Contract: the loop is deterministic — the final parameters depend only on
 //! the program, its seeds and the data. A checkpoint written at the end of
-//! epoch k holds the parameters, the optimizer states, the step and the
-//! epoch; because the data order of an epoch is a pure function of its
-//! seeds and the epoch number, `resume` from it ends with bit-identical
-//! weights to an uninterrupted run. A NaN or infinite loss stops training
+//! epoch k holds the parameters, the optimizer states, the model states
+//! (a BatchNorm's running statistics), the step and the epoch; because the
+//! data order of an epoch is a pure function of its seeds and the epoch
+//! number, `resume` from it ends with bit-identical weights and states to
+//! an uninterrupted run. A NaN or infinite loss stops training
 //! with a diagnostic naming the step (and, with `--check-numerics`, the op).
 
 use super::dataset::reduce_mean;
@@ -19,34 +20,33 @@ use std::io::{IsTerminal, Write};
 use std::time::Instant;
 
 pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
-    let init: Vec<_> = plan.params.iter().chain(&plan.states).map(|(_, id)| *id).collect();
+    let init: Vec<_> = plan.carried().map(|(_, id)| *id).collect();
     ex.demand(&init)?;
-    let mut params: Vec<Tensor> = plan.params.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
-    let mut states: Vec<Tensor> = plan.states.iter().map(|(_, id)| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
+    // The parameters, the optimizer states and the model states.
+    let mut values: Vec<Tensor> = init.iter().map(|id| ex.value(*id).cloned()).collect::<Result<_, _>>()?;
     let (mut step, mut epoch) = (0u64, 0u64);
     let mut resumed = false;
     if let Some(path) = &plan.resume {
         let path = ex.resolve_path(path);
         if path.exists() {
-            let (p, s, st, ep) = load_checkpoint(&path, plan, &params, &states)?;
-            (params, states, step, epoch) = (p, s, st, ep);
+            let (v, st, ep) = load_checkpoint(&path, plan, values)?;
+            (values, step, epoch) = (v, st, ep);
             resumed = true;
             eprintln!("resuming from {} at epoch {epoch}, step {step}", path.display());
         } else {
             eprintln!("no checkpoint at {} yet; training from the start", path.display());
         }
     }
-    // The step's parameters and optimizer states are carried from step to
-    // step (on the JIT they stay in the step's arena).
-    let n_params = params.len();
-    let carried = n_params + states.len();
+    // The step's parameters, optimizer states and model states are carried
+    // from step to step (on the JIT they stay in the step's arena).
+    let n_params = plan.params.len();
+    let model_states_at = n_params + plan.states.len();
     let regions: Vec<(usize, CompiledRegion)> = plan
         .steps
         .iter()
-        .map(|(b, r)| Ok((*b, ex.compile_region_carrying(r, carried)?)))
+        .map(|(b, r)| Ok((*b, ex.compile_region_carrying(r, plan.carried_len())?)))
         .collect::<Result<_, Diagnostic>>()?;
-    params.append(&mut states);
-    let mut carry = Carry::new(params);
+    let mut carry = Carry::new(values);
     let evals: Vec<_> = plan.evals.iter().collect();
     let mut log = match &plan.log {
         Some(p) => {
@@ -136,7 +136,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         let mut metrics = Vec::new();
         for e in &evals {
             if epoch % e.every as u64 == 0 || plan.epochs == Some(epoch as usize) {
-                let v = reduce_mean(ex, &e.reduce, &carry.values()?[..n_params], plan.span)?;
+                // A metric reads the parameters and the model states.
+                let all = carry.values()?;
+                let read: Vec<Tensor> = all[..n_params].iter().chain(&all[model_states_at..]).cloned().collect();
+                let v = reduce_mean(ex, &e.reduce, &read, plan.span)?;
                 metrics.push((e.name.clone(), v.to_f64_vec()[0]));
             }
         }
@@ -153,8 +156,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         if let Some((path, every)) = &plan.checkpoint {
             if epoch % *every as u64 == 0 {
                 let path = ex.resolve_path(path);
-                let (params, states) = carry.values()?.split_at(n_params);
-                save_checkpoint(&path, plan, params, states, step, epoch)?;
+                save_checkpoint(&path, plan, carry.values()?, step, epoch)?;
             }
         }
     }
@@ -176,16 +178,25 @@ fn scalar(x: f64) -> Result<Tensor, Diagnostic> {
     Tensor::from_literal(&Literal::Float(vec![x]), &TensorType::scalar(DType::F32))
 }
 
+/// The names of the carried values in a checkpoint: parameters and model
+/// states by path (as `save` names them), optimizer states as
+/// `optimizer/<path>/<state>`.
+fn checkpoint_names(plan: &TrainPlan) -> Vec<String> {
+    let mut names: Vec<String> = plan.params.iter().map(|(n, _)| n.clone()).collect();
+    names.extend(plan.states.iter().map(|(n, _)| format!("optimizer/{n}")));
+    names.extend(plan.model_states.iter().map(|(n, _)| n.clone()));
+    names
+}
+
+/// Writes the carried `values` (in `TrainPlan::carried` order).
 fn save_checkpoint(
     path: &std::path::Path,
     plan: &TrainPlan,
-    params: &[Tensor],
-    states: &[Tensor],
+    values: &[Tensor],
     step: u64,
     epoch: u64,
 ) -> Result<(), Diagnostic> {
-    let mut named: Vec<(String, &Tensor)> = plan.params.iter().map(|(n, _)| n.clone()).zip(params).collect();
-    named.extend(plan.states.iter().map(|(n, _)| format!("optimizer/{n}")).zip(states));
+    let named: Vec<(String, &Tensor)> = checkpoint_names(plan).into_iter().zip(values).collect();
     let meta = vec![
         ("step".to_string(), step.to_string()),
         ("epoch".to_string(), epoch.to_string()),
@@ -195,19 +206,19 @@ fn save_checkpoint(
         .map_err(|d| d.label(plan.span, "while checkpointing this training"))
 }
 
-type Restored = (Vec<Tensor>, Vec<Tensor>, u64, u64);
+type Restored = (Vec<Tensor>, u64, u64);
 
-fn load_checkpoint(
-    path: &std::path::Path,
-    plan: &TrainPlan,
-    params: &[Tensor],
-    states: &[Tensor],
-) -> Result<Restored, Diagnostic> {
-    let mut want: Vec<(String, TensorType)> =
-        plan.params.iter().zip(params).map(|((n, _), t)| (n.clone(), t.ty())).collect();
-    want.extend(plan.states.iter().zip(states).map(|((n, _), t)| (format!("optimizer/{n}"), t.ty())));
-    let (mut loaded, meta) =
-        crate::io::checkpoint::load(path, &want).map_err(|d| d.label(plan.span, "while resuming this training"))?;
+/// The carried values of a checkpoint, with its step and epoch; `init` (in
+/// `TrainPlan::carried` order) gives their types, and the model states a
+/// checkpoint of an earlier version lacks (it saved none: they never
+/// changed then) keep their values from `init`.
+fn load_checkpoint(path: &std::path::Path, plan: &TrainPlan, init: Vec<Tensor>) -> Result<Restored, Diagnostic> {
+    let want: Vec<(String, TensorType)> =
+        checkpoint_names(plan).into_iter().zip(&init).map(|(n, t)| (n, t.ty())).collect();
+    let required = plan.params.len() + plan.states.len();
+    let (loaded, meta) = crate::io::checkpoint::load_optional(path, &want, required)
+        .map_err(|d| d.label(plan.span, "while resuming this training"))?;
+    let values = loaded.into_iter().zip(init).map(|(l, i)| l.unwrap_or(i)).collect();
     let number = |k: &str| -> Result<u64, Diagnostic> {
         let not = |why: String| {
             Diagnostic::new(Code::Io, format!("`{}` is not a training checkpoint: {why}", path.display()))
@@ -219,8 +230,7 @@ fn load_checkpoint(
         }
     };
     let (step, epoch) = (number("step")?, number("epoch")?);
-    let states = loaded.split_off(params.len());
-    Ok((loaded, states, step, epoch))
+    Ok((values, step, epoch))
 }
 
 /// Progress on stderr: a line rewritten in place on a terminal, one line

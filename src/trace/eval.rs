@@ -148,12 +148,17 @@ impl Tracer<'_> {
                     }
                     self.bind_pattern(pattern, v, &scope)?;
                 }
-                ast::BlockStmt::Assign { name, value, .. } => {
+                ast::BlockStmt::Assign { name, value, span } => {
                     if scope.get(&name.name).is_none() {
                         self.lookup(&name.name, name.span, &scope)?;
                     }
                     let v = self.eval(value, &scope)?;
-                    scope.set(&name.name, v);
+                    // A model's state, seen from its methods, is written
+                    // (§6); any other name is rebound in this block.
+                    match scope.binder(&name.name).filter(|s| s.declares_state(&name.name)) {
+                        Some(owner) => self.write_state(&owner, name, v, *span)?,
+                        None => scope.set(&name.name, v),
+                    }
                 }
                 ast::BlockStmt::For(f) => self.for_loop(f, &scope)?,
                 ast::BlockStmt::Expr(e) => {

@@ -195,8 +195,8 @@ impl Live {
         }
     }
 
-    /// Drops the entry's bindings and restores the parameters of the
-    /// session's models to what they were before the entry.
+    /// Drops the entry's bindings and restores the parameters and states
+    /// of the session's models to what they were before the entry.
     pub fn abandon(&mut self, traced: Traced) {
         for (model, params) in traced.snapshot {
             for (path, v) in params {
@@ -205,11 +205,14 @@ impl Live {
         }
     }
 
-    /// The parameters of every model bound in the session, by instance.
+    /// The parameters and states of every model bound in the session, by
+    /// instance.
     fn snapshot(&self) -> Snapshot {
         fn walk(v: &Value, out: &mut Snapshot) {
             match v {
-                Value::Model(m) if !out.iter().any(|(o, _)| Rc::ptr_eq(o, m)) => out.push((m.clone(), m.param_paths())),
+                Value::Model(m) if !out.iter().any(|(o, _)| Rc::ptr_eq(o, m)) => {
+                    out.push((m.clone(), m.tensor_paths()))
+                }
                 Value::Tuple(items) => items.iter().for_each(|i| walk(i, out)),
                 _ => {}
             }
@@ -373,7 +376,7 @@ fn identity(v: &Value, key: &mut String, body: &mut dyn FnMut(crate::diag::Span)
         Value::Model(m) => {
             body(m.def.span);
             let _ = write!(key, "m{:p}[", Rc::as_ptr(m));
-            for (_, p) in m.param_paths() {
+            for (_, p) in m.tensor_paths() {
                 identity(&p, key, body);
             }
             write!(key, "]")

@@ -21,6 +21,7 @@ pub mod live;
 mod model;
 mod modules;
 mod scopes;
+mod state;
 mod tensor;
 mod train;
 mod unroll;
@@ -93,6 +94,9 @@ pub struct Tracer<'s> {
     /// Inside a train step: the step number (an f32 scalar node), which
     /// `dropout` mixes into its seed so that every step draws a new mask.
     pub(crate) step_counter: Option<crate::ir::NodeId>,
+    /// While a step's loss is traced: the scopes of the trained model and
+    /// its sub-models, whose `state`s the step may write (`state.rs`).
+    pub(crate) step_models: Vec<Rc<Scope>>,
     /// Whether a training step's gradients are left as requests for the
     /// `autodiff` pass (`Op::Gradient`; a file's program) or built at once
     /// (the REPL's live graph, whose node ids must stay a topological order
@@ -159,6 +163,7 @@ impl<'s> Tracer<'s> {
             csv_cache: Default::default(),
             training: false,
             step_counter: None,
+            step_models: Vec::new(),
             defer_gradients: false,
             element_key: None,
             pending_reduce: None,

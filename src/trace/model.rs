@@ -76,6 +76,7 @@ impl Tracer<'_> {
             scope.set(&param.name.name, v);
         }
         let mut params = Vec::new();
+        let mut states = Vec::new();
         let mut submodels = Vec::new();
         for member in &def.def.members {
             match member {
@@ -88,13 +89,15 @@ impl Tracer<'_> {
                     self.param_context = saved;
                     let v = self.check_annotation(&v?, ty, init.span, &scope)?;
                     scope.set(&n.name, v);
-                    if matches!(member, ModelMember::Param { .. }) {
-                        params.push(n.name.clone());
+                    match member {
+                        ModelMember::Param { .. } => params.push(n.name.clone()),
+                        _ => states.push(n.name.clone()),
                     }
                 }
                 ModelMember::State { name: n, ty: None, init, .. } => {
                     let v = self.eval(init, &scope)?;
                     scope.set(&n.name, v);
+                    states.push(n.name.clone());
                 }
                 ModelMember::Field { name: n, value, .. } => {
                     self.model_path = Some((seed, join(&prefix, &n.name)));
@@ -109,7 +112,9 @@ impl Tracer<'_> {
                 ModelMember::Method(_) => {}
             }
         }
-        let instance = Rc::new(ModelInstance { def: def.def.clone(), scope: scope.clone(), params, submodels });
+        // Assignments to a state in the methods write it (trace/state.rs).
+        scope.declare_states(&states);
+        let instance = Rc::new(ModelInstance { def: def.def.clone(), scope: scope.clone(), params, states, submodels });
         // Methods can call each other by bare name (`helper(x)` in `forward`).
         for member in &def.def.members {
             if let ModelMember::Method(d) = member {

@@ -1,18 +1,21 @@
 //! Optimizers (§7) and the `train` statement (§9).
 //!
 //! A train block compiles one step region per batch size: the batch, the
-//! step number, every parameter and optimizer state are region inputs; the
-//! loss, the new parameters and the new states are its outputs. Inside,
-//! the loss is traced with the model's parameters rebound to the step's
-//! inputs, `grad` of the loss comes from the autodiff pass, gradient
-//! clipping and the optimizer's `update` block (one per parameter) follow.
-//! Afterwards the model's parameters are rebound to the trained values
-//! (slots the runtime fills when training ends), so later statements see
-//! the trained model.
+//! step number, every parameter, optimizer state and model state are
+//! region inputs; the loss, the new parameters, the new optimizer states
+//! and the new model states are its outputs. Inside, the loss is traced
+//! with the model's parameters and states rebound to the step's inputs
+//! (a write to a state rebinds it again: `state.rs`), `grad` of the loss
+//! comes from the autodiff pass, gradient clipping and the optimizer's
+//! `update` block (one per parameter) follow. Afterwards the model's
+//! parameters and states are rebound to the trained values (slots the
+//! runtime fills when training ends), so later statements see the trained
+//! model.
 //!
 //! Example: `train net on data { loss(x, y) = mse(net(x), y); optimizer = sgd(lr = 0.1); epochs = 5 }`.
 
 use super::call::CallArgs;
+use super::state::{bind_states, carried_states, StateInfo};
 use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
@@ -97,15 +100,17 @@ impl Tracer<'_> {
                 scope.set(&name.name, Value::Tensor(o.id, o.ty));
             }
         }
+        let model_states = carried_states(&model);
         let (mut steps, mut parts) = (Vec::new(), Vec::new());
         for &b in &data.batch_sizes {
-            let (region, step_parts) = self.step_region(t, &model, &data, b, &params, &states, &fields, env)?;
+            let carried = Carried { params: &params, states: &states, model_states: &model_states };
+            let (region, step_parts) = self.step_region(t, &model, &data, b, carried, &fields, env)?;
             steps.push((b, region));
             parts.push(step_parts);
         }
         let mut evals = Vec::new();
         for (metric, eval_data, every, name) in &fields.evals {
-            evals.push(self.eval_plan(&model, &params, metric, eval_data, *every, name, env)?);
+            evals.push(self.eval_plan(&model, &params, &model_states, metric, eval_data, *every, name, env)?);
         }
         // Later statements see the trained parameters.
         let mut result_slots = Vec::new();
@@ -120,12 +125,17 @@ impl Tracer<'_> {
             self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), t.span);
             result_slots.push(slot);
         }
+        let types: Vec<TensorType> = model_states.iter().map(|s| s.ty.clone()).collect();
+        let (trained, values) = self.slots_for(&types, t.span);
+        bind_states(&model_states, &values.into_iter().map(|(v, _)| v).collect::<Vec<_>>());
+        result_slots.extend(trained.iter().map(|(s, _)| *s));
         let plan = TrainPlan {
             data: (*data).clone(),
             steps,
             parts,
             params: params.iter().map(|p| (p.path.clone(), p.init)).collect(),
             states: states.iter().map(|(n, id, _)| (n.clone(), *id)).collect(),
+            model_states: model_states.iter().map(|s| (s.path.clone(), s.init)).collect(),
             epochs: fields.epochs,
             max_steps: fields.steps,
             evals,
@@ -146,11 +156,11 @@ impl Tracer<'_> {
         model: &Rc<ModelInstance>,
         data: &Dataset,
         b: usize,
-        params: &[ParamInfo],
-        states: &[(String, NodeId, TensorType)],
+        carried: Carried,
         fields: &Fields,
         env: &Rc<Scope>,
     ) -> TResult<(Region, StepParts)> {
+        let Carried { params, states, model_states } = carried;
         let span = t.span;
         let batch_types: Vec<TensorType> =
             data.element.iter().map(|e| TensorType::new(e.dtype, [vec![b], e.shape[1..].to_vec()].concat())).collect();
@@ -167,13 +177,28 @@ impl Tracer<'_> {
         for (p, (v, _)) in params.iter().zip(&param_args) {
             model.set_param(&p.path, v.clone());
         }
-        // The loss, in training mode.
+        let model_state_types: Vec<TensorType> = model_states.iter().map(|s| s.ty.clone()).collect();
+        let (model_state_inputs, model_state_args) = self.slots_for(&model_state_types, span);
+        inputs.extend(model_state_inputs);
+        bind_states(model_states, &model_state_args.into_iter().map(|(v, _)| v).collect::<Vec<_>>());
+        // The loss, in training mode, which may write the model's states.
         let saved = std::mem::replace(&mut self.training, true);
         let saved_counter = self.step_counter.replace(tensor_id(&step_arg[0].0));
+        let writable = model_states.iter().map(|s| s.owner.clone()).collect();
+        let saved_models = std::mem::replace(&mut self.step_models, writable);
         let loss = self.loss_value(fields, batch_args, env);
         self.training = saved;
         self.step_counter = saved_counter;
+        self.step_models = saved_models;
         let loss = loss?;
+        // The states as the loss left them: written, or the step's inputs.
+        let mut new_model_states = Vec::with_capacity(model_states.len());
+        for s in model_states {
+            match s.owner.get_local(&s.name) {
+                Some(Value::Tensor(id, _)) => new_model_states.push(id),
+                _ => return Err(Diagnostic::internal(format!("state `{}` is unbound after the loss", s.path)).into()),
+            }
+        }
         // One gradient request per parameter, which the `autodiff` pass
         // builds (`Op::Gradient`: the traced step shows what it asks for),
         // or the gradients themselves (`defer_gradients`).
@@ -222,6 +247,7 @@ impl Tracer<'_> {
         let mut outputs = vec![loss.id];
         outputs.extend(new_params);
         outputs.extend(new_states);
+        outputs.extend(new_model_states);
         Ok((Region { id: self.new_region(), inputs, outputs }, StepParts { gradients: grads, global_norm }))
     }
 
@@ -365,7 +391,7 @@ impl Tracer<'_> {
 
     /// Converts `v` to exactly type `ty` (numbers broadcast; a different
     /// dtype or shape is an error naming `what`).
-    fn fit(&mut self, v: &Value, ty: &TensorType, span: Span, what: &str) -> TResult<NodeId> {
+    pub(crate) fn fit(&mut self, v: &Value, ty: &TensorType, span: Span, what: &str) -> TResult<NodeId> {
         let o = self.operand(v, Some(ty.dtype), span)?;
         if o.ty.dtype != ty.dtype
             || crate::ir::infer::broadcast_shapes(&o.ty.shape, &ty.shape).as_deref() != Some(&ty.shape[..])
@@ -382,6 +408,7 @@ impl Tracer<'_> {
         &mut self,
         model: &Rc<ModelInstance>,
         params: &[ParamInfo],
+        model_states: &[StateInfo],
         metric: &ast::Expr,
         data: &ast::Expr,
         every: usize,
@@ -389,11 +416,17 @@ impl Tracer<'_> {
         env: &Rc<Scope>,
     ) -> TResult<EvalPlan> {
         let span = metric.span;
-        let types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
-        let (param_inputs, param_args) = self.slots_for(&types, span);
-        for (p, (v, _)) in params.iter().zip(&param_args) {
+        // The metric reads the current parameters and model states (a
+        // BatchNorm's running statistics), then inputs of its regions.
+        let types: Vec<TensorType> =
+            params.iter().map(|p| p.ty.clone()).chain(model_states.iter().map(|s| s.ty.clone())).collect();
+        let (param_inputs, args) = self.slots_for(&types, span);
+        let args: Vec<Value> = args.into_iter().map(|(v, _)| v).collect();
+        let (param_args, state_args) = args.split_at(params.len());
+        for (p, v) in params.iter().zip(param_args) {
             model.set_param(&p.path, v.clone());
         }
+        bind_states(model_states, state_args);
         let f = self.eval(metric, env)?;
         let d = self.eval(data, env)?;
         let saved = self.pending_reduce.replace(Vec::new());
@@ -423,6 +456,15 @@ impl Tracer<'_> {
             every,
         })
     }
+}
+
+/// What a step carries from one step to the next, in the order of its
+/// inputs after the batch and the step number.
+#[derive(Clone, Copy)]
+struct Carried<'a> {
+    params: &'a [ParamInfo],
+    states: &'a [(String, NodeId, TensorType)],
+    model_states: &'a [StateInfo],
 }
 
 /// The settings of a train block, read and checked.

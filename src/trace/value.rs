@@ -135,13 +135,17 @@ pub struct ModelInstance {
     pub scope: Rc<Scope>,
     /// Names of the trainable parameters declared directly by this model.
     pub params: Vec<String>,
+    /// Names of the `state`s declared directly by this model (§6): what a
+    /// training step may write, carried and checkpointed like parameters.
+    pub states: Vec<String>,
     /// Names of the sub-model fields: a model, or a list (a tuple) that
     /// holds models (`blocks = [Block(d) for i in 0..n]`).
     pub submodels: Vec<String>,
 }
 
 impl ModelInstance {
-    /// Rebinds the parameter at `path` (`l1.w`, `blocks.0.w`) to `value`.
+    /// Rebinds the parameter or state at `path` (`l1.w`, `blocks.0.w`,
+    /// `bn.running_mean`) to `value`.
     pub fn set_param(&self, path: &str, value: Value) {
         match path.split_once('.') {
             Some((sub, rest)) => {
@@ -156,15 +160,35 @@ impl ModelInstance {
     /// `l1.w`-style paths of every parameter, depth first in declaration
     /// order; the models of a list are numbered (`blocks.0.w`).
     pub fn param_paths(&self) -> Vec<(String, Value)> {
+        self.paths(&|m| &m.params).into_iter().map(|(p, v, _)| (p, v)).collect()
+    }
+
+    /// `bn1.running_mean`-style paths of every state, in the order of
+    /// `param_paths`, each with its value and the model scope that binds
+    /// it (which a write in a training step rebinds).
+    pub fn state_paths(&self) -> Vec<(String, Value, Rc<Scope>)> {
+        self.paths(&|m| &m.states)
+    }
+
+    /// Every parameter, then every state, by path: what `save` writes,
+    /// `load` reads, and a REPL entry that trains or loads changes.
+    pub fn tensor_paths(&self) -> Vec<(String, Value)> {
+        let mut out = self.param_paths();
+        out.extend(self.state_paths().into_iter().map(|(p, v, _)| (p, v)));
+        out
+    }
+
+    /// The members `which` names, here and in every sub-model, by path.
+    fn paths(&self, which: &dyn Fn(&ModelInstance) -> &[String]) -> Vec<(String, Value, Rc<Scope>)> {
         let mut out = Vec::new();
-        for name in &self.params {
+        for name in which(self) {
             if let Some(v) = self.scope.get_local(name) {
-                out.push((name.clone(), v));
+                out.push((name.clone(), v, self.scope.clone()));
             }
         }
         for sub in &self.submodels {
             if let Some(v) = self.scope.get_local(sub) {
-                paths_in(&v, sub, &mut out);
+                paths_in(&v, sub, which, &mut out);
             }
         }
         out
@@ -180,11 +204,18 @@ pub fn holds_models(v: &Value) -> bool {
     }
 }
 
-/// The parameter paths under `prefix` of the models in `v`.
-fn paths_in(v: &Value, prefix: &str, out: &mut Vec<(String, Value)>) {
+/// The paths under `prefix` of the members `which` names in the models of `v`.
+fn paths_in(
+    v: &Value,
+    prefix: &str,
+    which: &dyn Fn(&ModelInstance) -> &[String],
+    out: &mut Vec<(String, Value, Rc<Scope>)>,
+) {
     match v {
-        Value::Model(m) => out.extend(m.param_paths().into_iter().map(|(p, v)| (format!("{prefix}.{p}"), v))),
-        Value::Tuple(items) => items.iter().enumerate().for_each(|(k, i)| paths_in(i, &format!("{prefix}.{k}"), out)),
+        Value::Model(m) => out.extend(m.paths(which).into_iter().map(|(p, v, s)| (format!("{prefix}.{p}"), v, s))),
+        Value::Tuple(items) => {
+            items.iter().enumerate().for_each(|(k, i)| paths_in(i, &format!("{prefix}.{k}"), which, out))
+        }
         _ => {}
     }
 }
@@ -208,13 +239,41 @@ fn set_in(v: &Value, path: &str, value: Value) {
 pub struct Scope {
     vars: RefCell<HashMap<String, Value>>,
     parent: Option<Rc<Scope>>,
+    /// In a model's scope: the names of its `state`s, which an assignment
+    /// in its methods writes (§6) instead of rebinding locally.
+    states: std::cell::OnceCell<Box<[String]>>,
 }
 
 impl Scope {
     /// A scope whose names fall back to `parent`'s; the tracer makes scopes
     /// through `Scopes::child`, which tears them down when it is done.
     pub(super) fn child(parent: &Rc<Scope>) -> Rc<Scope> {
-        Rc::new(Scope { vars: RefCell::new(HashMap::default()), parent: Some(parent.clone()) })
+        Rc::new(Scope {
+            vars: RefCell::new(HashMap::default()),
+            parent: Some(parent.clone()),
+            states: Default::default(),
+        })
+    }
+
+    /// Marks this scope as a model's, whose `states` an assignment writes.
+    pub fn declare_states(&self, states: &[String]) {
+        let _ = self.states.set(states.into());
+    }
+
+    /// True if `name` is a state this (model) scope declares.
+    pub fn declares_state(&self, name: &str) -> bool {
+        self.states.get().is_some_and(|s| s.iter().any(|n| n == name))
+    }
+
+    /// The scope that binds `name`: this one or the nearest parent.
+    pub fn binder(self: &Rc<Scope>, name: &str) -> Option<Rc<Scope>> {
+        let mut s = self;
+        loop {
+            if s.has_local(name) {
+                return Some(s.clone());
+            }
+            s = s.parent.as_ref()?;
+        }
     }
 
     /// Empties the scope, returning what was bound (see `scopes`).

@@ -2,11 +2,11 @@
 //! by path such as `l1.w`) and `evaluate(ds, f)`: the example-weighted mean
 //! of `f` over a dataset's batches, which metrics such as `accuracy` use.
 
-use crate::diag::{Code, Diagnostic};
+use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{ReducePlan, Region};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
-use crate::trace::value::Value;
+use crate::trace::value::{ModelInstance, Value};
 use crate::trace::{TResult, Tracer};
 
 impl Tracer<'_> {
@@ -19,26 +19,40 @@ impl Tracer<'_> {
             Some((Value::Str(s), _)) => s.clone(),
             _ => return Err(a.bad(1, "a file path string")),
         };
-        let params = model.param_paths();
-        let mut named = Vec::new();
-        for (name, v) in params {
-            let Value::Tensor(id, ty) = v else { continue };
-            named.push((name, id, ty));
-        }
+        // The parameters, then the model's tensor states, by path.
+        let tensors_of = |paths: Vec<(String, Value)>| {
+            paths.into_iter().filter_map(|(name, v)| match v {
+                Value::Tensor(id, ty) => Some((name, id, ty)),
+                _ => None,
+            })
+        };
+        let params: Vec<_> = tensors_of(model.param_paths()).collect();
+        let states: Vec<_> = tensors_of(model.state_paths().into_iter().map(|(p, v, _)| (p, v)).collect()).collect();
         if a.name == "save" {
-            let tensors = named.into_iter().map(|(n, id, _)| (n, id)).collect();
+            let tensors = params.into_iter().chain(states).map(|(n, id, _)| (n, id)).collect();
             self.effects.push(Effect::Save { tensors, path, span: a.span });
         } else {
             let mut tensors = Vec::new();
-            for (name, _, ty) in named {
-                let slot = self.new_slot();
-                let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), a.span);
-                model.set_param(&name, Value::Tensor(id, ty.clone()));
-                tensors.push((name, ty, slot));
+            for (name, _, ty) in params {
+                tensors.push((name.clone(), ty.clone(), self.rebind_to_slot(&model, &name, &ty, a.span)));
             }
-            self.effects.push(Effect::Load { tensors, path, span: a.span });
+            let mut loaded_states = Vec::new();
+            for (name, before, ty) in states {
+                let slot = self.rebind_to_slot(&model, &name, &ty, a.span);
+                loaded_states.push((name, ty, slot, before));
+            }
+            self.effects.push(Effect::Load { tensors, states: loaded_states, path, span: a.span });
         }
         Ok(Value::Tuple(vec![]))
+    }
+
+    /// Rebinds `model`'s parameter or state at `path` to a new slot of type
+    /// `ty`, which an effect fills; returns the slot.
+    fn rebind_to_slot(&mut self, model: &ModelInstance, path: &str, ty: &TensorType, span: Span) -> usize {
+        let slot = self.new_slot();
+        let id = self.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), span);
+        model.set_param(path, Value::Tensor(id, ty.clone()));
+        slot
     }
 
     pub(crate) fn evaluate_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {

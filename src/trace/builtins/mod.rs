@@ -11,6 +11,7 @@ mod io;
 mod nn;
 mod reduce;
 mod shape;
+mod static_assert;
 
 use super::args::{bind, BuiltinArgs};
 use super::call::CallArgs;
@@ -95,6 +96,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("normal", &["shape=", "seed=", "mean=", "std=", "dtype="]),
     ("print", &["xs..", "full="]),
     ("assert_close", &["actual", "expected", "tol="]),
+    ("static_assert", &["cond", "message"]),
     // Parsed and resolved now; executed by later versions.
     ("grad", &["f", "wrt="]),
     ("value_and_grad", &["f", "wrt="]),
@@ -215,6 +217,7 @@ impl Tracer<'_> {
             "fans" => self.fans(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
             "save" | "load" => self.checkpoint_builtin(&a),
+            "static_assert" => self.static_assert(&a),
             "evaluate" => self.evaluate_builtin(&a),
             _ => self.data_builtin(&a),
         }
