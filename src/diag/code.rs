@@ -61,6 +61,8 @@ codes! {
     LossNotScalar = "E0318", "a training loss is not a float scalar";
     NoGradient = "E0319", "a trained parameter gets no gradient from the loss";
     LoopTooLong = "E0320", "a compile-time `for` loop would unroll too many iterations";
+    ScanCarry = "E0330", "a `scan` function's result does not fit: not a pair, or a carry of another type";
+    ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";

@@ -169,6 +169,7 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::OneHot { .. }
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
+        | Op::Scan(_)
         | Op::Gradient => KernelKind::Layout,
     }
 }

@@ -1,0 +1,123 @@
+//! The meaning of `scan` (`ir::scan`): the body evaluated once per step,
+//! node by node with `eval_node`, its carry threaded from step to step.
+//!
+//! Contract: `scan(body, operands)` returns the packed value `ir::scan`
+//! describes — the final carries, the stacked per-step outputs (row `t` is
+//! step `t`'s, also for a reverse scan) and, if the body saves them, the
+//! stacked carries entering each step — with the result type `infer`
+//! gives. A step's failure (an integer division by zero inside the body)
+//! is the body's diagnostic, naming the step. Zero steps return the initial
+//! carries and empty stacks.
+//!
+//! Example: a running sum over `[1, 2, 3]` from `0` whose `y` is the carry
+//! before each step packs `[6, 0, 1, 3]`.
+
+use super::value::{array, flat, Tensor};
+use super::{eval_node, Data, Elem};
+use crate::diag::Diagnostic;
+use crate::ir::scan::ScanBody;
+use crate::ir::{NodeId, Op, TensorType};
+use ndarray::Axis;
+
+/// Runs the loop of `body` over `operands` (carries, scanned tensors,
+/// captured values) into its packed value of type `ty`.
+pub fn scan(body: &ScanBody, operands: &[&Tensor], ty: &TensorType) -> Result<Data, Diagnostic> {
+    let (c, nx) = (body.carries, body.xs);
+    let order = body.graph.topo_order();
+    let mut carry: Vec<Tensor> = operands[..c].iter().map(|&t| t.clone()).collect();
+    let ny = body.graph.outputs.len() - c;
+    // Per step: its y parts (and the carries that entered it), by index t.
+    let mut ys: Vec<Vec<Tensor>> = vec![Vec::with_capacity(body.length); ny + c];
+    let steps: Vec<usize> = match body.reverse {
+        false => (0..body.length).collect(),
+        true => (0..body.length).rev().collect(),
+    };
+    for &t in &steps {
+        let mut bound: Vec<Tensor> = carry.clone();
+        for x in &operands[c..c + nx] {
+            bound.push(row(x, t)?);
+        }
+        bound.extend(operands[c + nx..].iter().map(|&t| t.clone()));
+        let outs = run_body(body, &order, &bound)
+            .map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
+        let (new_carry, y) = outs.split_at(c);
+        for (stack, y) in ys.iter_mut().zip(y) {
+            stack.push(y.clone());
+        }
+        if body.saves_carries {
+            for (stack, entered) in ys[ny..].iter_mut().zip(&carry) {
+                stack.push(entered.clone());
+            }
+        }
+        carry = new_carry.to_vec();
+    }
+    if body.reverse {
+        ys.iter_mut().for_each(|s| s.reverse());
+    }
+    let parts = body.parts();
+    let stacks = if body.saves_carries { ys.len() } else { ny };
+    let mut pieces: Vec<Tensor> = carry;
+    for (stack, part) in ys.iter().take(stacks).zip(&parts[c..]) {
+        pieces.push(stacked(stack, &part.ty)?);
+    }
+    pack(&pieces, ty)
+}
+
+/// Row `t` of `x` along axis 0.
+fn row(x: &Tensor, t: usize) -> Result<Tensor, Diagnostic> {
+    let data = with_elem!(x.data(), T => T::wrap(array::<T>(x)?.index_axis(Axis(0), t).to_owned()));
+    Tensor::new(x.dtype(), data)
+}
+
+/// The rows of `stack` stacked along a new axis 0, of type `ty` (also when
+/// there are no rows).
+fn stacked(stack: &[Tensor], ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    with_dtype!(ty.dtype, T => {
+        let mut values: Vec<T> = Vec::with_capacity(ty.numel());
+        for r in stack {
+            values.extend(flat(array::<T>(r)?));
+        }
+        Tensor::from_vec(ty.dtype, &ty.shape, values)
+    })
+}
+
+/// The pieces flattened and joined into one rank-1 tensor of type `ty`.
+fn pack(pieces: &[Tensor], ty: &TensorType) -> Result<Data, Diagnostic> {
+    with_dtype!(ty.dtype, T => {
+        let mut values: Vec<T> = Vec::with_capacity(ty.numel());
+        for p in pieces {
+            values.extend(flat(array::<T>(p)?));
+        }
+        Ok(Tensor::from_vec(ty.dtype, &ty.shape, values)?.data().clone())
+    })
+}
+
+/// One step: the body's nodes in `order` with its slots bound to `bound`;
+/// returns its outputs.
+fn run_body(body: &ScanBody, order: &[NodeId], bound: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+    let g = &body.graph;
+    let mut values: Vec<Option<Tensor>> = vec![None; g.node_bound()];
+    for &id in order {
+        let node = g.node(id);
+        let value = match &node.op {
+            Op::Slot { slot, .. } => bound
+                .get(*slot)
+                .cloned()
+                .ok_or_else(|| Diagnostic::internal(format!("scan: body slot {slot} has no value")))?,
+            op => {
+                let operands = g.inputs(id);
+                let inputs = operands
+                    .iter()
+                    .map(|i| values[i.index()].as_ref().ok_or_else(|| Diagnostic::internal("scan: operand order")))
+                    .collect::<Result<Vec<&Tensor>, _>>()?;
+                eval_node(op, &inputs, &node.ty)
+                    .map_err(|d| d.label(node.span, format!("while computing this `{}`", op.name())))?
+            }
+        };
+        values[id.index()] = Some(value);
+    }
+    g.outputs
+        .iter()
+        .map(|o| values[o.index()].clone().ok_or_else(|| Diagnostic::internal("scan: an output was not computed")))
+        .collect()
+}
