@@ -704,13 +704,13 @@ fn adam_updates_give_the_same_bits_natively_and_compiled() {
 /// steps, printed with every digit, agree for `--threads 1`, `2` and `3` on
 /// the bench MLP and CNN (whose weights, update kernels and convolutions
 /// are large enough to be split, and whose backward passes have parallel
-/// branches), the digits CNN and the LSTM of `examples/rnn_scan.tfl`
+/// branches), the digits CNN and the tanh RNN of the scan run case
 /// (whose forward and backward `scan` loops run on the host interpreter
 /// beside compiled kernels).
 #[test]
 fn training_is_bit_identical_at_one_two_and_three_threads() {
     let half = "tests/cases/run/half_precision_training_of_an_mlp_and_a_cnn.tfl";
-    let rnn = "examples/rnn_scan.tfl";
+    let rnn = "tests/cases/run/scan_loops_and_trains_a_tanh_rnn.tfl";
     for file in ["examples/bench/mlp.tfl", "examples/digits_cnn.tfl", "examples/bench/cnn.tfl", half, rnn] {
         let losses = |threads: &str| {
             let o = tfc(&["bench", file, "--steps", "3", "--warmup", "2", "--json", "--threads", threads]);
