@@ -121,3 +121,57 @@ fn run_body(body: &ScanBody, order: &[NodeId], bound: &[Tensor]) -> Result<Vec<T
         .map(|o| values[o.index()].clone().ok_or_else(|| Diagnostic::internal("scan: an output was not computed")))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{floats, ints, run, try_run};
+    use crate::diag::{Code, Span};
+    use crate::ir::scan::ScanBody;
+    use crate::ir::{infer::infer, BinaryOp, DType, Graph, Op, TensorType};
+    use std::sync::Arc;
+
+    /// The body `c' = c op x`, `y = c` (the carry entering the step).
+    fn running(op: BinaryOp, dtype: DType, length: usize, reverse: bool, saves_carries: bool) -> Op {
+        let ty = TensorType::scalar(dtype);
+        let mut g = Graph::new();
+        let c = g.add(Op::Slot { slot: 0, ty: ty.clone() }, &[], ty.clone(), Span::default());
+        let x = g.add(Op::Slot { slot: 1, ty: ty.clone() }, &[], ty.clone(), Span::default());
+        let t = infer(&Op::Binary(op), &[&ty, &ty]).unwrap();
+        let next = g.add(Op::Binary(op), &[c, x], t, Span::default());
+        g.outputs = vec![next, c];
+        let inputs = vec![ty.clone(), ty];
+        Op::Scan(Arc::new(ScanBody { graph: g, inputs, carries: 1, xs: 1, length, reverse, saves_carries }))
+    }
+
+    #[test]
+    fn a_running_sum_packs_the_total_then_the_carries_before_each_step() {
+        let xs = floats(DType::F32, &[3], &[1.0, 2.0, 3.0]);
+        let zero = floats(DType::F32, &[], &[0.0]);
+        let y = run(running(BinaryOp::Add, DType::F32, 3, false, false), &[&zero, &xs]);
+        assert_eq!(y.to_f64_vec(), vec![6.0, 0.0, 1.0, 3.0]);
+        // Reverse: steps 2, 1, 0; row t is still step t's output.
+        let y = run(running(BinaryOp::Add, DType::F32, 3, true, false), &[&zero, &xs]);
+        assert_eq!(y.to_f64_vec(), vec![6.0, 5.0, 3.0, 0.0]);
+        // Saving the carries appends the carries entering each step.
+        let y = run(running(BinaryOp::Add, DType::F32, 3, false, true), &[&zero, &xs]);
+        assert_eq!(y.to_f64_vec(), vec![6.0, 0.0, 1.0, 3.0, 0.0, 1.0, 3.0]);
+    }
+
+    #[test]
+    fn zero_steps_give_the_initial_carry_and_empty_stacks() {
+        let xs = floats(DType::F64, &[0], &[]);
+        let init = floats(DType::F64, &[], &[2.5]);
+        let y = run(running(BinaryOp::Mul, DType::F64, 0, false, false), &[&init, &xs]);
+        assert_eq!(y.to_f64_vec(), vec![2.5]);
+    }
+
+    #[test]
+    fn a_failing_step_is_a_runtime_error_naming_the_step() {
+        // 12 / 3 = 4, 4 / 2 = 2, then 2 / 0.
+        let xs = ints(DType::I32, &[3], &[3, 2, 0]);
+        let init = ints(DType::I32, &[], &[12]);
+        let e = try_run(running(BinaryOp::Div, DType::I32, 3, false, false), &[&init, &xs]).unwrap_err();
+        assert_eq!(e.code, Code::Runtime);
+        assert!(e.notes.iter().any(|n| n.contains("step 2 of 3")), "{:?}", e.notes);
+    }
+}
