@@ -415,3 +415,115 @@ fn slice_with_negative_and_strided_steps() {
         check_op(op(slice), vec![(vec![4, 5], m.clone())]);
     }
 }
+
+// ---- scan ----
+
+/// A scan body built by `step` on slots of `inputs` (carries, one slice of
+/// each scanned operand, captured values), returning its outputs.
+fn scan_body(
+    inputs: &[TensorType],
+    carries: usize,
+    xs: usize,
+    length: usize,
+    reverse: bool,
+    step: impl Fn(&mut Graph, &[NodeId]) -> Vec<NodeId>,
+) -> tfc::ir::scan::ScanBody {
+    let mut g = Graph::new();
+    let slots: Vec<NodeId> = inputs
+        .iter()
+        .enumerate()
+        .map(|(slot, ty)| g.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), Span::default()))
+        .collect();
+    g.outputs = step(&mut g, &slots);
+    tfc::ir::scan::ScanBody { graph: g, inputs: inputs.to_vec(), carries, xs, length, reverse, saves_carries: false }
+}
+
+fn f64_ty(shape: &[usize]) -> TensorType {
+    TensorType::new(DType::F64, shape.to_vec())
+}
+
+/// Values of `shape` from a normal draw scaled by `scale` (tanh and the
+/// sigmoid stay out of saturation).
+fn scaled(seed: u64, shape: &[usize], scale: f64) -> Input {
+    let n = shape.iter().product();
+    (shape.to_vec(), tfc::rng::normal(seed, n).into_iter().map(|v| v * scale).collect())
+}
+
+/// `tanh(x @ w + h @ u)`, the step of a tanh RNN.
+fn rnn_cell(g: &mut Graph, h: NodeId, x: NodeId, w: NodeId, u: NodeId) -> NodeId {
+    let xw = add(g, Op::MatMul, &[x, w]);
+    let hu = add(g, Op::MatMul, &[h, u]);
+    let z = add(g, Op::Binary(BinaryOp::Add), &[xw, hu]);
+    add(g, Op::Unary(UnaryOp::Tanh), &[z])
+}
+
+#[test]
+fn scan_of_a_tanh_rnn_cell_forward_and_reverse() {
+    // h: [B=2, H=3], xs: [T=4, 2, 2], w: [2, 3], u: [3, 3]; the packed value
+    // (final h, then every step's h) is what y weighs.
+    let (b, h, i, t) = (2, 3, 2, 4);
+    for reverse in [false, true] {
+        let types = [f64_ty(&[b, h]), f64_ty(&[b, i]), f64_ty(&[i, h]), f64_ty(&[h, h])];
+        let body = scan_body(&types, 1, 1, t, reverse, |g, s| {
+            let next = rnn_cell(g, s[0], s[1], s[2], s[3]);
+            vec![next, next]
+        });
+        check_op(
+            move |g, xs| add(g, Op::Scan(std::sync::Arc::new(body.clone())), xs),
+            vec![scaled(1, &[b, h], 0.5), scaled(2, &[t, b, i], 1.0), scaled(3, &[i, h], 0.6), scaled(4, &[h, h], 0.6)],
+        );
+    }
+}
+
+#[test]
+fn scan_of_an_lstm_like_cell_with_a_tuple_carry() {
+    // Carry (h, c); gates i, f, g from x and h; c' = f * c + i * g,
+    // h' = i * tanh(c'); y = h'. Operands: h0, c0, xs, then the six weights.
+    let (b, h, n, t) = (2, 2, 3, 3);
+    let mut types = vec![f64_ty(&[b, h]), f64_ty(&[b, h]), f64_ty(&[b, n])];
+    for _ in 0..3 {
+        types.extend([f64_ty(&[n, h]), f64_ty(&[h, h])]);
+    }
+    let body = scan_body(&types, 2, 1, t, false, |g, s| {
+        let (hp, cp, x) = (s[0], s[1], s[2]);
+        let pre = |g: &mut Graph, k: usize| {
+            let xw = add(g, Op::MatMul, &[x, s[3 + 2 * k]]);
+            let hu = add(g, Op::MatMul, &[hp, s[4 + 2 * k]]);
+            add(g, Op::Binary(BinaryOp::Add), &[xw, hu])
+        };
+        let (zi, zf, zg) = (pre(g, 0), pre(g, 1), pre(g, 2));
+        let ig = add(g, Op::Unary(UnaryOp::Sigmoid), &[zi]);
+        let fg = add(g, Op::Unary(UnaryOp::Sigmoid), &[zf]);
+        let gg = add(g, Op::Unary(UnaryOp::Tanh), &[zg]);
+        let fc = add(g, Op::Binary(BinaryOp::Mul), &[fg, cp]);
+        let ic = add(g, Op::Binary(BinaryOp::Mul), &[ig, gg]);
+        let c = add(g, Op::Binary(BinaryOp::Add), &[fc, ic]);
+        let tc = add(g, Op::Unary(UnaryOp::Tanh), &[c]);
+        let hn = add(g, Op::Binary(BinaryOp::Mul), &[ig, tc]);
+        vec![hn, c, hn]
+    });
+    let mut inputs = vec![scaled(5, &[b, h], 0.5), scaled(6, &[b, h], 0.5), scaled(7, &[t, b, n], 1.0)];
+    for k in 0..6 {
+        let shape = if k % 2 == 0 { vec![n, h] } else { vec![h, h] };
+        inputs.push(scaled(8 + k as u64, &shape, 0.6));
+    }
+    check_op(move |g, xs| add(g, Op::Scan(std::sync::Arc::new(body.clone())), xs), inputs);
+}
+
+#[test]
+fn a_scan_that_saves_its_carries_is_differentiated_through_them() {
+    // A running product c' = c * x (y = c'), as the forward scan of a
+    // gradient saves it: y also weighs the saved carries, whose adjoint
+    // must reach init and xs (what a gradient of a gradient needs).
+    let body = scan_body(&[f64_ty(&[2]), f64_ty(&[2])], 1, 1, 3, false, |g, s| {
+        let c = add(g, Op::Binary(BinaryOp::Mul), &[s[0], s[1]]);
+        vec![c, c]
+    });
+    check_op(
+        move |g, xs| {
+            let saving = body.saving();
+            add(g, Op::Scan(std::sync::Arc::new(saving)), xs)
+        },
+        vec![scaled(20, &[2], 1.0), scaled(21, &[3, 2], 1.0)],
+    );
+}

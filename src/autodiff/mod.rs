@@ -17,6 +17,7 @@
 
 mod builder;
 mod rules;
+mod scan;
 
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, Program};

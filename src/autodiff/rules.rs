@@ -232,6 +232,7 @@ pub(crate) fn vjp(
         Op::Gradient => {
             Err(crate::diag::Diagnostic::internal("a gradient request differentiated before it is expanded"))
         }
+        Op::Scan(body) => super::scan::vjp(b, &body, xs, gy, wanted),
         Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } | Op::Pool2dGrad { .. } | Op::ScatterAdd { .. } => {
             Err(crate::diag::Diagnostic::new(
                 crate::diag::Code::Unsupported,

@@ -63,6 +63,8 @@ codes! {
     LoopTooLong = "E0320", "a compile-time `for` loop would unroll too many iterations";
     StateWrite = "E0321", "a model's state is written outside the training step of its model";
     StaticAssert = "E0322", "a compile-time assertion (`static_assert`) failed";
+    ScanCarry = "E0330", "a `scan` function's result does not fit: not a pair, or a carry of another type";
+    ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";

@@ -66,6 +66,7 @@ pub fn arity(op: &Op, given: usize) -> usize {
         | Op::Gradient => 2,
         Op::Select => 3,
         Op::Concat { .. } => given.max(1),
+        Op::Scan(body) => body.inputs.len(),
         _ => 1,
     }
 }
@@ -337,6 +338,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape.extend_from_slice(&u.shape[axis + i.rank()..]);
             Ok(TensorType::new(u.dtype, shape))
         }
+        Op::Scan(body) => super::scan::infer(body, inputs).map_err(|m| TypeError { code: Code::Internal, message: m }),
     }
 }
 

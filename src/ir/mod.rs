@@ -15,6 +15,7 @@ pub mod plan_print;
 pub mod print;
 mod program;
 pub mod regions;
+pub mod scan;
 pub mod spec;
 pub mod target;
 #[cfg(test)]

@@ -280,6 +280,11 @@ pub enum Op {
         axis: usize,
         dim: usize,
     },
+    /// A loop of `body.length` steps over axis 0 of its scanned operands,
+    /// threading a carry (`ir::scan`): operands are the initial carries, the
+    /// scanned tensors and the captured values; the value is the packed
+    /// final carries and stacked per-step outputs.
+    Scan(std::sync::Arc<super::scan::ScanBody>),
 }
 
 impl Op {
@@ -361,6 +366,7 @@ impl Op {
             Op::ScatterAdd { .. } => "scatter_add",
             Op::Gradient => "gradient",
             Op::StopGradient => "stop_gradient",
+            Op::Scan(_) => "scan",
         }
     }
 

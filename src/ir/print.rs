@@ -19,6 +19,9 @@
 //! output %3
 //! ```
 //!
+//! A `scan` node's body follows its line, indented by four spaces and
+//! numbered on its own from `%0` (its slots are the body's inputs).
+//!
 //! Attributes follow the operands in braces, in the op's field order. Types
 //! of `constant`, `iota` and `random_*` are the result type, so they are not
 //! repeated as attributes. Floats use Rust's shortest round-trip form
@@ -64,6 +67,10 @@ fn print_nodes(g: &Graph, numbering: &Numbering) -> String {
     for &id in numbering.order() {
         out.push_str(&print_node(g, numbering, id));
         out.push('\n');
+        // A scan's body follows it, indented (its own numbering from %0).
+        if let Op::Scan(body) = &g.node(id).op {
+            out.push_str(&body.body_text("    "));
+        }
     }
     out
 }
@@ -179,6 +186,7 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
         }
         Op::ScatterAdd { axis, dim } => vec![format!("axis={axis}"), format!("dim={dim}")],
         Op::Gradient | Op::StopGradient => vec![],
+        Op::Scan(body) => body.attributes(),
     }
 }
 

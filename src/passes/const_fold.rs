@@ -21,6 +21,7 @@
 //!   elementwise ops compute each element alone, so this is exact.
 //!
 //! What never folds: `slot`s (runtime values) and anything that reads them;
+//! `scan`s (their work grows with their length, not their sizes);
 //! splats themselves (a scalar-constant `broadcast_to` costs nothing, and
 //! backends read it as a scalar); a node whose evaluation fails (integer
 //! division by zero, an out-of-range gather index): it stays, so the error
@@ -116,7 +117,9 @@ fn value(p: &Program, id: NodeId) -> Option<Tensor> {
 /// What `id` folds to, if anything (see the module docs).
 fn fold(p: &Program, id: NodeId) -> Option<Folded> {
     let node = p.graph.node(id);
-    if matches!(node.op, Op::Slot { .. } | Op::Constant { .. }) || is_splat(p, id) {
+    // A scan's work is its length times its body's, which no size limit
+    // on its operands bounds: it is left to run time.
+    if matches!(node.op, Op::Slot { .. } | Op::Constant { .. } | Op::Scan(_)) || is_splat(p, id) {
         return None;
     }
     let inputs = p.graph.inputs(id);

@@ -5,6 +5,10 @@
 //! equal values (the generator is counter-based), so they merge too; slots
 //! never merge with each other (each is a distinct runtime input).
 //!
+//! A scan and its twin that also saves its carries (the forward loop of
+//! its gradient, `autodiff`) over the same operands merge too: the scan's
+//! readers read the twin's leading part.
+//!
 //! Example: `softmax(x) + softmax(x)` computes `exp(x - max(x))` once.
 
 use crate::diag::Diagnostic;
@@ -64,7 +68,36 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
             }
         }
     }
+    share_scans(p);
     Ok(())
+}
+
+/// A scan whose twin saving its carries (`ScanBody::saving`, the forward
+/// of its gradient) runs over the same operands is read as the twin's
+/// leading part, so the loop runs once.
+fn share_scans(p: &mut Program) {
+    let scans: Vec<NodeId> =
+        p.graph.topo_order().into_iter().filter(|&n| matches!(p.graph.node(n).op, Op::Scan(_))).collect();
+    for &s in &scans {
+        let Op::Scan(body) = &p.graph.node(s).op else { continue };
+        if body.saves_carries {
+            continue;
+        }
+        let (saving, inputs) = (body.saving(), p.graph.inputs(s));
+        let twin = scans.iter().copied().find(|&t| {
+            t != s
+                && p.graph.contains(t)
+                && matches!(&p.graph.node(t).op, Op::Scan(b) if **b == saving)
+                && p.graph.inputs(t) == inputs
+        });
+        let Some(twin) = twin else { continue };
+        let node = p.graph.node(s);
+        let (ty, span) = (node.ty.clone(), node.span);
+        let slice = Op::Slice { start: vec![0], step: vec![1], len: vec![ty.numel()] };
+        let lead = p.graph.add(slice, &[twin], ty, span);
+        p.replace_uses(s, lead);
+        p.graph.remove(s);
+    }
 }
 
 pub fn postcondition(p: &Program) -> Result<(), String> {

@@ -171,6 +171,7 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::OneHot { .. }
         | Op::Gather { .. }
         | Op::ScatterAdd { .. }
+        | Op::Scan(_)
         | Op::Gradient
         | Op::StopGradient => KernelKind::Layout,
     }

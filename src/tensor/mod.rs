@@ -43,6 +43,7 @@ pub mod index_ops;
 mod linalg;
 mod pool;
 mod reduce;
+mod scan;
 pub mod shape_ops;
 #[cfg(test)]
 mod testutil;
@@ -130,6 +131,7 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
             pool::pool2d_grad(inputs[0], inputs[1], params)?
         }
         Op::ScatterAdd { axis, dim } => index_ops::scatter_add(inputs[0], inputs[1], *axis, *dim)?,
+        Op::Scan(body) => scan::scan(body, inputs, ty)?,
         // Replaced before anything runs (the `autodiff` pass).
         Op::Gradient => return Err(Diagnostic::internal("a gradient request reached the interpreter")),
     };

@@ -10,6 +10,7 @@ mod grad;
 mod io;
 mod nn;
 mod reduce;
+mod scan;
 mod shape;
 mod static_assert;
 
@@ -100,6 +101,7 @@ const TABLE: &[(&str, &[&str])] = &[
     // Parsed and resolved now; executed by later versions.
     ("grad", &["f", "wrt="]),
     ("value_and_grad", &["f", "wrt="]),
+    ("scan", &["f", "init", "xs", "reverse="]),
     ("save", &["model", "path"]),
     ("load", &["model", "path"]),
     ("load_csv", &["path", "label="]),
@@ -216,6 +218,7 @@ impl Tracer<'_> {
             "dtype" => Ok(Value::DType(self.arg_tensor(&a, 0, None)?.ty.dtype)),
             "fans" => self.fans(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
+            "scan" => self.scan_builtin(&a),
             "save" | "load" => self.checkpoint_builtin(&a),
             "static_assert" => self.static_assert(&a),
             "evaluate" => self.evaluate_builtin(&a),
