@@ -19,7 +19,7 @@ use super::call::CallArgs;
 use super::value::Value;
 use super::{TResult, Tracer};
 use crate::diag::Span;
-use crate::ir::{BinaryOp, Op, UnaryOp};
+use crate::ir::{BinaryOp, DType, Literal, Op, TensorType, UnaryOp};
 
 /// Every built-in with its parameters (`name=` optional, `name..` variadic).
 const TABLE: &[(&str, &[&str])] = &[
@@ -252,13 +252,12 @@ impl Tracer<'_> {
     fn float_class(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         let x = self.arg_tensor(a, 0, None)?;
         let span = a.span;
-        if x.ty.dtype == crate::ir::DType::Bool {
+        if x.ty.dtype == DType::Bool {
             return Err(a.bad(0, "a number tensor"));
         }
         if !x.ty.dtype.is_float() {
             let answer = a.name == "isfinite";
-            let value = crate::ir::Literal::Bool(vec![answer]);
-            let c = self.constant(value, crate::ir::TensorType::scalar(crate::ir::DType::Bool), span)?;
+            let c = self.constant(Literal::Bool(vec![answer]), TensorType::scalar(DType::Bool), span)?;
             return Ok(tensor(self.broadcast_to(&c, &x.ty.shape, span)?));
         }
         if a.name == "isnan" {
@@ -275,8 +274,8 @@ impl Tracer<'_> {
         let (c, cs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a bool tensor"))?;
         let (x, xs) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
         let (y, ys) = a.get(2).cloned().ok_or_else(|| a.bad(2, "a tensor"))?;
-        let cond = self.operand(&c, Some(crate::ir::DType::Bool), cs)?;
-        if cond.ty.dtype != crate::ir::DType::Bool {
+        let cond = self.operand(&c, Some(DType::Bool), cs)?;
+        if cond.ty.dtype != DType::Bool {
             return Err(crate::diag::Diagnostic::new(
                 crate::diag::Code::DtypeMismatch,
                 format!("`where` needs a bool condition, found {}", cond.ty),
