@@ -4,6 +4,7 @@
 //! and the memory plan of one arena per device.
 
 use super::graph::{Graph, NodeId};
+use super::program::Program;
 use super::{DType, Op, PoolKind};
 use std::collections::HashMap;
 
@@ -135,6 +136,26 @@ pub struct CompiledUnit {
     pub naive_bytes: usize,
     /// The most bytes simultaneously live over the schedule.
     pub lower_bound_bytes: usize,
+    /// The plan of each `scan`'s body in this unit (`passes::loops`).
+    pub loops: Vec<LoopPlan>,
+}
+
+/// A `scan` node's body, planned as a program of its own: its graph after
+/// the whole pipeline, whose one unit (the main one) runs once per step
+/// with the body's slots as its inputs and the body's outputs as its
+/// outputs (`program.graph.outputs`).
+#[derive(Clone, Debug)]
+pub struct LoopPlan {
+    /// The `Op::Scan` node.
+    pub node: NodeId,
+    pub body: std::sync::Arc<Program>,
+}
+
+/// Two loop plans are the same when they plan the same node the same way.
+impl PartialEq for LoopPlan {
+    fn eq(&self, other: &LoopPlan) -> bool {
+        self.node == other.node && self.body.compiled == other.body.compiled
+    }
 }
 
 impl Kernel {

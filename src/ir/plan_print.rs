@@ -1,6 +1,7 @@
 //! Text form of the optimizer's annotations (`tfc build --emit plan`): per
 //! unit, the kernels in schedule order with their kind, device and nodes
-//! (numbered like the IR printer), then the memory plan.
+//! (numbered like the IR printer), each `scan`'s body plan under its
+//! kernel, then the memory plan.
 
 use super::compiled::{Compiled, CompiledUnit};
 use super::numbering::Numbering;
@@ -121,6 +122,13 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
             outs.join(", "),
             description(kernel)
         );
+        // A scan's body: its own plan, with its own numbering, indented.
+        for plan in u.loops.iter().filter(|l| kernel.nodes.contains(&l.node)) {
+            let _ = writeln!(out, "    body of {} (run once per step):", numbering.name(plan.node));
+            for line in print_compiled(&plan.body).lines() {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
     }
     for b in &u.buffers {
         let place = match b.over_input {

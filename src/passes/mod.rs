@@ -23,6 +23,7 @@ pub mod conv_pool;
 pub mod cse;
 pub mod dce;
 pub mod fuse;
+pub mod loops;
 pub mod memory_plan;
 pub mod partition;
 pub mod pool_mask;

@@ -6,6 +6,11 @@
 //! (fusion disabled, or run before `fuse` existed), the pass starts from
 //! [`trivial_kernels`]: one kernel per node.
 //!
+//! Loops: the body of every `scan` kernel the target runs is planned as a
+//! program of its own (`passes::loops`, recorded in `CompiledUnit::loops`);
+//! the kernels of the body that the target leaves to the host make the
+//! scan's kernel partly interpreted (its `why_host` names the first).
+//!
 //! Devices: today only `Device::Cpu` exists, so placement is "everything on
 //! the CPU" and no value crosses devices. With a second device, placement
 //! picks a device per kernel and a value read on another device than the one
@@ -52,12 +57,23 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
         for u in &mut c.units {
             let main = u.region.is_none();
             let in_unit: HashSet<NodeId> = u.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+            u.loops.clear();
             for k in &mut u.kernels {
                 k.desc = crate::ir::kernel_desc::describe(g, k, &in_unit);
-                let host = match main && ctx.target.statements_on_host {
+                let on_host = main && ctx.target.statements_on_host;
+                let mut host = match on_host {
                     true => None,
                     false => (ctx.target.host_reason)(g, k),
                 };
+                // A scan's loop is the target's; what its body leaves to
+                // the host is the part of this kernel that is interpreted.
+                if let (false, None, [n]) = (on_host, &host, k.nodes.as_slice()) {
+                    if let Op::Scan(body) = &g.node(*n).op {
+                        let plan = super::loops::plan(*n, body, ctx)?;
+                        host = super::loops::host_part(&plan);
+                        u.loops.push(plan);
+                    }
+                }
                 k.device = match (main && ctx.target.statements_on_host) || host.as_ref().is_some_and(|h| h.whole) {
                     true => Device::Host,
                     false => Device::Cpu,

@@ -89,6 +89,7 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
         buffers,
         arena_bytes,
         align: main.align,
+        loops: main.loops.iter().filter(|l| computed.contains(&l.node)).cloned().collect(),
         ..CompiledUnit::default()
     };
     Ok(Segment { unit, nodes, outputs })
@@ -96,7 +97,11 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
 
 /// About how many elements and multiply-adds computing `nodes` takes.
 pub fn work(p: &Program, nodes: &[NodeId]) -> u64 {
-    let g = &p.graph;
+    graph_work(&p.graph, nodes)
+}
+
+/// [`work`] of `nodes` of `g` (a scan's: its body's, once per step).
+fn graph_work(g: &crate::ir::Graph, nodes: &[NodeId]) -> u64 {
     let size = |n: NodeId| g.node(n).ty.numel() as u64;
     nodes
         .iter()
@@ -113,6 +118,7 @@ pub fn work(p: &Program, nodes: &[NodeId]) -> u64 {
                     let per_output = w.map_or(1, |w| w.numel() / w.shape.last().copied().unwrap_or(1).max(1));
                     size(n) * per_output as u64
                 }
+                Op::Scan(body) => body.length as u64 * graph_work(&body.graph, &body.graph.node_ids()),
                 _ => size(n),
             }
         })

@@ -22,41 +22,71 @@ use ndarray::Axis;
 /// Runs the loop of `body` over `operands` (carries, scanned tensors,
 /// captured values) into its packed value of type `ty`.
 pub fn scan(body: &ScanBody, operands: &[&Tensor], ty: &TensorType) -> Result<Data, Diagnostic> {
-    let (c, nx) = (body.carries, body.xs);
     let order = body.graph.topo_order();
-    let mut carry: Vec<Tensor> = operands[..c].iter().map(|&t| t.clone()).collect();
-    let ny = body.graph.outputs.len() - c;
+    drive(body, operands, ty, &mut |bound| run_body(body, &order, bound))
+}
+
+/// One step of a loop body: its inputs to its outputs.
+pub type BodyStep<'a> = dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>, Diagnostic> + 'a;
+
+/// The loop of `body` with each step computed by `step`, which maps the
+/// body's inputs (carries, this step's slices, captured values) to its
+/// outputs (new carries, then `y`s): the interpreter's `run_body`, or a
+/// backend's compiled body. Returns the packed value of type `ty`.
+///
+/// The inputs live in one vector for the whole loop: the captured values
+/// are copied into it once, each step replaces only the carries and the
+/// slices.
+pub fn drive(
+    body: &ScanBody,
+    operands: &[&Tensor],
+    ty: &TensorType,
+    step: &mut BodyStep<'_>,
+) -> Result<Data, Diagnostic> {
+    let (c, nx) = (body.carries, body.xs);
+    if operands.len() != body.inputs.len() || c + nx > operands.len() {
+        return Err(Diagnostic::internal(format!(
+            "scan: {} operands for {} inputs",
+            operands.len(),
+            body.inputs.len()
+        )));
+    }
+    let ny = body.graph.outputs.len().saturating_sub(c);
     // Per step: its y parts (and the carries that entered it), by index t.
     let mut ys: Vec<Vec<Tensor>> = vec![Vec::with_capacity(body.length); ny + c];
     let steps: Vec<usize> = match body.reverse {
         false => (0..body.length).collect(),
         true => (0..body.length).rev().collect(),
     };
+    let mut bound: Vec<Tensor> = operands.iter().map(|&t| t.clone()).collect();
+    // Before the first step the slice places hold whole operands; each
+    // step overwrites them with its rows.
     for &t in &steps {
-        let mut bound: Vec<Tensor> = carry.clone();
-        for x in &operands[c..c + nx] {
-            bound.push(row(x, t)?);
+        for (place, x) in bound[c..c + nx].iter_mut().zip(&operands[c..c + nx]) {
+            *place = row(x, t)?;
         }
-        bound.extend(operands[c + nx..].iter().map(|&t| t.clone()));
-        let outs = run_body(body, &order, &bound)
-            .map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
-        let (new_carry, y) = outs.split_at(c);
-        for (stack, y) in ys.iter_mut().zip(y) {
-            stack.push(y.clone());
+        let outs = step(&bound).map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
+        if outs.len() != c + ny {
+            return Err(Diagnostic::internal(format!("scan: a step gave {} outputs for {}", outs.len(), c + ny)));
+        }
+        let mut outs = outs.into_iter();
+        let entered: Vec<Tensor> = bound.splice(..c, outs.by_ref().take(c)).collect();
+        for (stack, y) in ys.iter_mut().zip(outs) {
+            stack.push(y);
         }
         if body.saves_carries {
-            for (stack, entered) in ys[ny..].iter_mut().zip(&carry) {
-                stack.push(entered.clone());
+            for (stack, entered) in ys[ny..].iter_mut().zip(entered) {
+                stack.push(entered);
             }
         }
-        carry = new_carry.to_vec();
     }
     if body.reverse {
         ys.iter_mut().for_each(|s| s.reverse());
     }
     let parts = body.parts();
     let stacks = if body.saves_carries { ys.len() } else { ny };
-    let mut pieces: Vec<Tensor> = carry;
+    bound.truncate(c);
+    let mut pieces: Vec<Tensor> = bound;
     for (stack, part) in ys.iter().take(stacks).zip(&parts[c..]) {
         pieces.push(stacked(stack, &part.ty)?);
     }

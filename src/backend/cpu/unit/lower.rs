@@ -51,14 +51,14 @@ use super::generic::Loop;
 use super::internal;
 use super::recognize::{
     along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul,
-    is_max_pool_2x2, layout_transpose, layout_window, native_reduce, pooled_shape, table_reshape,
+    is_max_pool_2x2, layout_transpose, layout_window, native_reduce, pooled_shape, scan_loop, table_reshape,
 };
-use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, Step};
+use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, ScanStep, Step};
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
 use crate::diag::Diagnostic;
-use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind};
+use crate::ir::compiled::{CompiledUnit, Device, Kernel, KernelKind, LoopPlan};
 use crate::ir::kernel_desc::{part_spec, split_anchor, Fusion, PartRole};
 use crate::ir::spec::{computes_as_f32, Kind, Spec};
 use crate::ir::{DType, Graph, NodeId, Op, ReduceOp};
@@ -316,6 +316,13 @@ pub(super) struct Lowering<'a> {
     /// interpreter, and whether that was foreseen (the plan's `Host`
     /// device or reason, or the CPU's `host_reason`).
     pub(super) interpreted_kernels: Vec<(Option<NodeId>, bool)>,
+    /// The plans of the unit's `scan` bodies (`CompiledUnit::loops`).
+    loops: Vec<LoopPlan>,
+    /// Worker threads a scan's body may use.
+    threads: usize,
+    /// The kernels of scan bodies run (partly) on the interpreter, as
+    /// `JitUnit::interpreted` lists them.
+    pub(super) nested_interpreted: Vec<(String, crate::diag::Span, bool)>,
 }
 
 impl<'a> Lowering<'a> {
@@ -328,6 +335,7 @@ impl<'a> Lowering<'a> {
         outputs: &'a [NodeId],
         buffers: &HashMap<NodeId, usize>,
         arena_floats: usize,
+        threads: usize,
     ) -> Lowering<'a> {
         let folded = crate::backend::cpu::fold::foldable(b.g, unit, outputs, &b.loc, buffers);
         let plain = unit
@@ -357,6 +365,9 @@ impl<'a> Lowering<'a> {
             grads_from_maxima: HashMap::new(),
             maxima_readers: HashMap::new(),
             interpreted_kernels: Vec::new(),
+            loops: unit.loops.clone(),
+            threads,
+            nested_interpreted: Vec::new(),
         }
     }
 
@@ -414,6 +425,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Layout if index_op(g, &k.nodes) => self.index(k),
             KernelKind::Layout if along_axis(g, &k.nodes).is_some() => self.along(k),
             KernelKind::Layout if layout_window(g, &k.nodes).is_some() => self.window(k),
+            KernelKind::Layout if scan_loop(g, &k.nodes) => self.scan(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -1005,6 +1017,44 @@ impl<'a> Lowering<'a> {
     }
 
     /// A gather or scatter-add with integer indices, native.
+    /// A `scan`: its body's plan (`CompiledUnit::loops`) prepared as a
+    /// unit of its own, with the body's slots as its inputs, and the step
+    /// that runs it once per iteration. The body's kernels count with this
+    /// unit's, and those it interprets are this unit's too (`--strict`).
+    fn scan(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let node = g.node(n);
+        let Op::Scan(body) = &node.op else { return Err(internal("a scan step of another op")) };
+        let plan = self.loops.iter().find(|l| l.node == n).ok_or_else(|| {
+            internal("the plan has no body for a `scan` (`passes::loops` did not run for this target)")
+        })?;
+        let program = plan.body.clone();
+        let unit = program.compiled.as_ref().and_then(|c| c.units.iter().find(|u| u.region.is_none()));
+        let unit = unit.ok_or_else(|| internal("a scan body's plan has no unit"))?;
+        let slot_pos: HashMap<usize, usize> = (0..body.inputs.len()).map(|i| (i, i)).collect();
+        let values = crate::tensor::Values::new();
+        let prepared =
+            super::JitUnit::prepare(&program, unit, &slot_pos, &values, &program.graph.outputs, 0, self.threads)?;
+        let c = prepared.counts;
+        let counts = &mut self.counts;
+        counts.jit += c.jit;
+        counts.gemm += c.gemm;
+        counts.interp += c.interp;
+        counts.unplanned += c.unplanned;
+        counts.native += c.native + 1;
+        counts.unfused += c.unfused;
+        counts.folded += c.folded;
+        counts.in_place += c.in_place;
+        self.nested_interpreted.extend(prepared.interpreted.iter().cloned());
+        let operands = g.inputs(n).into_iter().map(|i| Ok((self.b.get(i)?, g.node(i).ty.clone())));
+        let operands = operands.collect::<Result<Vec<_>, Diagnostic>>()?;
+        let dst = self.b.get(n)?;
+        let (ty, span) = (node.ty.clone(), node.span);
+        self.steps.push(Step::Scan(Box::new(ScanStep { body: body.clone(), unit: prepared, operands, dst, ty, span })));
+        Ok(())
+    }
+
     fn index(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
         let g = self.b.g;
         let n = k.nodes[0];

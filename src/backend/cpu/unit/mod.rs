@@ -186,7 +186,7 @@ impl JitUnit {
             CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
         let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
         let arena_floats = arena_end.div_ceil(4);
-        let mut lowering = Lowering::new(b, unit, outputs, &buffers, arena_floats);
+        let mut lowering = Lowering::new(b, unit, outputs, &buffers, arena_floats, threads);
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;
@@ -197,7 +197,8 @@ impl JitUnit {
         }
         kernel_of.resize(lowering.steps.len(), current);
         let (schedule, floats) = lowering.finish()?;
-        let Lowering { mut b, steps, mut counts, cols, first_max_end, interpreted_kernels, .. } = lowering;
+        let Lowering { mut b, steps, mut counts, cols, first_max_end, interpreted_kernels, nested_interpreted, .. } =
+            lowering;
         let steps_len = steps.len();
         // The steps' estimated work (about a nanosecond a unit): a small unit
         // runs on the calling thread (module `threads`).
@@ -236,6 +237,7 @@ impl JitUnit {
                     let op = node.map_or("?", |node| node.op.name()).to_string();
                     (op, node.map(|node| node.span).unwrap_or_default(), planned)
                 })
+                .chain(nested_interpreted)
                 .collect(),
         })
     }

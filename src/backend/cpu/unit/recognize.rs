@@ -65,6 +65,12 @@ pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     }
 }
 
+/// A layout kernel that is one `scan`: the loop runs natively, its body
+/// as a unit of its own (`passes::loops`, module `lower`'s `scan`).
+pub(super) fn scan_loop(g: &Graph, nodes: &[NodeId]) -> bool {
+    matches!(nodes, [n] if matches!(g.node(*n).op, Op::Scan(_)))
+}
+
 /// A layout kernel that is one `cumsum` or `argsort` of numbers (floats
 /// computed as `f32`, or `i32`, `i64`, `f64`) along an axis of fewer than
 /// 2^31 elements, as the loop that runs it over its operand's type.
@@ -295,7 +301,8 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
                 || layout_transpose(g, &k.nodes).is_some()
                 || index_op(g, &k.nodes)
                 || along_axis(g, &k.nodes).is_some()
-                || layout_window(g, &k.nodes).is_some();
+                || layout_window(g, &k.nodes).is_some()
+                || scan_loop(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

@@ -118,6 +118,9 @@ pub(super) enum Step {
     Conv { conv: Conv, a: Ref, b: Ref, dst: usize, post: ConvPost },
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
+    /// A `scan`: its body, prepared once as a unit of its own, run once per
+    /// step (`tensor::drive_scan` threads the carries and packs the result).
+    Scan(Box<ScanStep>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
     /// `from_maxima`: `src` is a max-pool gradient written from recorded
     /// first maxima (`Step::Pool`), and the reduction its sums over every
@@ -223,6 +226,18 @@ impl Ref {
     }
 }
 
+/// A `scan` step (`Step::Scan`): the loop, its compiled body, where its
+/// operands are and where its packed value goes.
+pub(super) struct ScanStep {
+    pub(super) body: std::sync::Arc<crate::ir::scan::ScanBody>,
+    pub(super) unit: super::JitUnit,
+    /// Carries, scanned tensors and captured values, with their types.
+    pub(super) operands: Vec<(Ref, TensorType)>,
+    pub(super) dst: Ref,
+    pub(super) ty: TensorType,
+    pub(super) span: Span,
+}
+
 /// The place `len` elements of `r` occupy (none for values no step writes).
 pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
     match (r, r.in_arena()) {
@@ -273,6 +288,12 @@ impl Step {
                 writes.extend(post.max_pool.map(|off| arena(off, ny / 4)));
                 writes.extend(post.first_max.map(|off| Place::FirstMax(off, off + conv.first_max_len())));
                 *cost = (4 * (ny + conv.cols_len())) as u64;
+            }
+            Step::Scan(scan) => {
+                reads.extend(scan.operands.iter().filter_map(|(r, ty)| place(*r, ty.numel())));
+                writes.extend(place(scan.dst, scan.ty.numel()));
+                let body: u64 = scan.unit.steps.iter().map(|s| s.access().cost).sum();
+                *cost = body * scan.body.length as u64;
             }
             Step::Interp(nodes) => {
                 for node in nodes {
@@ -365,6 +386,7 @@ impl Step {
                 (None, _, None) => conv.label(),
             },
             Step::Interp(_) => "interpreted".to_string(),
+            Step::Scan(scan) => format!("scan {} steps of a body of {} steps", scan.body.length, scan.unit.steps.len()),
             Step::Reduce { op, shape, reduced, from_maxima, .. } => {
                 let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
                 let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };
