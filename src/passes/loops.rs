@@ -39,6 +39,11 @@ pub fn plan(node: NodeId, body: &ScanBody, ctx: &PassCtx) -> Result<LoopPlan, Di
     let opts = crate::passes::Options { disabled: Vec::new(), verify: ctx.verify, target: ctx.target };
     crate::passes::optimize(&mut program, &opts, &mut |_, _| {})
         .map_err(|d| d.note("while planning the body of a `scan`"))?;
+    // Its one unit is the program's main unit; in plans and errors it is
+    // the body.
+    if let Some(c) = program.compiled.as_mut() {
+        c.units.iter_mut().for_each(|u| u.name = "scan body".into());
+    }
     Ok(LoopPlan { node, body: Arc::new(program) })
 }
 

@@ -43,7 +43,7 @@ pub mod index_ops;
 mod linalg;
 mod pool;
 mod reduce;
-mod scan;
+pub mod scan;
 pub mod shape_ops;
 #[cfg(test)]
 mod testutil;
@@ -53,7 +53,6 @@ pub use elementwise::{f32_binary, f32_unary, f64_binary, f64_unary, fallible_int
 pub use linalg::{conv2d_grad_filter_into, conv2d_grad_input_into, conv2d_into, matmul_into, ConvParams};
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use reduce::{argmax_lanes, mean_error, reduce_combine, reduce_identity};
-pub use scan::drive as drive_scan;
 pub(crate) use value::with_dtype;
 pub use value::{floor_div, floor_mod, scalar_for, strides, unravel, Data, Elem, FromScalar, Tensor};
 

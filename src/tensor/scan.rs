@@ -23,34 +23,74 @@ use ndarray::Axis;
 /// captured values) into its packed value of type `ty`.
 pub fn scan(body: &ScanBody, operands: &[&Tensor], ty: &TensorType) -> Result<Data, Diagnostic> {
     let order = body.graph.topo_order();
-    drive(body, operands, ty, &mut |bound| run_body(body, &order, bound))
+    let mut stepper = Bound::new(body, operands, |bound: &[Tensor]| run_body(body, &order, bound))?;
+    drive(body, &operands[body.carries..body.carries + body.xs], ty, &mut stepper)
 }
 
-/// One step of a loop body: its inputs to its outputs.
-pub type BodyStep<'a> = dyn FnMut(&[Tensor]) -> Result<Vec<Tensor>, Diagnostic> + 'a;
+/// How a loop's body runs, step after step (the interpreter's node by
+/// node [`Bound`], a backend's compiled unit): it holds the carries
+/// between steps.
+pub trait Stepper {
+    /// Runs one step on this step's `rows` (one slice of each scanned
+    /// tensor) with the carries the previous step left (or the initial
+    /// ones); keeps the new carries and returns the step's `y`s.
+    fn step(&mut self, rows: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic>;
+    /// The carries as they are now.
+    fn carries(&mut self) -> Result<Vec<Tensor>, Diagnostic>;
+}
 
-/// The loop of `body` with each step computed by `step`, which maps the
-/// body's inputs (carries, this step's slices, captured values) to its
-/// outputs (new carries, then `y`s): the interpreter's `run_body`, or a
-/// backend's compiled body. Returns the packed value of type `ty`.
-///
-/// The inputs live in one vector for the whole loop: the captured values
-/// are copied into it once, each step replaces only the carries and the
-/// slices.
-pub fn drive(
-    body: &ScanBody,
-    operands: &[&Tensor],
-    ty: &TensorType,
-    step: &mut BodyStep<'_>,
-) -> Result<Data, Diagnostic> {
-    let (c, nx) = (body.carries, body.xs);
-    if operands.len() != body.inputs.len() || c + nx > operands.len() {
-        return Err(Diagnostic::internal(format!(
-            "scan: {} operands for {} inputs",
-            operands.len(),
-            body.inputs.len()
-        )));
+/// A stepper over a function of all the body's inputs (carries, slices,
+/// captured values, in one vector for the whole loop: the captured values
+/// are copied into it once, each step replaces the carries and slices).
+pub struct Bound<F> {
+    bound: Vec<Tensor>,
+    carries: usize,
+    run: F,
+}
+
+impl<F: FnMut(&[Tensor]) -> Result<Vec<Tensor>, Diagnostic>> Bound<F> {
+    /// `run` over the body's inputs, starting from `operands` (the loop's:
+    /// initial carries, scanned tensors, captured values).
+    pub fn new(body: &ScanBody, operands: &[&Tensor], run: F) -> Result<Bound<F>, Diagnostic> {
+        if operands.len() != body.inputs.len() || body.carries + body.xs > operands.len() {
+            return Err(Diagnostic::internal(format!(
+                "scan: {} operands for {} inputs",
+                operands.len(),
+                body.inputs.len()
+            )));
+        }
+        let (c, nx) = (body.carries, body.xs);
+        let slices = operands[c..c + nx].iter().map(|x| first_row(x));
+        let bound = operands[..c].iter().map(|&t| Ok(t.clone())).chain(slices);
+        let bound = bound.chain(operands[c + nx..].iter().map(|&t| Ok(t.clone())));
+        Ok(Bound { bound: bound.collect::<Result<_, Diagnostic>>()?, carries: c, run })
     }
+}
+
+impl<F: FnMut(&[Tensor]) -> Result<Vec<Tensor>, Diagnostic>> Stepper for Bound<F> {
+    fn step(&mut self, rows: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
+        let c = self.carries;
+        for (place, row) in self.bound[c..].iter_mut().zip(rows) {
+            *place = row;
+        }
+        let mut outs = (self.run)(&self.bound)?;
+        if outs.len() < c {
+            return Err(Diagnostic::internal(format!("scan: a step gave {} outputs for {c} carries", outs.len())));
+        }
+        let ys = outs.split_off(c);
+        self.bound.splice(..c, outs);
+        Ok(ys)
+    }
+
+    fn carries(&mut self) -> Result<Vec<Tensor>, Diagnostic> {
+        Ok(self.bound[..self.carries].to_vec())
+    }
+}
+
+/// The loop of `body` over the scanned tensors `xs`, each step run by
+/// `stepper`. Returns the packed value of type `ty`.
+pub fn drive(body: &ScanBody, xs: &[&Tensor], ty: &TensorType, stepper: &mut dyn Stepper) -> Result<Data, Diagnostic> {
+    let c = body.carries;
     let ny = body.graph.outputs.len().saturating_sub(c);
     // Per step: its y parts (and the carries that entered it), by index t.
     let mut ys: Vec<Vec<Tensor>> = vec![Vec::with_capacity(body.length); ny + c];
@@ -58,26 +98,19 @@ pub fn drive(
         false => (0..body.length).collect(),
         true => (0..body.length).rev().collect(),
     };
-    let mut bound: Vec<Tensor> = operands.iter().map(|&t| t.clone()).collect();
-    // Before the first step the slice places hold whole operands; each
-    // step overwrites them with its rows.
     for &t in &steps {
-        for (place, x) in bound[c..c + nx].iter_mut().zip(&operands[c..c + nx]) {
-            *place = row(x, t)?;
-        }
-        let outs = step(&bound).map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
-        if outs.len() != c + ny {
-            return Err(Diagnostic::internal(format!("scan: a step gave {} outputs for {}", outs.len(), c + ny)));
-        }
-        let mut outs = outs.into_iter();
-        let entered: Vec<Tensor> = bound.splice(..c, outs.by_ref().take(c)).collect();
-        for (stack, y) in ys.iter_mut().zip(outs) {
-            stack.push(y);
-        }
         if body.saves_carries {
-            for (stack, entered) in ys[ny..].iter_mut().zip(entered) {
+            for (stack, entered) in ys[ny..].iter_mut().zip(stepper.carries()?) {
                 stack.push(entered);
             }
+        }
+        let rows = xs.iter().map(|x| row(x, t)).collect::<Result<Vec<_>, _>>()?;
+        let y = stepper.step(rows).map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
+        if y.len() != ny {
+            return Err(Diagnostic::internal(format!("scan: a step gave {} outputs for {ny}", y.len())));
+        }
+        for (stack, y) in ys.iter_mut().zip(y) {
+            stack.push(y);
         }
     }
     if body.reverse {
@@ -85,12 +118,21 @@ pub fn drive(
     }
     let parts = body.parts();
     let stacks = if body.saves_carries { ys.len() } else { ny };
-    bound.truncate(c);
-    let mut pieces: Vec<Tensor> = bound;
+    let mut pieces: Vec<Tensor> = stepper.carries()?;
     for (stack, part) in ys.iter().take(stacks).zip(&parts[c..]) {
         pieces.push(stacked(stack, &part.ty)?);
     }
     pack(&pieces, ty)
+}
+
+/// What holds a slice's place among a body's inputs until the first step
+/// binds its row: the first row (the tensor itself when it has none),
+/// not a copy of the whole scanned tensor.
+pub fn first_row(x: &Tensor) -> Result<Tensor, Diagnostic> {
+    match x.shape().first() {
+        Some(&n) if n > 0 => row(x, 0),
+        _ => Ok(x.clone()),
+    }
 }
 
 /// Row `t` of `x` along axis 0.

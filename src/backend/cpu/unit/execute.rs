@@ -305,25 +305,8 @@ impl Step {
             Step::Loop { dtype, kernel, srcs, dst } => unsafe { kernel.run(mem, *dtype, srcs, *dst)? },
             // SAFETY: the caller's contract.
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
-            Step::Scan(scan) => {
-                let owned: Vec<Option<Tensor>> = scan
-                    .operands
-                    .iter()
-                    .map(|(r, ty)| r.in_arena().map(|_| read(mem, *r, ty)).transpose())
-                    .collect::<Result<_, Diagnostic>>()?;
-                let operands: Vec<&Tensor> = scan
-                    .operands
-                    .iter()
-                    .zip(&owned)
-                    .map(|((r, _), o)| o.as_ref().map_or_else(|| mem.tensor(*r), Ok))
-                    .collect::<Result<_, _>>()?;
-                let data =
-                    crate::tensor::drive_scan(&scan.body, &operands, &scan.ty, &mut |bound| scan.unit.run(bound))
-                        .map_err(|d| d.label(scan.span, "while computing this `scan`"))?;
-                let v = Tensor::new(scan.ty.dtype, data)?;
-                // SAFETY: the caller's contract.
-                unsafe { write(mem, scan.dst, &v)? }
-            }
+            // SAFETY: the caller's contract.
+            Step::Scan(scan) => unsafe { scan.run(mem)? },
             Step::Interp(nodes) => {
                 let mut local: Vec<Tensor> = Vec::with_capacity(nodes.len());
                 for node in nodes {

@@ -53,7 +53,7 @@ use super::recognize::{
     along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul,
     is_max_pool_2x2, layout_transpose, layout_window, native_reduce, pooled_shape, scan_loop, table_reshape,
 };
-use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, ScanStep, Step};
+use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, Step};
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
@@ -1029,14 +1029,8 @@ impl<'a> Lowering<'a> {
         let plan = self.loops.iter().find(|l| l.node == n).ok_or_else(|| {
             internal("the plan has no body for a `scan` (`passes::loops` did not run for this target)")
         })?;
-        let program = plan.body.clone();
-        let unit = program.compiled.as_ref().and_then(|c| c.units.iter().find(|u| u.region.is_none()));
-        let unit = unit.ok_or_else(|| internal("a scan body's plan has no unit"))?;
-        let slot_pos: HashMap<usize, usize> = (0..body.inputs.len()).map(|i| (i, i)).collect();
-        let values = crate::tensor::Values::new();
-        let prepared =
-            super::JitUnit::prepare(&program, unit, &slot_pos, &values, &program.graph.outputs, 0, self.threads)?;
-        let c = prepared.counts;
+        let prepared = super::scan_step::ScanStep::prepare(body, plan, self.threads)?;
+        let c = prepared.unit.counts;
         let counts = &mut self.counts;
         counts.jit += c.jit;
         counts.gemm += c.gemm;
@@ -1046,12 +1040,11 @@ impl<'a> Lowering<'a> {
         counts.unfused += c.unfused;
         counts.folded += c.folded;
         counts.in_place += c.in_place;
-        self.nested_interpreted.extend(prepared.interpreted.iter().cloned());
+        self.nested_interpreted.extend(prepared.unit.interpreted.iter().cloned());
         let operands = g.inputs(n).into_iter().map(|i| Ok((self.b.get(i)?, g.node(i).ty.clone())));
         let operands = operands.collect::<Result<Vec<_>, Diagnostic>>()?;
         let dst = self.b.get(n)?;
-        let (ty, span) = (node.ty.clone(), node.span);
-        self.steps.push(Step::Scan(Box::new(ScanStep { body: body.clone(), unit: prepared, operands, dst, ty, span })));
+        self.steps.push(Step::Scan(Box::new(prepared.at(operands, dst, node.ty.clone(), node.span))));
         Ok(())
     }
 

@@ -46,6 +46,7 @@ mod generic;
 mod lower;
 mod mem;
 mod recognize;
+mod scan_step;
 mod step;
 
 pub(super) use recognize::{fuses, host_reason};
@@ -294,6 +295,10 @@ impl JitUnit {
             Some(pool) => pool.install(|| self.execute(mem))?,
             None => self.execute(mem)?,
         }
+        // The outputs first: one that is a carried input (a loop's `y` that
+        // is the carry entering the step) is this run's, not the next one's.
+        let n = self.outputs.len() - self.residents.len();
+        let outputs = self.outputs[..n].iter().map(|(r, ty)| read(mem, *r, ty)).collect::<Result<Vec<_>, _>>()?;
         for r in &self.residents {
             let Some(from) = r.refresh_from else { continue };
             // Between two arena places of the same storage, the bytes.
@@ -311,8 +316,7 @@ impl JitUnit {
                 unsafe { write(mem, r.home, &v)? };
             }
         }
-        let n = self.outputs.len() - self.residents.len();
-        self.outputs[..n].iter().map(|(r, ty)| read(mem, *r, ty)).collect()
+        Ok(outputs)
     }
 
     /// Puts the carried values (in carried order) into their homes.

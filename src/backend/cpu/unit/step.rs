@@ -119,8 +119,8 @@ pub(super) enum Step {
     /// Nodes evaluated by the reference interpreter.
     Interp(Vec<InterpNode>),
     /// A `scan`: its body, prepared once as a unit of its own, run once per
-    /// step (`tensor::drive_scan` threads the carries and packs the result).
-    Scan(Box<ScanStep>),
+    /// step (module `scan_step`).
+    Scan(Box<super::scan_step::ScanStep>),
     /// A native `f32` reduction of `src` (of `shape`) over the `reduced` dims.
     /// `from_maxima`: `src` is a max-pool gradient written from recorded
     /// first maxima (`Step::Pool`), and the reduction its sums over every
@@ -226,18 +226,6 @@ impl Ref {
     }
 }
 
-/// A `scan` step (`Step::Scan`): the loop, its compiled body, where its
-/// operands are and where its packed value goes.
-pub(super) struct ScanStep {
-    pub(super) body: std::sync::Arc<crate::ir::scan::ScanBody>,
-    pub(super) unit: super::JitUnit,
-    /// Carries, scanned tensors and captured values, with their types.
-    pub(super) operands: Vec<(Ref, TensorType)>,
-    pub(super) dst: Ref,
-    pub(super) ty: TensorType,
-    pub(super) span: Span,
-}
-
 /// The place `len` elements of `r` occupy (none for values no step writes).
 pub(super) fn place(r: Ref, len: usize) -> Option<Place> {
     match (r, r.in_arena()) {
@@ -290,10 +278,10 @@ impl Step {
                 *cost = (4 * (ny + conv.cols_len())) as u64;
             }
             Step::Scan(scan) => {
-                reads.extend(scan.operands.iter().filter_map(|(r, ty)| place(*r, ty.numel())));
-                writes.extend(place(scan.dst, scan.ty.numel()));
-                let body: u64 = scan.unit.steps.iter().map(|s| s.access().cost).sum();
-                *cost = body * scan.body.length as u64;
+                reads.extend(scan.operands().iter().filter_map(|(r, ty)| place(*r, ty.numel())));
+                let (dst, ty) = scan.result();
+                writes.extend(place(dst, ty.numel()));
+                *cost = scan.cost();
             }
             Step::Interp(nodes) => {
                 for node in nodes {
@@ -386,7 +374,7 @@ impl Step {
                 (None, _, None) => conv.label(),
             },
             Step::Interp(_) => "interpreted".to_string(),
-            Step::Scan(scan) => format!("scan {} steps of a body of {} steps", scan.body.length, scan.unit.steps.len()),
+            Step::Scan(scan) => scan.label(),
             Step::Reduce { op, shape, reduced, from_maxima, .. } => {
                 let axes: Vec<usize> = (0..shape.len()).filter(|&d| reduced[d]).collect();
                 let from = if from_maxima.is_some() { " from the recorded maxima" } else { "" };

@@ -1,0 +1,173 @@
+//! The step that runs a `scan` (`Step::Scan`): the loop's body, planned as
+//! a program of its own (`passes::loops`), prepared once as a `JitUnit`
+//! and run once per iteration by the loop driver the interpreter shares
+//! (`tensor::scan::drive`, which slices the scanned tensors, stacks the
+//! outputs and packs the result).
+//!
+//! Contract: the step's value is the interpreter's (`tensor::scan`) up to
+//! the body's rounding (its kernels' summation order); a failing
+//! iteration is the body's error, naming the iteration and the scan.
+//!
+//! The carries stay in the body's unit between iterations: the unit is
+//! prepared with the carries as its carried values (module `carry`), so an
+//! iteration binds only its slices and the captured values (read in place,
+//! bound once per run of the scan) and reads back only its `y`s; the
+//! carries are read out only where the loop needs them (the final carries,
+//! and the carries entering each step of a scan that saves them). A body
+//! whose new carry *is* one of its inputs (a carry passed through
+//! unchanged, or two carries swapped) is bound afresh every iteration
+//! instead, carries included (`tensor::scan::Bound`).
+//!
+//! Example: an LSTM's forward scan over 28 rows binds each row `[B, 4h]`
+//! of the precomputed input projections and the captured `wh`, runs the
+//! body's `h @ wh` product and gates, and reads back the step's `h`; `(h,
+//! c)` stay in the body's arena from the first iteration to the last.
+
+use super::mem::{read, write, Mem};
+use super::step::Ref;
+use super::JitUnit;
+use crate::diag::{Diagnostic, Span};
+use crate::ir::compiled::LoopPlan;
+use crate::ir::scan::ScanBody;
+use crate::ir::{Op, TensorType};
+use crate::tensor::scan::{drive, first_row, Bound, Stepper};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A prepared `scan`: its body's unit, and where the loop's operands and
+/// value live in the enclosing unit.
+pub(in crate::backend::cpu) struct ScanStep {
+    pub(super) body: Arc<ScanBody>,
+    pub(super) unit: JitUnit,
+    /// Whether the carries stay in `unit` between iterations (module docs).
+    resident: bool,
+    /// Carries, scanned tensors and captured values, with their types.
+    operands: Vec<(Ref, TensorType)>,
+    dst: Ref,
+    ty: TensorType,
+    span: Span,
+}
+
+impl ScanStep {
+    /// Prepares the body of `body` from its plan, for `threads` workers.
+    /// The step's places come with [`ScanStep::at`].
+    pub(super) fn prepare(body: &Arc<ScanBody>, plan: &LoopPlan, threads: usize) -> Result<ScanStep, Diagnostic> {
+        let program = &plan.body;
+        let unit = program.compiled.as_ref().and_then(|c| c.units.iter().find(|u| u.region.is_none()));
+        let unit = unit.ok_or_else(|| super::internal("a scan body's plan has no unit"))?;
+        let g = &program.graph;
+        let c = body.carries;
+        let (new_carries, ys) = g.outputs.split_at(c.min(g.outputs.len()));
+        let resident = !new_carries.iter().any(|&o| matches!(g.node(o).op, Op::Slot { .. }));
+        let n = body.inputs.len();
+        let (slot_pos, outputs): (HashMap<usize, usize>, Vec<_>) = match resident {
+            // Carries last, in inputs and outputs: they are the carried values.
+            true => ((0..n).map(|s| (s, if s < c { n - c + s } else { s - c })).collect(), [ys, new_carries].concat()),
+            false => ((0..n).map(|s| (s, s)).collect(), g.outputs.clone()),
+        };
+        let carried = if resident { c } else { 0 };
+        let values = crate::tensor::Values::new();
+        let unit = JitUnit::prepare(program, unit, &slot_pos, &values, &outputs, carried, threads)?;
+        Ok(ScanStep {
+            body: body.clone(),
+            unit,
+            resident,
+            operands: Vec::new(),
+            dst: Ref::Fixed(usize::MAX),
+            ty: TensorType::scalar(crate::ir::DType::F32),
+            span: Span::default(),
+        })
+    }
+
+    /// This step reading `operands` and writing its value of type `ty` to
+    /// `dst` (in the enclosing unit); `span` is the scan's.
+    pub(super) fn at(self, operands: Vec<(Ref, TensorType)>, dst: Ref, ty: TensorType, span: Span) -> ScanStep {
+        ScanStep { operands, dst, ty, span, ..self }
+    }
+
+    /// The places it reads: its operands'.
+    pub(super) fn operands(&self) -> &[(Ref, TensorType)] {
+        &self.operands
+    }
+
+    /// The place it writes and its type.
+    pub(super) fn result(&self) -> (Ref, &TensorType) {
+        (self.dst, &self.ty)
+    }
+
+    /// Its rough cost: the body's, once per iteration.
+    pub(super) fn cost(&self) -> u64 {
+        let body: u64 = self.unit.steps.iter().map(|s| s.access().cost).sum();
+        body * self.body.length as u64
+    }
+
+    /// Its label in profiles.
+    pub(super) fn label(&self) -> String {
+        format!("scan {} iterations of a body of {} steps", self.body.length, self.unit.steps.len())
+    }
+
+    /// Runs the loop.
+    ///
+    /// # Safety
+    /// As for `Step::run`.
+    pub(super) unsafe fn run(&self, mem: Mem) -> Result<(), Diagnostic> {
+        let owned: Vec<Option<Tensor>> = self
+            .operands
+            .iter()
+            .map(|(r, ty)| r.in_arena().map(|_| read(mem, *r, ty)).transpose())
+            .collect::<Result<_, Diagnostic>>()?;
+        let operands: Vec<&Tensor> = self
+            .operands
+            .iter()
+            .zip(&owned)
+            .map(|((r, _), o)| o.as_ref().map_or_else(|| mem.tensor(*r), Ok))
+            .collect::<Result<_, _>>()?;
+        let (c, nx) = (self.body.carries, self.body.xs);
+        let xs = &operands[c..c + nx];
+        let data = match self.resident {
+            true => {
+                self.unit.load_carried(&operands[..c].iter().map(|&t| t.clone()).collect::<Vec<_>>())?;
+                let mut stepper = Resident::new(&self.unit, xs, &operands[c + nx..])?;
+                drive(&self.body, xs, &self.ty, &mut stepper)
+            }
+            false => {
+                let mut stepper = Bound::new(&self.body, &operands, |bound: &[Tensor]| self.unit.run(bound))?;
+                drive(&self.body, xs, &self.ty, &mut stepper)
+            }
+        };
+        let data = data.map_err(|d| d.label(self.span, "while computing this `scan`"))?;
+        let v = Tensor::new(self.ty.dtype, data)?;
+        // SAFETY: the caller's contract.
+        unsafe { write(mem, self.dst, &v) }
+    }
+}
+
+/// A body whose carries stay in its unit: an iteration binds its slices
+/// and the captured values (`head`) and returns the `y`s.
+struct Resident<'a> {
+    unit: &'a JitUnit,
+    head: Vec<Tensor>,
+    xs: usize,
+}
+
+impl<'a> Resident<'a> {
+    fn new(unit: &'a JitUnit, xs: &[&Tensor], captured: &[&Tensor]) -> Result<Resident<'a>, Diagnostic> {
+        let mut head = xs.iter().map(|x| first_row(x)).collect::<Result<Vec<_>, Diagnostic>>()?;
+        head.extend(captured.iter().map(|&t| t.clone()));
+        Ok(Resident { unit, head, xs: xs.len() })
+    }
+}
+
+impl Stepper for Resident<'_> {
+    fn step(&mut self, rows: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
+        for (place, row) in self.head[..self.xs].iter_mut().zip(rows) {
+            *place = row;
+        }
+        self.unit.run_head(&self.head)
+    }
+
+    fn carries(&mut self) -> Result<Vec<Tensor>, Diagnostic> {
+        self.unit.read_carried()
+    }
+}
