@@ -69,8 +69,25 @@ impl Tracer<'_> {
         if let Some(p) = piped {
             call.positional.push(p);
         }
+        // Inside a model's field, a model made in an argument of a model's
+        // instantiation (`r = Residual(Dense(4, 4))`) is the sub-model
+        // `r.body` of the instance (`model::instantiate` registers it), so
+        // it is seeded from that path.
+        let field_path = match &f {
+            Value::ModelDef(_) => self.model_path.take(),
+            _ => None,
+        };
         for a in args {
-            let v = self.eval(&a.value, env)?;
+            if let (Some((seed, prefix)), Value::ModelDef(def)) = (&field_path, &f) {
+                let param = match &a.name {
+                    Some(n) => Some(n.name.as_str()),
+                    None => def.def.params.get(call.positional.len()).map(|p| p.name.name.as_str()),
+                };
+                self.model_path = param.map(|p| (*seed, format!("{prefix}.{p}")));
+            }
+            let v = self.eval(&a.value, env);
+            self.model_path = None;
+            let v = v?;
             match &a.name {
                 Some(n) => {
                     if call.named.iter().any(|(m, _, _)| *m == n.name) {
@@ -92,6 +109,7 @@ impl Tracer<'_> {
         }
         // A built-in's errors about its operands point at its name (see
         // `narrow_primary`); for method sugar that is the method's name.
+        self.model_path = field_path;
         let at = match &callee.kind {
             ExprKind::Field { name, .. } => name.span,
             _ => callee.span,

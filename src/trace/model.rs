@@ -61,6 +61,7 @@ impl Tracer<'_> {
         let name = def.def.name.name.clone();
         let scope = self.scopes.child(&def.env);
         let bound = bind_args(&name, &def.def.params, args, span, def.def.name.span)?;
+        let mut submodels = Vec::new();
         for (param, arg) in def.def.params.iter().zip(bound) {
             let (v, s) = match arg {
                 Some(a) => a,
@@ -73,11 +74,15 @@ impl Tracer<'_> {
                 Some(ty) => self.check_annotation(&v, ty, s, &scope)?,
                 None => v,
             };
+            // A model passed in (`Residual(Dense(4, 4))`) is a sub-model
+            // under the parameter's name, as a PyTorch module's child is.
+            if super::value::holds_models(&v) {
+                submodels.push(param.name.name.clone());
+            }
             scope.set(&param.name.name, v);
         }
         let mut params = Vec::new();
         let mut states = Vec::new();
-        let mut submodels = Vec::new();
         for member in &def.def.members {
             match member {
                 ModelMember::Param { name: n, ty, init, .. }
@@ -104,7 +109,10 @@ impl Tracer<'_> {
                     let v = self.eval(value, &scope);
                     self.model_path = None;
                     let v = v?;
-                    if super::value::holds_models(&v) {
+                    // A field that renames a model passed in (`inner =
+                    // body`) is not a second copy of its parameters.
+                    let passed_in = |s: &String| scope.get_local(s).is_some_and(|a| same_models(&a, &v));
+                    if super::value::holds_models(&v) && !submodels.iter().any(passed_in) {
                         submodels.push(n.name.clone());
                     }
                     scope.set(&n.name, v);
@@ -243,6 +251,15 @@ pub(crate) fn unknown_member(m: &ModelInstance, name: &ast::Ident) -> super::Fai
         None => d.help(format!("`{}` has: {}", m.def.name.name, members.join(", "))),
     }
     .into()
+}
+
+/// Whether `a` and `b` are the same model instances (not equal copies).
+fn same_models(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Model(x), Value::Model(y)) => Rc::ptr_eq(x, y),
+        (Value::Tuple(x), Value::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_models(a, b)),
+        _ => false,
+    }
 }
 
 fn join(prefix: &str, name: &str) -> String {
