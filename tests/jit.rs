@@ -195,6 +195,7 @@ fn strict_refuses_exactly_the_programs_with_known_host_kernels() {
     let mut files = tfl_files(&root().join("tests/cases/run"));
     files.extend(tfl_files(&root().join("examples")));
     files.extend(tfl_files(&root().join("examples/bench")));
+    files.extend(tfl_files(&root().join("examples/zoo/bench")));
     let mut found: Vec<(String, Vec<String>)> = Vec::new();
     for path in files {
         let source = std::fs::read_to_string(&path).unwrap();

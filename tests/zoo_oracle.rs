@@ -1,0 +1,147 @@
+//! tfc reproduces the model zoo's loss oracle (benches/zoo/README.md):
+//! `examples/zoo/bench/{gpt,resnet,lstm,gru}.tfl` load the peers' initial
+//! weights and fixed batch (benches/zoo/make_data.py, numpy's generators)
+//! and train with the same Adam, so `tfc bench … --warmup 0 --steps 100`
+//! must report the losses JAX and PyTorch give at steps 1 and 100.
+//!
+//! The oracle is JAX's (jax.jit, 0.10.2, one thread: benches/zoo/bench_jax.py
+//! --threads 1 --warmup 100 --steps 0), measured next to PyTorch 2.15 eager
+//! (bench_torch.py, same flags) on this machine:
+//!
+//! | model  | step | JAX            | torch eager    | tfc jit        | JAX vs torch | tfc vs JAX |
+//! |--------|------|----------------|----------------|----------------|--------------|------------|
+//! | gpt    | 1    | 4.739165306    | 4.739164829    | 4.739164829    | 1.0e-7       | 1.0e-7     |
+//! | gpt    | 100  | 0.03895863146  | 0.03895803541  | 0.03895842657  | 1.5e-5       | 5.3e-6     |
+//! | resnet | 1    | 4.515439510    | 4.515448570    | 4.515448093    | 2.0e-6       | 1.9e-6     |
+//! | resnet | 100  | 0.002649954520 | 0.002646498615 | 0.002648404800 | 1.3e-3       | 5.8e-4     |
+//! | lstm   | 1    | 2.311123371    | 2.311123371    | 2.311123848    | 0            | 2.1e-7     |
+//! | lstm   | 100  | 0.003987982869 | 0.003988037817 | 0.003987980541 | 1.4e-5       | 5.8e-7     |
+//! | gru    | 1    | 2.349724293    | 2.349724293    | 2.349724054    | 0            | 1.0e-7     |
+//! | gru    | 100  | 0.007180971094 | 0.007180816960 | 0.007180972956 | 2.1e-5       | 2.6e-7     |
+//!
+//! (README.md also lists step 10 and the peers at two threads.)
+//!
+//! Tolerances (relative), from what the peers give among themselves:
+//! - `STEP1_REL` = 1e-5: step 1 is one forward pass from identical inputs;
+//!   only summation orders differ. The largest gap between two peers is the
+//!   ResNet's 2.0e-6 (convolutions, then BatchNorm), the others stay within
+//!   a few f32 ulps (1e-7). A wrong layout, a missing bias, the other gelu
+//!   or another initialization moves the loss by far more.
+//! - `SMOOTH_STEP100_REL` = 1e-4 for the GPT, the LSTM and the GRU: after
+//!   99 Adam updates on a falling loss the peers differ by up to 2.1e-5
+//!   (the GRU), tfc is within 5.3e-6 of JAX; 1e-4 is about five times the
+//!   peers' spread.
+//! - `RESNET_STEP100_REL` = 4e-3: BatchNorm divides by each channel's batch
+//!   deviation, and the loss falls 1700-fold in 99 steps, so rounding
+//!   differences grow: JAX and torch differ by 1.3e-3 (and by 4.8e-4 at
+//!   step 10 already; torch alone moves by 7.2e-4 at step 10 between one
+//!   and two threads); over every peer run (JAX and torch at one and two
+//!   threads, torch.compile) step 100 spans 0.00264741 to 0.00265147,
+//!   1.5e-3. The tolerance is about three times the peers' gap,
+//!   still far below what a semantic change (BatchNorm's statistics, the
+//!   padding, the shortcut) does to the loss after 99 steps.
+//!
+//! Cost: four `tfc bench` runs of 100 JIT steps through the debug binary
+//! (the dev profile builds tfc at opt-level 1, its dependencies at 2),
+//! measured one after the other on an idle 2-core machine: gpt 35 s wall
+//! (51 s CPU), resnet 19 s (32 s CPU), lstm and gru a few seconds each:
+//! about 100 s of CPU, about a minute of wall time on two test threads.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Relative tolerance of step 1's loss (see the module header).
+const STEP1_REL: f64 = 1e-5;
+/// Relative tolerance of step 100's loss for the GPT, LSTM and GRU.
+const SMOOTH_STEP100_REL: f64 = 1e-4;
+/// Relative tolerance of step 100's loss for the ResNet (BatchNorm).
+const RESNET_STEP100_REL: f64 = 4e-3;
+
+/// One zoo model: its program, JAX's losses at steps 1 and 100, and the
+/// tolerance of step 100.
+struct Model {
+    file: &'static str,
+    step1: f64,
+    step100: f64,
+    step100_rel: f64,
+}
+
+const GPT: Model = Model {
+    file: "examples/zoo/bench/gpt.tfl",
+    step1: 4.739165306,
+    step100: 0.03895863146,
+    step100_rel: SMOOTH_STEP100_REL,
+};
+const RESNET: Model = Model {
+    file: "examples/zoo/bench/resnet.tfl",
+    step1: 4.515439510,
+    step100: 0.002649954520,
+    step100_rel: RESNET_STEP100_REL,
+};
+const LSTM: Model = Model {
+    file: "examples/zoo/bench/lstm.tfl",
+    step1: 2.311123371,
+    step100: 0.003987982869,
+    step100_rel: SMOOTH_STEP100_REL,
+};
+const GRU: Model = Model {
+    file: "examples/zoo/bench/gru.tfl",
+    step1: 2.349724293,
+    step100: 0.007180971094,
+    step100_rel: SMOOTH_STEP100_REL,
+};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `tfc bench FILE --warmup 0 --steps N --json` on the JIT: the losses of
+/// step 1 and step N.
+fn bench(file: &str, steps: usize) -> (f64, f64) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tfc"))
+        .args(["bench", file, "--backend", "jit", "--warmup", "0", "--steps", &steps.to_string(), "--json"])
+        .current_dir(root())
+        .output()
+        .expect("the tfc binary runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "tfc bench {file} failed:\n{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(v["steps"], steps, "{stdout}");
+    let loss = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no `{k}` in {stdout}"));
+    (loss("loss_first"), loss("loss_last"))
+}
+
+fn assert_close(what: &str, got: f64, oracle: f64, rel: f64) {
+    let err = (got - oracle).abs() / oracle.abs();
+    assert!(
+        err <= rel,
+        "{what}: tfc gives {got:e}, the peers' oracle is {oracle:e} (relative error {err:.2e} > {rel:e})"
+    );
+}
+
+/// Runs 100 steps of `m` and checks the losses of steps 1 and 100.
+fn reproduces_the_oracle(m: &Model) {
+    let (first, last) = bench(m.file, 100);
+    assert_close(&format!("{} step 1", m.file), first, m.step1, STEP1_REL);
+    assert_close(&format!("{} step 100", m.file), last, m.step100, m.step100_rel);
+}
+
+#[test]
+fn gpt_reproduces_the_oracle() {
+    reproduces_the_oracle(&GPT);
+}
+
+#[test]
+fn resnet_reproduces_the_oracle() {
+    reproduces_the_oracle(&RESNET);
+}
+
+#[test]
+fn lstm_reproduces_the_oracle() {
+    reproduces_the_oracle(&LSTM);
+}
+
+#[test]
+fn gru_reproduces_the_oracle() {
+    reproduces_the_oracle(&GRU);
+}
