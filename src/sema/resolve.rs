@@ -311,6 +311,13 @@ impl<'a> Resolver<'a> {
                         self.bind(&id.name);
                     }
                 }
+                // `f32[B, 2 * B]`: a computed dimension reads names bound
+                // before it, the type's own symbols included.
+                for d in dims {
+                    if let DimExpr::Computed { expr, .. } = d {
+                        self.expr(expr);
+                    }
+                }
             }
             TypeKind::Tuple(parts) => parts.iter().for_each(|p| self.bind_dims(p)),
             _ => {}

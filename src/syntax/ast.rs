@@ -202,6 +202,23 @@ pub enum DimExpr {
     Known(i64, Span),
     Symbol(Ident),
     Infer(Span),
+    /// `4 * hidden`, `floor_div(d, heads)`: an int computed from names
+    /// already known where the type is read (`text` as written).
+    Computed {
+        expr: Box<Expr>,
+        text: String,
+    },
+}
+
+impl std::fmt::Display for DimExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DimExpr::Known(n, _) => write!(f, "{n}"),
+            DimExpr::Symbol(id) => f.write_str(&id.name),
+            DimExpr::Infer(_) => f.write_str("_"),
+            DimExpr::Computed { text, .. } => f.write_str(text),
+        }
+    }
 }
 
 /// An expression.

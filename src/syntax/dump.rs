@@ -199,14 +199,7 @@ fn ty_text(t: &TypeExpr) -> String {
     match &t.kind {
         TypeKind::Tensor { dtype, dims } if dims.is_empty() => dtype.name().to_string(),
         TypeKind::Tensor { dtype, dims } => {
-            let dims: Vec<String> = dims
-                .iter()
-                .map(|d| match d {
-                    DimExpr::Known(n, _) => n.to_string(),
-                    DimExpr::Symbol(i) => i.name.clone(),
-                    DimExpr::Infer(_) => "_".to_string(),
-                })
-                .collect();
+            let dims: Vec<String> = dims.iter().map(DimExpr::to_string).collect();
             format!("{}[{}]", dtype.name(), dims.join(", "))
         }
         TypeKind::Int => "int".into(),

@@ -114,13 +114,16 @@ impl BuiltinArgs {
     }
 
     pub fn bad(&self, i: usize, expected: &str) -> Fail {
+        self.bad_diagnostic(i, expected).into()
+    }
+
+    fn bad_diagnostic(&self, i: usize, expected: &str) -> Diagnostic {
         let found = self.get(i).map(|(v, _)| v.describe()).unwrap_or_else(|| "nothing".into());
         Diagnostic::new(
             Code::Kind,
             format!("`{}` expects {expected} for `{}`, found {found}", self.name, self.param_name(i)),
         )
         .label(self.span_of(i), format!("expected {expected}"))
-        .into()
     }
 
     pub fn bad_value(&self, i: usize, message: String) -> Fail {
@@ -239,10 +242,24 @@ impl Tracer<'_> {
 
     pub(crate) fn arg_ints(&mut self, a: &BuiltinArgs, i: usize) -> TResult<Vec<i64>> {
         let v = a.get(i).map(|(v, _)| v.clone());
-        match v.and_then(|v| self.static_ints(&v)) {
-            Some(ints) => Ok(ints),
-            None => Err(a.bad(i, "a list of compile-time ints such as [2, 3]")),
+        if let Some(ints) = v.as_ref().and_then(|v| self.static_ints(v)) {
+            return Ok(ints);
         }
+        let mut d = a.bad_diagnostic(i, "a list of compile-time ints such as [2, 3]");
+        // The usual way to get here: `d / heads` is a float, and a list
+        // holding one is a float tensor.
+        let float_literal = |v: &Value| match v {
+            Value::Float(_) => true,
+            Value::Tuple(items) => items.iter().any(|x| matches!(x, Value::Float(_))),
+            Value::Tensor(id, _) => {
+                matches!(&self.graph.node(*id).op, Op::Constant { value: Literal::Float(v), .. } if !v.is_empty())
+            }
+            _ => false,
+        };
+        if v.as_ref().is_some_and(float_literal) {
+            d = d.help("`/` gives a float even for two ints (`7 / 2` is 3.5); divide ints with `floor_div(a, b)`");
+        }
+        Err(d.into())
     }
 
     /// A shape argument: non-negative compile-time ints.

@@ -265,7 +265,11 @@ impl Tracer<'_> {
                 if o.ty.dtype != *dtype || o.ty.rank() != dims.len() {
                     return Err(mismatch(o.ty.to_string()));
                 }
-                for (dim, &actual) in dims.iter().zip(&o.ty.shape) {
+                // Computed dimensions come last, so that `f32[2 * N, N]`
+                // reads the `N` its second axis binds.
+                let computed_last = |(d, _): &(&DimExpr, &usize)| matches!(d, DimExpr::Computed { .. });
+                let (computed, plain): (Vec<_>, Vec<_>) = dims.iter().zip(&o.ty.shape).partition(computed_last);
+                for (dim, &actual) in plain.into_iter().chain(computed) {
                     match dim {
                         DimExpr::Known(n, _) if *n as usize != actual => return Err(mismatch(o.ty.to_string())),
                         DimExpr::Symbol(id) => match scope.get(&id.name) {
@@ -281,12 +285,38 @@ impl Tracer<'_> {
                             Some(Value::Int(_)) => {}
                             _ => scope.set(&id.name, Value::Int(actual as i64)),
                         },
+                        DimExpr::Computed { expr, text } => {
+                            let want = self.computed_dim(expr, text, scope)?;
+                            if want != actual as i64 {
+                                return Err(Diagnostic::new(
+                                    Code::SymbolicDim,
+                                    format!("dimension `{text}` is {want} here but {actual} in {}", o.ty),
+                                )
+                                .label(span, o.ty.to_string())
+                                .label(expr.span, format!("`{text}` = {want}"))
+                                .into());
+                            }
+                        }
                         _ => {}
                     }
                 }
                 Ok(Value::Tensor(o.id, o.ty))
             }
             (_, other) => Err(mismatch(other.describe())),
+        }
+    }
+}
+
+impl Tracer<'_> {
+    /// The value of a computed dimension (`4 * hidden`) in `scope`: an
+    /// int, from names known where the type is read (E0313 otherwise).
+    pub(crate) fn computed_dim(&mut self, expr: &Expr, text: &str, scope: &Rc<Scope>) -> TResult<i64> {
+        match self.eval(expr, scope)? {
+            Value::Int(n) => Ok(n),
+            other => Err(Diagnostic::new(Code::NotStatic, format!("dimension `{text}` is not an int"))
+                .label(expr.span, other.describe())
+                .help("a dimension computes an int from ints known here: constructor arguments, consts, dimensions bound before it (`floor_div(d, heads)` divides ints; `/` gives a float)")
+                .into()),
         }
     }
 }
@@ -381,14 +411,7 @@ fn plural(n: usize) -> &'static str {
 pub(crate) fn type_text(ty: &ast::TypeExpr) -> String {
     match &ty.kind {
         TypeKind::Tensor { dtype, dims } => {
-            let dims: Vec<String> = dims
-                .iter()
-                .map(|d| match d {
-                    DimExpr::Known(n, _) => n.to_string(),
-                    DimExpr::Symbol(id) => id.name.clone(),
-                    DimExpr::Infer(_) => "_".into(),
-                })
-                .collect();
+            let dims: Vec<String> = dims.iter().map(DimExpr::to_string).collect();
             format!("{dtype}[{}]", dims.join(", "))
         }
         TypeKind::Int => "int".into(),

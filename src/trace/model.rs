@@ -174,6 +174,17 @@ impl Tracer<'_> {
                     )
                     .into()),
                 },
+                DimExpr::Computed { expr, text } => match self.computed_dim(expr, text, scope)? {
+                    n if n >= 0 => n as usize,
+                    n => {
+                        return Err(Diagnostic::new(
+                            Code::NotStatic,
+                            format!("dimension `{text}` is {n}; a parameter's dimensions must be non-negative"),
+                        )
+                        .label(expr.span, format!("{n}"))
+                        .into())
+                    }
+                },
                 DimExpr::Known(_, s) | DimExpr::Infer(s) => {
                     return Err(Diagnostic::new(
                         Code::NotStatic,

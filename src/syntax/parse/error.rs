@@ -51,7 +51,7 @@ impl Want {
             Want::Name => "a name".into(),
             Want::Param => "a parameter".into(),
             Want::Type => "a type".into(),
-            Want::Dim => "a dimension (a number, a name or `_`)".into(),
+            Want::Dim => "a dimension (a number, a name, an int expression or `_`)".into(),
             Want::Word(w) => w.into(),
             Want::Comma => "`,`".into(),
             Want::Tok(t) => format!("`{t}`"),
@@ -82,7 +82,7 @@ fn want(rule: Rule) -> Option<Want> {
         pattern | pat_wild | pat_tuple => Want::Pattern,
         param => Want::Param,
         type_expr | tensor_type | dtype | prim_type | tuple_type => Want::Type,
-        dim_int | dim_infer => Want::Dim,
+        dim_expr | dim_infer => Want::Dim,
         every | k_every => Want::Word("`every`"),
         every_unit => Want::Word(EVERY_UNIT),
         k_on => Want::Word("`on`"),
@@ -139,6 +139,10 @@ fn simplify(wants: &mut BTreeSet<Want>) {
     }
     if wants.contains(&Want::Pattern) || wants.contains(&Want::Dim) || wants.contains(&Want::Param) {
         wants.remove(&Want::Name);
+    }
+    // A dimension is an expression; the phrase for a dimension says so.
+    if wants.contains(&Want::Dim) {
+        wants.remove(&Want::Expr);
     }
 }
 

@@ -133,18 +133,15 @@ fn tensor_type(cx: &Cx, node: &Node) -> Result<TypeKind> {
     for d in inner(&dims) {
         let span = cx.span(&d);
         out.push(match d.as_rule() {
-            Rule::dim_int => match d.as_str().parse::<i64>() {
-                Ok(n) => DimExpr::Known(n, span),
-                Err(_) => {
-                    return Err(bad_number(
-                        span,
-                        format!("dimension `{}` is too large", d.as_str()),
-                        "use a smaller size",
-                    ))
-                }
-            },
             Rule::dim_infer => DimExpr::Infer(span),
-            Rule::ident => DimExpr::Symbol(ident(cx, &d)),
+            Rule::dim_expr => {
+                let e = super::expr::expr(cx, &Kids::of(&d).expect(cx, Rule::expr)?)?;
+                match e.kind {
+                    ExprKind::Int(n, None) => DimExpr::Known(n, span),
+                    ExprKind::Name(name) => DimExpr::Symbol(Ident { name, span }),
+                    _ => DimExpr::Computed { expr: Box::new(e), text: d.as_str().trim().to_string() },
+                }
+            }
             _ => return Err(internal(cx, &d, "expected a dimension")),
         });
     }
