@@ -70,6 +70,13 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
     while !json.len().is_multiple_of(8) {
         json.push(b' ');
     }
+    write_atomic(path, &[&(json.len() as u64).to_le_bytes(), &json, &data])
+}
+
+/// Writes `chunks` to `path` atomically: into a temporary beside it,
+/// synced, then renamed over it, so an interrupted write leaves either the
+/// old file or the new one.
+pub fn write_atomic(path: &Path, chunks: &[&[u8]]) -> Result<(), Diagnostic> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io_error(dir, "create the directory", e))?;
     }
@@ -80,9 +87,9 @@ pub fn save(path: &Path, tensors: &[(String, &Tensor)], metadata: &[(String, Str
     ));
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&(json.len() as u64).to_le_bytes())?;
-        f.write_all(&json)?;
-        f.write_all(&data)?;
+        for chunk in chunks {
+            f.write_all(chunk)?;
+        }
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -185,8 +185,8 @@ pub struct TrainPlan {
     pub epochs: Option<usize>,
     pub max_steps: Option<usize>,
     pub evals: Vec<EvalPlan>,
-    pub checkpoint: Option<(String, usize)>,
-    pub log: Option<String>,
+    pub checkpoint: Option<(String, Cadence)>,
+    pub log: Option<(String, Cadence)>,
     pub resume: Option<String>,
     /// Slots that receive the trained parameters, optimizer states and
     /// model states afterwards.
@@ -232,7 +232,28 @@ pub struct EvalPlan {
     /// Slots the region reads for each parameter, in `TrainPlan::params`
     /// order, then for each model state (`TrainPlan::model_states`).
     pub param_slots: Vec<usize>,
-    pub every: usize,
+    pub every: Cadence,
+}
+
+/// How often something happens during training: `every n epochs` (at the
+/// end of every `n`-th epoch) or `every n steps` (after every `n`-th step,
+/// counted from 1 across epochs). `n` is positive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cadence {
+    Epochs(u64),
+    Steps(u64),
+}
+
+impl Cadence {
+    /// Whether it falls at the end of epoch `epoch` (1-based).
+    pub fn at_epoch(self, epoch: u64) -> bool {
+        matches!(self, Cadence::Epochs(n) if epoch.is_multiple_of(n))
+    }
+
+    /// Whether it falls right after step `step` (1-based).
+    pub fn at_step(self, step: u64) -> bool {
+        matches!(self, Cadence::Steps(n) if step.is_multiple_of(n))
+    }
 }
 
 /// The example-weighted mean of a scalar region output over every batch of a

@@ -248,13 +248,12 @@ impl<'a> Resolver<'a> {
                                 self.expr(&e.count);
                             }
                         }
-                        TrainField::Checkpoint { path, every, .. } => {
+                        TrainField::Checkpoint { path, every, .. } | TrainField::Log { path, every, .. } => {
                             self.expr(path);
                             if let Some(e) = every {
                                 self.expr(&e.count);
                             }
                         }
-                        TrainField::Log { path, .. } => self.expr(path),
                     }
                 }
             }

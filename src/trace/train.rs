@@ -19,7 +19,7 @@ use super::state::{bind_states, carried_states, StateInfo};
 use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Dataset, EvalPlan, Region, StepParts, TrainPlan};
+use crate::ir::plan::{Cadence, Dataset, EvalPlan, Region, StepParts, TrainPlan};
 use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
 use crate::syntax::ast::{self, TrainField};
 use std::rc::Rc;
@@ -411,7 +411,7 @@ impl Tracer<'_> {
         model_states: &[StateInfo],
         metric: &ast::Expr,
         data: &ast::Expr,
-        every: usize,
+        every: Cadence,
         name: &str,
         env: &Rc<Scope>,
     ) -> TResult<EvalPlan> {
@@ -476,10 +476,10 @@ struct Fields {
     epochs: Option<usize>,
     steps: Option<usize>,
     clip: Option<f64>,
-    checkpoint: Option<(String, usize)>,
-    log: Option<String>,
+    checkpoint: Option<(String, Cadence)>,
+    log: Option<(String, Cadence)>,
     resume: Option<String>,
-    evals: Vec<(ast::Expr, ast::Expr, usize, String)>,
+    evals: Vec<(ast::Expr, ast::Expr, Cadence, String)>,
 }
 
 impl Fields {
@@ -543,7 +543,7 @@ impl Fields {
                     }
                 }
                 TrainField::Eval { metric, data, every, .. } => {
-                    let n = every_count(tr, every.as_ref(), env)?;
+                    let n = cadence(tr, every.as_ref(), env)?;
                     let name = match &metric.kind {
                         ast::ExprKind::Name(n) => n.clone(),
                         _ => "metric".into(),
@@ -555,13 +555,14 @@ impl Fields {
                         Value::Str(s) => s,
                         other => return Err(kind_error(path.span, "a path string", &other)),
                     };
-                    checkpoint = Some((p, every_count(tr, every.as_ref(), env)?));
+                    checkpoint = Some((p, cadence(tr, every.as_ref(), env)?));
                 }
-                TrainField::Log { path, .. } => {
-                    log = Some(match tr.eval(path, env)? {
+                TrainField::Log { path, every, .. } => {
+                    let p = match tr.eval(path, env)? {
                         Value::Str(s) => s,
                         other => return Err(kind_error(path.span, "a path string", &other)),
-                    })
+                    };
+                    log = Some((p, cadence(tr, every.as_ref(), env)?));
                 }
             }
         }
@@ -585,17 +586,17 @@ impl Fields {
     }
 }
 
-fn every_count(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> TResult<usize> {
-    let Some(e) = every else { return Ok(1) };
-    if e.unit == ast::EveryUnit::Steps {
-        return Err(Diagnostic::new(Code::Unsupported, "`every N steps` is not supported yet; use `every N epochs`")
-            .label(e.span, "here")
-            .into());
-    }
-    match tr.eval(&e.count, env)? {
-        Value::Int(n) if n > 0 => Ok(n as usize),
-        other => Err(kind_error(e.count.span, "a positive int", &other)),
-    }
+/// `every n epochs|steps`; without one, every epoch.
+fn cadence(tr: &mut Tracer, every: Option<&ast::Every>, env: &Rc<Scope>) -> TResult<Cadence> {
+    let Some(e) = every else { return Ok(Cadence::Epochs(1)) };
+    let n = match tr.eval(&e.count, env)? {
+        Value::Int(n) if n > 0 => n as u64,
+        other => return Err(kind_error(e.count.span, "a positive int", &other)),
+    };
+    Ok(match e.unit {
+        ast::EveryUnit::Epochs => Cadence::Epochs(n),
+        ast::EveryUnit::Steps => Cadence::Steps(n),
+    })
 }
 
 fn kind_error(span: Span, want: &str, value: &Value) -> super::Fail {

@@ -197,7 +197,10 @@ fn train(cx: &Cx, node: &Node) -> Result<TrainDef> {
                 let path = expr(cx, &k.expect(cx, Rule::expr)?)?;
                 TrainField::Checkpoint { path, every: every(cx, &mut k)?, span }
             }
-            Rule::tf_log => TrainField::Log { path: expr(cx, &k.expect(cx, Rule::expr)?)?, span },
+            Rule::tf_log => {
+                let path = expr(cx, &k.expect(cx, Rule::expr)?)?;
+                TrainField::Log { path, every: every(cx, &mut k)?, span }
+            }
             _ => return Err(internal(cx, &f, "expected a training field")),
         });
     }
