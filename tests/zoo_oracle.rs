@@ -190,7 +190,7 @@ fn std_lstm_reproduces_the_oracle() {
         "Lstm",
         &[
             ("use std.nn.{Dense}", "use std.nn.{Dense, LSTM}"),
-            ("rnn = Lstm(28, 128, 4 * 128)", "rnn = LSTM(28, 128)"),
+            ("rnn = Lstm(28, 128)", "rnn = LSTM(28, 128)"),
             ("transpose(x, [1, 0, 2]) |> rnn", "x |> rnn"),
         ],
     );
@@ -204,7 +204,7 @@ fn std_gru_reproduces_the_oracle() {
         "Gru",
         &[
             ("use std.nn.{Dense}", "use std.nn.{Dense, GRU}"),
-            ("rnn = Gru(28, 128, 3 * 128)", "rnn = GRU(28, 128)"),
+            ("rnn = Gru(28, 128)", "rnn = GRU(28, 128)"),
             ("transpose(x, [1, 0, 2]) |> rnn", "x |> rnn"),
         ],
     );

@@ -171,7 +171,10 @@ fn syntax_errors_are_described_in_words() {
     assert_eq!(err("f(1 2)"), (Code::Syntax, "expected `,` or `)` after an argument, found `2`".into()));
     assert_eq!(err("let x = )").1, "unexpected `)`");
     assert_eq!(err("let x = f(a = )").1, "expected an expression, found `)`");
-    assert_eq!(err("let x: f32[B, +] = 1").1, "expected a dimension (a number, a name, an int expression or `_`) or `]`, found `+`");
+    assert_eq!(
+        err("let x: f32[B, +] = 1").1,
+        "expected a dimension (a number, a name, an int expression or `_`) or `]`, found `+`"
+    );
     assert_eq!(err("fn f(x 5)").1, "expected `,`, `)`, `:` or `=`, found `5`");
     assert_eq!(err("let x = if a { 1 } else 2").1, "expected `{`, found `2`");
     assert_eq!(err("let x = a +\n").1, "expected an expression, found the end of the file");
