@@ -9,11 +9,15 @@
 //! `act(x @ w + b)`; `Conv2d`: `conv2d(x, w, stride, padding) + b`;
 //! `LayerNorm`: `layer_norm(x, gamma, beta)`; `BatchNorm` while training:
 //! `batch_norm(x, gamma, beta)` of `std.nn`; `Embedding`:
-//! `embedding(table, ids)`), with respect to every float input (weights and
-//! biases included). The layer models declare `f32` parameters, so their
-//! *math* is checked here in `f64`; `tests/cases/run/
-//! layer_gradients_in_training_match_grad.tfl` checks that training the
-//! models themselves applies exactly these gradients.
+//! `embedding(table, ids)`; `MultiHeadAttention`: `multi_head_attention`
+//! and `attention` of `std.nn`, with and without the causal mask; `LSTM` and
+//! `GRU`: `lstm` and `gru` of `std.nn`, their cells over a few steps of
+//! `scan`; `GlobalAvgPool`, which has no parameters, itself), with respect
+//! to every float input (weights and biases included). The layer models
+//! declare `f32` parameters, so their *math* is checked here in `f64` (the
+//! models' `forward`s call exactly these functions);
+//! `tests/cases/run/layer_gradients_in_training_match_grad.tfl` checks that
+//! training the models themselves applies exactly these gradients.
 //!
 //! How: `check` writes one program per case. The objective is
 //! `f(inputs) = sum(sin(EXPR))` (the `sin` weights every output element
@@ -235,6 +239,92 @@ const CASES: &[Case] = &[
         uses: "use std.nn.{batch_norm}",
         inputs: &[input("x", &[2, 2, 2, 3], Signed), input("g", &[3], Signed), input("b", &[3], Signed)],
         expr: "batch_norm(x, g, b, eps = 1e-3)",
+    },
+    // Attention over [B, heads, T, dh]: the causal mask's -1e9 scores get
+    // exactly zero weight, so the masked keys' gradients come only from the
+    // positions that see them.
+    Case {
+        name: "attention",
+        uses: "use std.nn.{attention}",
+        inputs: &[
+            input("q", &[2, 2, 3, 2], Signed),
+            input("k", &[2, 2, 3, 2], Signed),
+            input("v", &[2, 2, 3, 2], Signed),
+        ],
+        expr: "attention(q, k, v)",
+    },
+    Case {
+        name: "attention_causal",
+        uses: "use std.nn.{attention}",
+        inputs: &[
+            input("q", &[1, 2, 4, 2], Signed),
+            input("k", &[1, 2, 4, 2], Signed),
+            input("v", &[1, 2, 4, 2], Signed),
+        ],
+        expr: "attention(q, k, v, causal = true)",
+    },
+    // MultiHeadAttention's forward with its projections written out (the
+    // Dense biases add nothing the weights do not already check).
+    Case {
+        name: "multi_head_attention_causal",
+        uses: "use std.nn.{multi_head_attention}",
+        inputs: &[
+            input("x", &[2, 3, 4], Signed),
+            input("wq", &[4, 4], Signed),
+            input("wk", &[4, 4], Signed),
+            input("wv", &[4, 4], Signed),
+            input("wo", &[4, 4], Signed),
+            input("bq", &[4], Signed),
+        ],
+        expr: "multi_head_attention(x @ wq + bq, x @ wk, x @ wv, 2, causal = true) @ wo",
+    },
+    Case {
+        name: "multi_head_attention",
+        uses: "use std.nn.{multi_head_attention}",
+        inputs: &[input("x", &[1, 3, 4], Signed), input("wq", &[4, 4], Signed), input("wo", &[4, 4], Signed)],
+        expr: "multi_head_attention(x @ wq, x, x, 2) @ wo",
+    },
+    // The recurrences over three steps of `scan` (time-major [T, B, inputs],
+    // hidden 3): every step's h, so each step's gradient is checked.
+    Case {
+        name: "lstm_three_steps",
+        uses: "use std.nn.{lstm}",
+        inputs: &[
+            input("xs", &[3, 2, 2], Signed),
+            input("wx", &[2, 12], Signed),
+            input("wh", &[3, 12], Signed),
+            input("b", &[12], Signed),
+        ],
+        expr: "lstm(xs, wx, wh, b)[1]",
+    },
+    Case {
+        name: "lstm_last_h",
+        uses: "use std.nn.{lstm}",
+        inputs: &[
+            input("xs", &[4, 1, 2], Signed),
+            input("wx", &[2, 8], Signed),
+            input("wh", &[2, 8], Signed),
+            input("b", &[8], Signed),
+        ],
+        expr: "lstm(xs, wx, wh, b)[0]",
+    },
+    Case {
+        name: "gru_three_steps",
+        uses: "use std.nn.{gru}",
+        inputs: &[
+            input("xs", &[3, 2, 2], Signed),
+            input("wx", &[2, 9], Signed),
+            input("wh", &[3, 9], Signed),
+            input("bx", &[9], Signed),
+            input("bh", &[9], Signed),
+        ],
+        expr: "gru(xs, wx, wh, bx, bh)[1]",
+    },
+    Case {
+        name: "global_avg_pool",
+        uses: "use std.nn.{GlobalAvgPool}",
+        inputs: &[input("x", &[2, 3, 2, 2], Signed)],
+        expr: "GlobalAvgPool()(x) * [1.0f64, -2.0f64]",
     },
     Case {
         name: "embedding_with_repeated_ids",

@@ -41,6 +41,11 @@
 //!   still far below what a semantic change (BatchNorm's statistics, the
 //!   padding, the shortcut) does to the loss after 99 steps.
 //!
+//! `std_lstm_reproduces_the_oracle` and `std_gru_reproduces_the_oracle` run
+//! the LSTM and GRU programs with their inline layer swapped for std.nn's
+//! `LSTM` and `GRU` (same parameter names, so the same weights load): the
+//! std layers must give the same losses, with the same tolerances.
+//!
 //! Cost: four `tfc bench` runs of 100 JIT steps through the debug binary
 //! (the dev profile builds tfc at opt-level 1, its dependencies at 2),
 //! measured one after the other on an idle 2-core machine: gpt 35 s wall
@@ -121,9 +126,41 @@ fn assert_close(what: &str, got: f64, oracle: f64, rel: f64) {
 
 /// Runs 100 steps of `m` and checks the losses of steps 1 and 100.
 fn reproduces_the_oracle(m: &Model) {
-    let (first, last) = bench(m.file, 100);
-    assert_close(&format!("{} step 1", m.file), first, m.step1, STEP1_REL);
-    assert_close(&format!("{} step 100", m.file), last, m.step100, m.step100_rel);
+    check_oracle(m, m.file);
+}
+
+/// Runs 100 steps of the program `file` and checks the losses of `m`'s
+/// steps 1 and 100.
+fn check_oracle(m: &Model, file: &str) {
+    let (first, last) = bench(file, 100);
+    assert_close(&format!("{file} step 1"), first, m.step1, STEP1_REL);
+    assert_close(&format!("{file} step 100"), last, m.step100, m.step100_rel);
+}
+
+/// `m`'s program with its inline recurrent layer `model NAME … }` (the
+/// block up to the first line that is just `}`) removed and each `(from,
+/// to)` replacement made, data paths made absolute, written into a fresh
+/// directory; returns its path. Every replacement must apply, so a change
+/// to the zoo file cannot quietly leave the inline layer in use.
+fn with_std_layer(m: &Model, name: &str, replacements: &[(&str, &str)]) -> PathBuf {
+    let zoo = std::fs::read_to_string(root().join(m.file)).expect("the zoo program is readable");
+    let start = zoo.find(&format!("model {name}(")).unwrap_or_else(|| panic!("no `model {name}` in {}", m.file));
+    let end = start + zoo[start..].find("\n}\n").expect("the model's closing brace") + 3;
+    let mut src = format!("{}{}", &zoo[..start], &zoo[end..]);
+    let data = root().join("examples/zoo/bench/data");
+    let mut all = replacements.to_vec();
+    let data_prefix = format!("\"{}/", data.display());
+    all.push(("\"data/", &data_prefix));
+    for (from, to) in all {
+        assert!(src.contains(from), "`{from}` is not in {}", m.file);
+        src = src.replace(from, to);
+    }
+    assert!(!src.contains(&format!("{name}(")), "the inline `{name}` is still used:\n{src}");
+    let dir = std::env::temp_dir().join(format!("tfc-zoo-std-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join(format!("{name}.tfl"));
+    std::fs::write(&path, src).expect("the program is written");
+    path
 }
 
 #[test]
@@ -144,4 +181,32 @@ fn lstm_reproduces_the_oracle() {
 #[test]
 fn gru_reproduces_the_oracle() {
     reproduces_the_oracle(&GRU);
+}
+
+#[test]
+fn std_lstm_reproduces_the_oracle() {
+    let file = with_std_layer(
+        &LSTM,
+        "Lstm",
+        &[
+            ("use std.nn.{Dense}", "use std.nn.{Dense, LSTM}"),
+            ("rnn = Lstm(28, 128)", "rnn = LSTM(28, 128)"),
+            ("transpose(x, [1, 0, 2]) |> rnn", "x |> rnn"),
+        ],
+    );
+    check_oracle(&LSTM, &file.to_string_lossy());
+}
+
+#[test]
+fn std_gru_reproduces_the_oracle() {
+    let file = with_std_layer(
+        &GRU,
+        "Gru",
+        &[
+            ("use std.nn.{Dense}", "use std.nn.{Dense, GRU}"),
+            ("rnn = Gru(28, 128)", "rnn = GRU(28, 128)"),
+            ("transpose(x, [1, 0, 2]) |> rnn", "x |> rnn"),
+        ],
+    );
+    check_oracle(&GRU, &file.to_string_lossy());
 }

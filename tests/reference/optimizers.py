@@ -23,7 +23,11 @@ def run(opt, steps=3, lr=None, clipn=None, per_tensor=False, grads=grads, P=None
                 s = min(1.0, clipn/(n+1e-6))
                 gs = [[g*s for g in gg] for gg in gs]
         for k in range(len(P)):
-            P[k] = opt(P[k], gs[k], st[k], t, lr(t) if callable(lr) else lr, **hp)
+            # std.optim decays only parameters of rank >= 2 (PyTorch with
+            # the biases in a weight_decay = 0 group, as nanoGPT does): here
+            # w, a [3, 1] matrix in the adamw files, and never the bias b.
+            hk = dict(hp, weight_decay=0.0) if 'weight_decay' in hp and k == 1 else hp
+            P[k] = opt(P[k], gs[k], st[k], t, lr(t) if callable(lr) else lr, **hk)
     return P
 def sgd(p, g, s, t, lr): return [pi - lr*gi for pi, gi in zip(p, g)]
 def momentum(p, g, s, t, lr, beta=0.9, nesterov=False):
@@ -42,14 +46,15 @@ def rmsprop(p, g, s, t, lr, rho=0.9, eps=1e-7):
     return [pi - lr*gi/(math.sqrt(si) + eps) for pi, gi, si in zip(p, g, sq)]
 SUFFIX = ''
 def fmt(v): return '[' + ', '.join(repr(x) + SUFFIX for x in v) + ']'
-def block(var, opt_text, P, tol, model='Lin', extra='', loss=None, steps=3, comment=None):
+def block(var, opt_text, P, tol, model='Lin', extra='', loss=None, steps=3, comment=None, matrix=False):
     loss = loss or f'mse({var}(x), y)'
     out = []
     if comment: out += ['// ' + l for l in comment.split('\n')]
     out += [f'let {var} = {model}()', f'train {var} on data {{', f'    loss(x, y) = {loss}', f'    optimizer = {opt_text}']
     if extra: out.append('    ' + extra)
-    out += [f'    steps = {steps}', '}', f'print({var}.w, {var}.b)',
-            f'assert_close({var}.w, {fmt(P[0])}, tol = {tol})',
+    w = f'{var}.w[:, 0]' if matrix else f'{var}.w'
+    out += [f'    steps = {steps}', '}', f'print({w}, {var}.b)',
+            f'assert_close({w}, {fmt(P[0])}, tol = {tol})',
             f'assert_close({var}.b, {fmt(P[1])}, tol = {tol})', '']
     return '\n'.join(out)
 
@@ -63,7 +68,7 @@ RULES = {
  'sgd': '//   sgd:      p -= lr * g',
  'momentum': '//   momentum: v = beta * v + g; p -= lr * v            (torch.optim.SGD, dampening 0)\n//   nesterov: v = beta * v + g; p -= lr * (g + beta * v)',
  'adam': '//   adam:     m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;\n//             p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)',
- 'adamw': '//   adamw:    p *= 1 - lr * weight_decay, then the adam step (torch.optim.AdamW)',
+ 'adamw': '//   adamw:    p *= 1 - lr * weight_decay, then the adam step (torch.optim.AdamW),\n//             for w only: std.optim decays only parameters of rank >= 2, never the bias b',
  'rmsprop': '//   rmsprop:  s = rho s + (1 - rho) g^2; p -= lr * g / (sqrt(s) + eps)  (torch.optim.RMSprop, alpha = rho)',
 }
 def header(title, rules, dtype='f32'):
@@ -71,6 +76,15 @@ def header(title, rules, dtype='f32'):
     param w: {dtype}[3] = ones()
     param b: {dtype}[1] = zeros()
     fn forward(x) = x @ w + b
+}}
+'''
+    if 'adamw' in rules:
+        # w as a [3, 1] matrix, the same problem, so that adamw decays it.
+        model += f'''// The same with w a [3, 1] matrix, which adamw decays (a vector it would not).
+model Mat {{
+    param w: {dtype}[3, 1] = ones()
+    param b: {dtype}[1] = zeros()
+    fn forward(x) = reshape(x @ w, [-1]) + b
 }}
 '''
     xs = '[[1.0, 2.0, 0.0], [0.0, 1.0, -1.0], [2.0, 0.0, 1.0], [1.0, -1.0, 1.0]]'
@@ -102,8 +116,8 @@ s += block('a', f'adam(lr = 0.125, beta1 = 0.75, beta2 = 0.9375, eps = {E})', ru
 s += block('a_default', 'adam(lr = 0.125)', run(adam, lr=0.125), '1e-5', comment='''The default betas (0.9, 0.999): 0.999 rounds to 0.99900001 in f32, so
 1 - beta2^1 is 1.3e-5 (relatively) smaller than in f64 and the f32 run
 differs from the f64 reference by about 2e-6 after three steps; hence 1e-5.''')
-s += block('w', f'adamw(lr = 0.125, beta1 = 0.75, beta2 = 0.9375, eps = {E}, weight_decay = 0.25)', run(adam, lr=0.125, beta1=0.75, beta2=0.9375, eps=2**-20, weight_decay=0.25), '1e-6')
-s += block('w_default', 'adamw(lr = 0.125)', run(adam, lr=0.125, weight_decay=0.01), '1e-5', comment='adamw defaults: the adam defaults and weight_decay = 0.01.')
+s += block('w', f'adamw(lr = 0.125, beta1 = 0.75, beta2 = 0.9375, eps = {E}, weight_decay = 0.25)', run(adam, lr=0.125, beta1=0.75, beta2=0.9375, eps=2**-20, weight_decay=0.25), '1e-6', model='Mat', matrix=True)
+s += block('w_default', 'adamw(lr = 0.125)', run(adam, lr=0.125, weight_decay=0.01), '1e-5', comment='adamw defaults: the adam defaults and weight_decay = 0.01.', model='Mat', matrix=True)
 s += block('r', 'rmsprop(lr = 0.0625, rho = 0.75)', run(rmsprop, lr=0.0625, rho=0.75), '1e-6', comment='rmsprop with the default eps = 1e-7.')
 s += block('r_default', 'rmsprop()', run(rmsprop, lr=1e-3), '1e-6', comment='rmsprop defaults: lr = 1e-3, rho = 0.9, eps = 1e-7.')
 s += block('r_eps', 'rmsprop(lr = 0.0625, rho = 0.75, eps = 0.5)', run(rmsprop, lr=0.0625, rho=0.75, eps=0.5), '1e-6', comment='A large eps shows it is added to sqrt(s), outside the root (PyTorch, Keras 3).')
@@ -193,7 +207,7 @@ s += block('d_sgd', 'sgd()', run(sgd, lr=0.01), '1e-12')
 s += block('d_momentum', 'momentum(lr = 0.1)', run(momentum, lr=0.1), '1e-12')
 s += block('d_nesterov', 'momentum(lr = 0.1, nesterov = true)', run(momentum, lr=0.1, nesterov=True), '1e-12')
 s += block('d_adam', 'adam(lr = 0.1)', run(adam, lr=0.1), '1e-12')
-s += block('d_adamw', 'adamw(lr = 0.1)', run(adam, lr=0.1, weight_decay=0.01), '1e-12')
+s += block('d_adamw', 'adamw(lr = 0.1)', run(adam, lr=0.1, weight_decay=0.01), '1e-12', model='Mat', matrix=True)
 s += block('d_rmsprop', 'rmsprop(lr = 0.1)', run(rmsprop, lr=0.1), '1e-12')
 s += block('d_cosine', 'adam(lr = cosine(0.1, 3, final = 0.01))', run(adam, steps=4, lr=cosine(0.1, 3, 0.01)), '1e-12', steps=4)
 s += block('d_exp', 'momentum(lr = exponential(0.1, 0.3))', run(momentum, steps=4, lr=exponential(0.1, 0.3)), '1e-12', steps=4)
