@@ -214,7 +214,7 @@ impl Tracer<'_> {
         self.depth += 1;
         let result = self.eval(&def.body, &scope);
         self.depth -= 1;
-        let v = result.map_err(|f| at_call_site(f, c, &fname, span))?;
+        let v = result.map_err(|f| at_call_site(f, c.span().file, format!("in this call to `{fname}`"), span))?;
         let v = match &def.ret {
             Some(ty) => self.check_annotation(&v, ty, def.body.span, &scope),
             None => Ok(v),
@@ -382,10 +382,16 @@ fn name_resolves(name: &str, env: &Rc<Scope>) -> bool {
 /// library location stays as a secondary label (rendered as a note with
 /// file:line:col). The user cannot edit the library, and `softmax(x, axis =
 /// 2)` should point at their `softmax(…)`, not at a `max` inside std/math.tfl.
-fn at_call_site(fail: super::Fail, c: &Closure, fname: &str, call: Span) -> super::Fail {
+/// The same holds for a model built from another file (`Dense(-1, 3)`).
+pub(crate) fn at_call_site(
+    fail: super::Fail,
+    defined_in: crate::diag::FileId,
+    what: String,
+    call: Span,
+) -> super::Fail {
     match fail {
-        super::Fail::Diag(mut d) if call.file != c.span().file && d.span().is_some_and(|s| s.file == c.span().file) => {
-            d.labels.insert(0, crate::diag::Label { span: call, message: format!("in this call to `{fname}`") });
+        super::Fail::Diag(mut d) if call.file != defined_in && d.span().is_some_and(|s| s.file == defined_in) => {
+            d.labels.insert(0, crate::diag::Label { span: call, message: what });
             super::Fail::Diag(d)
         }
         f => f,

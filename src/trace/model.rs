@@ -32,7 +32,9 @@ impl Tracer<'_> {
         crate::interrupt::check()?;
         self.depth += 1;
         self.instantiating.push(name.clone());
-        let result = self.instantiate_members(def, args, span);
+        let result = self.instantiate_members(def, args, span).map_err(|f| {
+            super::call::at_call_site(f, def.def.name.span.file, format!("in this instantiation of `{name}`"), span)
+        });
         self.instantiating.pop();
         self.depth -= 1;
         result
@@ -147,6 +149,14 @@ impl Tracer<'_> {
                 DimExpr::Known(n, s) if *n >= 0 => (*n as usize, *s).0,
                 DimExpr::Symbol(id) => match scope.get(&id.name) {
                     Some(Value::Int(n)) if n >= 0 => n as usize,
+                    Some(Value::Int(n)) => {
+                        return Err(Diagnostic::new(
+                            Code::NotStatic,
+                            format!("dimension `{}` is {n}; a parameter's dimensions must be non-negative", id.name),
+                        )
+                        .label(id.span, format!("`{}` = {n}", id.name))
+                        .into())
+                    }
                     // A name bound nowhere is a misspelling (E0201), with a
                     // suggestion among the ints in scope (constructor
                     // arguments, constants); a bound non-int is E0313 below.
