@@ -24,7 +24,8 @@ use ndarray::Axis;
 pub fn scan(body: &ScanBody, operands: &[&Tensor], ty: &TensorType) -> Result<Data, Diagnostic> {
     let order = body.graph.topo_order();
     let mut stepper = Bound::new(body, operands, |bound: &[Tensor]| run_body(body, &order, bound))?;
-    drive(body, &operands[body.carries..body.carries + body.xs], ty, &mut stepper)
+    let xs = &operands[body.carries..body.carries + body.xs];
+    drive(body, &mut |t| xs.iter().map(|x| row(x, t)).collect(), ty, &mut stepper)
 }
 
 /// How a loop's body runs, step after step (the interpreter's node by
@@ -87,9 +88,14 @@ impl<F: FnMut(&[Tensor]) -> Result<Vec<Tensor>, Diagnostic>> Stepper for Bound<F
     }
 }
 
-/// The loop of `body` over the scanned tensors `xs`, each step run by
-/// `stepper`. Returns the packed value of type `ty`.
-pub fn drive(body: &ScanBody, xs: &[&Tensor], ty: &TensorType, stepper: &mut dyn Stepper) -> Result<Data, Diagnostic> {
+/// The rows of the scanned tensors a step reads: `rows(t)` is row `t` of
+/// each (a backend may read them where the tensors lie, without a copy of
+/// the whole).
+pub type Rows<'a> = dyn FnMut(usize) -> Result<Vec<Tensor>, Diagnostic> + 'a;
+
+/// The loop of `body` over the scanned tensors whose rows `rows` gives,
+/// each step run by `stepper`. Returns the packed value of type `ty`.
+pub fn drive(body: &ScanBody, rows: &mut Rows, ty: &TensorType, stepper: &mut dyn Stepper) -> Result<Data, Diagnostic> {
     let c = body.carries;
     let ny = body.graph.outputs.len().saturating_sub(c);
     // Per step: its y parts (and the carries that entered it), by index t.
@@ -104,8 +110,7 @@ pub fn drive(body: &ScanBody, xs: &[&Tensor], ty: &TensorType, stepper: &mut dyn
                 stack.push(entered);
             }
         }
-        let rows = xs.iter().map(|x| row(x, t)).collect::<Result<Vec<_>, _>>()?;
-        let y = stepper.step(rows).map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
+        let y = stepper.step(rows(t)?).map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
         if y.len() != ny {
             return Err(Diagnostic::internal(format!("scan: a step gave {} outputs for {ny}", y.len())));
         }
@@ -136,7 +141,7 @@ pub fn first_row(x: &Tensor) -> Result<Tensor, Diagnostic> {
 }
 
 /// Row `t` of `x` along axis 0.
-fn row(x: &Tensor, t: usize) -> Result<Tensor, Diagnostic> {
+pub fn row(x: &Tensor, t: usize) -> Result<Tensor, Diagnostic> {
     let data = with_elem!(x.data(), T => T::wrap(array::<T>(x)?.index_axis(Axis(0), t).to_owned()));
     Tensor::new(x.dtype(), data)
 }

@@ -403,37 +403,47 @@ pub(super) unsafe fn write(mem: Mem, r: Ref, v: &Tensor) -> Result<(), Diagnosti
     match (r, v.data()) {
         (Ref::Arena(off), Data::F32(a)) if v.dtype() == DType::F32 => {
             let dst = unsafe { mem.out(off, n, "a kernel output") }?;
-            dst.iter_mut().zip(a.iter()).for_each(|(d, s)| *d = *s);
+            fill(dst, a, |s| s);
         }
         (Ref::Mask(off), Data::Bool(a)) => {
             let dst = unsafe { std::slice::from_raw_parts_mut(mem.bytes(off, n).ok_or_else(outside)?, n) };
-            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = u8::from(s));
+            fill(dst, a, u8::from);
         }
         (Ref::Half(off), Data::F32(a)) => {
             let narrow = half_narrowing(v.dtype())?;
             let p = mem.bytes(off, 2 * n).ok_or_else(outside)?.cast::<u16>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
-            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = narrow(s));
+            fill(dst, a, narrow);
         }
         (Ref::Int(off), Data::I32(a)) => {
             let p = mem.bytes(off, 4 * n).ok_or_else(outside)?.cast::<i32>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
-            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
+            fill(dst, a, |s| s);
         }
         (Ref::Wide(off), Data::F64(a)) => {
             let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<f64>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
-            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
+            fill(dst, a, |s| s);
         }
         (Ref::Wide(off), Data::I64(a)) => {
             let p = mem.bytes(off, 8 * n).ok_or_else(outside)?.cast::<i64>();
             let dst = unsafe { std::slice::from_raw_parts_mut(p, n) };
-            dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = s);
+            fill(dst, a, |s| s);
         }
         (Ref::Table(t), _) => unsafe { mem.set_table(t, v.clone())? },
         (r, _) => return Err(internal(format!("a {} value written to {r:?}", v.dtype()))),
     }
     Ok(())
+}
+
+/// Writes `f` of each element of `a`, in logical (row-major) order, to
+/// `dst`: a plain loop over the slice when `a` is contiguous in that order
+/// (values the host made are), ndarray's strided walk otherwise.
+fn fill<S: Copy, D>(dst: &mut [D], a: &ndarray::ArrayD<S>, f: impl Fn(S) -> D) {
+    match a.as_slice() {
+        Some(src) => dst.iter_mut().zip(src).for_each(|(d, &s)| *d = f(s)),
+        None => dst.iter_mut().zip(a.iter()).for_each(|(d, &s)| *d = f(s)),
+    }
 }
 
 /// The `f32` value of `dtype`'s two-byte bits.

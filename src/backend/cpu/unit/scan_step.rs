@@ -16,7 +16,8 @@
 //! and the carries entering each step of a scan that saves them). A body
 //! whose new carry *is* one of its inputs (a carry passed through
 //! unchanged, or two carries swapped) is bound afresh every iteration
-//! instead, carries included (`tensor::scan::Bound`).
+//! instead, carries included (`tensor::scan::Bound`). A resident body's
+//! scanned tensors in the arena are read a row at a time where they lie.
 //!
 //! Example: an LSTM's forward scan over 28 rows binds each row `[B, 4h]`
 //! of the precomputed input projections and the captured `wh`, runs the
@@ -30,7 +31,7 @@ use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::LoopPlan;
 use crate::ir::scan::ScanBody;
 use crate::ir::{Op, TensorType};
-use crate::tensor::scan::{drive, first_row, Bound, Stepper};
+use crate::tensor::scan::{drive, row, Bound, Stepper};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,28 +113,53 @@ impl ScanStep {
     /// # Safety
     /// As for `Step::run`.
     pub(super) unsafe fn run(&self, mem: Mem) -> Result<(), Diagnostic> {
+        let (c, nx) = (self.body.carries, self.body.xs);
+        // A resident body's scanned tensors in the arena are read a row at
+        // a time where they lie, not copied out whole first.
+        let streamed = |i: usize| {
+            self.resident && self.body.length > 0 && (c..c + nx).contains(&i) && self.operands[i].0.in_arena().is_some()
+        };
         let owned: Vec<Option<Tensor>> = self
             .operands
             .iter()
-            .map(|(r, ty)| r.in_arena().map(|_| read(mem, *r, ty)).transpose())
+            .enumerate()
+            .map(|(i, (r, ty))| match r.in_arena() {
+                Some(_) if !streamed(i) => read(mem, *r, ty).map(Some),
+                _ => Ok(None),
+            })
             .collect::<Result<_, Diagnostic>>()?;
-        let operands: Vec<&Tensor> = self
-            .operands
-            .iter()
-            .zip(&owned)
-            .map(|((r, _), o)| o.as_ref().map_or_else(|| mem.tensor(*r), Ok))
-            .collect::<Result<_, _>>()?;
-        let (c, nx) = (self.body.carries, self.body.xs);
-        let xs = &operands[c..c + nx];
+        let operand = |i: usize| owned[i].as_ref().map_or_else(|| mem.tensor(self.operands[i].0), Ok);
+        let mut rows = |t: usize| -> Result<Vec<Tensor>, Diagnostic> {
+            (c..c + nx)
+                .map(|i| {
+                    let (r, ty) = &self.operands[i];
+                    if !streamed(i) {
+                        return row(operand(i)?, t);
+                    }
+                    let row_ty = TensorType::new(ty.dtype, ty.shape[1..].to_vec());
+                    let at = r
+                        .advanced(t * row_ty.numel())
+                        .ok_or_else(|| super::internal("a scanned row outside the arena"))?;
+                    read(mem, at, &row_ty)
+                })
+                .collect()
+        };
         let data = match self.resident {
             true => {
-                self.unit.load_carried(&operands[..c].iter().map(|&t| t.clone()).collect::<Vec<_>>())?;
-                let mut stepper = Resident::new(&self.unit, xs, &operands[c + nx..])?;
-                drive(&self.body, xs, &self.ty, &mut stepper)
+                let carries = (0..c).map(|i| operand(i).cloned()).collect::<Result<Vec<_>, _>>()?;
+                self.unit.load_carried(&carries)?;
+                let first = match self.body.length {
+                    0 => (c..c + nx).map(|i| operand(i).cloned()).collect::<Result<Vec<_>, _>>()?,
+                    _ => rows(0)?,
+                };
+                let captured = (c + nx..self.operands.len()).map(operand).collect::<Result<Vec<_>, _>>()?;
+                let mut stepper = Resident::new(&self.unit, first, &captured);
+                drive(&self.body, &mut rows, &self.ty, &mut stepper)
             }
             false => {
+                let operands = (0..self.operands.len()).map(operand).collect::<Result<Vec<_>, _>>()?;
                 let mut stepper = Bound::new(&self.body, &operands, |bound: &[Tensor]| self.unit.run(bound))?;
-                drive(&self.body, xs, &self.ty, &mut stepper)
+                drive(&self.body, &mut rows, &self.ty, &mut stepper)
             }
         };
         let data = data.map_err(|d| d.label(self.span, "while computing this `scan`"))?;
@@ -152,10 +178,13 @@ struct Resident<'a> {
 }
 
 impl<'a> Resident<'a> {
-    fn new(unit: &'a JitUnit, xs: &[&Tensor], captured: &[&Tensor]) -> Result<Resident<'a>, Diagnostic> {
-        let mut head = xs.iter().map(|x| first_row(x)).collect::<Result<Vec<_>, Diagnostic>>()?;
+    /// `first` holds the places of the slices until the first step binds
+    /// its rows (the first rows themselves).
+    fn new(unit: &'a JitUnit, first: Vec<Tensor>, captured: &[&Tensor]) -> Resident<'a> {
+        let xs = first.len();
+        let mut head = first;
         head.extend(captured.iter().map(|&t| t.clone()));
-        Ok(Resident { unit, head, xs: xs.len() })
+        Resident { unit, head, xs }
     }
 }
 

@@ -224,6 +224,19 @@ impl Ref {
             Ref::Input(_) | Ref::Fixed(_) | Ref::Table(_) => None,
         }
     }
+
+    /// The place `n` elements further on, for a value in the arena (the
+    /// row `t` of a tensor is `n = t · row length` on); `None` otherwise.
+    pub(super) fn advanced(self, n: usize) -> Option<Ref> {
+        Some(match self {
+            Ref::Arena(off) => Ref::Arena(off + n),
+            Ref::Mask(off) => Ref::Mask(off + n),
+            Ref::Half(off) => Ref::Half(off + 2 * n),
+            Ref::Int(off) => Ref::Int(off + 4 * n),
+            Ref::Wide(off) => Ref::Wide(off + 8 * n),
+            Ref::Input(_) | Ref::Fixed(_) | Ref::Table(_) => return None,
+        })
+    }
 }
 
 /// The place `len` elements of `r` occupy (none for values no step writes).
