@@ -413,6 +413,26 @@ fn embeddings_gather_and_scatter_natively_and_match_the_interpreter() {
     assert!(e.contains("gather index 7 is out of range for axis 0 of size 7"), "{e}");
 }
 
+/// After training, an evaluation over large batches of a model with
+/// BatchNorm: the statements computed at once on the backend (the running
+/// variance's `rsqrt` and its broadcast to the batch) hand the evaluation
+/// unit the broadcast's source too, which that unit reads instead of the
+/// broadcast (it once failed with "outside value missing").
+#[test]
+fn an_evaluation_reading_a_hoisted_broadcast_gets_its_source() {
+    let source = "use std.nn.{Dense, BatchNorm}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+        use std.metrics.accuracy\n\
+        model M { l1 = Dense(2, 1024)\n bn = BatchNorm(1024)\n l2 = Dense(1024, 2)\n\
+        fn forward(x) = x |> l1 |> bn |> relu |> l2 }\n\
+        let xs = normal([2048, 2], seed = 1)\nlet ys = cast(xs[:, 0] > 0.0, i32)\n\
+        let data = from_tensors(xs, ys)\nlet net = M(seed = 3)\n\
+        train net on data |> batch(2048) {\n loss(x, y) = softmax_cross_entropy(net(x), y)\n\
+        optimizer = adam(lr = 1e-2)\n steps = 2\n}\nprint(accuracy(net, data |> batch(2048)))\n";
+    let interp = run(Path::new("bn.tfl"), source, Backend::Interp, true).unwrap();
+    let jit = run(Path::new("bn.tfl"), source, Backend::Jit, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
 /// Slices (strided and reversed), pads and concatenations — and their
 /// gradients, which are pads, slices and sums of slices — run as native
 /// block copies and train exactly as on the interpreter.

@@ -75,6 +75,15 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
     let computed: HashSet<NodeId> = nodes.iter().copied().collect();
     let g = &p.graph;
     let read_later = |n: &NodeId| roots.contains(n) || g.users(*n).iter().any(|u| !computed.contains(u));
+    // A unit that reads a `broadcast_to` computed here may read it as a
+    // broadcast of its source (`ir::kernel_desc::part_spec`): the source
+    // leaves the segment too.
+    let widened_later = |n: &NodeId| {
+        g.users(*n)
+            .iter()
+            .any(|u| matches!(g.node(*u).op, Op::BroadcastTo { .. }) && computed.contains(u) && read_later(u))
+    };
+    let read_later = |n: &NodeId| read_later(n) || widened_later(n);
     let outputs: Vec<NodeId> = nodes.iter().copied().filter(|n| read_later(n) && !values.contains_key(n)).collect();
     let produced: HashSet<NodeId> = kernels.iter().flat_map(|k| k.outputs.iter().copied()).collect();
     let buffers: Vec<_> = main.buffers.iter().filter(|b| produced.contains(&b.node)).cloned().collect();

@@ -129,18 +129,20 @@ impl ScanStep {
             })
             .collect::<Result<_, Diagnostic>>()?;
         let operand = |i: usize| owned[i].as_ref().map_or_else(|| mem.tensor(self.operands[i].0), Ok);
+        // The type of one row of each scanned tensor, once per run.
+        let row_types: Vec<TensorType> = self.operands[c..c + nx]
+            .iter()
+            .map(|(_, ty)| TensorType::new(ty.dtype, ty.shape.get(1..).unwrap_or_default().to_vec()))
+            .collect();
         let mut rows = |t: usize| -> Result<Vec<Tensor>, Diagnostic> {
             (c..c + nx)
-                .map(|i| {
-                    let (r, ty) = &self.operands[i];
+                .zip(&row_types)
+                .map(|(i, row_ty)| {
                     if !streamed(i) {
                         return row(operand(i)?, t);
                     }
-                    let row_ty = TensorType::new(ty.dtype, ty.shape[1..].to_vec());
-                    let at = r
-                        .advanced(t * row_ty.numel())
-                        .ok_or_else(|| super::internal("a scanned row outside the arena"))?;
-                    read(mem, at, &row_ty)
+                    let at = self.operands[i].0.advanced(t * row_ty.numel());
+                    read(mem, at.ok_or_else(|| super::internal("a scanned row outside the arena"))?, row_ty)
                 })
                 .collect()
         };
