@@ -195,4 +195,7 @@ pub struct StepTime {
     pub label: String,
     /// Wall time summed over the runs since profiling started.
     pub seconds: f64,
+    /// For a step of a loop's body: the position of the loop's step, whose
+    /// time includes this one's.
+    pub within: Option<usize>,
 }

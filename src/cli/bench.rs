@@ -19,6 +19,8 @@
 //! steps: the JSON gains `"profile": [{"step": i, "label": …, "ms": …}]`
 //! (milliseconds per training step, slowest first) and the text output a
 //! table. With several threads, steps that run side by side both count.
+//! The steps of a `scan`'s body follow as `in #i: …` (`"within": true`),
+//! summed over the loop's iterations: they are part of step `#i`'s time.
 //!
 //! `compile_ms` is the front end and optimizer (once per file) plus the
 //! preparation of that step (JIT code generation); `loss_first` is the loss
@@ -218,7 +220,12 @@ fn time_runs(
         let per_run = 1e3 / args.steps as f64;
         steps
             .iter()
-            .map(|t| serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_run}))
+            .map(|t| match t.within {
+                None => serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_run}),
+                Some(_) => {
+                    serde_json::json!({"step": t.index, "label": t.label, "ms": t.seconds * per_run, "within": true})
+                }
+            })
             .collect()
     });
     times.sort_by(f64::total_cmp);
@@ -280,10 +287,13 @@ fn print_result(r: &serde_json::Value, args: &BenchArgs, what: &str, runs: &str,
 }
 
 /// The `"profile"` of a bench result as a table: each step's time per
-/// training step, its share of their sum, and its label.
+/// training step, its share of the steps' sum (a loop's body steps, `in
+/// #i: …`, are part of their loop's step `#i` and not summed again), and
+/// its label.
 fn print_profile(r: &serde_json::Value) {
     let Some(rows) = r["profile"].as_array() else { return };
-    let total: f64 = rows.iter().filter_map(|row| row["ms"].as_f64()).sum();
+    let outer = rows.iter().filter(|row| row["within"].as_bool() != Some(true));
+    let total: f64 = outer.filter_map(|row| row["ms"].as_f64()).sum();
     println!("{:>9} {:>6}  step", "ms/step", "share");
     for row in rows {
         let ms = row["ms"].as_f64().unwrap_or(0.0);

@@ -6,8 +6,9 @@
 //! never merge with each other (each is a distinct runtime input).
 //!
 //! A scan and its twin that also saves its carries (the forward loop of
-//! its gradient, `autodiff`) over the same operands merge too: the scan's
-//! readers read the twin's leading part.
+//! its gradient, `autodiff`, with any residuals it stacks after the scan's
+//! outputs) over the same operands merge too: the scan's readers read the
+//! twin's leading part.
 //!
 //! Example: `softmax(x) + softmax(x)` computes `exp(x - max(x))` once.
 
@@ -73,8 +74,9 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
 }
 
 /// A scan whose twin saving its carries (`ScanBody::saving`, the forward
-/// of its gradient) runs over the same operands is read as the twin's
-/// leading part, so the loop runs once.
+/// of its gradient, which may stack residuals after the scan's own
+/// outputs) runs over the same operands is read as the twin's leading
+/// part, so the loop runs once.
 fn share_scans(p: &mut Program) {
     let scans: Vec<NodeId> =
         p.graph.topo_order().into_iter().filter(|&n| matches!(p.graph.node(n).op, Op::Scan(_))).collect();
@@ -84,10 +86,11 @@ fn share_scans(p: &mut Program) {
             continue;
         }
         let (saving, inputs) = (body.saving(), p.graph.inputs(s));
+        let outputs = body.graph.outputs.len();
         let twin = scans.iter().copied().find(|&t| {
             t != s
                 && p.graph.contains(t)
-                && matches!(&p.graph.node(t).op, Op::Scan(b) if **b == saving)
+                && matches!(&p.graph.node(t).op, Op::Scan(b) if saves_the_same(b, &saving, outputs))
                 && p.graph.inputs(t) == inputs
         });
         let Some(twin) = twin else { continue };
@@ -98,6 +101,18 @@ fn share_scans(p: &mut Program) {
         p.replace_uses(s, lead);
         p.graph.remove(s);
     }
+}
+
+/// Whether `twin` is `saving` with more per-step outputs after its first
+/// `outputs` (the residuals a gradient saves): its packed value then starts
+/// with the final carries and stacked outputs of the loop `saving` saves.
+fn saves_the_same(twin: &crate::ir::scan::ScanBody, saving: &crate::ir::scan::ScanBody, outputs: usize) -> bool {
+    if twin.graph.outputs.len() < outputs || !twin.saves_carries {
+        return false;
+    }
+    let mut lead = twin.clone();
+    lead.graph.outputs.truncate(outputs);
+    lead == *saving
 }
 
 pub fn postcondition(p: &Program) -> Result<(), String> {

@@ -196,6 +196,7 @@ impl PreparedUnit for InterpUnit {
                 index,
                 label: format!("interpreted: {} {}", node.op.name(), node.ty),
                 seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
+                within: None,
             })
             .collect()
     }

@@ -3,7 +3,7 @@
 //!
 //! Contract: lists each `Elementwise` kernel, contraction epilogue and
 //! reduction epilogue the code generator accepts, with its nodes and its
-//! function (reduction prologues are compiled too but not listed); kernels
+//! function (a reduction's prologue too, listed before it); kernels
 //! without one (gemm alone, native transposes and reductions, the
 //! interpreter) are named, so the listing accounts for every kernel. Two
 //! kinds of kernel are listed with the function they fall back to: an Adam
@@ -16,6 +16,7 @@
 //! `function u0:0(i64) system_v { … }` with an `f32x4` loop.
 
 use crate::ir::compiled::KernelKind;
+use crate::ir::kernel_desc::PartRole;
 use crate::ir::numbering::Numbering;
 use crate::ir::spec::Spec;
 use crate::ir::Program;
@@ -39,10 +40,20 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
     let mut out = String::new();
     for u in &compiled.units {
         let _ = writeln!(out, "; unit `{}`", u.name);
+        let in_unit = u.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
         for &k in &u.order {
             let kernel = &u.kernels[k];
             let nodes: Vec<String> = kernel.nodes.iter().map(|&n| names.name(n)).collect();
             let nodes = nodes.join(" ");
+            if kernel.kind == KernelKind::Reduction {
+                let desc = crate::ir::kernel_desc::describe(g, kernel, &in_unit);
+                if let Some(prologue) = desc.parts.iter().find(|p| p.role == PartRole::Prologue) {
+                    if let Some(spec) = &prologue.spec {
+                        let text = listed(spec, listing)?;
+                        let _ = writeln!(out, "; kernel {k} (reduction prologue, nodes {nodes})\n{text}");
+                    }
+                }
+            }
             let (spec, how) = match kernel.kind {
                 KernelKind::Source => continue,
                 KernelKind::Elementwise => (Spec::analyze(g, &kernel.nodes, &kernel.outputs), "elementwise"),
@@ -61,10 +72,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
             };
             match spec {
                 Some(spec) => {
-                    let text = crate::backend::cpu::with_compiler(|c| match listing {
-                        Listing::Clif => Ok(c.clif(&spec)),
-                        Listing::Asm => c.asm(&spec),
-                    })?;
+                    let text = listed(&spec, listing)?;
                     let native = match crate::backend::cpu::kernels::adam::recognize(&spec) {
                         Some(_) => {
                             "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
@@ -83,4 +91,12 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// The Cranelift IR or machine code of `spec`.
+fn listed(spec: &Spec, listing: Listing) -> Result<String, String> {
+    crate::backend::cpu::with_compiler(|c| match listing {
+        Listing::Clif => Ok(c.clif(spec)),
+        Listing::Asm => c.asm(spec),
+    })
 }

@@ -97,6 +97,18 @@ fn internal(msg: impl Into<String>) -> Diagnostic {
     Diagnostic::internal(format!("jit: {}", msg.into()))
 }
 
+/// The values of the `f32` value at `r` where they lie.
+///
+/// # Safety
+/// Nothing writes them while the slice lives.
+unsafe fn f32_values<'a>(mem: Mem<'a>, r: Ref, ty: &TensorType) -> Result<&'a [f32], Diagnostic> {
+    if ty.dtype != DType::F32 {
+        return Err(internal(format!("a {} value read as f32", ty.dtype)));
+    }
+    // SAFETY: `elems` checks the storage; no writer by the contract.
+    unsafe { mem.elems::<f32>(r, ty.numel()) }
+}
+
 impl JitUnit {
     /// Prepares `unit` of `program`: `slot_pos` maps each region input slot
     /// to its position in `run`'s inputs; `values` holds every value the
@@ -256,18 +268,31 @@ impl JitUnit {
             self.step_nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
         }
         self.profiling.store(on, Ordering::Relaxed);
+        for step in &self.steps {
+            if let Step::Scan(scan) = step {
+                scan.unit.set_profiling(on);
+            }
+        }
     }
 
-    /// Each step's wall time since profiling started, in schedule order.
+    /// Each step's wall time since profiling started, in schedule order;
+    /// after a `scan`'s step, its body's steps (summed over the
+    /// iterations), labelled `in #i: …` after the loop's step `#i`.
     pub fn profile(&self) -> Vec<StepTime> {
-        let times = self.labels.iter().zip(&self.step_nanos).enumerate();
-        times
-            .map(|(index, (label, n))| StepTime {
-                index,
-                label: label.clone(),
-                seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
-            })
-            .collect()
+        let mut out = Vec::with_capacity(self.steps.len());
+        for (index, ((label, n), step)) in self.labels.iter().zip(&self.step_nanos).zip(&self.steps).enumerate() {
+            let seconds = n.load(Ordering::Relaxed) as f64 * 1e-9;
+            out.push(StepTime { index, label: label.clone(), seconds, within: None });
+            if let Step::Scan(scan) = step {
+                out.extend(scan.unit.profile().into_iter().map(|inner| StepTime {
+                    index,
+                    label: format!("in #{index}: {}", inner.label),
+                    seconds: inner.seconds,
+                    within: Some(index),
+                }));
+            }
+        }
+        out
     }
 
     /// Runs the unit on `inputs` (in region input order); returns the
@@ -287,6 +312,50 @@ impl JitUnit {
     /// previous run left them: `head` are the other inputs; returns the
     /// outputs that are not carried.
     pub fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        self.run_then(head, |mem, outputs| outputs.iter().map(|(r, ty)| read(mem, *r, ty)).collect())
+    }
+
+    /// `run_head` for a unit whose outputs are `f32`: hands each output
+    /// that is not carried to `take`, with its index, as the values where
+    /// they lie, instead of returning copies (a loop stacks them straight
+    /// into its result).
+    pub(super) fn run_head_with(
+        &self,
+        head: &[Tensor],
+        take: &mut dyn FnMut(usize, &[f32]) -> Result<(), Diagnostic>,
+    ) -> Result<(), Diagnostic> {
+        self.run_then(head, |mem, outputs| {
+            for (i, (r, ty)) in outputs.iter().enumerate() {
+                // SAFETY: the steps are done; nothing writes the unit's
+                // places while the state lock is held.
+                take(i, unsafe { f32_values(mem, *r, ty)? })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `read_carried` for `f32` carried values: hands each to `take`, with
+    /// its index, where it lies.
+    pub(super) fn read_carried_with(
+        &self,
+        take: &mut dyn FnMut(usize, &[f32]) -> Result<(), Diagnostic>,
+    ) -> Result<(), Diagnostic> {
+        let mut st = self.state()?;
+        let mem = Mem::of(&mut st, &[], &self.fixed);
+        for (i, r) in self.residents.iter().enumerate() {
+            // SAFETY: nothing runs; the lock is held.
+            take(i, unsafe { f32_values(mem, r.home, &r.ty)? })?;
+        }
+        Ok(())
+    }
+
+    /// Runs the unit (as `run_head`) and gives `finish` the outputs that
+    /// are not carried, before the carried values move to their homes.
+    fn run_then<T>(
+        &self,
+        head: &[Tensor],
+        finish: impl FnOnce(Mem, &[(Ref, TensorType)]) -> Result<T, Diagnostic>,
+    ) -> Result<T, Diagnostic> {
         let mut st = self.state()?;
         let mem = Mem::of(&mut st, head, &self.fixed);
         match &self.pool {
@@ -298,7 +367,7 @@ impl JitUnit {
         // The outputs first: one that is a carried input (a loop's `y` that
         // is the carry entering the step) is this run's, not the next one's.
         let n = self.outputs.len() - self.residents.len();
-        let outputs = self.outputs[..n].iter().map(|(r, ty)| read(mem, *r, ty)).collect::<Result<Vec<_>, _>>()?;
+        let outputs = finish(mem, &self.outputs[..n])?;
         for r in &self.residents {
             let Some(from) = r.refresh_from else { continue };
             // Between two arena places of the same storage, the bytes.

@@ -30,8 +30,8 @@ use super::JitUnit;
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::LoopPlan;
 use crate::ir::scan::ScanBody;
-use crate::ir::{Op, TensorType};
-use crate::tensor::scan::{drive, row, Bound, Stepper};
+use crate::ir::{DType, Op, TensorType};
+use crate::tensor::scan::{drive, row, Bound, Rows, Stepper};
 use crate::tensor::Tensor;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -156,6 +156,14 @@ impl ScanStep {
                 };
                 let captured = (c + nx..self.operands.len()).map(operand).collect::<Result<Vec<_>, _>>()?;
                 let mut stepper = Resident::new(&self.unit, first, &captured);
+                if let (Ref::Arena(off), DType::F32) = (self.dst, self.ty.dtype) {
+                    // SAFETY: the caller's contract: this step alone writes
+                    // its value, which no operand shares.
+                    let dst = unsafe { mem.out(off, self.ty.numel(), "a scan's value")? };
+                    return self
+                        .stack_into(dst, &mut rows, &mut stepper)
+                        .map_err(|d| d.label(self.span, "while computing this `scan`"));
+                }
                 drive(&self.body, &mut rows, &self.ty, &mut stepper)
             }
             false => {
@@ -168,6 +176,44 @@ impl ScanStep {
         let v = Tensor::new(self.ty.dtype, data)?;
         // SAFETY: the caller's contract.
         unsafe { write(mem, self.dst, &v) }
+    }
+}
+
+impl ScanStep {
+    /// The loop of an `f32` scan whose carries stay in the body's unit,
+    /// writing each step's outputs (and the carries entering it, for a
+    /// scan that saves them) straight into their rows of the packed value
+    /// `dst`, and the final carries at its start: the layout and order of
+    /// `tensor::scan::drive`, without a copy per row.
+    fn stack_into(&self, dst: &mut [f32], rows: &mut Rows, stepper: &mut Resident) -> Result<(), Diagnostic> {
+        let body = &*self.body;
+        let c = body.carries;
+        let ny = body.graph.outputs.len().saturating_sub(c);
+        let parts = body.parts();
+        let place = |dst: &mut [f32], part: usize, t: usize, values: &[f32]| -> Result<(), Diagnostic> {
+            let at = parts.get(part).map(|p| p.offset + t * values.len());
+            let room = at.and_then(|at| dst.get_mut(at..at + values.len()));
+            room.ok_or_else(|| super::internal("a scan's row outside its value"))?.copy_from_slice(values);
+            Ok(())
+        };
+        for step in 0..body.length {
+            let t = if body.reverse { body.length - 1 - step } else { step };
+            if body.saves_carries {
+                self.unit.read_carried_with(&mut |i, v| place(dst, c + ny + i, t, v))?;
+            }
+            stepper.bind(rows(t)?);
+            let mut outputs = 0;
+            self.unit
+                .run_head_with(&stepper.head, &mut |o, v| {
+                    outputs += 1;
+                    place(dst, c + o, t, v)
+                })
+                .map_err(|d| d.note(format!("in step {t} of {} of this scan", body.length)))?;
+            if outputs != ny {
+                return Err(super::internal(format!("a scan step gave {outputs} outputs for {ny}")));
+            }
+        }
+        self.unit.read_carried_with(&mut |i, v| place(dst, i, 0, v))
     }
 }
 
@@ -190,11 +236,18 @@ impl<'a> Resident<'a> {
     }
 }
 
-impl Stepper for Resident<'_> {
-    fn step(&mut self, rows: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
+impl Resident<'_> {
+    /// Binds the rows of this iteration's slices.
+    fn bind(&mut self, rows: Vec<Tensor>) {
         for (place, row) in self.head[..self.xs].iter_mut().zip(rows) {
             *place = row;
         }
+    }
+}
+
+impl Stepper for Resident<'_> {
+    fn step(&mut self, rows: Vec<Tensor>) -> Result<Vec<Tensor>, Diagnostic> {
+        self.bind(rows);
         self.unit.run_head(&self.head)
     }
 
