@@ -414,20 +414,24 @@ fn embeddings_gather_and_scatter_natively_and_match_the_interpreter() {
 }
 
 /// After training, an evaluation over large batches of a model with
-/// BatchNorm: the statements computed at once on the backend (the running
-/// variance's `rsqrt` and its broadcast to the batch) hand the evaluation
-/// unit the broadcast's source too, which that unit reads instead of the
-/// broadcast (it once failed with "outside value missing").
+/// BatchNorm: the statements computed at once on the backend (values of
+/// the running statistics, broadcast to the batch) hand the evaluation unit
+/// what it reads, intact. It once failed with "outside value missing" (the
+/// unit reads a broadcast as its source, which the statements did not hand
+/// out), then computed wrong accuracies (a handed-out value whose bytes
+/// the main unit's plan let a later kernel reuse).
 #[test]
-fn an_evaluation_reading_a_hoisted_broadcast_gets_its_source() {
-    let source = "use std.nn.{Dense, BatchNorm}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
-        use std.metrics.accuracy\n\
-        model M { l1 = Dense(2, 1024)\n bn = BatchNorm(1024)\n l2 = Dense(1024, 2)\n\
-        fn forward(x) = x |> l1 |> bn |> relu |> l2 }\n\
-        let xs = normal([2048, 2], seed = 1)\nlet ys = cast(xs[:, 0] > 0.0, i32)\n\
-        let data = from_tensors(xs, ys)\nlet net = M(seed = 3)\n\
-        train net on data |> batch(2048) {\n loss(x, y) = softmax_cross_entropy(net(x), y)\n\
-        optimizer = adam(lr = 1e-2)\n steps = 2\n}\nprint(accuracy(net, data |> batch(2048)))\n";
+fn an_evaluation_after_training_reads_intact_statement_values() {
+    let source = "use std.nn.{Dense, BatchNorm, GlobalAvgPool}\nuse std.loss.softmax_cross_entropy\n\
+        use std.optim.adam\nuse std.metrics.accuracy\nuse std.init.{he_normal}\n\
+        model ConvBn(cin: int, cout: int, stride = 1) {\n param w: f32[3, 3, cin, cout] = he_normal()\n\
+        bn = BatchNorm(cout)\n fn forward(x) = bn(conv2d(x, w, stride = stride, padding = 1))\n}\n\
+        model Net { c = ConvBn(1, 8)\n c2 = ConvBn(8, 8, stride = 2)\n pool = GlobalAvgPool()\n\
+        out = Dense(8, 2)\n fn forward(x: f32[B, 16, 16, 1]) -> f32[B, 2] = out(pool(relu(c2(relu(c(x)))))) }\n\
+        let xs = normal([1024, 16, 16, 1], seed = 1)\nlet ys = cast(mean(xs, axis = (1, 2, 3)) > 0.0, i32)\n\
+        let data = from_tensors(xs, ys)\nlet net = Net(seed = 1)\n\
+        train net on data |> batch(256) {\n loss(x, y) = softmax_cross_entropy(net(x), y)\n\
+        optimizer = adam(lr = 1e-2)\n steps = 3\n}\nprint(accuracy(net, data |> batch(512)))\n";
     let interp = run(Path::new("bn.tfl"), source, Backend::Interp, true).unwrap();
     let jit = run(Path::new("bn.tfl"), source, Backend::Jit, true).unwrap();
     same_values(&jit, &interp).unwrap();

@@ -18,7 +18,10 @@
 //! The segment's kernels keep the plan's devices (the interpreter runs the
 //! ones the target has no code for, as in a training step) and buffers: the
 //! memory plan gives values alive at the same time disjoint bytes over the
-//! whole main unit's order, so also over a part of it in the same order.
+//! whole main unit's order, so also over a part of it in the same order;
+//! but a value the segment hands out may be read outside the main unit's
+//! kernels too, so one whose bytes a later kernel of the segment reuses
+//! gets bytes of its own after the plan's arena.
 //! Values are the backend's (the interpreter's up to rounding: the matmul
 //! summation order, polynomial `exp`).
 //!
@@ -86,8 +89,27 @@ pub fn segment(p: &Program, needed: &[NodeId], values: &Values, roots: &HashSet<
     let read_later = |n: &NodeId| read_later(n) || widened_later(n);
     let outputs: Vec<NodeId> = nodes.iter().copied().filter(|n| read_later(n) && !values.contains_key(n)).collect();
     let produced: HashSet<NodeId> = kernels.iter().flat_map(|k| k.outputs.iter().copied()).collect();
-    let buffers: Vec<_> = main.buffers.iter().filter(|b| produced.contains(&b.node)).cloned().collect();
-    let arena_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    let mut buffers: Vec<_> = main.buffers.iter().filter(|b| produced.contains(&b.node)).cloned().collect();
+    let mut arena_bytes = buffers.iter().map(|b| b.offset + b.bytes).max().unwrap_or(0);
+    // The main plan lets a value's bytes go once its last reader *in the
+    // main unit* ran; a value this segment hands out may have readers
+    // elsewhere (a region, a later statement), so one whose bytes a later
+    // kernel of the segment takes moves to bytes of its own after the rest.
+    let kept: HashSet<NodeId> = outputs.iter().copied().collect();
+    let overlap = |a: &crate::ir::compiled::Buffer, b: &crate::ir::compiled::Buffer| {
+        a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes
+    };
+    let clobbered: Vec<usize> = (0..buffers.len())
+        .filter(|&i| {
+            let o = &buffers[i];
+            kept.contains(&o.node) && buffers.iter().any(|b| b.node != o.node && b.first > o.first && overlap(o, b))
+        })
+        .collect();
+    for i in clobbered {
+        let at = arena_bytes.next_multiple_of(main.align.max(1));
+        buffers[i].offset = at;
+        arena_bytes = at + buffers[i].bytes;
+    }
     let unit = CompiledUnit {
         name: "statements".into(),
         region: None,

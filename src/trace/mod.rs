@@ -94,6 +94,9 @@ pub struct Tracer<'s> {
     /// Inside a train step: the step number (an f32 scalar node), which
     /// `dropout` mixes into its seed so that every step draws a new mask.
     pub(crate) step_counter: Option<crate::ir::NodeId>,
+    /// While `scan` functions are traced (innermost last): the counters
+    /// their random ops use, each made on first use (`builtins/scan.rs`).
+    pub(crate) scan_counters: Vec<builtins::scan::ScanCounter>,
     /// While a step's loss is traced: the scopes of the trained model and
     /// its sub-models, whose `state`s the step may write (`state.rs`).
     pub(crate) step_models: Vec<Rc<Scope>>,
@@ -163,6 +166,7 @@ impl<'s> Tracer<'s> {
             csv_cache: Default::default(),
             training: false,
             step_counter: None,
+            scan_counters: Vec::new(),
             step_models: Vec::new(),
             defer_gradients: false,
             element_key: None,

@@ -492,10 +492,20 @@ impl Tracer<'_> {
         (inputs, args)
     }
 
-    /// The counter random ops mix into their seed: the step inside a train
-    /// step, the element key inside a `map`/`filter` function (its slot is
-    /// created on first use), none elsewhere.
-    pub(crate) fn random_counter(&mut self, span: Span) -> Option<crate::ir::NodeId> {
+    /// The counter random ops mix into their seed: inside a `scan`'s
+    /// function one that also counts the loop's steps (`scan_counters`),
+    /// else the step inside a train step, the element key inside a
+    /// `map`/`filter` function (its slot is created on first use), none
+    /// elsewhere.
+    pub(crate) fn random_counter(&mut self, span: Span) -> TResult<Option<crate::ir::NodeId>> {
+        if let Some(innermost) = self.scan_counters.len().checked_sub(1) {
+            return self.scan_random_counter(innermost, span).map(Some);
+        }
+        Ok(self.outer_random_counter(span))
+    }
+
+    /// [`Self::random_counter`] outside any `scan`.
+    pub(crate) fn outer_random_counter(&mut self, span: Span) -> Option<crate::ir::NodeId> {
         if self.step_counter.is_some() {
             return self.step_counter;
         }

@@ -10,7 +10,7 @@ mod grad;
 mod io;
 mod nn;
 mod reduce;
-mod scan;
+pub(crate) mod scan;
 mod shape;
 mod static_assert;
 

@@ -145,7 +145,7 @@ impl Tracer<'_> {
     /// would drop a fixed sub-network; sampling would repeat itself).
     fn fresh_uniform(&mut self, ty: TensorType, seed: u64, span: Span) -> TResult<crate::trace::tensor::Operand> {
         let random = Op::Random { ty, dist: Distribution::Uniform, seed };
-        match self.random_counter(span) {
+        match self.random_counter(span)? {
             Some(step) => {
                 let ty = self.graph.node(step).ty.clone();
                 let step = crate::trace::tensor::Operand { id: step, ty, span };

@@ -16,6 +16,14 @@
 //! (E0330), one with the wrong number of parameters (E0205/E0206), one that
 //! prints (E0901).
 //!
+//! Random ops in `f` (`dropout`, `categorical`) draw afresh at every step
+//! of the loop: the first one makes the loop's step index an extra scanned
+//! input (`iota` over the length, f32), and their counter is
+//! `outer · length + t`, `outer` being the counter they would use outside
+//! the loop (a training step's number, a nested loop's counter) or just
+//! `t` without one ([`ScanCounter`]). Like the step counter it is an f32:
+//! distinct up to 2^24.
+//!
 //! Example: `scan(fn(h, x) = (tanh(x @ w + h @ u), h), h0, xs)` over
 //! `xs: f32[28, B, 4]` gives `(h_28, hs)` with `hs: f32[28, B, H]`, the
 //! state before each step.
@@ -26,7 +34,7 @@ use super::super::value::Value;
 use super::super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::scan::{copy_nodes, part_ops, ScanBody};
-use crate::ir::{DType, Graph, NodeId, Op, TensorType};
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, TensorType};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
@@ -53,6 +61,15 @@ impl Tree {
 struct Flat {
     tree: Tree,
     leaves: Vec<Operand>,
+}
+
+/// The random counter of a `scan`'s function while it is traced.
+pub(crate) struct ScanCounter {
+    /// The loop's number of steps.
+    length: usize,
+    /// Once a random op asked: the slot standing for the step index, and
+    /// the counter computed from it.
+    made: Option<(NodeId, NodeId)>,
 }
 
 fn scan_error(code: Code, message: String, span: Span, label: String) -> Diagnostic {
@@ -91,7 +108,10 @@ impl Tracer<'_> {
         let carry = init.tree.rebuild(&mut values);
         let x = xs.tree.rebuild(&mut values);
         let args = vec![(carry, a.span_of(1)), (x, a.span_of(2))];
-        let out = self.call_value(f, a.span_of(0), args, Vec::new(), a.span).map_err(|fail| match fail {
+        self.scan_counters.push(ScanCounter { length, made: None });
+        let out = self.call_value(f, a.span_of(0), args, Vec::new(), a.span);
+        let counter = self.scan_counters.pop();
+        let out = out.map_err(|fail| match fail {
             super::super::Fail::Diag(d) if matches!(d.code, Code::Arity | Code::MissingArgument) => {
                 d.note("`scan` calls its function as `f(carry, x)`: two parameters").into()
             }
@@ -107,6 +127,14 @@ impl Tracer<'_> {
             .into());
         }
         let (new_carry, ys) = self.step_result(out, &init, a)?;
+        let mut xs = xs;
+        if let Some((step_slot, _)) = counter.and_then(|c| c.made) {
+            // The step index, scanned like the user's `xs`, after them.
+            let steps = TensorType::new(DType::F32, vec![length]);
+            xs.leaves.push(self.node(Op::Iota { ty: steps, axis: 0 }, &[], a.span)?);
+            inputs.push(TensorType::scalar(DType::F32));
+            slot_nodes.push(step_slot);
+        }
 
         // The body: what depends on the slots; the rest of what it reads is captured.
         let outputs: Vec<&Operand> = new_carry.leaves.iter().chain(&ys.leaves).collect();
@@ -136,6 +164,42 @@ impl Tracer<'_> {
         let carry = init.tree.rebuild(&mut results);
         let ys = ys.tree.rebuild(&mut results);
         Ok(Value::Tuple(vec![carry, ys]))
+    }
+
+    /// The random counter inside the `scan` at `level` of those being
+    /// traced (see the module docs), made on the first call.
+    pub(crate) fn scan_random_counter(&mut self, level: usize, span: Span) -> TResult<NodeId> {
+        let Some(ScanCounter { length, made }) = self.scan_counters.get(level) else {
+            return Err(Diagnostic::internal("scan: a step counter outside a scan").into());
+        };
+        if let Some((_, counter)) = made {
+            return Ok(*counter);
+        }
+        let length = *length;
+        // Outside this loop's function, the counter is the enclosing one.
+        let outer = match level.checked_sub(1) {
+            Some(up) => Some(self.scan_random_counter(up, span)?),
+            None => self.outer_random_counter(span),
+        };
+        let f32_scalar = TensorType::scalar(DType::F32);
+        let slot = self.new_slot();
+        let step = self.graph.add(Op::Slot { slot, ty: f32_scalar.clone() }, &[], f32_scalar.clone(), span);
+        let counter = match outer {
+            None => step,
+            Some(outer) => {
+                let outer = Operand { id: outer, ty: self.graph.node(outer).ty.clone(), span };
+                let outer = match outer.ty.dtype {
+                    DType::F32 => outer,
+                    _ => self.node(Op::Cast(DType::F32), &[&outer], span)?,
+                };
+                let length = self.scalar(length as f64, DType::F32, span)?;
+                let base = self.node(Op::Binary(BinaryOp::Mul), &[&outer, &length], span)?;
+                let step = Operand { id: step, ty: f32_scalar, span };
+                self.node(Op::Binary(BinaryOp::Add), &[&base, &step], span)?.id
+            }
+        };
+        self.scan_counters[level].made = Some((step, counter));
+        Ok(counter)
     }
 
     /// The leaves of a carry or of scanned values (tensors, numbers as
