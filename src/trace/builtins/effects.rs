@@ -61,7 +61,10 @@ impl Tracer<'_> {
         if !matches!(ids.ty.rank(), 1 | 2) {
             return Err(Diagnostic::new(
                 Code::Rank,
-                format!("`print_text` prints a rank-1 tensor (one line) or a rank-2 one (a line per row), found {}", ids.ty),
+                format!(
+                    "`print_text` prints a rank-1 tensor (one line) or a rank-2 one (a line per row), found {}",
+                    ids.ty
+                ),
             )
             .label(span, ids.ty.to_string())
             .into());
