@@ -123,7 +123,7 @@ impl Numbering {
 pub fn effect_operands(e: &Effect) -> Vec<NodeId> {
     fn walk(item: &PrintItem, out: &mut Vec<NodeId>) {
         match item {
-            PrintItem::Tensor(id) => out.push(*id),
+            PrintItem::Tensor(id) | PrintItem::Bytes(id) => out.push(*id),
             PrintItem::Text(_) => {}
             PrintItem::Tuple(items) | PrintItem::Line(items) => items.iter().for_each(|i| walk(i, out)),
         }

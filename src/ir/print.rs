@@ -123,6 +123,7 @@ pub fn print_effect(e: &Effect, numbering: &Numbering) -> String {
 fn print_item(item: &PrintItem, numbering: &Numbering) -> String {
     match item {
         PrintItem::Tensor(id) => numbering.name(*id),
+        PrintItem::Bytes(id) => format!("text({})", numbering.name(*id)),
         // Debug quoting keeps quotes and newlines inside the text on one line.
         PrintItem::Text(s) => format!("{s:?}"),
         PrintItem::Tuple(items) => {

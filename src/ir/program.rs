@@ -11,6 +11,9 @@ use crate::diag::Span;
 pub enum PrintItem {
     Tensor(NodeId),
     Text(String),
+    /// `print_text(ids)`: an integer tensor of byte values (rank 1 or 2)
+    /// printed as the text it encodes, a line per row.
+    Bytes(NodeId),
     /// `(a, b)`: a tuple of items.
     Tuple(Vec<PrintItem>),
     /// `print(a, b)`: items on one line, separated by spaces.
@@ -125,7 +128,7 @@ impl Program {
     pub fn for_each_ref(&mut self, f: &mut dyn FnMut(&mut NodeId)) {
         fn item(i: &mut PrintItem, f: &mut dyn FnMut(&mut NodeId)) {
             match i {
-                PrintItem::Tensor(id) => f(id),
+                PrintItem::Tensor(id) | PrintItem::Bytes(id) => f(id),
                 PrintItem::Text(_) => {}
                 PrintItem::Tuple(items) | PrintItem::Line(items) => items.iter_mut().for_each(|i| item(i, f)),
             }

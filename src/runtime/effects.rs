@@ -3,6 +3,10 @@
 //! Contract:
 //! - `print` writes exactly one line: the item in §11 format
 //!   (`runtime::format`), tuples as `(a, b)`, text items as they are.
+//! - `print_text` writes the text that a tensor of byte values encodes: a
+//!   rank-1 tensor as one line, a rank-2 one a line per row (a row holding
+//!   a newline spans several); invalid UTF-8 becomes U+FFFD, and a value
+//!   outside 0–255 is an E0402 diagnostic naming its index.
 //! - `assert_close(actual, expected, tol)` passes when the shapes are equal
 //!   and every element satisfies `a == b` or `|a - b| <= tol · (1 + |b|)`
 //!   (the `==` lets equal infinities pass; any NaN fails). A failure is an
@@ -29,6 +33,7 @@ pub fn print_item(item: &PrintItem, full: bool, values: &Values) -> Result<Strin
             format_tensor(&t.ty(), &t.to_literal(), full)
         }
         PrintItem::Text(text) => text.clone(),
+        PrintItem::Bytes(id) => text_of_bytes(value(values, *id)?)?,
         PrintItem::Tuple(items) => {
             let parts = items.iter().map(|i| print_item(i, full, values)).collect::<Result<Vec<_>, _>>()?;
             format!("({})", parts.join(", "))
@@ -38,6 +43,30 @@ pub fn print_item(item: &PrintItem, full: bool, values: &Values) -> Result<Strin
             parts.join(" ")
         }
     })
+}
+
+/// The text of a rank-1 or rank-2 tensor of byte values, a line per row,
+/// decoded lossily (see the module doc).
+fn text_of_bytes(t: &Tensor) -> Result<String, Diagnostic> {
+    let values = t.to_i64_vec().ok_or_else(|| Diagnostic::internal("print_text: not an integer tensor"))?;
+    let bytes = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            u8::try_from(v).map_err(|_| {
+                let index = crate::tensor::unravel(i, t.shape());
+                Diagnostic::new(
+                    Code::Runtime,
+                    format!("print_text: the value {v} at index {index:?} is not a byte value (0 to 255)"),
+                )
+            })
+        })
+        .collect::<Result<Vec<u8>, _>>()?;
+    let rows = if t.shape().len() == 2 { t.shape()[0] } else { 1 };
+    let width = bytes.len().checked_div(rows).unwrap_or(0);
+    let lines: Vec<String> =
+        (0..rows).map(|r| String::from_utf8_lossy(&bytes[r * width..(r + 1) * width]).into_owned()).collect();
+    Ok(lines.join("\n"))
 }
 
 /// Checks `|a - b| <= tol · (1 + |b|)` elementwise (see the module doc).

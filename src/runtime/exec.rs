@@ -195,7 +195,15 @@ impl<'p> Executor<'p> {
         match effect {
             Effect::Print { item, full, span } => {
                 self.demand(&crate::ir::numbering::effect_operands(effect))?;
-                let text = print_item(item, *full, &self.values)?;
+                // A value that cannot print (a `print_text` value that is
+                // not a byte) is reported at the statement.
+                let text = print_item(item, *full, &self.values).map_err(|d| {
+                    if d.labels.is_empty() {
+                        d.label(*span, "while printing this")
+                    } else {
+                        d
+                    }
+                })?;
                 writeln!(self.out, "{text}").map_err(|e| {
                     Diagnostic::new(Code::Runtime, format!("cannot write the output of print: {e}"))
                         .label(*span, "while printing this")

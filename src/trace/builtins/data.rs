@@ -1,9 +1,10 @@
 //! Dataset built-ins (§8): sources (`load_csv`, `load_idx`, `load_npy`,
-//! `load_safetensors`, `from_tensors`, `range`),
+//! `load_safetensors`, `load_text`, `from_tensors`, `range`),
 //! transforms (`map filter shuffle batch repeat take skip cache prefetch
 //! split`) and looking inside (`first count collect`). A dataset is a plan;
 //! `map`/`filter` functions are traced once into regions over the element
-//! types, like any other function. `load_csv` reads its file while checking,
+//! types, like any other function. `load_csv` and `load_text` read their
+//! file while checking,
 //! and the binary loaders read (and size-check) theirs, because the element
 //! shapes and count come from them.
 
@@ -19,6 +20,7 @@ impl Tracer<'_> {
     pub(crate) fn data_builtin(&mut self, a: &BuiltinArgs) -> TResult<Value> {
         match a.name {
             "load_csv" => self.load_csv(a),
+            "load_text" => self.load_text(a),
             "from_tensors" => self.tensors_source(a),
             "range" => {
                 let n = a.int(0)?;
@@ -87,6 +89,45 @@ impl Tracer<'_> {
             source: Source::Host(host),
             transforms: vec![],
             element,
+            len: Some(n),
+            batch_sizes: vec![],
+        }))
+    }
+
+    /// `load_text(path, window = none, stride = window)`: the file's bytes as
+    /// `i32` scalars, or windows of `window` bytes every `stride` bytes
+    /// (`io::text`), read now: the count comes from the file.
+    fn load_text(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let path = match a.get(0) {
+            Some((Value::Str(s), _)) => s.clone(),
+            _ => return Err(a.bad(0, "a file path string")),
+        };
+        let positive = |i: usize, what: &str| -> TResult<usize> {
+            let n = a.int(i)?;
+            if n <= 0 {
+                return Err(a.bad_value(i, format!("the {what} must be positive, not {n}")));
+            }
+            Ok(n as usize)
+        };
+        let window = match (a.get(1), a.get(2)) {
+            (None, None) => None,
+            (None, Some(_)) => return Err(a.bad_value(2, "a `stride` needs a `window`".to_string())),
+            (Some(_), stride) => {
+                let w = positive(1, "window")?;
+                Some((w, if stride.is_some() { positive(2, "stride")? } else { w }))
+            }
+        };
+        let host = crate::io::text::load_text(&self.base_dir.join(&path), window)
+            .map_err(|d| d.label(a.span_of(0), "loaded here"))?;
+        let n = host.columns[0].0.shape[0];
+        let element = match window {
+            Some((w, _)) => TensorType::new(DType::I32, vec![w]),
+            None => TensorType::scalar(DType::I32),
+        };
+        Ok(dataset(Dataset {
+            source: Source::Host(std::sync::Arc::new(host)),
+            transforms: vec![],
+            element: vec![element],
             len: Some(n),
             batch_sizes: vec![],
         }))

@@ -1,8 +1,8 @@
-//! Effect built-ins: `print` and `assert_close` record effects that run
-//! after the graph is evaluated, in program order.
+//! Effect built-ins: `print`, `print_text` and `assert_close` record
+//! effects that run after the graph is evaluated, in program order.
 
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{Effect, PrintItem};
+use crate::ir::{DType, Effect, PrintItem};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
 use crate::trace::{Fail, TResult, Tracer};
@@ -22,6 +22,9 @@ impl Tracer<'_> {
             self.effects.push(Effect::Print { item, full, span: a.span });
             return Ok(Value::Tuple(vec![]));
         }
+        if a.name == "print_text" {
+            return self.print_text(a);
+        }
         let tol = a.float_or(2, 1e-5)?;
         let (x, xs) = a.get(0).cloned().ok_or_else(|| a.bad(0, "a tensor"))?;
         let (y, ys) = a.get(1).cloned().ok_or_else(|| a.bad(1, "a tensor"))?;
@@ -37,6 +40,36 @@ impl Tracer<'_> {
             .into());
         }
         self.effects.push(Effect::AssertClose { actual: ops[0].id, expected: ops[1].id, tol, span: a.span });
+        Ok(Value::Tuple(vec![]))
+    }
+
+    /// `print_text(ids)`: an integer tensor of byte values, rank 1 (one
+    /// line) or 2 (a line per row), printed as text; the values are checked
+    /// when it prints (`runtime::effects`).
+    fn print_text(&mut self, a: &BuiltinArgs) -> TResult<Value> {
+        let ids = self.arg_tensor(a, 0, Some(DType::I32))?;
+        let span = a.span_of(0);
+        if !matches!(ids.ty.dtype, DType::I32 | DType::I64) {
+            return Err(Diagnostic::new(
+                Code::DtypeMismatch,
+                format!("`print_text` needs an integer tensor of byte values, found {}", ids.ty),
+            )
+            .label(span, ids.ty.to_string())
+            .help("`cast(x, i32)` converts a float tensor of byte values")
+            .into());
+        }
+        if !matches!(ids.ty.rank(), 1 | 2) {
+            return Err(Diagnostic::new(
+                Code::Rank,
+                format!(
+                    "`print_text` prints a rank-1 tensor (one line) or a rank-2 one (a line per row), found {}",
+                    ids.ty
+                ),
+            )
+            .label(span, ids.ty.to_string())
+            .into());
+        }
+        self.effects.push(Effect::Print { item: PrintItem::Bytes(ids.id), full: false, span: a.span });
         Ok(Value::Tuple(vec![]))
     }
 

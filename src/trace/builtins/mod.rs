@@ -96,6 +96,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("uniform", &["shape=", "seed=", "low=", "high=", "dtype="]),
     ("normal", &["shape=", "seed=", "mean=", "std=", "dtype="]),
     ("print", &["xs..", "full="]),
+    ("print_text", &["ids"]),
     ("assert_close", &["actual", "expected", "tol="]),
     ("static_assert", &["cond", "message"]),
     // Parsed and resolved now; executed by later versions.
@@ -108,6 +109,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load_npy", &["path"]),
     ("load_idx", &["images", "labels="]),
     ("load_safetensors", &["path", "keys.."]),
+    ("load_text", &["path", "window=", "stride="]),
     ("range", &["n"]),
     ("from_tensors", &["xs.."]),
     ("map", &["ds", "f", "parallel="]),
@@ -214,7 +216,7 @@ impl Tracer<'_> {
             }
             "zeros" | "ones" | "full" | "arange" | "linspace" | "eye" | "zeros_like" | "ones_like" | "uniform"
             | "normal" => self.create_builtin(&a),
-            "print" | "assert_close" => self.effect_builtin(&a),
+            "print" | "print_text" | "assert_close" => self.effect_builtin(&a),
             "dtype" => Ok(Value::DType(self.arg_tensor(&a, 0, None)?.ty.dtype)),
             "fans" => self.fans(&a),
             "grad" | "value_and_grad" => self.grad_builtin(&a),
