@@ -97,6 +97,10 @@ fn internal(msg: impl Into<String>) -> Diagnostic {
     Diagnostic::internal(format!("jit: {}", msg.into()))
 }
 
+/// What takes the values of a unit's outputs (or carried values) where
+/// they lie: the index of each, and its `f32` values.
+pub(super) type TakeValues<'a> = dyn FnMut(usize, &[f32]) -> Result<(), Diagnostic> + 'a;
+
 /// The values of the `f32` value at `r` where they lie.
 ///
 /// # Safety
@@ -322,7 +326,7 @@ impl JitUnit {
     pub(super) fn run_head_with(
         &self,
         head: &[Tensor],
-        take: &mut dyn FnMut(usize, &[f32]) -> Result<(), Diagnostic>,
+        take: &mut TakeValues,
     ) -> Result<(), Diagnostic> {
         self.run_then(head, |mem, outputs| {
             for (i, (r, ty)) in outputs.iter().enumerate() {
@@ -338,7 +342,7 @@ impl JitUnit {
     /// its index, where it lies.
     pub(super) fn read_carried_with(
         &self,
-        take: &mut dyn FnMut(usize, &[f32]) -> Result<(), Diagnostic>,
+        take: &mut TakeValues,
     ) -> Result<(), Diagnostic> {
         let mut st = self.state()?;
         let mem = Mem::of(&mut st, &[], &self.fixed);
