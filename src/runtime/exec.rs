@@ -304,9 +304,41 @@ impl<'p> Executor<'p> {
             if self.compute_statements(&rest)? {
                 return Ok(());
             }
-            return self.evaluate(&rest);
+            return self.evaluate_freeing(&rest);
         }
-        self.evaluate(&needed)
+        self.evaluate_freeing(&needed)
+    }
+
+    /// `evaluate`, and for statements with much work (as `statements`
+    /// measures it) each value is let go once every node that reads it has
+    /// its value, unless an effect or a plan reads it (a root) or a
+    /// broadcast does (a compiled region may read a broadcast as its
+    /// source): a forward pass interpreted at the top level keeps its live
+    /// values, not every intermediate (a GPT's loss printed at batch 16 held
+    /// 1.2 GB). A value let go that a later statement needs after all is
+    /// computed again (`demand` computes whatever is missing).
+    fn evaluate_freeing(&mut self, nodes: &[NodeId]) -> Result<(), Diagnostic> {
+        let program = self.program;
+        if super::statements::work(program, nodes) < super::statements::MIN_WORK {
+            return self.evaluate(nodes);
+        }
+        let roots = self.roots.get_or_insert_with(|| program.clone().roots().into_iter().collect()).clone();
+        let g = self.graph();
+        for &n in nodes {
+            self.evaluate(&[n])?;
+            for i in g.inputs(n) {
+                let users = g.users(i);
+                let kept = roots.contains(&i)
+                    || matches!(g.node(i).op, Op::Slot { .. })
+                    || users
+                        .iter()
+                        .any(|u| !self.values.contains_key(u) || matches!(g.node(*u).op, Op::BroadcastTo { .. }));
+                if !kept {
+                    self.values.remove(&i);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether top-level statements may run on the backend (module

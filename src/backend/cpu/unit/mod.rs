@@ -323,11 +323,7 @@ impl JitUnit {
     /// that is not carried to `take`, with its index, as the values where
     /// they lie, instead of returning copies (a loop stacks them straight
     /// into its result).
-    pub(super) fn run_head_with(
-        &self,
-        head: &[Tensor],
-        take: &mut TakeValues,
-    ) -> Result<(), Diagnostic> {
+    pub(super) fn run_head_with(&self, head: &[Tensor], take: &mut TakeValues) -> Result<(), Diagnostic> {
         self.run_then(head, |mem, outputs| {
             for (i, (r, ty)) in outputs.iter().enumerate() {
                 // SAFETY: the steps are done; nothing writes the unit's
@@ -340,10 +336,7 @@ impl JitUnit {
 
     /// `read_carried` for `f32` carried values: hands each to `take`, with
     /// its index, where it lies.
-    pub(super) fn read_carried_with(
-        &self,
-        take: &mut TakeValues,
-    ) -> Result<(), Diagnostic> {
+    pub(super) fn read_carried_with(&self, take: &mut TakeValues) -> Result<(), Diagnostic> {
         let mut st = self.state()?;
         let mem = Mem::of(&mut st, &[], &self.fixed);
         for (i, r) in self.residents.iter().enumerate() {
