@@ -176,3 +176,36 @@ pub fn gz(data: &[u8]) -> Vec<u8> {
 pub fn f32s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
+
+/// The Python that has the packages of `.ci/requirements-tests.txt` (ONNX,
+/// ONNX Runtime, TensorBoard), which tests use to read tfc's files with
+/// those tools' own readers: `$TFC_TEST_PYTHON`, else `.venv-tests` in the
+/// repository (`.ci/run` creates it). `None` when there is none; under
+/// `CI=true` a missing venv fails the test instead, so a lost install step
+/// cannot turn these tests into silent skips.
+pub fn test_python() -> Option<PathBuf> {
+    let candidate = match std::env::var_os("TFC_TEST_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-tests/bin/python"),
+    };
+    if candidate.exists() {
+        return Some(candidate);
+    }
+    let in_ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(!in_ci, "CI=true but no Python for the interchange tests at {}: run .ci/run's venv step", candidate.display());
+    eprintln!("note: no Python venv at {}; skipping the check with Python's readers (.ci/run creates it)", candidate.display());
+    None
+}
+
+/// Runs `script` with the test Python and `args`; panics with its output if
+/// it fails.
+pub fn python(python: &Path, script: &str, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(python).arg("-c").arg(script).args(args).output().expect("run the test Python");
+    assert!(
+        out.status.success(),
+        "the Python check failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
