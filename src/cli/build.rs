@@ -26,12 +26,17 @@ pub enum Emit {
     Clif,
     /// The x64 machine code Cranelift emits for every such kernel.
     Asm,
+    /// An `export fn` as an ONNX model (runs the program first for its weights; needs `-o`).
+    Onnx,
 }
 
 pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<Diagnostic>> {
     let id = session.load_file(&args.file)?;
     if args.emit == Some(Emit::Ast) {
         return write(args.output.as_deref(), &crate::syntax::dump(&session.parse(id)?));
+    }
+    if args.emit == Some(Emit::Onnx) {
+        return super::onnx::write_onnx(session, id, args);
     }
     let started = std::time::Instant::now();
     // As traced: the optimizer's first pass (`autodiff`) builds the
@@ -216,8 +221,8 @@ fn write(output: Option<&Path>, text: &str) -> Result<(), Vec<Diagnostic>> {
 
 /// Writes through a temporary file and a rename, so an interrupted write
 /// never leaves a truncated output behind.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(super) fn write_atomically(path: &Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp-tfc");
-    std::fs::write(&tmp, text)?;
+    std::fs::write(&tmp, bytes)?;
     std::fs::rename(&tmp, path)
 }

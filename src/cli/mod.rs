@@ -4,6 +4,7 @@
 
 mod bench;
 mod build;
+mod onnx;
 
 use crate::diag::{render, Diagnostic};
 use crate::driver::Session;
@@ -95,6 +96,12 @@ struct BuildArgs {
     /// Write the output to this file instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// With `--emit onnx`: which `export fn` to write (needed when there are several).
+    #[arg(long, value_name = "NAME")]
+    export: Option<String>,
+    /// With `--emit onnx`: worker threads for running the program (default: all cores).
+    #[arg(long)]
+    threads: Option<u16>,
     /// Print the IR (and plan) after this pass to stderr; repeatable.
     #[arg(long, value_name = "PASS")]
     dump_after: Vec<String>,
@@ -242,6 +249,6 @@ pub(crate) fn refuse_host_kernels(
 }
 
 /// `--threads`, or the machine's cores when it is not given.
-fn threads_or_cores(threads: Option<u16>) -> usize {
+pub(super) fn threads_or_cores(threads: Option<u16>) -> usize {
     threads.map_or_else(|| std::thread::available_parallelism().map_or(1, usize::from), usize::from)
 }

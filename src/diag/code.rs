@@ -65,6 +65,8 @@ codes! {
     StaticAssert = "E0322", "a compile-time assertion (`static_assert`) failed";
     ScanCarry = "E0330", "a `scan` function's result does not fit: not a pair, or a carry of another type";
     ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
+    ExportType = "E0340", "an exported function's parameters or result have no fixed tensor types";
+    OnnxExport = "E0341", "an exported function computes something ONNX export cannot write";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";

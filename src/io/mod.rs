@@ -8,4 +8,5 @@
 pub mod checkpoint;
 pub mod csv;
 pub mod loaders;
+pub mod onnx;
 pub mod text;

@@ -25,6 +25,19 @@ pub struct Region {
     pub outputs: Vec<NodeId>,
 }
 
+/// `export fn name(params)`: a function that `tfc build` writes out (as
+/// ONNX), traced once at the end of the program over its parameters'
+/// annotated types. Its region's inputs are the parameters in order, its
+/// outputs the function's results (a tuple's parts in order); the values it
+/// captures (a model's parameters) are those the program ends with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportPlan {
+    pub name: String,
+    pub params: Vec<String>,
+    pub region: Region,
+    pub span: Span,
+}
+
 /// A region's identity, unique in its program (the tracer numbers regions
 /// as it creates them; `vectorize_maps` numbers its batched regions after
 /// the largest id).

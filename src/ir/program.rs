@@ -41,6 +41,9 @@ pub enum Effect {
     /// when the file has no such tensor (files written before states were
     /// saved).
     Load { tensors: Vec<(String, TensorType, usize)>, states: Vec<LoadState>, path: String, span: Span },
+    /// `export fn …`: nothing happens when the program runs; `tfc build`
+    /// writes the function out once every other effect has run.
+    Export(Box<super::plan::ExportPlan>),
 }
 
 /// A model state `load` reads if the file holds it: its name, type and
@@ -82,6 +85,7 @@ impl Effect {
             Effect::Load { path, tensors, states, .. } => {
                 format!("load {} tensors from {path:?}", tensors.len() + states.len())
             }
+            Effect::Export(x) => format!("export {}({})", x.name, x.params.join(", ")),
         }
     }
 
@@ -116,6 +120,7 @@ impl Effect {
             }
             Effect::Collect { data, .. } => dataset(data, &mut out),
             Effect::Save { tensors, .. } => out.extend(tensors.iter().map(|(_, id)| *id)),
+            Effect::Export(x) => out.extend(&x.region.outputs),
         }
         out
     }
@@ -169,6 +174,7 @@ impl Program {
                 Effect::Collect { data, .. } => dataset(data, f),
                 Effect::Save { tensors, .. } => tensors.iter_mut().for_each(|(_, id)| f(id)),
                 Effect::Load { states, .. } => states.iter_mut().for_each(|(_, _, _, id)| f(id)),
+                Effect::Export(x) => x.region.outputs.iter_mut().for_each(&mut *f),
             }
         }
     }

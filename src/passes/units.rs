@@ -111,6 +111,7 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                 }
             }
             Effect::Collect { data: d, .. } => data(d, &format!("collect {e} data"), &mut out),
+            Effect::Export(x) => out.push(plain(format!("export {}", x.name), &x.region)),
             _ => {}
         }
     }

@@ -226,6 +226,8 @@ impl<'p> Executor<'p> {
                 }
                 Ok(())
             }
+            // Written out by `tfc build` (cli/build.rs) once the program ends.
+            Effect::Export(_) => Ok(()),
             Effect::Save { tensors, path, span } => {
                 let ids: Vec<NodeId> = tensors.iter().map(|(_, id)| *id).collect();
                 self.demand(&ids)?;

@@ -60,7 +60,7 @@ fn top_level_names(p: &Program) -> Vec<&str> {
                 None => out.extend(path.last().map(|i| i.name.as_str())),
             },
             StmtKind::Const { name, .. } => out.push(&name.name),
-            StmtKind::Fn(f) => out.push(&f.name.name),
+            StmtKind::Fn(f) | StmtKind::Export(f) => out.push(&f.name.name),
             StmtKind::Model(m) => out.push(&m.name.name),
             StmtKind::Optimizer(o) => out.push(&o.name.name),
             StmtKind::Let { pattern, .. } => out.extend(pattern.names()),
@@ -184,7 +184,7 @@ impl<'a> Resolver<'a> {
                     self.ty(t);
                 }
             }
-            StmtKind::Fn(f) => self.func(f),
+            StmtKind::Fn(f) | StmtKind::Export(f) => self.func(f),
             StmtKind::Model(m) => self.scoped(|r| {
                 r.params(&m.params);
                 for mm in &m.members {

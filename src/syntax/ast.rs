@@ -45,6 +45,10 @@ pub enum StmtKind {
     /// Shared (`Arc`) so that the tracer's closures and methods refer to
     /// the definition instead of copying its body at every definition and call.
     Fn(std::sync::Arc<FnDef>),
+    /// `export fn …`: a function that is also written out by `tfc build`
+    /// (`--emit onnx`), traced at the end of the program over its
+    /// parameters' annotated types.
+    Export(std::sync::Arc<FnDef>),
     Model(ModelDef),
     Optimizer(OptimizerDef),
     /// `let (a, b): T = value`

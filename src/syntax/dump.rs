@@ -107,6 +107,7 @@ fn stmt_sexp(kind: &StmtKind) -> S {
         }
         StmtKind::Const { name, ty, value } => list("const", [typed(&name.name, ty.as_ref()), expr(value)]),
         StmtKind::Fn(f) => fn_sexp(f),
+        StmtKind::Export(f) => list("export", [fn_sexp(f)]),
         StmtKind::Model(m) => model_sexp(m),
         StmtKind::Optimizer(o) => {
             let states = o.states.iter().map(|(n, v)| list("state", [atom(&n.name), expr(v)]));

@@ -16,6 +16,7 @@ mod args;
 mod builtins;
 mod call;
 mod eval;
+mod export;
 mod index;
 pub mod live;
 mod model;
@@ -117,6 +118,9 @@ pub struct Tracer<'s> {
     /// Every scope made by this trace, emptied when the tracer is dropped
     /// (which frees the function values that close over their own scope).
     pub(crate) scopes: scopes::Scopes,
+    /// `export fn`s seen so far, traced at the end of a file's program
+    /// (`None` in the REPL, which has no end: there `export` is E0901).
+    pub(crate) exports: Option<Vec<export::PendingExport>>,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
@@ -139,7 +143,9 @@ pub fn trace_program_in(
     tracer.graph.reserve(text_len / 10, text_len / 8);
     let env = tracer.prelude_scope();
     tracer.defer_gradients = true;
+    tracer.exports = Some(Vec::new());
     tracer.run_stmts(&program.stmts, &env);
+    tracer.trace_exports();
     if tracer.diags.is_empty() {
         Ok(Program { graph: tracer.graph, effects: tracer.effects, compiled: None })
     } else {
@@ -173,6 +179,7 @@ impl<'s> Tracer<'s> {
             pending_reduce: None,
             kept_below: 0,
             scopes: Default::default(),
+            exports: None,
         }
     }
 }
@@ -219,6 +226,7 @@ impl Tracer<'_> {
                 env.set(&def.name.name, Value::Func(Rc::new(call::closure_of(def, env))));
                 Ok(())
             }
+            ast::StmtKind::Export(def) => self.declare_export(def, env),
             ast::StmtKind::Model(def) => {
                 let v = value::ModelDefValue { def: def.clone(), env: env.clone() };
                 env.set(&def.name.name, Value::ModelDef(Rc::new(v)));

@@ -192,8 +192,15 @@ pub fn test_python() -> Option<PathBuf> {
         return Some(candidate);
     }
     let in_ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    assert!(!in_ci, "CI=true but no Python for the interchange tests at {}: run .ci/run's venv step", candidate.display());
-    eprintln!("note: no Python venv at {}; skipping the check with Python's readers (.ci/run creates it)", candidate.display());
+    assert!(
+        !in_ci,
+        "CI=true but no Python for the interchange tests at {}: run .ci/run's venv step",
+        candidate.display()
+    );
+    eprintln!(
+        "note: no Python venv at {}; skipping the check with Python's readers (.ci/run creates it)",
+        candidate.display()
+    );
     None
 }
 

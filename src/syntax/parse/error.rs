@@ -73,9 +73,8 @@ fn want(rule: Rule) -> Option<Want> {
         pipe | or | and | eq | ne | le | ge | lt | gt | add | sub | mul | div | matmul | pow | call_args | field
         | index => Want::Operator,
         sep | EOI => Want::EndOfStmt,
-        stmt | use_stmt | const_stmt | fn_def | model_def | optimizer_def | let_stmt | train_stmt | for_stmt => {
-            Want::Statement
-        }
+        stmt | use_stmt | const_stmt | fn_def | export_def | model_def | optimizer_def | let_stmt | train_stmt
+        | for_stmt => Want::Statement,
         member_param | member_state | member_field => Want::Member,
         opt_state | opt_update => Want::OptMember,
         tf_loss | tf_eval | tf_checkpoint | tf_log | tf_set => Want::TrainField,
@@ -93,6 +92,7 @@ fn want(rule: Rule) -> Option<Want> {
         k_eval | k_checkpoint | k_loss | k_log => Want::TrainField,
         k_state => Want::Word("`state`"),
         k_fn => Want::Word("`fn`"),
+        k_export => Want::Word("`export`"),
         lparen | params => Want::Tok("("),
         rparen => Want::Tok(")"),
         lbracket => Want::Tok("["),

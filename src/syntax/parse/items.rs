@@ -41,6 +41,10 @@ fn stmt(cx: &Cx, node: &Node) -> Result<Stmt> {
             StmtKind::Let { pattern, ty, value }
         }
         Rule::fn_def => StmtKind::Fn(std::sync::Arc::new(fn_def(cx, &item)?)),
+        Rule::export_def => {
+            let def = Kids::of(&item).expect(cx, Rule::fn_def)?;
+            StmtKind::Export(std::sync::Arc::new(fn_def(cx, &def)?))
+        }
         Rule::model_def => StmtKind::Model(model_def(cx, &item)?),
         Rule::optimizer_def => StmtKind::Optimizer(optimizer_def(cx, &item)?),
         Rule::train_stmt => StmtKind::Train(train(cx, &item)?),

@@ -263,6 +263,7 @@ fn is_token(rule: Rule) -> bool {
             | Rule::k_in
             | Rule::k_loss
             | Rule::k_log
+            | Rule::k_export
     )
 }
 

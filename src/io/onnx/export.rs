@@ -1,0 +1,601 @@
+//! ONNX export of an `export fn`: the nodes of its region become ONNX
+//! operators (opset 17), its parameters the graph's inputs, its results the
+//! graph's outputs, and every value it captures (a model's weights) an
+//! initializer.
+//!
+//! Contract: [`OnnxPlan::new`] checks, before anything runs, that every op
+//! the function computes has an ONNX form (E0341 at the op's line
+//! otherwise) and lists the captured values it needs ([`OnnxPlan::leaves`]);
+//! [`OnnxPlan::write`] takes their values and returns the model's bytes.
+//! The exported model computes what the region computes, up to the
+//! rounding of a different summation order: tfc's NHWC convolutions and
+//! pools become ONNX's NCHW ones between transposes (ONNX Runtime folds
+//! them), broadcasts that an operator's own broadcasting covers are left
+//! out, `log1p`/`expm1`/`rsqrt` become two operators, and float `%` is
+//! written as `a - floor(a / b) * b`.
+//!
+//! Example: `export fn predict(x: f32[64, 784]) = net(x)` for a two-layer
+//! MLP writes `MatMul, Add, Relu, MatMul, Add, Identity` over input `x`
+//! `[64, 784]`, initializers `l1.w`, `l1.b`, `l2.w`, `l2.b` and output
+//! `output`.
+
+use super::proto::Message;
+use crate::diag::{Code, Diagnostic};
+use crate::ir::plan::ExportPlan;
+use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp};
+use crate::tensor::{Data, Tensor};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+/// The ONNX operator set the export targets, and the IR version that goes
+/// with it.
+pub const OPSET: i64 = 17;
+const IR_VERSION: i64 = 8;
+
+/// What an export writes, worked out from the graph alone.
+pub struct OnnxPlan<'g> {
+    graph: &'g Graph,
+    export: &'g ExportPlan,
+    /// Nodes written as operators, in topological order.
+    ops: Vec<NodeId>,
+    /// Nodes written as initializers, in topological order.
+    leaves: Vec<NodeId>,
+    /// The region's parameter slots: node → parameter index.
+    inputs: HashMap<NodeId, usize>,
+    /// Each operator node's operands, after leaving out broadcasts that
+    /// ONNX's broadcasting operators do themselves.
+    operands: HashMap<NodeId, Vec<NodeId>>,
+}
+
+impl<'g> OnnxPlan<'g> {
+    /// Plans the export of `export` from `graph` (E0341 at the first op
+    /// that has no ONNX form).
+    pub fn new(graph: &'g Graph, export: &'g ExportPlan) -> Result<OnnxPlan<'g>, Diagnostic> {
+        let order = graph.topo_order();
+        let rank: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+        let vary: HashSet<NodeId> = crate::ir::regions::varying(graph, &export.region, &rank).into_iter().collect();
+        let slot_index: HashMap<usize, usize> =
+            export.region.inputs.iter().enumerate().map(|(i, (slot, _))| (*slot, i)).collect();
+        let mut plan = OnnxPlan {
+            graph,
+            export,
+            ops: Vec::new(),
+            leaves: Vec::new(),
+            inputs: HashMap::default(),
+            operands: HashMap::default(),
+        };
+        let mut seen: HashSet<NodeId> = HashSet::default();
+        let mut stack: Vec<NodeId> = export.region.outputs.clone();
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            let node = graph.node(n);
+            match &node.op {
+                Op::Slot { slot, .. } if vary.contains(&n) && slot_index.contains_key(slot) => {
+                    plan.inputs.insert(n, slot_index[slot]);
+                }
+                // A captured broadcast is written as the small value it
+                // expands, so a bias does not become a batch-sized initializer.
+                Op::BroadcastTo { .. } => plan.operator(n, &mut stack)?,
+                _ if vary.contains(&n) => plan.operator(n, &mut stack)?,
+                _ => plan.leaves.push(n),
+            }
+        }
+        plan.ops.sort_by_key(|n| rank[n]);
+        plan.leaves.sort_by_key(|n| rank[n]);
+        Ok(plan)
+    }
+
+    /// The captured values whose data [`OnnxPlan::write`] needs.
+    pub fn leaves(&self) -> &[NodeId] {
+        &self.leaves
+    }
+
+    fn operator(&mut self, n: NodeId, stack: &mut Vec<NodeId>) -> Result<(), Diagnostic> {
+        let node = self.graph.node(n);
+        if let Some(why) = unsupported(&node.op, &self.graph.inputs(n), self.graph) {
+            return Err(Diagnostic::new(
+                Code::OnnxExport,
+                format!("`{}` cannot be exported to ONNX: {why}", self.export.name),
+            )
+            .label(node.span, format!("this `{}`", node.op.name()))
+            .label(self.export.span, "exported here"));
+        }
+        let operands = self.effective_operands(n);
+        stack.extend(operands.iter().copied());
+        self.operands.insert(n, operands);
+        self.ops.push(n);
+        Ok(())
+    }
+
+    /// The operands of `n`, where a broadcasting ONNX operator reads the
+    /// source of a `broadcast_to` operand directly as long as the result
+    /// keeps its shape.
+    fn effective_operands(&self, n: NodeId) -> Vec<NodeId> {
+        let g = self.graph;
+        let mut ops = g.inputs(n);
+        if !matches!(g.node(n).op, Op::Binary(_) | Op::Select) {
+            return ops;
+        }
+        let out = &g.node(n).ty.shape;
+        for i in 0..ops.len() {
+            while let Op::BroadcastTo { .. } = g.node(ops[i]).op {
+                let source = g.inputs(ops[i])[0];
+                let mut trial = ops.clone();
+                trial[i] = source;
+                let shapes: Vec<&[usize]> = trial.iter().map(|&o| g.node(o).ty.shape.as_slice()).collect();
+                if broadcast_shape(&shapes).as_deref() != Some(out.as_slice()) {
+                    break;
+                }
+                ops = trial;
+            }
+        }
+        ops
+    }
+
+    /// The model: `values` holds the data of every node of
+    /// [`OnnxPlan::leaves`]; `names` optionally names some of them (a
+    /// model's parameters by path).
+    pub fn write(
+        &self,
+        values: &HashMap<NodeId, Tensor>,
+        names: &HashMap<NodeId, String>,
+    ) -> Result<Vec<u8>, Diagnostic> {
+        let mut b = Builder::default();
+        let mut name: HashMap<NodeId, String> = HashMap::default();
+        let mut used: HashSet<String> = HashSet::default();
+        for (&n, &i) in &self.inputs {
+            name.insert(n, self.export.params[i].clone());
+            used.insert(self.export.params[i].clone());
+        }
+        for &n in &self.leaves {
+            let t = values.get(&n).ok_or_else(|| Diagnostic::internal(format!("onnx: no value for {n:?}")))?;
+            let mut label = names.get(&n).cloned().unwrap_or_else(|| format!("c{}", n.index()));
+            if !used.insert(label.clone()) {
+                label = format!("{label}_{}", n.index());
+                used.insert(label.clone());
+            }
+            b.initializers.push(tensor_proto(&label, t)?);
+            name.insert(n, label);
+        }
+        for &n in &self.ops {
+            let ins: Vec<String> = self.operands[&n].iter().map(|o| name[o].clone()).collect();
+            let out = format!("t{}", n.index());
+            emit(self.graph, n, &ins, &out, &mut b)?;
+            name.insert(n, out);
+        }
+        let outputs = &self.export.region.outputs;
+        let out_name = |i: usize| if outputs.len() == 1 { "output".to_string() } else { format!("output_{i}") };
+        let mut graph_outputs = Vec::new();
+        for (i, &o) in outputs.iter().enumerate() {
+            b.node("Identity", &[name[&o].as_str()], &out_name(i), vec![]);
+            graph_outputs.push(value_info(&out_name(i), &self.graph.node(o).ty)?);
+        }
+        let mut graph = Message::new();
+        for node in &b.nodes {
+            graph = graph.message(1, node);
+        }
+        graph = graph.text(2, &self.export.name);
+        for init in &b.initializers {
+            graph = graph.message(5, init);
+        }
+        for (i, (_, ty)) in self.export.region.inputs.iter().enumerate() {
+            graph = graph.message(11, &value_info(&self.export.params[i], ty)?);
+        }
+        for o in &graph_outputs {
+            graph = graph.message(12, o);
+        }
+        let opset = Message::new().text(1, "").int(2, OPSET);
+        let model = Message::new()
+            .int(1, IR_VERSION)
+            .text(2, "tfc")
+            .text(3, env!("CARGO_PKG_VERSION"))
+            .message(7, &graph)
+            .message(8, &opset);
+        Ok(model.into_bytes())
+    }
+}
+
+/// Names for the values a program's exports may capture: each trained,
+/// loaded or initial parameter (and state) by its path in the model
+/// (`l1.w`), so initializers read like the model.
+pub fn value_names(program: &crate::ir::Program) -> HashMap<NodeId, String> {
+    let mut by_slot: HashMap<usize, String> = HashMap::default();
+    let mut names: HashMap<NodeId, String> = HashMap::default();
+    for e in &program.effects {
+        match e {
+            crate::ir::Effect::Train(t) => {
+                for ((name, initial), slot) in t.carried().zip(&t.result_slots) {
+                    names.entry(*initial).or_insert_with(|| name.clone());
+                    by_slot.insert(*slot, name.clone());
+                }
+            }
+            crate::ir::Effect::Load { tensors, states, .. } => {
+                tensors.iter().for_each(|(name, _, slot)| drop(by_slot.insert(*slot, name.clone())));
+                states.iter().for_each(|(name, _, slot, _)| drop(by_slot.insert(*slot, name.clone())));
+            }
+            _ => {}
+        }
+    }
+    for n in program.graph.node_ids() {
+        if let Op::Slot { slot, .. } = &program.graph.node(n).op {
+            if let Some(name) = by_slot.get(slot) {
+                names.insert(n, name.clone());
+            }
+        }
+    }
+    names
+}
+
+/// Why `op` has no ONNX form here, or `None` when it has one.
+fn unsupported(op: &Op, inputs: &[NodeId], g: &Graph) -> Option<String> {
+    let dtype = |i: usize| inputs.get(i).map(|&n| g.node(n).ty.dtype);
+    let int = |d: Option<DType>| matches!(d, Some(DType::I32 | DType::I64));
+    match op {
+        Op::Binary(BinaryOp::Div | BinaryOp::Pow) if int(dtype(0)) => {
+            Some("integer `/` and `^` (floor division and exact powers) have no ONNX operator".into())
+        }
+        Op::MatMul if dtype(0) == Some(DType::Bool) => Some("a matrix product of bools has no ONNX operator".into()),
+        Op::Scan(_) => Some("`scan` loops are not exported yet".into()),
+        Op::ArgSort { .. } => Some("`argsort`/`sort`/`top_k` are not exported yet".into()),
+        Op::Random { .. } => Some("random numbers drawn on every call have no ONNX form here".into()),
+        Op::ScatterAdd { .. }
+        | Op::Conv2dGradInput { .. }
+        | Op::Conv2dGradFilter { .. }
+        | Op::Pool2dGrad { .. }
+        | Op::Gradient => Some("gradients are not exported".into()),
+        _ => None,
+    }
+}
+
+/// The NumPy broadcast of `shapes`, if they broadcast.
+fn broadcast_shape(shapes: &[&[usize]]) -> Option<Vec<usize>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1; rank];
+    for s in shapes {
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[rank - s.len() + i];
+            match (*o, d) {
+                (a, b) if a == b => {}
+                (1, b) => *o = b,
+                (_, 1) => {}
+                _ => return None,
+            }
+        }
+    }
+    Some(out)
+}
+
+/// ONNX's `TensorProto.DataType` for a dtype.
+fn onnx_dtype(d: DType) -> i64 {
+    match d {
+        DType::F32 => 1,
+        DType::I32 => 6,
+        DType::I64 => 7,
+        DType::Bool => 9,
+        DType::F16 => 10,
+        DType::F64 => 11,
+        DType::BF16 => 16,
+    }
+}
+
+/// A `ValueInfoProto`: a name and a tensor type of fixed sizes.
+fn value_info(name: &str, ty: &TensorType) -> Result<Message, Diagnostic> {
+    let mut shape = Message::new();
+    for &d in &ty.shape {
+        shape = shape.message(1, &Message::new().int(1, d as i64));
+    }
+    let tensor = Message::new().int(1, onnx_dtype(ty.dtype)).message(2, &shape);
+    Ok(Message::new().text(1, name).message(2, &Message::new().message(1, &tensor)))
+}
+
+/// A `TensorProto` holding `t`'s elements as little-endian raw data.
+fn tensor_proto(name: &str, t: &Tensor) -> Result<Message, Diagnostic> {
+    let mut raw = Vec::new();
+    match (t.dtype(), t.data()) {
+        (DType::F16, Data::F32(a)) => a.iter().for_each(|&v| raw.extend(crate::half::f32_to_f16_bits(v).to_le_bytes())),
+        (DType::BF16, Data::F32(a)) => {
+            a.iter().for_each(|&v| raw.extend(crate::half::f32_to_bf16_bits(v).to_le_bytes()))
+        }
+        (_, Data::F32(a)) => a.iter().for_each(|&v| raw.extend(v.to_le_bytes())),
+        (_, Data::F64(a)) => a.iter().for_each(|&v| raw.extend(v.to_le_bytes())),
+        (_, Data::I32(a)) => a.iter().for_each(|&v| raw.extend(v.to_le_bytes())),
+        (_, Data::I64(a)) => a.iter().for_each(|&v| raw.extend(v.to_le_bytes())),
+        (_, Data::Bool(a)) => a.iter().for_each(|&v| raw.push(u8::from(v))),
+    }
+    let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+    Ok(Message::new().packed_ints(1, &dims).int(2, onnx_dtype(t.dtype())).text(8, name).bytes(9, &raw))
+}
+
+/// An ONNX attribute (`AttributeProto`).
+enum Attr {
+    Int(&'static str, i64),
+    Ints(&'static str, Vec<i64>),
+}
+
+impl Attr {
+    fn proto(&self) -> Message {
+        match self {
+            Attr::Int(name, v) => Message::new().text(1, name).int(3, *v).int(20, 2),
+            Attr::Ints(name, v) => Message::new().text(1, name).packed_ints(8, v).int(20, 7),
+        }
+    }
+}
+
+/// The nodes and initializers being written, and fresh names for the
+/// intermediate values and constants the translation adds.
+#[derive(Default)]
+struct Builder {
+    nodes: Vec<Message>,
+    initializers: Vec<Message>,
+    fresh: usize,
+}
+
+impl Builder {
+    fn node(&mut self, op: &str, ins: &[&str], out: &str, attrs: Vec<Attr>) {
+        let mut m = Message::new();
+        for i in ins {
+            m = m.text(1, i);
+        }
+        m = m.text(2, out).text(3, &format!("{op}_{}", self.nodes.len())).text(4, op);
+        for a in &attrs {
+            m = m.message(5, &a.proto());
+        }
+        self.nodes.push(m);
+    }
+
+    fn temp(&mut self) -> String {
+        self.fresh += 1;
+        format!("tmp{}", self.fresh)
+    }
+
+    /// An `int64` constant of rank 1 (shapes, axes, pads), or of rank 0
+    /// when `scalar`.
+    fn ints(&mut self, values: &[i64], scalar: bool) -> String {
+        let name = self.temp();
+        let shape = if scalar { vec![] } else { vec![values.len()] };
+        let t = Tensor::from_vec(DType::I64, &shape, values.to_vec()).expect("the shape fits the values");
+        self.initializers.push(tensor_proto(&name, &t).expect("an i64 tensor has an ONNX form"));
+        name
+    }
+
+    /// A scalar of `dtype`.
+    fn scalar(&mut self, v: f64, dtype: DType) -> Result<String, Diagnostic> {
+        let name = self.temp();
+        let lit = match dtype {
+            DType::I32 | DType::I64 => crate::ir::Literal::Int(vec![v as i64]),
+            DType::Bool => crate::ir::Literal::Bool(vec![v != 0.0]),
+            _ => crate::ir::Literal::Float(vec![dtype.round(v)]),
+        };
+        let t = Tensor::from_literal(&lit, &TensorType::scalar(dtype))?;
+        self.initializers.push(tensor_proto(&name, &t)?);
+        Ok(name)
+    }
+
+    /// `op` on `ins` into a fresh intermediate name.
+    fn step(&mut self, op: &str, ins: &[&str], attrs: Vec<Attr>) -> String {
+        let out = self.temp();
+        self.node(op, ins, &out, attrs);
+        out
+    }
+}
+
+/// Writes the ONNX operators computing node `n` from `ins` into `out`.
+fn emit(g: &Graph, n: NodeId, ins: &[String], out: &str, b: &mut Builder) -> Result<(), Diagnostic> {
+    let node = g.node(n);
+    let ty = &node.ty;
+    let i: Vec<&str> = ins.iter().map(String::as_str).collect();
+    let in_dtype = g.inputs(n).first().map(|&x| g.node(x).ty.dtype);
+    let to_ints = |v: &[usize]| v.iter().map(|&d| d as i64).collect::<Vec<i64>>();
+    match &node.op {
+        Op::Unary(u) => {
+            let simple = match u {
+                UnaryOp::Neg => "Neg",
+                UnaryOp::Abs => "Abs",
+                UnaryOp::Exp => "Exp",
+                UnaryOp::Log => "Log",
+                UnaryOp::Sqrt => "Sqrt",
+                UnaryOp::Tanh => "Tanh",
+                UnaryOp::Sigmoid => "Sigmoid",
+                UnaryOp::Relu => "Relu",
+                UnaryOp::Sin => "Sin",
+                UnaryOp::Cos => "Cos",
+                UnaryOp::Floor => "Floor",
+                UnaryOp::Sign => "Sign",
+                UnaryOp::Ceil => "Ceil",
+                UnaryOp::Round => "Round",
+                UnaryOp::Erf => "Erf",
+                UnaryOp::Not => "Not",
+                UnaryOp::Rsqrt => {
+                    let s = b.step("Sqrt", &i, vec![]);
+                    b.node("Reciprocal", &[&s], out, vec![]);
+                    return Ok(());
+                }
+                UnaryOp::Log1p => {
+                    let one = b.scalar(1.0, ty.dtype)?;
+                    let s = b.step("Add", &[i[0], &one], vec![]);
+                    b.node("Log", &[&s], out, vec![]);
+                    return Ok(());
+                }
+                UnaryOp::Expm1 => {
+                    let one = b.scalar(1.0, ty.dtype)?;
+                    let e = b.step("Exp", &i, vec![]);
+                    b.node("Sub", &[&e, &one], out, vec![]);
+                    return Ok(());
+                }
+            };
+            b.node(simple, &i, out, vec![]);
+        }
+        Op::Binary(op) => {
+            let simple = match op {
+                BinaryOp::Add => "Add",
+                BinaryOp::Sub => "Sub",
+                BinaryOp::Mul => "Mul",
+                BinaryOp::Div => "Div",
+                BinaryOp::Pow => "Pow",
+                BinaryOp::Maximum => "Max",
+                BinaryOp::Minimum => "Min",
+                BinaryOp::Eq => "Equal",
+                BinaryOp::Lt => "Less",
+                BinaryOp::Le => "LessOrEqual",
+                BinaryOp::Gt => "Greater",
+                BinaryOp::Ge => "GreaterOrEqual",
+                BinaryOp::And => "And",
+                BinaryOp::Or => "Or",
+                BinaryOp::Ne => {
+                    let e = b.step("Equal", &i, vec![]);
+                    b.node("Not", &[&e], out, vec![]);
+                    return Ok(());
+                }
+                BinaryOp::Mod if matches!(in_dtype, Some(DType::I32 | DType::I64)) => {
+                    b.node("Mod", &i, out, vec![Attr::Int("fmod", 0)]);
+                    return Ok(());
+                }
+                BinaryOp::Mod => {
+                    // Floored: the sign of the divisor, as Python's `%`.
+                    let q = b.step("Div", &i, vec![]);
+                    let f = b.step("Floor", &[&q], vec![]);
+                    let m = b.step("Mul", &[&f, i[1]], vec![]);
+                    b.node("Sub", &[i[0], &m], out, vec![]);
+                    return Ok(());
+                }
+            };
+            // Max and Min broadcast like the others since opset 8.
+            b.node(simple, &i, out, vec![]);
+        }
+        Op::Select => b.node("Where", &i, out, vec![]),
+        Op::Cast(to) => b.node("Cast", &i, out, vec![Attr::Int("to", onnx_dtype(*to))]),
+        Op::Reduce { op, axes, keepdims } => {
+            let keep = Attr::Int("keepdims", i64::from(*keepdims));
+            let axes = to_ints(axes);
+            match op {
+                ReduceOp::Sum => {
+                    let a = b.ints(&axes, false);
+                    b.node("ReduceSum", &[i[0], &a], out, vec![keep]);
+                }
+                ReduceOp::Mean => b.node("ReduceMean", &i, out, vec![Attr::Ints("axes", axes), keep]),
+                ReduceOp::Max => b.node("ReduceMax", &i, out, vec![Attr::Ints("axes", axes), keep]),
+                ReduceOp::Min => b.node("ReduceMin", &i, out, vec![Attr::Ints("axes", axes), keep]),
+                ReduceOp::Prod => b.node("ReduceProd", &i, out, vec![Attr::Ints("axes", axes), keep]),
+            }
+        }
+        Op::ArgMax { axis, keepdims } => {
+            let attrs = vec![Attr::Int("axis", *axis as i64), Attr::Int("keepdims", i64::from(*keepdims))];
+            let a = b.step("ArgMax", &i, attrs);
+            b.node("Cast", &[&a], out, vec![Attr::Int("to", onnx_dtype(ty.dtype))]);
+        }
+        Op::CumSum { axis, reverse } => {
+            let a = b.ints(&[*axis as i64], true);
+            b.node("CumSum", &[i[0], &a], out, vec![Attr::Int("reverse", i64::from(*reverse))]);
+        }
+        Op::Reshape { shape } => {
+            let s = b.ints(&to_ints(shape), false);
+            b.node("Reshape", &[i[0], &s], out, vec![]);
+        }
+        Op::BroadcastTo { shape } => {
+            let s = b.ints(&to_ints(shape), false);
+            b.node("Expand", &[i[0], &s], out, vec![]);
+        }
+        Op::Transpose { perm } => b.node("Transpose", &i, out, vec![Attr::Ints("perm", to_ints(perm))]),
+        Op::Concat { axis } => b.node("Concat", &i, out, vec![Attr::Int("axis", *axis as i64)]),
+        Op::Slice { start, step, len } => {
+            let dims = &g.node(g.inputs(n)[0]).ty.shape;
+            let (mut starts, mut ends, mut axes, mut steps) = (vec![], vec![], vec![], vec![]);
+            for d in 0..dims.len() {
+                if start[d] == 0 && step[d] == 1 && len[d] == dims[d] {
+                    continue;
+                }
+                let end = start[d] as i64 + len[d] as i64 * step[d];
+                starts.push(start[d] as i64);
+                // A negative end would count from the back: past the front
+                // of a backward slice is written as the lowest int.
+                ends.push(if end < 0 { i64::MIN } else { end });
+                axes.push(d as i64);
+                steps.push(step[d]);
+            }
+            if axes.is_empty() {
+                b.node("Identity", &i, out, vec![]);
+            } else {
+                let parts = [b.ints(&starts, false), b.ints(&ends, false), b.ints(&axes, false), b.ints(&steps, false)];
+                b.node("Slice", &[i[0], &parts[0], &parts[1], &parts[2], &parts[3]], out, vec![]);
+            }
+        }
+        Op::Pad { low, high, value } => {
+            let pads: Vec<i64> = low.iter().chain(high).map(|&p| p as i64).collect();
+            let p = b.ints(&pads, false);
+            let v = b.scalar(*value, ty.dtype)?;
+            b.node("Pad", &[i[0], &p, &v], out, vec![]);
+        }
+        Op::MatMul => b.node("MatMul", &i, out, vec![]),
+        Op::Conv2d { stride, padding, dilation, groups } => {
+            let w_shape = &g.node(g.inputs(n)[1]).ty.shape;
+            let x = b.step("Transpose", &[i[0]], vec![Attr::Ints("perm", vec![0, 3, 1, 2])]);
+            let w = b.step("Transpose", &[i[1]], vec![Attr::Ints("perm", vec![3, 2, 0, 1])]);
+            let [top, bottom, left, right] = padding.map(|p| p as i64);
+            let attrs = vec![
+                Attr::Ints("kernel_shape", to_ints(&w_shape[..2])),
+                Attr::Ints("strides", to_ints(stride)),
+                Attr::Ints("pads", vec![top, left, bottom, right]),
+                Attr::Ints("dilations", to_ints(dilation)),
+                Attr::Int("group", *groups as i64),
+            ];
+            let y = b.step("Conv", &[&x, &w], attrs);
+            b.node("Transpose", &[&y], out, vec![Attr::Ints("perm", vec![0, 2, 3, 1])]);
+        }
+        Op::Pool2d { kind, size, stride, padding } => {
+            let x = b.step("Transpose", &[i[0]], vec![Attr::Ints("perm", vec![0, 3, 1, 2])]);
+            let [top, bottom, left, right] = padding.map(|p| p as i64);
+            let mut attrs = vec![
+                Attr::Ints("kernel_shape", to_ints(size)),
+                Attr::Ints("strides", to_ints(stride)),
+                Attr::Ints("pads", vec![top, left, bottom, right]),
+            ];
+            let op = match kind {
+                PoolKind::Max => "MaxPool",
+                PoolKind::Avg => {
+                    attrs.push(Attr::Int("count_include_pad", 0));
+                    "AveragePool"
+                }
+            };
+            let y = b.step(op, &[&x], attrs);
+            b.node("Transpose", &[&y], out, vec![Attr::Ints("perm", vec![0, 2, 3, 1])]);
+        }
+        Op::OneHot { depth, dtype } => {
+            // `indices[..., None] == arange(depth)`: ONNX's own OneHot has
+            // kernels in ONNX Runtime for only some index and value types.
+            let index_dtype = in_dtype.unwrap_or(DType::I32);
+            let classes = b.temp();
+            let range: Vec<i64> = (0..*depth as i64).collect();
+            let t = Tensor::from_literal(&crate::ir::Literal::Int(range), &TensorType::new(index_dtype, vec![*depth]))?;
+            b.initializers.push(tensor_proto(&classes, &t)?);
+            let axis = b.ints(&[-1], false);
+            let u = b.step("Unsqueeze", &[i[0], &axis], vec![]);
+            if *dtype == DType::Bool {
+                b.node("Equal", &[&u, &classes], out, vec![]);
+            } else {
+                let e = b.step("Equal", &[&u, &classes], vec![]);
+                b.node("Cast", &[&e], out, vec![Attr::Int("to", onnx_dtype(*dtype))]);
+            }
+        }
+        Op::Gather { axis } => b.node("Gather", &i, out, vec![Attr::Int("axis", *axis as i64)]),
+        Op::StopGradient => b.node("Identity", &i, out, vec![]),
+        other => {
+            return Err(Diagnostic::new(Code::OnnxExport, format!("`{}` has no ONNX form here", other.name()))
+                .label(node.span, "this op"))
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broadcast_shape;
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        assert_eq!(broadcast_shape(&[&[2, 3], &[3]]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shape(&[&[2, 1], &[1, 3]]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shape(&[&[2, 3], &[]]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shape(&[&[2, 3], &[2]]), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! ONNX, the interchange format for trained models: writing a program's
+//! `export fn`s as ONNX models (export.rs) in the protocol-buffer wire
+//! format (proto.rs).
+
+pub mod export;
+pub mod proto;
+
+pub use export::OnnxPlan;
