@@ -646,6 +646,29 @@ fn bench_times_inference_through_metrics() {
     assert!(labels.iter().any(|l| l.starts_with("gemm 256x64 @ 64x")), "{labels:?}");
 }
 
+/// An `export fn` is timed as a call of the compiled function, after the
+/// program's statements, with the weights the program loaded.
+#[test]
+fn bench_times_exported_functions() {
+    let o =
+        tfc(&["bench", "examples/bench/mlp_infer.tfl", "--steps", "3", "--warmup", "1", "--json", "--threads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let results: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let names: Vec<&str> = results.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["export logits1", "export logits64"], "{text}");
+    for r in &results {
+        assert_eq!(r["kind"], "export");
+        assert_eq!(r["backend"], "jit");
+        assert!(r["step_ms"]["median"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // Row 0 of a ramp input through the peers' weights: the same logit in
+    // both calls (one row of the batch of 64 is the same input).
+    let v1 = results[0]["value"].as_f64().unwrap();
+    let v64 = results[1]["value"].as_f64().unwrap();
+    assert!((v1 - v64).abs() < 1e-5 && v1 != 0.0, "{v1} {v64}");
+}
+
 /// `--profile` times every step of the compiled training step: the JSON
 /// lists them slowest first, with labels that say what each computes, and
 /// their times add up to about the step's; the interpreter has no steps

@@ -12,7 +12,11 @@
 //!   "loss_last": …}`
 //!
 //! and one per metric, with `"kind": "inference"` and the metric's `"value"`
-//! on the batch (after the training the bench ran) instead of the losses.
+//! on the batch (after the training the bench ran) instead of the losses;
+//! and one per `export fn`, with `"kind": "export"`, timed as a user's
+//! program would call it in process (fixed inputs of its parameter types,
+//! the weights the program ends with), its first output's first element
+//! as `"value"`.
 //!
 //! With `--profile`, each step of the compiled training step (a fused
 //! kernel, a matrix product, a convolution…) is timed during the timed
@@ -87,6 +91,10 @@ pub fn bench(session: &mut Session, args: &BenchArgs) -> Result<(), Vec<Diagnost
                 // Later statements read the metric.
                 ex.run_effect(effect).map_err(|d| vec![d])?;
             }
+            Effect::Export(x) => {
+                let r = bench_export(&mut ex, x, args, front_ms).map_err(|d| vec![d])?;
+                print_result(&r, args, "call", "calls", &format!("output[0] {}", r["value"]));
+            }
             other => ex.run_effect(other).map_err(|d| vec![d])?,
         }
     }
@@ -159,6 +167,42 @@ fn bench_metric(
         Ok(out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN))
     })?;
     let mut json = timed.json(ex, region, "inference", compiled.unit(), compile_ms, args);
+    json["value"] = timed.last.into();
+    Ok(json)
+}
+
+/// Times an `export fn` called in process on fixed inputs of its
+/// parameters' types (a ramp in [-0.5, 0.5) for floats, zeros for ints and
+/// bools), with the values the program ended with: the inference a user of
+/// the exported function runs.
+fn bench_export(
+    ex: &mut Executor,
+    export: &crate::ir::plan::ExportPlan,
+    args: &BenchArgs,
+    front_ms: f64,
+) -> Result<serde_json::Value, Diagnostic> {
+    let inputs: Vec<Tensor> = export
+        .region
+        .inputs
+        .iter()
+        .map(|(_, ty)| {
+            let n = ty.numel();
+            let lit = match ty.dtype {
+                DType::I32 | DType::I64 => Literal::Int(vec![0; n]),
+                DType::Bool => Literal::Bool(vec![false; n]),
+                _ => Literal::Float((0..n).map(|i| ((i * 7919) % 1000) as f64 / 1000.0 - 0.5).collect()),
+            };
+            Tensor::from_literal(&lit, ty)
+        })
+        .collect::<Result<_, _>>()?;
+    let t = Instant::now();
+    let compiled = ex.compile_region(&export.region)?;
+    let compile_ms = front_ms + t.elapsed().as_secs_f64() * 1e3;
+    let timed = time_runs(args, compiled.unit(), |_| {
+        let out = ex.run_region(&compiled, &inputs)?;
+        Ok(out.first().and_then(|t| t.to_f64_vec().first().copied()).unwrap_or(f64::NAN))
+    })?;
+    let mut json = timed.json(ex, &export.region, "export", compiled.unit(), compile_ms, args);
     json["value"] = timed.last.into();
     Ok(json)
 }
