@@ -151,6 +151,11 @@ impl SafeFile {
     /// Reads `path` and parses its header; a short file or bad JSON is an error.
     pub fn read(path: &Path) -> Result<SafeFile, Diagnostic> {
         let bytes = std::fs::read(path).map_err(|e| io_error(path, "read", e))?;
+        SafeFile::parse(path, bytes)
+    }
+
+    /// Parses the header of `bytes`, the contents of `path`.
+    pub fn parse(path: &Path, bytes: Vec<u8>) -> Result<SafeFile, Diagnostic> {
         let bad = |msg: String| {
             Diagnostic::new(Code::Io, format!("`{}` is not a valid safetensors file: {msg}", path.display()))
         };

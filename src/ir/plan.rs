@@ -30,13 +30,25 @@ pub struct Region {
 /// annotated types. Its region's inputs are the parameters in order, its
 /// outputs the function's results (a tuple's parts in order); the values it
 /// captures (a model's parameters) are those the program ends with.
+///
+/// A parameter type may have one symbolic size (`x: f32[B, 784]`, the
+/// batch): then `region` is the function at `B = EXPORT_SIZE` and `probe`
+/// the same function traced again at `B = EXPORT_PROBE_SIZE`, which ONNX
+/// export compares with it to find every size that scales with `B`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExportPlan {
     pub name: String,
     pub params: Vec<String>,
     pub region: Region,
     pub span: Span,
+    /// The symbolic size's name and its second trace, if there is one.
+    pub symbolic: Option<(String, Region)>,
 }
+
+/// The size a symbolic dimension of an `export fn` is traced at (what
+/// `tfc bench` times), and the size of its second trace.
+pub const EXPORT_SIZE: usize = 8;
+pub const EXPORT_PROBE_SIZE: usize = 5;
 
 /// A region's identity, unique in its program (the tracer numbers regions
 /// as it creates them; `vectorize_maps` numbers its batched regions after

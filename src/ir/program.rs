@@ -120,7 +120,10 @@ impl Effect {
             }
             Effect::Collect { data, .. } => dataset(data, &mut out),
             Effect::Save { tensors, .. } => out.extend(tensors.iter().map(|(_, id)| *id)),
-            Effect::Export(x) => out.extend(&x.region.outputs),
+            Effect::Export(x) => {
+                out.extend(&x.region.outputs);
+                out.extend(x.symbolic.iter().flat_map(|(_, r)| &r.outputs));
+            }
         }
         out
     }
@@ -174,7 +177,10 @@ impl Program {
                 Effect::Collect { data, .. } => dataset(data, f),
                 Effect::Save { tensors, .. } => tensors.iter_mut().for_each(|(_, id)| f(id)),
                 Effect::Load { states, .. } => states.iter_mut().for_each(|(_, _, _, id)| f(id)),
-                Effect::Export(x) => x.region.outputs.iter_mut().for_each(&mut *f),
+                Effect::Export(x) => {
+                    x.region.outputs.iter_mut().for_each(&mut *f);
+                    x.symbolic.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                }
             }
         }
     }

@@ -111,7 +111,12 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                 }
             }
             Effect::Collect { data: d, .. } => data(d, &format!("collect {e} data"), &mut out),
-            Effect::Export(x) => out.push(plain(format!("export {}", x.name), &x.region)),
+            Effect::Export(x) => {
+                out.push(plain(format!("export {}", x.name), &x.region));
+                if let Some((size, probe)) = &x.symbolic {
+                    out.push(plain(format!("export {} (probe of {size})", x.name), probe));
+                }
+            }
             _ => {}
         }
     }

@@ -16,7 +16,7 @@
 use super::value::{Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::ExportPlan;
+use crate::ir::plan::{ExportPlan, EXPORT_PROBE_SIZE, EXPORT_SIZE};
 use crate::ir::{Effect, TensorType};
 use crate::syntax::ast::{self, DimExpr, TypeKind};
 use std::rc::Rc;
@@ -62,9 +62,69 @@ impl Tracer<'_> {
 
     fn trace_export(&mut self, pending: &PendingExport) -> TResult<ExportPlan> {
         let def = &pending.def;
+        let symbol = self.export_symbol(def, &pending.env)?;
+        let region = self.trace_export_at(pending, symbol.as_ref().map(|s| (s.as_str(), EXPORT_SIZE)))?;
+        let symbolic = match symbol {
+            Some(name) => {
+                let probe = self.trace_export_at(pending, Some((name.as_str(), EXPORT_PROBE_SIZE)))?;
+                Some((name, probe))
+            }
+            None => None,
+        };
+        let params = def.params.iter().map(|p| p.name.name.clone()).collect();
+        Ok(ExportPlan { name: def.name.name.clone(), params, region, span: def.name.span, symbolic })
+    }
+
+    /// The one size name the parameters' types leave open (`B` in
+    /// `f32[B, 784]` when no `const B` exists), if any; two are E0340.
+    fn export_symbol(&mut self, def: &ast::FnDef, env: &Rc<Scope>) -> TResult<Option<String>> {
+        let mut found: Option<&ast::Ident> = None;
+        for p in &def.params {
+            let Some(ast::TypeExpr { kind: TypeKind::Tensor { dims, .. }, .. }) = &p.ty else { continue };
+            for dim in dims {
+                let DimExpr::Symbol(id) = dim else { continue };
+                if matches!(env.get(&id.name), Some(Value::Int(_))) {
+                    continue;
+                }
+                match found {
+                    Some(first) if first.name != id.name => {
+                        return Err(Diagnostic::new(
+                            Code::ExportType,
+                            format!(
+                                "exported `{}` leaves two sizes open, `{}` and `{}`",
+                                def.name.name, first.name, id.name
+                            ),
+                        )
+                        .label(id.span, "a second open size")
+                        .label(first.span, "the first")
+                        .help("one size may stay open (the batch); give the others values, e.g. `const T = 128`")
+                        .into())
+                    }
+                    _ => found = Some(id),
+                }
+            }
+        }
+        Ok(found.map(|id| id.name.clone()))
+    }
+
+    /// The export's region with its open size (if any) at `size`.
+    fn trace_export_at(
+        &mut self,
+        pending: &PendingExport,
+        size: Option<(&str, usize)>,
+    ) -> TResult<crate::ir::plan::Region> {
+        let def = &pending.def;
+        let env = match size {
+            Some((name, n)) => {
+                let scope = self.scopes.child(&pending.env);
+                scope.set(name, Value::Int(n as i64));
+                scope
+            }
+            None => pending.env.clone(),
+        };
         let mut types = Vec::with_capacity(def.params.len());
         for p in &def.params {
-            types.push(self.fixed_type(def, p, &pending.env)?);
+            types.push(self.fixed_type(def, p, &env)?);
         }
         let (inputs, args) = self.slots_for(&types, def.span);
         let f = Value::Func(Rc::new(super::call::closure_of(def, &pending.env)));
@@ -93,9 +153,7 @@ impl Tracer<'_> {
                 }
             }
         }
-        let region = crate::ir::plan::Region { id: self.new_region(), inputs, outputs };
-        let params = def.params.iter().map(|p| p.name.name.clone()).collect();
-        Ok(ExportPlan { name: def.name.name.clone(), params, region, span: def.name.span })
+        Ok(crate::ir::plan::Region { id: self.new_region(), inputs, outputs })
     }
 
     /// The fixed tensor type a parameter of an export is annotated with.
@@ -119,7 +177,7 @@ impl Tracer<'_> {
                 DimExpr::Known(n, _) => *n,
                 DimExpr::Symbol(id) => match env.get(&id.name) {
                     Some(Value::Int(n)) => n,
-                    _ => return Err(refuse(id.span, format!("has a size `{}` that is not known", id.name))),
+                    _ => return Err(Diagnostic::internal(format!("export: the size `{}` is unbound", id.name)).into()),
                 },
                 DimExpr::Computed { expr, text } => self.computed_dim(expr, text, env)?,
                 DimExpr::Infer(span) => return Err(refuse(*span, "has a size `_` that is not known".into())),

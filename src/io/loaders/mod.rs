@@ -159,35 +159,67 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
         }
         FileFormat::Npy => {
             let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
-            let bytes = read_bytes(p)?;
-            if bytes.starts_with(b"PK") {
-                for (name, member) in zip::members(p, &bytes)? {
-                    let (ty, tensor) = npy::read(p, &format!("`{name}` in "), &member, data)?;
-                    cols.push(Column { path: p.to_path_buf(), ty, tensor });
-                }
-                if cols.is_empty() {
-                    return Err(fail(p, None, "the archive holds no `.npy` arrays"));
-                }
-            } else {
-                let (ty, tensor) = npy::read(p, "", &bytes, data)?;
+            for (ty, tensor) in npy_arrays(p, &read_bytes(p)?, data)? {
                 cols.push(Column { path: p.to_path_buf(), ty, tensor });
             }
         }
         FileFormat::Safetensors => {
             let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
             let file = super::checkpoint::SafeFile::read(p)?;
-            let names: Vec<String> = if keys.is_empty() { file.names() } else { keys.to_vec() };
-            if names.is_empty() {
-                return Err(fail(p, None, "the file holds no tensors"));
-            }
-            for name in &names {
-                let (ty, tensor) = file.tensor(name, data)?;
+            for (ty, tensor) in safetensors_arrays(p, &file, keys, data)? {
                 cols.push(Column { path: p.to_path_buf(), ty, tensor });
             }
         }
     }
     check_counts(&cols)?;
     Ok(cols)
+}
+
+/// The arrays of a `.npy` file or an `.npz` archive (a zip of `.npy`
+/// members, which must hold at least one).
+fn npy_arrays(p: &Path, bytes: &[u8], data: bool) -> Result<Vec<(TensorType, Option<Tensor>)>, Diagnostic> {
+    if !bytes.starts_with(b"PK") {
+        return Ok(vec![npy::read(p, "", bytes, data)?]);
+    }
+    let members = zip::members(p, bytes)?;
+    if members.is_empty() {
+        return Err(fail(p, None, "the archive holds no `.npy` arrays"));
+    }
+    members.iter().map(|(name, member)| npy::read(p, &format!("`{name}` in "), member, data)).collect()
+}
+
+/// The tensors `keys` names in a safetensors file (all, by name, when
+/// `keys` is empty; the file must hold at least one).
+fn safetensors_arrays(
+    p: &Path,
+    file: &super::checkpoint::SafeFile,
+    keys: &[String],
+    data: bool,
+) -> Result<Vec<(TensorType, Option<Tensor>)>, Diagnostic> {
+    let names: Vec<String> = if keys.is_empty() { file.names() } else { keys.to_vec() };
+    if names.is_empty() {
+        return Err(fail(p, None, "the file holds no tensors"));
+    }
+    names.iter().map(|name| file.tensor(name, data)).collect()
+}
+
+/// Every array that a data file of `format` holds, decoded from its bytes
+/// (IDX as f32; uncompressed): the loaders' parsers over untrusted input,
+/// each problem a diagnostic. The fuzz targets (`fuzz/`) drive this.
+pub fn decode_bytes(format: FileFormat, bytes: &[u8]) -> Result<Vec<Tensor>, Diagnostic> {
+    let p = Path::new("<bytes>");
+    let arrays = match format {
+        FileFormat::Idx => vec![idx::read(p, bytes, bytes.len(), DType::F32, true)?],
+        FileFormat::Npy => npy_arrays(p, bytes, true)?,
+        FileFormat::Safetensors => {
+            let file = super::checkpoint::SafeFile::parse(p, bytes.to_vec())?;
+            safetensors_arrays(p, &file, &[], true)?
+        }
+    };
+    arrays
+        .into_iter()
+        .map(|(_, t)| t.ok_or_else(|| Diagnostic::internal("loaders: data requested but not decoded")))
+        .collect()
 }
 
 /// Every column needs rank ≥ 1 and the same length along its first axis.
@@ -213,4 +245,45 @@ fn check_counts(cols: &[Column]) -> Result<(), Diagnostic> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_bytes;
+    use crate::diag::Code;
+    use crate::ir::plan::FileFormat;
+
+    fn npy_2x3() -> Vec<u8> {
+        let mut h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".to_string();
+        while !(10 + h.len() + 1).is_multiple_of(64) {
+            h.push(' ');
+        }
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        (1..=6).for_each(|v: i32| b.extend((v as f32).to_le_bytes()));
+        b
+    }
+
+    #[test]
+    fn bytes_decode_like_files_and_damage_is_a_diagnostic() {
+        let t = decode_bytes(FileFormat::Npy, &npy_2x3()).unwrap();
+        assert_eq!((t.len(), t[0].shape(), t[0].to_f64_vec()), (1, &[2, 3][..], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+        // Every prefix of a valid file is refused with a message, never a panic.
+        let whole = npy_2x3();
+        for n in 0..whole.len() {
+            let e = decode_bytes(FileFormat::Npy, &whole[..n]).unwrap_err();
+            assert_ne!(e.code, Code::Internal, "{e:?}");
+        }
+        let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let mut st = (json.len() as u64).to_le_bytes().to_vec();
+        st.extend(json);
+        st.extend([0, 0, 128, 63, 0, 0, 0, 64]);
+        assert_eq!(decode_bytes(FileFormat::Safetensors, &st).unwrap()[0].to_f64_vec(), vec![1.0, 2.0]);
+        assert!(decode_bytes(FileFormat::Safetensors, &st[..st.len() - 1]).is_err());
+        let idx = [0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 7, 9];
+        assert_eq!(decode_bytes(FileFormat::Idx, &idx).unwrap()[0].to_f64_vec(), vec![7.0, 9.0]);
+        assert!(decode_bytes(FileFormat::Idx, &idx[..13]).is_err());
+    }
 }

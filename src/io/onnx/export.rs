@@ -20,6 +20,7 @@
 //! `output`.
 
 use super::proto::Message;
+use super::symbolic::{Dim, Scaling};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::plan::ExportPlan;
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp};
@@ -44,6 +45,19 @@ pub struct OnnxPlan<'g> {
     /// Each operator node's operands, after leaving out broadcasts that
     /// ONNX's broadcasting operators do themselves.
     operands: HashMap<NodeId, Vec<NodeId>>,
+    /// With an open size: its name, the dimensions that scale with it, and
+    /// a parameter axis that is exactly it (for shapes computed at run time).
+    open: Option<OpenSize>,
+}
+
+/// An export's open size (`B`) and where ONNX finds its value.
+struct OpenSize {
+    name: String,
+    scaling: Scaling,
+    /// A parameter and axis whose size is `B`.
+    source: (String, usize),
+    /// Constants that repeat one row along `B`: that row.
+    repeated: HashMap<NodeId, Tensor>,
 }
 
 impl<'g> OnnxPlan<'g> {
@@ -62,7 +76,27 @@ impl<'g> OnnxPlan<'g> {
             leaves: Vec::new(),
             inputs: HashMap::default(),
             operands: HashMap::default(),
+            open: None,
         };
+        if let Some((name, probe)) = &export.symbolic {
+            let super::symbolic::Comparison { scaling, repeated } =
+                super::symbolic::compare(graph, &export.region, probe, name, export.span)?;
+            let source = export.region.inputs.iter().enumerate().find_map(|(i, (slot, _))| {
+                let node = order.iter().copied().find(|&n| {
+                    matches!(&graph.node(n).op, Op::Slot { slot: s, .. } if s == slot) && vary.contains(&n)
+                })?;
+                let axis = scaling.get(&node)?.iter().position(|d| *d == Dim::Scaled(1))?;
+                Some((export.params[i].clone(), axis))
+            });
+            let source = source.ok_or_else(|| {
+                Diagnostic::new(
+                    Code::ExportType,
+                    format!("no parameter of `{}` has the size `{name}` itself", export.name),
+                )
+                .label(export.span, "exported here")
+            })?;
+            plan.open = Some(OpenSize { name: name.clone(), scaling, source, repeated });
+        }
         let mut seen: HashSet<NodeId> = HashSet::default();
         let mut stack: Vec<NodeId> = export.region.outputs.clone();
         while let Some(n) = stack.pop() {
@@ -86,6 +120,14 @@ impl<'g> OnnxPlan<'g> {
         Ok(plan)
     }
 
+    /// A node's dimensions: fixed, or with an open size those that scale.
+    fn dims_of(&self, n: NodeId) -> Vec<Dim> {
+        match self.open.as_ref().and_then(|o| o.scaling.get(&n)) {
+            Some(dims) => dims.clone(),
+            None => self.graph.node(n).ty.shape.iter().map(|&d| Dim::Fixed(d)).collect(),
+        }
+    }
+
     /// The captured values whose data [`OnnxPlan::write`] needs.
     pub fn leaves(&self) -> &[NodeId] {
         &self.leaves
@@ -100,6 +142,22 @@ impl<'g> OnnxPlan<'g> {
             )
             .label(node.span, format!("this `{}`", node.op.name()))
             .label(self.export.span, "exported here"));
+        }
+        if let (Some(open), Op::Slice { start, step, len }) = (&self.open, &node.op) {
+            let dims = &self.graph.node(self.graph.inputs(n)[0]).ty.shape;
+            let scaled = open.scaling.get(&n).cloned().unwrap_or_default();
+            let partial = |d: usize| !(start[d] == 0 && step[d] == 1 && len[d] == dims[d]);
+            if let Some(d) = (0..len.len()).find(|&d| matches!(scaled.get(d), Some(Dim::Scaled(_))) && partial(d)) {
+                return Err(Diagnostic::new(
+                    Code::OnnxExport,
+                    format!(
+                        "`{}` cannot keep `{}` open: it slices part of axis {d}, which grows with it",
+                        self.export.name, open.name
+                    ),
+                )
+                .label(node.span, "this slice")
+                .label(self.export.span, "exported here"));
+            }
         }
         let operands = self.effective_operands(n);
         stack.extend(operands.iter().copied());
@@ -149,6 +207,16 @@ impl<'g> OnnxPlan<'g> {
             used.insert(self.export.params[i].clone());
         }
         for &n in &self.leaves {
+            if let Some((open, row)) = self.open.as_ref().and_then(|o| Some((o, o.repeated.get(&n)?))) {
+                // A constant of `B` rows: one row, expanded to the batch.
+                let row_name = format!("c{}_row", n.index());
+                b.initializers.push(tensor_proto(&row_name, row)?);
+                let shape = b.shape(&self.graph.node(n).ty.shape, Some((open, &open.scaling[&n])), false);
+                let label = format!("c{}", n.index());
+                b.node("Expand", &[&row_name, &shape], &label, vec![]);
+                name.insert(n, label);
+                continue;
+            }
             let t = values.get(&n).ok_or_else(|| Diagnostic::internal(format!("onnx: no value for {n:?}")))?;
             let mut label = names.get(&n).cloned().unwrap_or_else(|| format!("c{}", n.index()));
             if !used.insert(label.clone()) {
@@ -161,7 +229,7 @@ impl<'g> OnnxPlan<'g> {
         for &n in &self.ops {
             let ins: Vec<String> = self.operands[&n].iter().map(|o| name[o].clone()).collect();
             let out = format!("t{}", n.index());
-            emit(self.graph, n, &ins, &out, &mut b)?;
+            emit(self.graph, n, &ins, &out, &mut b, self.open.as_ref())?;
             name.insert(n, out);
         }
         let outputs = &self.export.region.outputs;
@@ -169,7 +237,8 @@ impl<'g> OnnxPlan<'g> {
         let mut graph_outputs = Vec::new();
         for (i, &o) in outputs.iter().enumerate() {
             b.node("Identity", &[name[&o].as_str()], &out_name(i), vec![]);
-            graph_outputs.push(value_info(&out_name(i), &self.graph.node(o).ty)?);
+            let ty = &self.graph.node(o).ty;
+            graph_outputs.push(value_info(&out_name(i), ty, &self.dims_of(o), self.open.as_ref()));
         }
         let mut graph = Message::new();
         for node in &b.nodes {
@@ -180,7 +249,11 @@ impl<'g> OnnxPlan<'g> {
             graph = graph.message(5, init);
         }
         for (i, (_, ty)) in self.export.region.inputs.iter().enumerate() {
-            graph = graph.message(11, &value_info(&self.export.params[i], ty)?);
+            let dims = match &self.export.symbolic {
+                Some((_, probe)) => scaled_dims(&ty.shape, &probe.inputs[i].1.shape),
+                None => ty.shape.iter().map(|&d| Dim::Fixed(d)).collect(),
+            };
+            graph = graph.message(11, &value_info(&self.export.params[i], ty, &dims, self.open.as_ref()));
         }
         for o in &graph_outputs {
             graph = graph.message(12, o);
@@ -279,14 +352,30 @@ fn onnx_dtype(d: DType) -> i64 {
     }
 }
 
-/// A `ValueInfoProto`: a name and a tensor type of fixed sizes.
-fn value_info(name: &str, ty: &TensorType) -> Result<Message, Diagnostic> {
+/// A `ValueInfoProto`: a name and a tensor type whose dimensions are fixed
+/// sizes or, with an open size `B`, named by it (`B`, `2*B`).
+fn value_info(name: &str, ty: &TensorType, dims: &[Dim], open: Option<&OpenSize>) -> Message {
     let mut shape = Message::new();
-    for &d in &ty.shape {
-        shape = shape.message(1, &Message::new().int(1, d as i64));
+    for d in dims {
+        let dim = match (d, open) {
+            (Dim::Scaled(1), Some(o)) => Message::new().text(2, &o.name),
+            (Dim::Scaled(k), Some(o)) => Message::new().text(2, &format!("{k}*{}", o.name)),
+            (Dim::Fixed(n), _) | (Dim::Scaled(n), None) => Message::new().int(1, *n as i64),
+        };
+        shape = shape.message(1, &dim);
     }
     let tensor = Message::new().int(1, onnx_dtype(ty.dtype)).message(2, &shape);
-    Ok(Message::new().text(1, name).message(2, &Message::new().message(1, &tensor)))
+    Message::new().text(1, name).message(2, &Message::new().message(1, &tensor))
+}
+
+/// The dimensions of a type traced at both sizes: equal sizes are fixed,
+/// the others `k · B` (as `symbolic::compare` checked for every node).
+fn scaled_dims(first: &[usize], probe: &[usize]) -> Vec<Dim> {
+    first
+        .iter()
+        .zip(probe)
+        .map(|(&a, &b)| if a == b { Dim::Fixed(a) } else { Dim::Scaled(a / crate::ir::plan::EXPORT_SIZE) })
+        .collect()
 }
 
 /// A `TensorProto` holding `t`'s elements as little-endian raw data.
@@ -359,6 +448,39 @@ impl Builder {
         name
     }
 
+    /// A shape operand (`Reshape`, `Expand`): `fixed`, or with dimensions
+    /// that scale with an open size, computed from it at run time — as
+    /// `-1` when `infer` allows it and one dimension scales (a reshape
+    /// infers it), else as `shape(param)[axis] · k` joined with the fixed
+    /// sizes.
+    fn shape(&mut self, fixed: &[usize], open: Option<(&OpenSize, &Vec<Dim>)>, infer: bool) -> String {
+        let Some((open, dims)) = open else {
+            return self.ints(&fixed.iter().map(|&d| d as i64).collect::<Vec<_>>(), false);
+        };
+        let scaled = dims.iter().filter(|d| matches!(d, Dim::Scaled(_))).count();
+        if infer && scaled == 1 {
+            let v: Vec<i64> = dims.iter().map(|d| if let Dim::Fixed(n) = d { *n as i64 } else { -1 }).collect();
+            return self.ints(&v, false);
+        }
+        let (param, axis) = &open.source;
+        let whole = self.step("Shape", &[param], vec![]);
+        let at = self.ints(&[*axis as i64], false);
+        let size = self.step("Gather", &[&whole, &at], vec![Attr::Int("axis", 0)]);
+        let pieces: Vec<String> = dims
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => self.ints(&[*n as i64], false),
+                Dim::Scaled(1) => size.clone(),
+                Dim::Scaled(k) => {
+                    let k = self.ints(&[*k as i64], false);
+                    self.step("Mul", &[&size, &k], vec![])
+                }
+            })
+            .collect();
+        let refs: Vec<&str> = pieces.iter().map(String::as_str).collect();
+        self.step("Concat", &refs, vec![Attr::Int("axis", 0)])
+    }
+
     /// A scalar of `dtype`.
     fn scalar(&mut self, v: f64, dtype: DType) -> Result<String, Diagnostic> {
         let name = self.temp();
@@ -381,7 +503,14 @@ impl Builder {
 }
 
 /// Writes the ONNX operators computing node `n` from `ins` into `out`.
-fn emit(g: &Graph, n: NodeId, ins: &[String], out: &str, b: &mut Builder) -> Result<(), Diagnostic> {
+fn emit(
+    g: &Graph,
+    n: NodeId,
+    ins: &[String],
+    out: &str,
+    b: &mut Builder,
+    open: Option<&OpenSize>,
+) -> Result<(), Diagnostic> {
     let node = g.node(n);
     let ty = &node.ty;
     let i: Vec<&str> = ins.iter().map(String::as_str).collect();
@@ -489,11 +618,11 @@ fn emit(g: &Graph, n: NodeId, ins: &[String], out: &str, b: &mut Builder) -> Res
             b.node("CumSum", &[i[0], &a], out, vec![Attr::Int("reverse", i64::from(*reverse))]);
         }
         Op::Reshape { shape } => {
-            let s = b.ints(&to_ints(shape), false);
+            let s = b.shape(shape, open.and_then(|o| Some((o, o.scaling.get(&n)?))), true);
             b.node("Reshape", &[i[0], &s], out, vec![]);
         }
         Op::BroadcastTo { shape } => {
-            let s = b.ints(&to_ints(shape), false);
+            let s = b.shape(shape, open.and_then(|o| Some((o, o.scaling.get(&n)?))), false);
             b.node("Expand", &[i[0], &s], out, vec![]);
         }
         Op::Transpose { perm } => b.node("Transpose", &i, out, vec![Attr::Ints("perm", to_ints(perm))]),

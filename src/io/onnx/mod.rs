@@ -4,5 +4,6 @@
 
 pub mod export;
 pub mod proto;
+pub mod symbolic;
 
 pub use export::OnnxPlan;
