@@ -233,9 +233,10 @@ export fn ops(a: f32[3, 4], k: i32[3, 4]) {
     let c = concat((a[::-1, 1:3], transpose(transpose(a, [1, 0])[::-2, :], [1, 0]) ^ 2.0), axis = 1)
     let p = pad(a, [1, 0, 0, 2], value = 0.5)
     (m + r + s + w, c, cumsum(a, axis = 1), prod(a, axis = 0), min(a, axis = 1, keepdims = true), p,
-     maximum(a, 0.25) - minimum(a, -0.25), mean(variance(a, axis = 0)), cast(k, f32) / 7.0)
+     maximum(a, 0.25) - minimum(a, -0.25), mean(variance(a, axis = 0)), cast(k, f32) / 7.0,
+     (k - 3) / 2 + (3 - k) / -2 + k ^ 2, argsort(a, axis = 1), sort(a, axis = 0, descending = true))
 }
-let (o1, o2, o3, o4, o5, o6, o7, o8, o9) = ops(a, k)
+let (o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12) = ops(a, k)
 print(o1, full = true)
 print(o2, full = true)
 print(o3, full = true)
@@ -245,6 +246,9 @@ print(o6, full = true)
 print(o7, full = true)
 print(o8, full = true)
 print(o9, full = true)
+print(o10, full = true)
+print(o11, full = true)
+print(o12, full = true)
 "#;
     let (code, stdout, stderr) = build(&dir, program, &[]);
     assert_eq!(code, Some(0), "{stderr}");
@@ -280,7 +284,7 @@ fn exports_that_cannot_be_written_are_diagnostics() {
     refused(&dir, "export fn f(x: f32[2]) = x\nexport fn f(x: f32[3]) = x\n", &[], &["E0203", "exported twice"]);
     let scan = "export fn f(xs: f32[4, 2]) = scan(fn(c, x) = (c + x, c), zeros([2]), xs)[1]\n";
     refused(&dir, scan, &[], &["E0341", "`scan` loops are not exported yet", "exported here"]);
-    refused(&dir, "export fn f(a: i32[2]) = a / 2\n", &[], &["E0341", "integer"]);
+    refused(&dir, "export fn f(a: bool[2, 2]) = a @ a\n", &[], &["E0341", "matrix product of bools"]);
     // `--emit onnx` writes a binary file: it needs `-o`.
     put(&dir, "main.tfl", b"export fn f(x: f32[2]) = x\n");
     let out = Command::new(env!("CARGO_BIN_EXE_tfc"))

@@ -11,8 +11,10 @@
 //! rounding of a different summation order: tfc's NHWC convolutions and
 //! pools become ONNX's NCHW ones between transposes (ONNX Runtime folds
 //! them), broadcasts that an operator's own broadcasting covers are left
-//! out, `log1p`/`expm1`/`rsqrt` become two operators, and float `%` is
-//! written as `a - floor(a / b) * b`.
+//! out, `log1p`/`expm1`/`rsqrt` become two operators, float `%` is written
+//! as `a - floor(a / b) * b`, integer `/` (floor division) as ONNX's
+//! truncating `Div` corrected where the signs differ, and `argsort` as a
+//! `TopK` over the whole axis (NaNs may order differently).
 //!
 //! Example: `export fn predict(x: f32[64, 784]) = net(x)` for a two-layer
 //! MLP writes `MatMul, Add, Relu, MatMul, Add, Identity` over input `x`
@@ -303,14 +305,9 @@ pub fn value_names(program: &crate::ir::Program) -> HashMap<NodeId, String> {
 /// Why `op` has no ONNX form here, or `None` when it has one.
 fn unsupported(op: &Op, inputs: &[NodeId], g: &Graph) -> Option<String> {
     let dtype = |i: usize| inputs.get(i).map(|&n| g.node(n).ty.dtype);
-    let int = |d: Option<DType>| matches!(d, Some(DType::I32 | DType::I64));
     match op {
-        Op::Binary(BinaryOp::Div | BinaryOp::Pow) if int(dtype(0)) => {
-            Some("integer `/` and `^` (floor division and exact powers) have no ONNX operator".into())
-        }
         Op::MatMul if dtype(0) == Some(DType::Bool) => Some("a matrix product of bools has no ONNX operator".into()),
         Op::Scan(_) => Some("`scan` loops are not exported yet".into()),
-        Op::ArgSort { .. } => Some("`argsort`/`sort`/`top_k` are not exported yet".into()),
         Op::Random { .. } => Some("random numbers drawn on every call have no ONNX form here".into()),
         Op::ScatterAdd { .. }
         | Op::Conv2dGradInput { .. }
@@ -422,11 +419,19 @@ struct Builder {
 
 impl Builder {
     fn node(&mut self, op: &str, ins: &[&str], out: &str, attrs: Vec<Attr>) {
+        self.node_outputs(op, ins, &[out], attrs)
+    }
+
+    /// A node with several outputs (`TopK`'s values and indices).
+    fn node_outputs(&mut self, op: &str, ins: &[&str], outs: &[&str], attrs: Vec<Attr>) {
         let mut m = Message::new();
         for i in ins {
             m = m.text(1, i);
         }
-        m = m.text(2, out).text(3, &format!("{op}_{}", self.nodes.len())).text(4, op);
+        for o in outs {
+            m = m.text(2, o);
+        }
+        m = m.text(3, &format!("{op}_{}", self.nodes.len())).text(4, op);
         for a in &attrs {
             m = m.message(5, &a.proto());
         }
@@ -557,6 +562,21 @@ fn emit(
         }
         Op::Binary(op) => {
             let simple = match op {
+                BinaryOp::Div if matches!(in_dtype, Some(DType::I32 | DType::I64)) => {
+                    // Floor division: ONNX's `Div` truncates, so subtract one
+                    // where the remainder is not zero and the signs differ.
+                    let q = b.step("Div", &i, vec![]);
+                    let r = b.step("Mod", &i, vec![Attr::Int("fmod", 1)]);
+                    let zero = b.scalar(0.0, ty.dtype)?;
+                    let exact = b.step("Equal", &[&r, &zero], vec![]);
+                    let inexact = b.step("Not", &[&exact], vec![]);
+                    let (na, nb) = (b.step("Less", &[i[0], &zero], vec![]), b.step("Less", &[i[1], &zero], vec![]));
+                    let signs = b.step("Xor", &[&na, &nb], vec![]);
+                    let fix = b.step("And", &[&inexact, &signs], vec![]);
+                    let one = b.step("Cast", &[&fix], vec![Attr::Int("to", onnx_dtype(ty.dtype))]);
+                    b.node("Sub", &[&q, &one], out, vec![]);
+                    return Ok(());
+                }
                 BinaryOp::Add => "Add",
                 BinaryOp::Sub => "Sub",
                 BinaryOp::Mul => "Mul",
@@ -707,6 +727,19 @@ fn emit(
             }
         }
         Op::Gather { axis } => b.node("Gather", &i, out, vec![Attr::Int("axis", *axis as i64)]),
+        Op::ArgSort { axis, descending } => {
+            // TopK over the whole axis, sorted; on ties it takes the lower
+            // index first, which is tfc's stable order both ways.
+            let k = b.ints(&[g.node(g.inputs(n)[0]).ty.shape[*axis] as i64], false);
+            let (values, indices) = (b.temp(), b.temp());
+            let attrs = vec![
+                Attr::Int("axis", *axis as i64),
+                Attr::Int("largest", i64::from(*descending)),
+                Attr::Int("sorted", 1),
+            ];
+            b.node_outputs("TopK", &[i[0], &k], &[&values, &indices], attrs);
+            b.node("Cast", &[&indices], out, vec![Attr::Int("to", onnx_dtype(ty.dtype))]);
+        }
         Op::StopGradient => b.node("Identity", &i, out, vec![]),
         other => {
             return Err(Diagnostic::new(Code::OnnxExport, format!("`{}` has no ONNX form here", other.name()))
