@@ -254,7 +254,11 @@ mod tests {
     use crate::ir::plan::FileFormat;
 
     fn npy_2x3() -> Vec<u8> {
-        let mut h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".to_string();
+        npy_with("<f4")
+    }
+
+    fn npy_with(descr: &str) -> Vec<u8> {
+        let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (2, 3), }}");
         while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
@@ -276,6 +280,10 @@ mod tests {
             let e = decode_bytes(FileFormat::Npy, &whole[..n]).unwrap_err();
             assert_ne!(e.code, Code::Internal, "{e:?}");
         }
+        // Found by the fuzz target: a dtype that starts with a multi-byte
+        // character (the byte order must be one ASCII character).
+        let e = decode_bytes(FileFormat::Npy, &npy_with("ě8")).unwrap_err();
+        assert!(e.message.contains("unsupported dtype `ě8`"), "{e:?}");
         let json = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
         let mut st = (json.len() as u64).to_le_bytes().to_vec();
         st.extend(json);

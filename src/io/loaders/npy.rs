@@ -87,10 +87,11 @@ fn to_row_major(b: &[u8], shape: &[usize], size: usize) -> Vec<u8> {
 
 /// `'<f4'` → (big-endian?, scalar type).
 fn parse_descr(d: &str) -> Result<(bool, Scalar), String> {
-    let (order, rest) = d.split_at(d.len().min(1));
-    let big = match order {
-        ">" => true,
-        "<" | "|" | "=" => false,
+    // The byte order is one ASCII character; anything else (a multi-byte
+    // character from a damaged header included) is refused, not split.
+    let (big, rest) = match d.as_bytes().first() {
+        Some(b'>') => (true, &d[1..]),
+        Some(b'<' | b'|' | b'=') => (false, &d[1..]),
         _ => return Err(format!("unsupported dtype `{d}`")),
     };
     let scalar = match rest {
