@@ -11,32 +11,12 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use support::{python, run, scratch, test_python};
+use support::{python, run, scratch, test_python, LOGGED_LINE_FIT};
 
-/// A line fit with a metric every 2 epochs; `LOG` is replaced by the log
-/// setting under test.
-const PROGRAM: &str = r#"
-use std.loss.mse
-use std.optim.sgd
-use std.metrics.mean_loss
-
-model Line {
-    param w: f32[1, 1] = zeros()
-    param b: f32[1] = zeros()
-    fn forward(x: f32[B, 1]) -> f32[B, 1] = x @ w + b
+/// The logged line fit with the log setting `log`.
+fn program(log: &str) -> String {
+    LOGGED_LINE_FIT.replace("LR", "0.3").replace("LOG", log)
 }
-let xs = reshape(linspace(-1.0, 1.0, 16), [16, 1])
-let data = from_tensors(xs, 3.0 * xs + 0.5)
-fn line_loss(net, ds) = mean_loss(net, ds, mse)
-let net = Line()
-train net on data |> shuffle(16, seed = 1) |> batch(4) {
-    loss(x, y) = mse(net(x), y)
-    optimizer = sgd(lr = 0.3)
-    epochs = 6
-    eval line_loss on data |> batch(16) every 2 epochs
-    LOG
-}
-"#;
 
 /// tag → [(step, value)] from a JSON-lines log, in file order.
 fn jsonl_scalars(path: &Path) -> BTreeMap<String, Vec<(u64, f64)>> {
@@ -76,9 +56,9 @@ print(json.dumps({'files': files, 'versions': versions, 'scalars': scalars}))
 #[test]
 fn tensorboards_reader_sees_the_steps_and_values_of_the_json_log() {
     let dir = scratch("tensorboard-log");
-    let jsonl = run(&dir, &PROGRAM.replace("LOG", r#"log "out/train.jsonl" every 3 steps"#), &[]);
+    let jsonl = run(&dir, &program(r#"log "out/train.jsonl" every 3 steps"#), &[]);
     assert_eq!(jsonl.code, Some(0), "{}", jsonl.stderr);
-    let events = run(&dir, &PROGRAM.replace("LOG", r#"log "runs/exp1" every 3 steps format = "tensorboard""#), &[]);
+    let events = run(&dir, &program(r#"log "runs/exp1" every 3 steps format = "tensorboard""#), &[]);
     assert_eq!(events.code, Some(0), "{}", events.stderr);
 
     let want = jsonl_scalars(&dir.join("out/train.jsonl"));
@@ -116,7 +96,7 @@ fn a_log_directory_that_cannot_be_made_is_a_clear_error() {
     let dir = scratch("tensorboard-blocked");
     // A file where the log's directory should be.
     support::put(&dir, "runs", b"not a directory");
-    let r = run(&dir, &PROGRAM.replace("LOG", r#"log "runs/exp1" format = "tensorboard""#), &[]);
+    let r = run(&dir, &program(r#"log "runs/exp1" format = "tensorboard""#), &[]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert!(r.stderr.contains("E0001") && r.stderr.contains("runs/exp1"), "{}", r.stderr);
     assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
