@@ -101,3 +101,39 @@ fn a_log_directory_that_cannot_be_made_is_a_clear_error() {
     assert!(r.stderr.contains("E0001") && r.stderr.contains("runs/exp1"), "{}", r.stderr);
     assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
 }
+
+/// TensorBoard's reader over a directory: `{tag: [[step, value]]}`.
+fn read_scalars(py: &Path, dir: &Path) -> serde_json::Value {
+    let out = python(py, READ_EVENTS, &[dir.as_os_str()]);
+    serde_json::from_str::<serde_json::Value>(out.trim()).expect("the reader's JSON")["scalars"].clone()
+}
+
+#[test]
+fn a_resumed_run_replaces_what_the_stopped_run_logged_after_its_checkpoint() {
+    let settings = "log \"runs/exp1\" every 3 steps format = \"tensorboard\"
+    checkpoint \"ck.safetensors\" every 2 epochs
+    resume = \"ck.safetensors\"";
+    // The reference: one run of 24 steps.
+    let whole = scratch("tensorboard-whole");
+    let r = run(&whole, &program(settings), &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    // Stopped at step 10, after logging steps 3, 6, 9 and 10 but with its
+    // last checkpoint at step 8; then resumed to the end.
+    let dir = scratch("tensorboard-resumed");
+    let stopped = program(settings).replace("    epochs = 6\n", "    epochs = 6\n    steps = 10\n");
+    let r = run(&dir, &stopped, &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let r = run(&dir, &program(settings), &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("resuming from ck.safetensors at epoch 2, step 8"), "{}", r.stderr);
+    assert_eq!(std::fs::read_dir(dir.join("runs/exp1")).expect("the event directory").count(), 2, "two event files");
+
+    let Some(py) = test_python() else { return };
+    let want = read_scalars(&py, &whole.join("runs/exp1"));
+    let got = read_scalars(&py, &dir.join("runs/exp1"));
+    let steps = |v: &serde_json::Value| -> Vec<u64> {
+        v["loss"].as_array().expect("loss points").iter().filter_map(|p| p[0].as_u64()).collect()
+    };
+    assert_eq!(steps(&got), [3, 6, 9, 12, 15, 18, 21, 24], "step 10 of the stopped run is dropped: {got}");
+    assert_eq!(got, want, "the resumed run's points are the uninterrupted run's");
+}

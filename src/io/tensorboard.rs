@@ -6,7 +6,9 @@
 //! masked CRC32C of those 8 bytes, the data, masked CRC32C of the data —
 //! each holding one `tensorflow.Event` protobuf. The first record carries
 //! `file_version: "brain.Event:2"`; every later one `wall_time`, `step` and
-//! a `Summary` with one `Value { tag, simple_value }` per scalar. The
+//! a `Summary` with one `Value { tag, simple_value }` per scalar, or (a
+//! resumed run's first) a `SessionLog` START that makes TensorBoard drop
+//! the points a stopped run logged after its checkpoint. The
 //! protobuf is encoded by hand (the four field kinds it needs), so no
 //! protobuf crate is needed. A new writer never overwrites an existing
 //! file: a second run in the same second gets a name with its process id.
@@ -54,6 +56,19 @@ impl EventWriter {
         bytes_field(&mut event, 3, b"brain.Event:2");
         w.file.write_all(&record(&event))?;
         Ok(w)
+    }
+
+    /// Appends the event that marks a restart at `step`: a `SessionLog`
+    /// (field 7) with status START (field 1 = 1). TensorBoard's readers
+    /// then drop every earlier-written event at `step` or later, which a
+    /// run resumed from a checkpoint writes again.
+    pub fn restart(&mut self, step: u64, wall_time: f64) -> std::io::Result<()> {
+        let mut event = Vec::new();
+        double_field(&mut event, 1, wall_time);
+        key(&mut event, 2, 0);
+        varint(&mut event, step);
+        bytes_field(&mut event, 7, &[0x08, 1]);
+        self.file.write_all(&record(&event))
     }
 
     /// Appends one event at `step` holding `values` as scalar summaries.
@@ -193,6 +208,18 @@ mod tests {
         assert_eq!(u32::from_le_bytes(r[8..12].try_into().unwrap()), masked_crc(&3u64.to_le_bytes()));
         assert_eq!(&r[12..15], b"abc");
         assert_eq!(u32::from_le_bytes(r[15..].try_into().unwrap()), masked_crc(b"abc"));
+    }
+
+    #[test]
+    fn a_restart_is_a_session_log_start_at_its_step() {
+        let dir = std::env::temp_dir().join(format!("tfc-tensorboard-unit-{}", std::process::id()));
+        let mut w = EventWriter::create(&dir).unwrap();
+        w.restart(9, 0.0).unwrap();
+        let bytes = std::fs::read(&w.path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        // The second record: wall_time 0, step 9, session_log (7) {status: START}.
+        let want = [0x09, 0, 0, 0, 0, 0, 0, 0, 0, 0x10, 9, 0x3A, 2, 0x08, 1];
+        assert!(bytes.ends_with(&[&want[..], &masked_crc(&want).to_le_bytes()].concat()));
     }
 
     #[test]

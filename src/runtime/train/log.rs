@@ -8,9 +8,10 @@
 //! the lines its checkpoint had seen (the lines a crashed run wrote after
 //! its last checkpoint are dropped, so that the resumed run's are not
 //! written twice) and appends. Rewriting the kept lines is atomic. A
-//! resumed TensorBoard log starts a new event file in the directory; its
-//! first step is lower than the last one the stopped run wrote, which makes
-//! TensorBoard drop that run's later events (its "purge" of orphaned data).
+//! resumed TensorBoard log starts a new event file in the directory whose
+//! first event is a restart (`SessionLog` START) at the step after the
+//! checkpoint's, which makes TensorBoard drop the stopped run's events from
+//! that step on (its "purge" of orphaned data).
 //!
 //! Example line: `{"step": 20, "epoch": 5, "loss": 0.00024, "line_loss":
 //! 0.0000254, "examples_per_sec": 186555.4}`.
@@ -45,7 +46,10 @@ impl Log {
                 .label(plan.span, "in this train block")
         };
         if log.format == LogFormat::TensorBoard {
-            let events = EventWriter::create(&path).map_err(|e| failed("create an event file in", e))?;
+            let mut events = EventWriter::create(&path).map_err(|e| failed("create an event file in", e))?;
+            if let Some(at) = resumed {
+                events.restart(at.step + 1, wall_time()).map_err(|e| failed("write to", e))?;
+            }
             let lines = resumed.and_then(|at| at.log_lines).unwrap_or(0);
             return Ok(Some(Log { sink: Sink::Events(events), lines, every }));
         }
@@ -93,9 +97,8 @@ impl Log {
                     .into_iter()
                     .chain(metrics.iter().map(|(n, v)| (n.as_str(), *v)))
                     .collect();
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                 // A side channel, like the JSON lines below.
-                let _ = events.scalars(at.step, now.as_secs_f64(), &values);
+                let _ = events.scalars(at.step, wall_time(), &values);
                 return;
             }
         };
@@ -110,6 +113,11 @@ impl Log {
         // A log is a side channel: a full disk must not stop the training.
         let _ = file.write_all(line.as_bytes());
     }
+}
+
+/// Seconds since the Unix epoch, an event's `wall_time`.
+fn wall_time() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64()
 }
 
 fn json_number(x: f64) -> String {
