@@ -7,7 +7,7 @@
 //! and they span two decades or more — a loss usually does). In each panel,
 //! one `Shape::Series` per run that has values of that name (a `null` value
 //! is a gap), in the run's colour, with dots on the points when there are
-//! few; tick labels on both axes, the panel's name above it, the title on
+//! few (at most 16 panels; a note names the series left out); tick labels on both axes, the panel's name above it, the title on
 //! top and a legend naming each run below. The layout depends only on its
 //! inputs, so pictures are reproducible.
 //!
@@ -90,13 +90,20 @@ const GAP: f64 = 14.0;
 const RIGHT: f64 = 28.0;
 const TICK_SIZE: f64 = 11.0;
 const LEGEND_SIZE: f64 = 15.0;
+/// The panels one picture holds (a log of hundreds of keys would make a
+/// picture too tall to draw or to look at).
+const MAX_PANELS: usize = 16;
 /// Runs with at most this many points in a panel get a dot on each.
 const DOTS_UP_TO: usize = 40;
 
 /// The chart of `runs`, and notes on what it could not do as asked.
 pub fn chart(runs: &[Run], x: XAxis, y: YScale, title: &str) -> (Scene, Vec<String>) {
     let mut notes = Vec::new();
-    let names = series_names(runs);
+    let mut names = series_names(runs);
+    if names.len() > MAX_PANELS {
+        let left: Vec<String> = names.split_off(MAX_PANELS);
+        notes.push(format!("only the first {MAX_PANELS} series are drawn; not: {}", left.join(", ")));
+    }
     let xs = points(runs, x, None).map(|(_, px, _)| px);
     let x_axis = range(xs).map_or(Axis::new(0.0, 1.0, false), |(lo, hi)| Axis::new(lo, hi, false).padded(0.02));
     let mut panels = Vec::new();
@@ -204,7 +211,8 @@ fn legend(shapes: &mut Vec<Shape>, runs: &[Run], x0: f64, x1: f64, top: f64) -> 
     const ROW: f64 = 24.0;
     let (mut x, mut y) = (x0, top + ROW / 2.0);
     for (i, run) in runs.iter().enumerate() {
-        let w = 30.0 + text_width(&run.name, LEGEND_SIZE) + 20.0;
+        let name = fit(&run.name, x1 - x0 - 50.0);
+        let w = 30.0 + text_width(&name, LEGEND_SIZE) + 20.0;
         if x > x0 && x + w > x1 {
             (x, y) = (x0, y + ROW);
         }
@@ -213,7 +221,7 @@ fn legend(shapes: &mut Vec<Shape>, runs: &[Run], x0: f64, x1: f64, top: f64) -> 
         shapes.push(Shape::Text {
             x: x + 30.0,
             y,
-            text: run.name.clone(),
+            text: name,
             size: LEGEND_SIZE,
             anchor: Anchor::Start,
             color: Color::INK,
@@ -221,6 +229,17 @@ fn legend(shapes: &mut Vec<Shape>, runs: &[Run], x0: f64, x1: f64, top: f64) -> 
         x += w;
     }
     y + ROW / 2.0 + 8.0
+}
+
+/// `name`, or `...` and its end (the file name) where it is wider than
+/// `width` at the legend's size.
+fn fit(name: &str, width: f64) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let keep = ((width / text_width("x", LEGEND_SIZE)) as usize).max(4);
+    match chars.len() > keep {
+        true => format!("...{}", chars[chars.len() - (keep - 3)..].iter().collect::<String>()),
+        false => name.to_string(),
+    }
 }
 
 /// The series names of all runs: `loss` first, then by first appearance.
@@ -318,6 +337,62 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Junk, extreme values and odd names draw without a panic, in both
+    /// formats.
+    #[test]
+    fn any_log_text_draws_without_a_panic() {
+        let pieces = [
+            "{\"step\":1,\"epoch\":1,\"loss\":1e308}",
+            "{\"step\":2,\"epoch\":1,\"loss\":-1e308}",
+            "{\"step\":3,\"epoch\":1,\"loss\":1e-320,\"a<b&\":5e-324}",
+            "{\"step\":-1e300,\"epoch\":0,\"x\":null}",
+            "{\"step\":1e300,\"epoch\":0,\"x\":0}",
+            "{\"step\":4,\"epoch\":2,\"é中\":1}",
+            "{\"step\":5,\"epoch\":2,\"loss\":0}",
+            "{\"step\"",
+            "\u{0}\u{7f}",
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..40 {
+            let mut text = String::new();
+            for _ in 0..6 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                text.push_str(pieces[(seed % pieces.len() as u64) as usize]);
+                text.push('\n');
+            }
+            let l = log(&text);
+            let runs = [Run { name: "r".into(), log: &l }];
+            for y in [YScale::Auto, YScale::Linear, YScale::Log] {
+                for x in [XAxis::Step, XAxis::Epoch] {
+                    let (scene, _) = chart(&runs, x, y, "t");
+                    assert!(scene.height < 10_000, "{text}");
+                    super::super::Format::Png.encode(&scene);
+                    super::super::Format::Svg.encode(&scene);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn many_series_are_capped_and_long_names_shortened() {
+        let keys: Vec<String> = (0..20).map(|k| format!("\"m{k:02}\": {k}")).collect();
+        let l = log(&format!("{{\"step\": 1, \"epoch\": 1, {}}}\n", keys.join(", ")));
+        let name = format!("{}/train.jsonl", "deep/".repeat(40));
+        let runs = [Run { name: name.clone(), log: &l }];
+        let (scene, notes) = chart(&runs, XAxis::Step, YScale::Auto, "t");
+        assert_eq!(notes, ["only the first 16 series are drawn; not: m16, m17, m18, m19"]);
+        assert_eq!(scene.shapes.iter().filter(|s| matches!(s, Shape::Series { .. })).count(), 16);
+        let legend = scene.shapes.iter().find_map(|s| match s {
+            Shape::Text { text, .. } if text.ends_with("train.jsonl") => Some(text.clone()),
+            _ => None,
+        });
+        let legend = legend.expect("a legend entry");
+        assert!(legend.starts_with("...") && text_width(&legend, LEGEND_SIZE) <= 900.0, "{legend}");
+        assert_eq!(fit("a.jsonl", 500.0), "a.jsonl");
     }
 
     #[test]

@@ -57,6 +57,11 @@ impl Axis {
 
     /// The tick values inside the range, ascending.
     pub fn ticks(&self) -> Vec<f64> {
+        // Ranges at the ends of f64 (padding that overflowed, a step that
+        // underflows) get no ticks rather than an endless or NaN list.
+        if !(self.lo.is_finite() && self.hi.is_finite() && self.lo < self.hi) {
+            return Vec::new();
+        }
         if self.log {
             let (a, b) = (self.lo.log10().ceil() as i32, self.hi.log10().floor() as i32);
             let decades: Vec<f64> = (a..=b).map(|k| 10f64.powi(k)).collect();
@@ -80,9 +85,15 @@ impl Axis {
             // Less than a factor of 5: the linear ticks, placed on the log scale.
         }
         let step = self.step();
+        if !(step > 0.0 && step.is_finite()) {
+            return Vec::new();
+        }
         // A tick on an end stays despite rounding (3.3 / 0.1 = 32.99…).
         let first = (self.lo / step - 1e-9).ceil() as i64;
         let last = (self.hi / step + 1e-9).floor() as i64;
+        if last.saturating_sub(first) > 100 {
+            return Vec::new();
+        }
         (first..=last).map(|i| i as f64 * step).collect()
     }
 
