@@ -1,10 +1,11 @@
-//! The command line: `tfc check|run|build|repl`. Exit codes: 0 success, 1 a
+//! The command line: `tfc check|run|build|repl|bench|plot`. Exit codes: 0 success, 1 a
 //! program error (diagnostics on stderr), 2 a usage error. Standard output
 //! carries only what the program prints (or what `--emit` asks for).
 
 mod bench;
 mod build;
 mod onnx;
+mod plot;
 
 use crate::diag::{render, Diagnostic};
 use crate::driver::Session;
@@ -84,6 +85,9 @@ enum Command {
         #[arg(long)]
         strict: bool,
     },
+    /// Draw training logs (the JSON lines of a train block's `log`): loss and
+    /// each metric against steps or epochs, one line per log, as SVG or PNG.
+    Plot(plot::PlotArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -171,6 +175,7 @@ pub fn main() -> ExitCode {
             args.report_json = args.report.is_some();
             build::build(&mut session, &args)
         }
+        Command::Plot(args) => plot::plot(args),
         Command::Repl { .. } => Ok(()),
     };
     match result {

@@ -29,6 +29,7 @@ codes! {
     NotUtf8 = "E0002", "a source file is not valid UTF-8";
     EmptyProgram = "E0003", "the program contains no items or statements";
     ReplCommand = "E0004", "a REPL command is unknown or lacks its argument";
+    NoPoints = "E0005", "a training log given to `tfc plot` has no points to draw";
     Syntax = "E0101", "syntax error: the parser expected something else";
     TooDeep = "E0102", "expressions or blocks are nested too deeply";
     BadNumber = "E0103", "a number literal is malformed or out of range";

@@ -2,11 +2,16 @@
 //! so a wrong feature count is a check error), the binary formats of
 //! `load_idx`, `load_npy` and `load_safetensors` (headers and sizes checked
 //! by the tracer, data read at run time), text files as bytes
-//! (`load_text`, read by the tracer like CSV), and safetensors checkpoints
-//! written atomically. Below the tracer and the runtime, which both use it.
+//! (`load_text`, read by the tracer like CSV), safetensors checkpoints
+//! written atomically, TensorBoard event files (a training log's
+//! `format = "tensorboard"`), and pictures of training logs (`tfc plot`:
+//! SVG, or PNG drawn here). Below the tracer and the runtime, which both
+//! use it.
 
 pub mod checkpoint;
 pub mod csv;
 pub mod loaders;
 pub mod onnx;
+pub mod plot;
+pub mod tensorboard;
 pub mod text;

@@ -211,7 +211,7 @@ pub struct TrainPlan {
     pub max_steps: Option<usize>,
     pub evals: Vec<EvalPlan>,
     pub checkpoint: Option<(String, Cadence)>,
-    pub log: Option<(String, Cadence)>,
+    pub log: Option<LogPlan>,
     pub resume: Option<String>,
     /// Slots that receive the trained parameters, optimizer states and
     /// model states afterwards.
@@ -258,6 +258,36 @@ pub struct EvalPlan {
     /// order, then for each model state (`TrainPlan::model_states`).
     pub param_slots: Vec<usize>,
     pub every: Cadence,
+}
+
+/// A train block's `log "path" every … format = …` (§9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogPlan {
+    /// The file (JSON lines) or directory (TensorBoard events) as written.
+    pub path: String,
+    pub every: Cadence,
+    pub format: LogFormat,
+}
+
+/// What a training log writes: JSON lines (the default) or TensorBoard
+/// event files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Jsonl,
+    TensorBoard,
+}
+
+impl LogFormat {
+    /// The names `format = "…"` accepts, in the order the docs list them.
+    pub const NAMES: [&'static str; 2] = ["jsonl", "tensorboard"];
+
+    pub fn from_name(name: &str) -> Option<LogFormat> {
+        match name {
+            "jsonl" => Some(LogFormat::Jsonl),
+            "tensorboard" => Some(LogFormat::TensorBoard),
+            _ => None,
+        }
+    }
 }
 
 /// How often something happens during training: `every n epochs` (at the

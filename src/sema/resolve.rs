@@ -248,10 +248,19 @@ impl<'a> Resolver<'a> {
                                 self.expr(&e.count);
                             }
                         }
-                        TrainField::Checkpoint { path, every, .. } | TrainField::Log { path, every, .. } => {
+                        TrainField::Checkpoint { path, every, .. } => {
                             self.expr(path);
                             if let Some(e) = every {
                                 self.expr(&e.count);
+                            }
+                        }
+                        TrainField::Log { path, every, format, .. } => {
+                            self.expr(path);
+                            if let Some(e) = every {
+                                self.expr(&e.count);
+                            }
+                            if let Some(f) = format {
+                                self.expr(f);
                             }
                         }
                     }

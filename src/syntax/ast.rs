@@ -135,8 +135,9 @@ pub enum TrainField {
     Eval { metric: Expr, data: Expr, every: Option<Every>, span: Span },
     /// `checkpoint "out/mlp.safetensors" every 10 epochs`
     Checkpoint { path: Expr, every: Option<Every>, span: Span },
-    /// `log "out/train.jsonl" every 100 steps`
-    Log { path: Expr, every: Option<Every>, span: Span },
+    /// `log "out/train.jsonl" every 100 steps`, `log "runs/a" format =
+    /// "tensorboard"`
+    Log { path: Expr, every: Option<Every>, format: Option<Expr>, span: Span },
 }
 
 /// `every N epochs` / `every N steps`

@@ -179,7 +179,10 @@ fn train_field_sexp(field: &TrainField) -> S {
             list("eval", [expr(metric), list("on", [expr(data)])].into_iter().chain(every(e)))
         }
         TrainField::Checkpoint { path, every: e, .. } => list("checkpoint", [expr(path)].into_iter().chain(every(e))),
-        TrainField::Log { path, every: e, .. } => list("log", [expr(path)].into_iter().chain(every(e))),
+        TrainField::Log { path, every: e, format, .. } => list(
+            "log",
+            [expr(path)].into_iter().chain(every(e)).chain(format.iter().map(|f| list("format", [expr(f)]))),
+        ),
     }
 }
 

@@ -19,7 +19,7 @@ use super::state::{bind_states, carried_states, StateInfo};
 use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Cadence, Dataset, EvalPlan, Region, StepParts, TrainPlan};
+use crate::ir::plan::{Cadence, Dataset, EvalPlan, LogFormat, LogPlan, Region, StepParts, TrainPlan};
 use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
 use crate::syntax::ast::{self, TrainField};
 use std::rc::Rc;
@@ -477,7 +477,7 @@ struct Fields {
     steps: Option<usize>,
     clip: Option<f64>,
     checkpoint: Option<(String, Cadence)>,
-    log: Option<(String, Cadence)>,
+    log: Option<LogPlan>,
     resume: Option<String>,
     evals: Vec<(ast::Expr, ast::Expr, Cadence, String)>,
 }
@@ -557,12 +557,17 @@ impl Fields {
                     };
                     checkpoint = Some((p, cadence(tr, every.as_ref(), env)?));
                 }
-                TrainField::Log { path, every, .. } => {
+                TrainField::Log { path, every, format, .. } => {
                     let p = match tr.eval(path, env)? {
                         Value::Str(s) => s,
                         other => return Err(kind_error(path.span, "a path string", &other)),
                     };
-                    log = Some((p, cadence(tr, every.as_ref(), env)?));
+                    let every = cadence(tr, every.as_ref(), env)?;
+                    let format = match format {
+                        Some(f) => log_format(tr, f, env)?,
+                        None => LogFormat::Jsonl,
+                    };
+                    log = Some(LogPlan { path: p, every, format });
                 }
             }
         }
@@ -584,6 +589,24 @@ impl Fields {
         }
         Ok(Fields { loss_params, loss_body, loss_span, optimizer, epochs, steps, clip, checkpoint, log, resume, evals })
     }
+}
+
+/// A `log` setting's `format = "jsonl"|"tensorboard"`.
+fn log_format(tr: &mut Tracer, f: &ast::Expr, env: &Rc<Scope>) -> TResult<LogFormat> {
+    let name = match tr.eval(f, env)? {
+        Value::Str(s) => s,
+        other => return Err(kind_error(f.span, "a log format string such as \"tensorboard\"", &other)),
+    };
+    if let Some(format) = LogFormat::from_name(&name) {
+        return Ok(format);
+    }
+    let list = LogFormat::NAMES.map(|n| format!("\"{n}\"")).join(" or ");
+    let mut d = Diagnostic::new(Code::BadValue, format!("`{name}` is not a log format: use {list}"))
+        .label(f.span, "unknown format");
+    if let Some(s) = crate::diag::did_you_mean(&name, LogFormat::NAMES) {
+        d = d.help(format!("did you mean \"{s}\"?"));
+    }
+    Err(d.into())
 }
 
 /// `every n epochs|steps`; without one, every epoch.

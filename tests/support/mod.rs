@@ -216,3 +216,29 @@ pub fn python(python: &Path, script: &str, args: &[&std::ffi::OsStr]) -> String 
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// A line fit that logs (tests/plot.rs, tests/tensorboard_log.rs): `LR` is
+/// the learning rate and `LOG` the log setting, filled in per run; a metric
+/// every 2 epochs, 6 epochs of 4 batches.
+pub const LOGGED_LINE_FIT: &str = r#"
+use std.loss.mse
+use std.optim.sgd
+use std.metrics.mean_loss
+
+model Line {
+    param w: f32[1, 1] = zeros()
+    param b: f32[1] = zeros()
+    fn forward(x: f32[B, 1]) -> f32[B, 1] = x @ w + b
+}
+let xs = reshape(linspace(-1.0, 1.0, 16), [16, 1])
+let data = from_tensors(xs, 3.0 * xs + 0.5)
+fn line_loss(net, ds) = mean_loss(net, ds, mse)
+let net = Line()
+train net on data |> shuffle(16, seed = 1) |> batch(4) {
+    loss(x, y) = mse(net(x), y)
+    optimizer = sgd(lr = LR)
+    epochs = 6
+    eval line_loss on data |> batch(16) every 2 epochs
+    LOG
+}
+"#;

@@ -83,6 +83,7 @@ fn want(rule: Rule) -> Option<Want> {
         type_expr | tensor_type | dtype | prim_type | tuple_type => Want::Type,
         dim_expr | dim_infer => Want::Dim,
         every | k_every => Want::Word("`every`"),
+        log_format | k_format => Want::Word("`format = …`"),
         every_unit => Want::Word(EVERY_UNIT),
         k_on => Want::Word("`on`"),
         k_in => Want::Word("`in`"),

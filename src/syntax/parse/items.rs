@@ -203,12 +203,24 @@ fn train(cx: &Cx, node: &Node) -> Result<TrainDef> {
             }
             Rule::tf_log => {
                 let path = expr(cx, &k.expect(cx, Rule::expr)?)?;
-                TrainField::Log { path, every: every(cx, &mut k)?, span }
+                // `format = …` may come before or after the cadence.
+                let mut format = log_format(cx, &mut k)?;
+                let every = every(cx, &mut k)?;
+                if format.is_none() {
+                    format = log_format(cx, &mut k)?;
+                }
+                TrainField::Log { path, every, format, span }
             }
             _ => return Err(internal(cx, &f, "expected a training field")),
         });
     }
     Ok(TrainDef { model, data, fields, span: cx.span(node) })
+}
+
+/// An optional `format = expr` of a `log` setting: the expression.
+fn log_format(cx: &Cx, kids: &mut Kids) -> Result<Option<Expr>> {
+    let Some(node) = kids.optional(Rule::log_format) else { return Ok(None) };
+    Ok(Some(expr(cx, &Kids::of(&node).expect(cx, Rule::expr)?)?))
 }
 
 /// An optional trailing `every N epochs|steps`.

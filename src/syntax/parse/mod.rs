@@ -264,6 +264,7 @@ fn is_token(rule: Rule) -> bool {
             | Rule::k_loss
             | Rule::k_log
             | Rule::k_export
+            | Rule::k_format
     )
 }
 

@@ -335,3 +335,17 @@ fn parallel_parsing_gives_the_sequential_ast_and_errors() {
     // A builder error (bad escape) in the last chunk is found too.
     assert_eq!(err(&large_program("let q = \"\\q\"\n")).0, Code::BadEscape);
 }
+
+/// `format = …` of a `log` setting goes before or after its cadence, and
+/// `format` stays an ordinary name everywhere else.
+#[test]
+fn a_log_format_comes_before_or_after_the_cadence() {
+    let train = |log: &str| ok(&format!("train m on d {{\n    {log}\n}}\n"));
+    let after = train("log \"runs/a\" every 2 steps format = \"tensorboard\"");
+    let before = train("log \"runs/a\" format = \"tensorboard\" every 2 steps");
+    assert!(after.contains("(log (str \"runs/a\") (every (int 2) steps) (format (str \"tensorboard\")))"), "{after}");
+    assert_eq!(after.split_once(' ').map(|p| p.1), before.split_once(' ').map(|p| p.1));
+    assert!(train("log \"a.jsonl\" format = f").contains("(format (name f))"));
+    assert!(ok("let format = 1\nprint(format)").contains("(let format (int 1))"));
+    assert_eq!(err("train m on d {\n    log \"a\" format \"x\"\n}\n").0, Code::Syntax);
+}
