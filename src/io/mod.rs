@@ -13,5 +13,6 @@ pub mod csv;
 pub mod loaders;
 pub mod onnx;
 pub mod plot;
+pub mod proto;
 pub mod tensorboard;
 pub mod text;

@@ -9,14 +9,14 @@
 //! a `Summary` with one `Value { tag, simple_value }` per scalar, or (a
 //! resumed run's first) a `SessionLog` START that makes TensorBoard drop
 //! the points a stopped run logged after its checkpoint. The
-//! protobuf is encoded by hand (the four field kinds it needs), so no
-//! protobuf crate is needed. A new writer never overwrites an existing
+//! protobufs are written by `io::proto` (no protobuf crate). A new writer never overwrites an existing
 //! file: a second run in the same second gets a name with its process id.
 //!
 //! Example: `EventWriter::create(Path::new("runs/exp1"))?.scalars(20,
 //! wall_time, &[("loss", 0.25), ("accuracy", 0.9)])` appends one event
 //! with two values at step 20.
 
+use super::proto::Message;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -51,10 +51,8 @@ impl EventWriter {
             }
         };
         let mut w = EventWriter { file, path };
-        let mut event = Vec::new();
-        double_field(&mut event, 1, now.as_secs_f64());
-        bytes_field(&mut event, 3, b"brain.Event:2");
-        w.file.write_all(&record(&event))?;
+        let event = Message::new().double(1, now.as_secs_f64()).text(3, "brain.Event:2");
+        w.file.write_all(&record(&event.into_bytes()))?;
         Ok(w)
     }
 
@@ -63,12 +61,9 @@ impl EventWriter {
     /// then drop every earlier-written event at `step` or later, which a
     /// run resumed from a checkpoint writes again.
     pub fn restart(&mut self, step: u64, wall_time: f64) -> std::io::Result<()> {
-        let mut event = Vec::new();
-        double_field(&mut event, 1, wall_time);
-        key(&mut event, 2, 0);
-        varint(&mut event, step);
-        bytes_field(&mut event, 7, &[0x08, 1]);
-        self.file.write_all(&record(&event))
+        let start = Message::new().int(1, 1);
+        let event = Message::new().double(1, wall_time).uint(2, step).message(7, &start);
+        self.file.write_all(&record(&event.into_bytes()))
     }
 
     /// Appends one event at `step` holding `values` as scalar summaries.
@@ -81,45 +76,11 @@ impl EventWriter {
 /// int64), `summary` (5) with a `Value` (1) per scalar: `tag` (1, string),
 /// `simple_value` (2, float).
 fn scalar_event(step: u64, wall_time: f64, values: &[(&str, f64)]) -> Vec<u8> {
-    let mut summary = Vec::new();
+    let mut summary = Message::new();
     for (tag, v) in values {
-        let mut value = Vec::new();
-        bytes_field(&mut value, 1, tag.as_bytes());
-        key(&mut value, 2, 5);
-        value.extend((*v as f32).to_le_bytes());
-        bytes_field(&mut summary, 1, &value);
+        summary = summary.message(1, &Message::new().text(1, tag).float(2, *v as f32));
     }
-    let mut event = Vec::new();
-    double_field(&mut event, 1, wall_time);
-    key(&mut event, 2, 0);
-    varint(&mut event, step);
-    bytes_field(&mut event, 5, &summary);
-    event
-}
-
-/// A field's key: its number and wire type (0 varint, 1 fixed64, 2
-/// length-delimited, 5 fixed32).
-fn key(out: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(out, (u64::from(field) << 3) | u64::from(wire));
-}
-
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn double_field(out: &mut Vec<u8>, field: u32, v: f64) {
-    key(out, field, 1);
-    out.extend(v.to_le_bytes());
-}
-
-fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    key(out, field, 2);
-    varint(out, bytes.len() as u64);
-    out.extend(bytes);
+    Message::new().double(1, wall_time).uint(2, step).message(5, &summary).into_bytes()
 }
 
 /// One TFRecord around `data`.
@@ -188,16 +149,6 @@ mod tests {
         assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
         assert_eq!(crc32c(&[0xffu8; 32]), 0x62A8_AB43);
         assert_eq!(crc32c(b""), 0);
-    }
-
-    #[test]
-    fn varints_use_seven_bits_a_byte() {
-        let mut out = Vec::new();
-        varint(&mut out, 300);
-        assert_eq!(out, [0xAC, 0x02]);
-        out.clear();
-        varint(&mut out, 1);
-        assert_eq!(out, [1]);
     }
 
     #[test]

@@ -21,9 +21,9 @@
 //! `[64, 784]`, initializers `l1.w`, `l1.b`, `l2.w`, `l2.b` and output
 //! `output`.
 
-use super::proto::Message;
 use super::symbolic::{Dim, Scaling};
 use crate::diag::{Code, Diagnostic};
+use crate::io::proto::Message;
 use crate::ir::plan::ExportPlan;
 use crate::ir::{BinaryOp, DType, Graph, NodeId, Op, PoolKind, ReduceOp, TensorType, UnaryOp};
 use crate::tensor::{Data, Tensor};

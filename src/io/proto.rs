@@ -1,4 +1,5 @@
-//! The protocol-buffer wire format, as much as ONNX files need: a message
+//! The protocol-buffer wire format, as much as tfc's files need (ONNX
+//! models, TensorBoard events): a message
 //! is a byte buffer of fields, each a key (field number and wire type)
 //! followed by a varint, a little-endian fixed-width number, or a
 //! length-delimited payload (strings, bytes, nested messages, packed
@@ -12,6 +13,7 @@
 
 /// The wire types this writer uses.
 const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
 const FIXED32: u64 = 5;
 const LENGTH_DELIMITED: u64 = 2;
 
@@ -48,6 +50,20 @@ impl Message {
     pub fn int(mut self, field: u32, v: i64) -> Message {
         self.key(field, VARINT);
         self.varint(v as u64);
+        self
+    }
+
+    /// An unsigned `uint64`/`int64` field from a `u64`.
+    pub fn uint(mut self, field: u32, v: u64) -> Message {
+        self.key(field, VARINT);
+        self.varint(v);
+        self
+    }
+
+    /// A `double` field.
+    pub fn double(mut self, field: u32, v: f64) -> Message {
+        self.key(field, FIXED64);
+        self.bytes.extend_from_slice(&v.to_le_bytes());
         self
     }
 
@@ -97,6 +113,8 @@ mod tests {
         // A negative int64 is ten bytes; a float is a little-endian fixed32.
         assert_eq!(Message::new().int(3, -1).into_bytes().len(), 11);
         assert_eq!(Message::new().float(2, 1.0).into_bytes(), [0x15, 0, 0, 0x80, 0x3f]);
+        assert_eq!(Message::new().double(1, 0.0).into_bytes(), [0x09, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(Message::new().uint(2, 300).into_bytes(), [0x10, 0xAC, 0x02]);
         // A packed repeated field: key, payload length, varints.
         assert_eq!(Message::new().packed_ints(1, &[3, 270]).into_bytes(), [0x0a, 0x03, 0x03, 0x8e, 0x02]);
         let inner = Message::new().int(1, 1);
