@@ -239,8 +239,10 @@ impl SafeFile {
         })?;
         let scalar =
             scalar_of(&e.dtype).ok_or_else(|| bad(format!("`{name}` has the unsupported dtype `{}`", e.dtype)))?;
+        let size = crate::io::loaders::element_count(&e.shape)
+            .and_then(|n| n.checked_mul(scalar.size()))
+            .ok_or_else(|| bad(format!("`{name}` has the shape {:?}, too large for any array", e.shape)))?;
         let ty = TensorType::new(scalar.natural(), e.shape.clone());
-        let size = ty.numel() * scalar.size();
         let raw = self.data_of(name, &e, size).map_err(bad)?;
         let tensor = if data { Some(decode(raw, scalar, false, ty.dtype, &ty.shape)?) } else { None };
         Ok((ty, tensor))

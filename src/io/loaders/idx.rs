@@ -69,9 +69,8 @@ pub fn read(
     }
     let shape: Vec<usize> =
         b[4..start].chunks_exact(4).map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize).collect();
-    let want = shape
-        .iter()
-        .try_fold(scalar.size(), |acc, &d| acc.checked_mul(d))
+    let want = super::element_count(&shape)
+        .and_then(|n| n.checked_mul(scalar.size()))
         .ok_or_else(|| fail(path, Some(4), format!("the dimensions {shape:?} are too large")))?;
     let have = total.saturating_sub(start);
     if have != want {

@@ -37,6 +37,19 @@ pub fn fail(path: &Path, at: Option<usize>, msg: impl Into<String>) -> Diagnosti
     Diagnostic::new(Code::Io, format!("{place}: {}", msg.into()))
 }
 
+/// The number of elements of an array of `shape`, or `None` when no array
+/// can have it: the product of its non-zero sizes (a zero size still makes
+/// an empty array of the others) must fit an `isize`, as array storage
+/// requires. Every loader checks a file's declared shape with this before
+/// trusting it (a fuzzed IDX header `[0, 3372220617, 3376684897]` found it).
+pub fn element_count(shape: &[usize]) -> Option<usize> {
+    let nonzero = shape.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    if nonzero > isize::MAX as usize {
+        return None;
+    }
+    Some(if shape.contains(&0) { 0 } else { nonzero })
+}
+
 /// Reads a whole file, decompressing `.gz` transparently.
 pub fn read_bytes(path: &Path) -> Result<Vec<u8>, Diagnostic> {
     let raw = read_raw(path)?;
@@ -293,5 +306,10 @@ mod tests {
         let idx = [0, 0, 8, 2, 0, 0, 0, 2, 0, 0, 0, 1, 7, 9];
         assert_eq!(decode_bytes(FileFormat::Idx, &idx).unwrap()[0].to_f64_vec(), vec![7.0, 9.0]);
         assert!(decode_bytes(FileFormat::Idx, &idx[..13]).is_err());
+        // Found by the fuzz target: a zero size beside sizes whose product
+        // overflows is refused like any other impossible shape.
+        let huge = [0, 0, 8, 3, 0, 0, 0, 0, 0xc9, 0, 0, 0xc9, 0xc9, 0x44, 0x1f, 0x61];
+        let e = decode_bytes(FileFormat::Idx, &huge).unwrap_err();
+        assert!(e.code != Code::Internal && e.message.contains("too large"), "{e:?}");
     }
 }

@@ -34,12 +34,9 @@ pub fn read(path: &Path, what: &str, b: &[u8], data: bool) -> Result<(TensorType
         .map_err(|e| err(start + e.valid_up_to(), "the header is not valid text".into()))?;
     let dict = Dict::parse(header).map_err(|(off, msg)| err(start + off, format!("bad .npy header: {msg}")))?;
     let (big, scalar) = parse_descr(&dict.descr).map_err(|msg| err(start, msg))?;
-    let count = dict
-        .shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    let want = super::element_count(&dict.shape)
+        .and_then(|n| n.checked_mul(scalar.size()))
         .ok_or_else(|| err(start, format!("the shape {:?} is too large", dict.shape)))?;
-    let want = count * scalar.size();
     let have = b.len() - end;
     if have != want {
         let how = if have < want { "truncated" } else { "longer than its header says" };
