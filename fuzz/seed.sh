@@ -14,3 +14,16 @@ find "$root/tests/cases" "$root/examples" "$root/std" "$root/tests/reference" -n
         cp "$file" "$out/$(sha1sum "$file" | cut -c1-16)"
     done
 echo "seed corpus: $(ls "$out" | wc -l) files in $out"
+
+# The loaders' corpora (targets npy, safetensors, idx): a small valid file
+# of each format, plus the checkpoints and arrays the examples ship.
+mkdir -p "$root/fuzz/corpus/npy" "$root/fuzz/corpus/safetensors" "$root/fuzz/corpus/idx"
+header="{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+header=$(printf '%-117s' "$header")
+{ printf '\x93NUMPY\x01\x00\x76\x00'; printf '%s\n' "$header"; head -c 24 /dev/zero; } > "$root/fuzz/corpus/npy/small.npy"
+json='{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"step":"3"}}'
+{ printf "\\x$(printf %02x ${#json})\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; printf '%s' "$json"; head -c 16 /dev/zero; } \
+    > "$root/fuzz/corpus/safetensors/small.safetensors"
+{ printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02'; head -c 8 /dev/urandom; } > "$root/fuzz/corpus/idx/small.idx"
+find "$root/examples" -name '*.safetensors' -size -64k -exec cp {} "$root/fuzz/corpus/safetensors/" \;
+echo "loader corpora: $(ls "$root/fuzz/corpus/npy" | wc -l) npy, $(ls "$root/fuzz/corpus/safetensors" | wc -l) safetensors, $(ls "$root/fuzz/corpus/idx" | wc -l) idx"
