@@ -64,7 +64,8 @@ fn check_with_onnx_runtime(dir: &Path, inputs: &[(&str, &str)], printed: &str, t
     put(dir, "tfc_out.txt", printed.as_bytes());
     let feeds: Vec<String> = inputs.iter().map(|(name, file)| format!("{name}={file}")).collect();
     let script = r#"
-import json, sys, numpy as np, onnx, onnxruntime as ort
+import json, os, sys, numpy as np, onnx, onnxruntime as ort
+os.chdir(sys.argv[1]); del sys.argv[1]
 model = onnx.load("model.onnx")
 onnx.checker.check_model(model, full_check=True)
 so = ort.SessionOptions(); so.intra_op_num_threads = 1
@@ -94,18 +95,10 @@ if all(isinstance(d[0], str) for d in dims.values()):
 print("ops:", " ".join(n.op_type for n in model.graph.node))
 print("initializers:", " ".join(i.name for i in model.graph.initializer))
 "#;
-    let mut args: Vec<&std::ffi::OsStr> = vec![std::ffi::OsStr::new("")];
     let tol = tol.to_string();
-    args[0] = std::ffi::OsStr::new(&tol);
+    let mut args: Vec<&std::ffi::OsStr> = vec![dir.as_os_str(), std::ffi::OsStr::new(&tol)];
     args.extend(feeds.iter().map(std::ffi::OsStr::new));
-    let out = Command::new(&python).current_dir(dir).arg("-c").arg(script).args(args).output().expect("run Python");
-    assert!(
-        out.status.success(),
-        "the ONNX check failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    support::python(&python, script, &args)
 }
 
 #[test]
