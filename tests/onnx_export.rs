@@ -266,6 +266,12 @@ fn exports_that_cannot_be_written_are_diagnostics() {
     let two = "export fn f(x: f32[2]) = x * 2.0\nexport fn g(x: f32[2]) = x + 1.0\n";
     refused(&dir, two, &[], &["E0312", "several", "`f`, `g`"]);
     refused(&dir, two, &["--export", "h"], &["E0312", "no function `h`"]);
+    let (code, _, stderr) = build(&dir, two, &["--export", "g"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let model = std::fs::read(dir.join("model.onnx")).expect("--export g writes the model");
+    // The graph is named after the export, and it adds (g) rather than doubles (f).
+    assert!(model.windows(3).any(|w| w == b"\x12\x01g") && model.windows(3).any(|w| w == b"Add"), "{model:?}");
+    std::fs::remove_file(dir.join("model.onnx")).unwrap();
     refused(&dir, "export fn f(x) = x * 2.0\n", &[], &["E0340", "parameter `x` of exported `f` has no type"]);
     refused(&dir, "export fn f(x: f32[B, T]) = x * 2.0\n", &[], &["E0340", "two sizes open, `B` and `T`"]);
     let half = "export fn f(x: f32[B, 2]) = concat((x, x), axis = 0)[0:B]\n";

@@ -212,7 +212,7 @@ impl<'g> OnnxPlan<'g> {
             if let Some((open, row)) = self.open.as_ref().and_then(|o| Some((o, o.repeated.get(&n)?))) {
                 // A constant of `B` rows: one row, expanded to the batch.
                 let row_name = format!("c{}_row", n.index());
-                b.initializers.push(tensor_proto(&row_name, row)?);
+                b.initializers.push(tensor_proto(&row_name, row));
                 let shape = b.shape(&self.graph.node(n).ty.shape, Some((open, &open.scaling[&n])), false);
                 let label = format!("c{}", n.index());
                 b.node("Expand", &[&row_name, &shape], &label, vec![]);
@@ -225,7 +225,7 @@ impl<'g> OnnxPlan<'g> {
                 label = format!("{label}_{}", n.index());
                 used.insert(label.clone());
             }
-            b.initializers.push(tensor_proto(&label, t)?);
+            b.initializers.push(tensor_proto(&label, t));
             name.insert(n, label);
         }
         for &n in &self.ops {
@@ -376,7 +376,7 @@ fn scaled_dims(first: &[usize], probe: &[usize]) -> Vec<Dim> {
 }
 
 /// A `TensorProto` holding `t`'s elements as little-endian raw data.
-fn tensor_proto(name: &str, t: &Tensor) -> Result<Message, Diagnostic> {
+fn tensor_proto(name: &str, t: &Tensor) -> Message {
     let mut raw = Vec::new();
     match (t.dtype(), t.data()) {
         (DType::F16, Data::F32(a)) => a.iter().for_each(|&v| raw.extend(crate::half::f32_to_f16_bits(v).to_le_bytes())),
@@ -390,7 +390,7 @@ fn tensor_proto(name: &str, t: &Tensor) -> Result<Message, Diagnostic> {
         (_, Data::Bool(a)) => a.iter().for_each(|&v| raw.push(u8::from(v))),
     }
     let dims: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
-    Ok(Message::new().packed_ints(1, &dims).int(2, onnx_dtype(t.dtype())).text(8, name).bytes(9, &raw))
+    Message::new().packed_ints(1, &dims).int(2, onnx_dtype(t.dtype())).text(8, name).bytes(9, &raw)
 }
 
 /// An ONNX attribute (`AttributeProto`).
@@ -449,7 +449,7 @@ impl Builder {
         let name = self.temp();
         let shape = if scalar { vec![] } else { vec![values.len()] };
         let t = Tensor::from_vec(DType::I64, &shape, values.to_vec()).expect("the shape fits the values");
-        self.initializers.push(tensor_proto(&name, &t).expect("an i64 tensor has an ONNX form"));
+        self.initializers.push(tensor_proto(&name, &t));
         name
     }
 
@@ -495,7 +495,7 @@ impl Builder {
             _ => crate::ir::Literal::Float(vec![dtype.round(v)]),
         };
         let t = Tensor::from_literal(&lit, &TensorType::scalar(dtype))?;
-        self.initializers.push(tensor_proto(&name, &t)?);
+        self.initializers.push(tensor_proto(&name, &t));
         Ok(name)
     }
 
@@ -716,7 +716,7 @@ fn emit(
             let classes = b.temp();
             let range: Vec<i64> = (0..*depth as i64).collect();
             let t = Tensor::from_literal(&crate::ir::Literal::Int(range), &TensorType::new(index_dtype, vec![*depth]))?;
-            b.initializers.push(tensor_proto(&classes, &t)?);
+            b.initializers.push(tensor_proto(&classes, &t));
             let axis = b.ints(&[-1], false);
             let u = b.step("Unsqueeze", &[i[0], &axis], vec![]);
             if *dtype == DType::Bool {
