@@ -155,6 +155,11 @@ pub trait PreparedUnit: Send + Sync {
     fn set_profiling(&self, on: bool);
     /// Each step's wall time since profiling started, in run order.
     fn profile(&self) -> Vec<StepTime>;
+    /// The CPU backend's unit, which an ahead-of-time library can hold
+    /// (`cpu::library`); `None` for other backends.
+    fn as_cpu(&self) -> Option<&cpu::JitUnit> {
+        None
+    }
 }
 
 /// How the kernels of a prepared unit run (for reports and tests).

@@ -28,6 +28,8 @@ pub enum Emit {
     Asm,
     /// An `export fn` as an ONNX model (runs the program first for its weights; needs `-o`).
     Onnx,
+    /// The `export fn`s as a C library: `-o DIR/NAME` writes NAME.o and NAME.h (runs the program first).
+    Lib,
 }
 
 pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<Diagnostic>> {
@@ -37,6 +39,9 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
     }
     if args.emit == Some(Emit::Onnx) {
         return super::onnx::write_onnx(session, id, args);
+    }
+    if args.emit == Some(Emit::Lib) {
+        return super::library::write_library(session, id, args);
     }
     let started = std::time::Instant::now();
     // As traced: the optimizer's first pass (`autodiff`) builds the

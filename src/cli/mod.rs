@@ -4,6 +4,8 @@
 
 mod bench;
 mod build;
+mod exports;
+mod library;
 mod onnx;
 mod plot;
 
@@ -100,10 +102,13 @@ struct BuildArgs {
     /// Write the output to this file instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
-    /// With `--emit onnx`: which `export fn` to write (needed when there are several).
+    /// With `--emit onnx|lib`: which `export fn` to write (onnx: needed when there are several; lib: repeatable, default all).
     #[arg(long, value_name = "NAME")]
-    export: Option<String>,
-    /// With `--emit onnx`: worker threads for running the program (default: all cores).
+    export: Vec<String>,
+    /// With `--emit lib`: the sizes an export's open size (its batch) is compiled at, e.g. `--batch 1,64`.
+    #[arg(long, value_name = "N,...", value_delimiter = ',')]
+    batch: Vec<usize>,
+    /// With `--emit onnx|lib`: worker threads for running the program (default: all cores).
     #[arg(long)]
     threads: Option<u16>,
     /// Print the IR (and plan) after this pass to stderr; repeatable.

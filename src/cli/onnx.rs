@@ -12,12 +12,10 @@
 //! trained weights as initializers.
 
 use super::BuildArgs;
+use crate::backend::BackendKind;
 use crate::diag::{Code, Diagnostic, FileId};
 use crate::driver::Session;
 use crate::io::onnx::{export::value_names, OnnxPlan};
-use crate::ir::plan::ExportPlan;
-use crate::ir::Effect;
-use std::io::Write;
 
 pub(super) fn write_onnx(session: &mut Session, id: FileId, args: &BuildArgs) -> Result<(), Vec<Diagnostic>> {
     let Some(path) = args.output.as_deref() else {
@@ -26,59 +24,22 @@ pub(super) fn write_onnx(session: &mut Session, id: FileId, args: &BuildArgs) ->
             "`--emit onnx` writes a binary file: give it `-o FILE.onnx`",
         )]);
     };
-    let backend = crate::backend::BackendKind::Jit;
-    let opts = crate::passes::Options { target: backend.target(), ..crate::passes::Options::default() };
+    let opts = crate::passes::Options { target: BackendKind::Jit.target(), ..crate::passes::Options::default() };
     let program = session.compile(id, &opts)?;
-    let export = choose(&program, args.export.as_deref())?;
-    let plan = OnnxPlan::new(&program.graph, export).map_err(|d| vec![d])?;
-    let options = crate::runtime::exec::RunOptions {
-        base_dir: session.base_dir(id),
-        backend,
-        threads: super::threads_or_cores(args.threads),
-        ..Default::default()
-    };
-    crate::interrupt::install();
-    let stdout = std::io::stdout();
-    let mut out = std::io::LineWriter::new(stdout.lock());
-    let values = {
-        let mut ex = crate::runtime::exec::Executor::new(&program, &mut out, options).map_err(|d| vec![d])?;
-        for effect in &program.effects {
-            crate::interrupt::check().map_err(|d| vec![d])?;
-            ex.run_effect(effect).map_err(|d| vec![d])?;
+    let export = match super::exports::chosen(&program, &args.export)?.as_slice() {
+        [one] => *one,
+        _ => {
+            let names = super::exports::exports(&program).iter().map(|x| format!("`{}`", x.name)).collect::<Vec<_>>();
+            return Err(vec![Diagnostic::new(Code::BadValue, "the program exports several functions")
+                .help(format!("choose one with `--export NAME`: {}", names.join(", ")))]);
         }
-        ex.demand(plan.leaves()).map_err(|d| vec![d])?;
-        plan.leaves()
-            .iter()
-            .map(|&n| Ok((n, ex.value(n)?.clone())))
-            .collect::<Result<rustc_hash::FxHashMap<_, _>, Diagnostic>>()
-            .map_err(|d| vec![d])?
     };
-    let _ = out.flush();
+    let plan = OnnxPlan::new(&program.graph, export).map_err(|d| vec![d])?;
+    let values = super::exports::run(session, id, &program, super::threads_or_cores(args.threads), |ex| {
+        ex.demand(plan.leaves())?;
+        plan.leaves().iter().map(|&n| Ok((n, ex.value(n)?.clone()))).collect::<Result<rustc_hash::FxHashMap<_, _>, _>>()
+    })?;
     let bytes = plan.write(&values, &value_names(&program)).map_err(|d| vec![d])?;
     super::build::write_atomically(path, bytes)
         .map_err(|e| vec![Diagnostic::new(Code::Io, format!("cannot write `{}`: {e}", path.display()))])
-}
-
-/// The export `--export` names, or the program's only one.
-fn choose<'p>(program: &'p crate::ir::Program, name: Option<&str>) -> Result<&'p ExportPlan, Vec<Diagnostic>> {
-    let exports: Vec<&ExportPlan> = program
-        .effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Export(x) => Some(x.as_ref()),
-            _ => None,
-        })
-        .collect();
-    let names = || exports.iter().map(|x| format!("`{}`", x.name)).collect::<Vec<_>>().join(", ");
-    match (name, exports.as_slice()) {
-        (_, []) => Err(vec![Diagnostic::new(Code::ExportType, "the program exports no function")
-            .help("mark the function to write with `export`, e.g. `export fn predict(x: f32[64, 784]) = net(x)`")]),
-        (None, [only]) => Ok(only),
-        (None, _) => Err(vec![Diagnostic::new(Code::BadValue, "the program exports several functions")
-            .help(format!("choose one with `--export NAME`: {}", names()))]),
-        (Some(n), _) => exports.iter().copied().find(|x| x.name == n).ok_or_else(|| {
-            vec![Diagnostic::new(Code::BadValue, format!("the program exports no function `{n}`"))
-                .help(format!("it exports {}", names()))]
-        }),
-    }
 }

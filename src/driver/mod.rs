@@ -15,6 +15,9 @@ pub struct Session {
     pub sources: SourceMap,
     /// How long the last `check` spent in each front-end stage.
     pub timings: StageTimings,
+    /// The sizes an `export fn`'s open size is also traced at
+    /// (`ir::plan::ExportPlan::sized`: `tfc build --emit lib --batch`).
+    pub export_sizes: Vec<usize>,
 }
 
 /// Wall-clock time of each compilation stage.
@@ -103,18 +106,19 @@ impl Session {
         self.timings.parse = t1 - t0;
         self.timings.check = t2 - t1;
         let base = self.base_dir(file);
+        let export_sizes = self.export_sizes.clone();
         let sources = &mut self.sources;
         let on_thread = std::thread::scope(|scope| {
             let spawned = std::thread::Builder::new()
                 .name("tfc-trace".into())
                 .stack_size(TRACE_STACK_BYTES)
-                .spawn_scoped(scope, || crate::trace::trace_program_in(&ast, sources, &base));
+                .spawn_scoped(scope, || crate::trace::trace_program_in(&ast, sources, &base, &export_sizes));
             spawned.ok().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         });
         let result = match on_thread {
             Some(result) => result,
             // No thread could be started: trace on this one.
-            None => crate::trace::trace_program_in(&ast, &mut self.sources, &base),
+            None => crate::trace::trace_program_in(&ast, &mut self.sources, &base, &export_sizes),
         };
         self.timings.lower = t2.elapsed();
         result

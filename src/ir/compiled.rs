@@ -118,6 +118,10 @@ pub struct CompiledUnit {
     /// `(slot node, output)`: the output is the next value of that unit
     /// input, which may be written over it (`passes::units::Unit::updates`).
     pub updates: Vec<(NodeId, NodeId)>,
+    /// An `export fn`'s unit: its `f32` products take one fixed summation
+    /// order (a backend's ahead-of-time library then computes the same
+    /// bits as the in-process call).
+    pub export: bool,
     /// `(a, b)`: kernel `b` may start only after kernel `a` finished, because
     /// `b` writes bytes of the arena that `a` reads or writes
     /// (`memory_plan`). Data dependencies are implied by the kernels' nodes.

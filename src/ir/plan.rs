@@ -43,6 +43,9 @@ pub struct ExportPlan {
     pub span: Span,
     /// The symbolic size's name and its second trace, if there is one.
     pub symbolic: Option<(String, Region)>,
+    /// The function traced at each size an ahead-of-time library asks for
+    /// (`tfc build --emit lib --batch 1,64`; none otherwise), by size.
+    pub sized: Vec<(usize, Region)>,
 }
 
 /// The size a symbolic dimension of an `export fn` is traced at (what

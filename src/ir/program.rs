@@ -123,6 +123,7 @@ impl Effect {
             Effect::Export(x) => {
                 out.extend(&x.region.outputs);
                 out.extend(x.symbolic.iter().flat_map(|(_, r)| &r.outputs));
+                out.extend(x.sized.iter().flat_map(|(_, r)| &r.outputs));
             }
         }
         out
@@ -180,6 +181,7 @@ impl Program {
                 Effect::Export(x) => {
                     x.region.outputs.iter_mut().for_each(&mut *f);
                     x.symbolic.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                    x.sized.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
                 }
             }
         }

@@ -388,6 +388,7 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
             ops_after: unit.nodes.len(),
             kernels,
             updates: unit.updates.clone(),
+            export: unit.export,
             ..CompiledUnit::default()
         });
     }

@@ -139,6 +139,7 @@ pub fn trivial_kernels(p: &Program) -> Compiled {
             name: unit.name,
             region: unit.region,
             updates: unit.updates,
+            export: unit.export,
             ops_before: unit.nodes.len(),
             ops_after: unit.nodes.len(),
             kernels: unit

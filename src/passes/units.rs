@@ -30,6 +30,8 @@ pub struct Unit {
     /// which the runtime then no longer needs (a training step's new
     /// parameters and optimizer states), so it may be written over it.
     pub updates: Vec<(NodeId, NodeId)>,
+    /// An `export fn`'s unit (`ir::compiled::CompiledUnit::export`).
+    pub export: bool,
 }
 
 pub use crate::ir::regions::varying;
@@ -60,12 +62,14 @@ pub struct NamedRegion<'a> {
     pub name: String,
     pub region: &'a Region,
     pub updates: Vec<(usize, usize)>,
+    /// An `export fn`'s region.
+    pub export: bool,
 }
 
 /// Every region of the program with a readable name.
 pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
     fn plain(name: String, region: &Region) -> NamedRegion<'_> {
-        NamedRegion { name, region, updates: Vec::new() }
+        NamedRegion { name, region, updates: Vec::new(), export: false }
     }
     fn data<'a>(d: &'a crate::ir::plan::Dataset, what: &str, out: &mut Vec<NamedRegion<'a>>) {
         let _ = &d.source as &Source;
@@ -95,7 +99,12 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                     let carried = t.carried_len();
                     let first = r.inputs.len().saturating_sub(carried);
                     let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, 1 + j)).collect();
-                    out.push(NamedRegion { name: format!("train {e} step (batch {b})"), region: r, updates });
+                    out.push(NamedRegion {
+                        name: format!("train {e} step (batch {b})"),
+                        region: r,
+                        updates,
+                        export: false,
+                    });
                 }
                 for (k, ev) in t.evals.iter().enumerate() {
                     data(&ev.reduce.data, &format!("train {e} eval {k} data"), &mut out);
@@ -112,9 +121,15 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
             }
             Effect::Collect { data: d, .. } => data(d, &format!("collect {e} data"), &mut out),
             Effect::Export(x) => {
-                out.push(plain(format!("export {}", x.name), &x.region));
+                out.push(NamedRegion { export: true, ..plain(format!("export {}", x.name), &x.region) });
                 if let Some((size, probe)) = &x.symbolic {
-                    out.push(plain(format!("export {} (probe of {size})", x.name), probe));
+                    out.push(NamedRegion {
+                        export: true,
+                        ..plain(format!("export {} (probe of {size})", x.name), probe)
+                    });
+                }
+                for (n, r) in &x.sized {
+                    out.push(NamedRegion { export: true, ..plain(format!("export {} (at {n})", x.name), r) });
                 }
             }
             _ => {}
@@ -138,8 +153,9 @@ pub fn units(p: &Program) -> Vec<Unit> {
         inputs: vec![],
         outputs: vec![],
         updates: vec![],
+        export: false,
     }];
-    for NamedRegion { name, region, updates } in regions(p) {
+    for NamedRegion { name, region, updates, export } in regions(p) {
         // Copies of one region (a `map` behind two datasets) are one unit.
         if units.iter().any(|u| u.region == Some(region.id)) {
             continue;
@@ -156,7 +172,7 @@ pub fn units(p: &Program) -> Vec<Unit> {
             updates.iter().filter_map(|&(slot, out)| Some((slot_node(slot)?, *region.outputs.get(out)?))).collect();
         let mut outputs = region.outputs.clone();
         outputs.dedup();
-        units.push(Unit { name, region: Some(region.id), nodes: vec![], inputs: vec![], outputs, updates });
+        units.push(Unit { name, region: Some(region.id), nodes: vec![], inputs: vec![], outputs, updates, export });
     }
     for &n in &order {
         let u = owner.get(&n).copied().unwrap_or(0);

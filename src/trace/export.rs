@@ -71,8 +71,14 @@ impl Tracer<'_> {
             }
             None => None,
         };
+        let mut sized = Vec::new();
+        if let Some((name, _)) = &symbolic {
+            for &n in &self.export_sizes.clone() {
+                sized.push((n, self.trace_export_at(pending, Some((name.as_str(), n)))?));
+            }
+        }
         let params = def.params.iter().map(|p| p.name.name.clone()).collect();
-        Ok(ExportPlan { name: def.name.name.clone(), params, region, span: def.name.span, symbolic })
+        Ok(ExportPlan { name: def.name.name.clone(), params, region, span: def.name.span, symbolic, sized })
     }
 
     /// The one size name the parameters' types leave open (`B` in

@@ -121,20 +121,26 @@ pub struct Tracer<'s> {
     /// `export fn`s seen so far, traced at the end of a file's program
     /// (`None` in the REPL, which has no end: there `export` is E0901).
     pub(crate) exports: Option<Vec<export::PendingExport>>,
+    /// The sizes an `export fn`'s open size is also traced at
+    /// (`ExportPlan::sized`).
+    pub(crate) export_sizes: Vec<usize>,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
 pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::diag::Result<Program> {
-    trace_program_in(program, sources, std::path::Path::new("."))
+    trace_program_in(program, sources, std::path::Path::new("."), &[])
 }
 
-/// Like `trace_program`, resolving relative data paths against `base_dir`.
+/// Like `trace_program`, resolving relative data paths against `base_dir`;
+/// an `export fn`'s open size is also traced at each of `export_sizes`.
 pub fn trace_program_in(
     program: &ast::Program,
     sources: &mut SourceMap,
     base_dir: &std::path::Path,
+    export_sizes: &[usize],
 ) -> crate::diag::Result<Program> {
     let mut tracer = Tracer::new(sources, base_dir);
+    tracer.export_sizes = export_sizes.to_vec();
     // The front-end bench's program traces to about one node per 11 bytes
     // of source: reserving one per 10 up front (proportional to the
     // program) saves the repeated copying of a growing graph; programs that
@@ -180,6 +186,7 @@ impl<'s> Tracer<'s> {
             kept_below: 0,
             scopes: Default::default(),
             exports: None,
+            export_sizes: Vec::new(),
         }
     }
 }

@@ -34,6 +34,7 @@ mod carry;
 pub mod codegen;
 mod fold;
 mod kernels;
+pub mod library;
 mod schedule;
 mod threads;
 mod unit;
@@ -175,6 +176,10 @@ impl PreparedUnit for JitUnit {
 
     fn set_profiling(&self, on: bool) {
         JitUnit::set_profiling(self, on)
+    }
+
+    fn as_cpu(&self) -> Option<&JitUnit> {
+        Some(self)
     }
 
     fn profile(&self) -> Vec<StepTime> {

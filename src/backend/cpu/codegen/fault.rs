@@ -63,6 +63,7 @@ pub fn int_fallible_code(op: BinaryOp, wide: bool) -> u32 {
 ///
 /// # Safety
 /// `faults` points to a live `Faults` (the compiled step's).
+#[export_name = "tfc_int_fallible"]
 pub unsafe extern "C" fn int_fallible(code: u32, a: i64, b: i64, faults: *const Faults, expr: u32, index: u64) -> i64 {
     let op = INT_FALLIBLE.get((code & 0xff) as usize).copied().unwrap_or(BinaryOp::Add);
     match crate::tensor::fallible_int_binary(op, a, b, code & 256 != 0) {

@@ -64,33 +64,75 @@ fn isa_error(e: impl std::fmt::Display) -> String {
     format!("cannot set up the native code generator: {e}")
 }
 
+/// The host's code generator: optimizing for speed, for this machine's
+/// instruction set; `pic` for code a C program links (an object file),
+/// else for code that runs where it is made (the JIT).
+pub fn host_isa(pic: bool) -> Result<cranelift_codegen::isa::OwnedTargetIsa, String> {
+    let mut flags = settings::builder();
+    flags.set("opt_level", "speed").map_err(isa_error)?;
+    flags.set("use_colocated_libcalls", "false").map_err(isa_error)?;
+    flags.set("is_pic", if pic { "true" } else { "false" }).map_err(isa_error)?;
+    // Cranelift checks every function it is given; the test builds
+    // (debug assertions) keep that, release builds skip it (about a
+    // tenth of code generation).
+    flags.set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }).map_err(isa_error)?;
+    cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)
+}
+
+/// Whether `isa` has fused multiply-add.
+pub fn has_fma(isa: &dyn cranelift_codegen::isa::TargetIsa) -> bool {
+    isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true))
+}
+
+/// Declares the `poly::Libm` functions kernels call, as imports of
+/// `module`, in `Libm::ALL` order.
+pub fn declare_libm(module: &mut impl Module) -> Result<Vec<cranelift_module::FuncId>, String> {
+    let mut calls = Vec::with_capacity(Libm::ALL.len());
+    for f in Libm::ALL {
+        let (name, _, params, result) = f.symbol();
+        let mut sig = module.make_signature();
+        sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
+        sig.returns.push(AbiParam::new(result));
+        calls.push(module.declare_function(name, Linkage::Import, &sig).map_err(isa_error)?);
+    }
+    Ok(calls)
+}
+
+/// Builds the function of `spec` (`KernelFn`'s signature) into `func` of
+/// `module`, whose `calls` are `declare_libm`'s.
+pub fn build_kernel(
+    module: &mut impl Module,
+    func: &mut cranelift_codegen::ir::Function,
+    fctx: &mut FunctionBuilderContext,
+    calls: &[cranelift_module::FuncId],
+    fma: bool,
+    spec: &Spec,
+) {
+    let target = module.target_config();
+    let ptr = target.pointer_type();
+    for _ in 0..4 {
+        func.signature.params.push(AbiParam::new(ptr));
+    }
+    let mut refs = calls.iter().map(|&id| module.declare_func_in_func(id, func));
+    let calls = std::array::from_fn(|_| refs.next().expect("one id per Libm function"));
+    let support = Support { calls, fma };
+    let mut b = FunctionBuilder::new(func, fctx);
+    emit(&mut b, spec, ptr, support);
+    b.seal_all_blocks();
+    b.finalize(target);
+}
+
 impl Compiler {
     pub fn new() -> Result<Compiler, String> {
-        let mut flags = settings::builder();
-        flags.set("opt_level", "speed").map_err(isa_error)?;
-        flags.set("use_colocated_libcalls", "false").map_err(isa_error)?;
-        flags.set("is_pic", "false").map_err(isa_error)?;
-        // Cranelift checks every function it is given; the test builds
-        // (debug assertions) keep that, release builds skip it (about a
-        // tenth of code generation).
-        flags.set("enable_verifier", if cfg!(debug_assertions) { "true" } else { "false" }).map_err(isa_error)?;
-        let isa =
-            cranelift_native::builder().map_err(isa_error)?.finish(settings::Flags::new(flags)).map_err(isa_error)?;
-        let fma = isa.isa_flags().iter().any(|f| f.name == "has_fma" && f.as_bool() == Some(true));
+        let isa = host_isa(false)?;
+        let fma = has_fma(&*isa);
         let mut jit = JITBuilder::with_isa(isa, default_libcall_names());
         for f in Libm::ALL {
             let (name, address, _, _) = f.symbol();
             jit.symbol(name, address);
         }
         let mut module = JITModule::new(jit);
-        let mut calls = Vec::with_capacity(Libm::ALL.len());
-        for f in Libm::ALL {
-            let (name, _, params, result) = f.symbol();
-            let mut sig = module.make_signature();
-            sig.params.extend(params.iter().map(|&t| AbiParam::new(t)));
-            sig.returns.push(AbiParam::new(result));
-            calls.push(module.declare_function(name, Linkage::Import, &sig).map_err(isa_error)?);
-        }
+        let calls = declare_libm(&mut module)?;
         let ctx = module.make_context();
         Ok(Compiler { module, calls, fma, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
     }
@@ -193,18 +235,7 @@ impl Compiler {
 
     /// Builds the function of `spec` into `self.ctx.func`.
     fn build(&mut self, spec: &Spec) {
-        let target = self.module.target_config();
-        let ptr = target.pointer_type();
-        for _ in 0..4 {
-            self.ctx.func.signature.params.push(AbiParam::new(ptr));
-        }
-        let mut refs = self.calls.iter().map(|&id| self.module.declare_func_in_func(id, &mut self.ctx.func));
-        let calls = std::array::from_fn(|_| refs.next().expect("one id per Libm function"));
-        let support = Support { calls, fma: self.fma };
-        let mut b = FunctionBuilder::new(&mut self.ctx.func, &mut self.fctx);
-        emit(&mut b, spec, ptr, support);
-        b.seal_all_blocks();
-        b.finalize(target);
+        build_kernel(&mut self.module, &mut self.ctx.func, &mut self.fctx, &self.calls, self.fma, spec);
     }
 }
 

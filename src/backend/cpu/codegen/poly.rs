@@ -31,16 +31,19 @@ use cranelift_frontend::FunctionBuilder;
 
 /// `x ^ y` as the interpreter computes it, for compiled kernels to call
 /// (the code generator links it as `tfc_powf`).
+#[export_name = "tfc_powf"]
 pub extern "C" fn powf(x: f32, y: f32) -> f32 {
     x.powf(y)
 }
 
 /// `sin x` as the interpreter computes it (linked as `tfc_sinf`).
+#[export_name = "tfc_sinf"]
 pub extern "C" fn sinf(x: f32) -> f32 {
     x.sin()
 }
 
 /// `cos x` as the interpreter computes it (linked as `tfc_cosf`).
+#[export_name = "tfc_cosf"]
 pub extern "C" fn cosf(x: f32) -> f32 {
     x.cos()
 }
@@ -48,6 +51,7 @@ pub extern "C" fn cosf(x: f32) -> f32 {
 /// `f32` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
 /// interpreter's own function (linked as `tfc_f32_unary`): the ops with no
 /// inline template (`log1p`, `expm1`, `erf`).
+#[export_name = "tfc_f32_unary"]
 pub extern "C" fn f32_unary(op: u32, x: f32) -> f32 {
     let f = crate::ir::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f32_unary(u));
     f.map_or(f32::NAN, |f| f(x))
@@ -55,6 +59,7 @@ pub extern "C" fn f32_unary(op: u32, x: f32) -> f32 {
 
 /// `f32` binary op number `op` of `spec::FLOAT_BINARY` on `x` and `y`, by
 /// the interpreter's own function (linked as `tfc_f32_binary`; `%`).
+#[export_name = "tfc_f32_binary"]
 pub extern "C" fn f32_binary(op: u32, x: f32, y: f32) -> f32 {
     let f = crate::ir::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f32_binary(b));
     f.map_or(f32::NAN, |f| f(x, y))
@@ -62,6 +67,7 @@ pub extern "C" fn f32_binary(op: u32, x: f32, y: f32) -> f32 {
 
 /// `f64` unary op number `op` of `spec::FLOAT_UNARY` on `x`, by the
 /// interpreter's own function (linked as `tfc_f64_unary`).
+#[export_name = "tfc_f64_unary"]
 pub extern "C" fn f64_unary(op: u32, x: f64) -> f64 {
     let f = crate::ir::spec::FLOAT_UNARY.get(op as usize).and_then(|&u| crate::tensor::f64_unary(u));
     f.map_or(f64::NAN, |f| f(x))
@@ -69,6 +75,7 @@ pub extern "C" fn f64_unary(op: u32, x: f64) -> f64 {
 
 /// `f64` binary op number `op` of `spec::FLOAT_BINARY` on `x` and `y`, by
 /// the interpreter's own function (linked as `tfc_f64_binary`).
+#[export_name = "tfc_f64_binary"]
 pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
     let f = crate::ir::spec::FLOAT_BINARY.get(op as usize).and_then(|&b| crate::tensor::f64_binary(b));
     f.map_or(f64::NAN, |f| f(x, y))
@@ -76,11 +83,13 @@ pub extern "C" fn f64_binary(op: u32, x: f64, y: f64) -> f64 {
 
 /// `x` as the `f32` rounded to odd, as the interpreter's cast to a half
 /// type narrows it (linked as `tfc_f64_to_f32_odd`).
+#[export_name = "tfc_f64_to_f32_odd"]
 pub extern "C" fn f64_to_f32_odd(x: f64) -> f32 {
     crate::half::f64_to_f32_odd(x)
 }
 
 /// `v` as the `f32` rounded to odd (linked as `tfc_i64_to_f32_odd`).
+#[export_name = "tfc_i64_to_f32_odd"]
 pub extern "C" fn i64_to_f32_odd(v: i64) -> f32 {
     crate::half::i64_to_f32_odd(v)
 }
@@ -90,6 +99,7 @@ pub extern "C" fn i64_to_f32_odd(v: i64) -> f32 {
 /// interpreter's (`tensor::random_at`, then `f32` rounding, or for a half
 /// dtype rounding to odd so that the kernel's half rounding is the
 /// interpreter's single one). `code` is `random_code`'s.
+#[export_name = "tfc_random"]
 pub extern "C" fn random(code: u32, seed: u64, counter: f32, index: u64) -> f32 {
     let (dtype, v) = random_value(code, seed, counter, index);
     match dtype {
@@ -100,6 +110,7 @@ pub extern "C" fn random(code: u32, seed: u64, counter: f32, index: u64) -> f32 
 
 /// `random` for an `f64` stream (linked as `tfc_random_f64`): the
 /// interpreter's value itself.
+#[export_name = "tfc_random_f64"]
 pub extern "C" fn random_f64(code: u32, seed: u64, counter: f32, index: u64) -> f64 {
     random_value(code, seed, counter, index).1
 }

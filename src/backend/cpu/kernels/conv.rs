@@ -48,6 +48,9 @@ pub(in crate::backend::cpu) enum ConvKind {
     GradFilter,
 }
 
+/// The words of `Conv::words`.
+pub(in crate::backend::cpu) const CONV_WORDS: usize = 21;
+
 /// One convolution's geometry.
 #[derive(Clone, Debug, PartialEq)]
 pub(in crate::backend::cpu) struct Conv {
@@ -81,6 +84,47 @@ impl Conv {
         };
         let fits = *groups == 1 && x[3] == w[2] && y[3] == w[3] && y[0] == x[0];
         fits.then_some(Conv { kind, x, w, y, stride: *stride, padding: *padding, dilation: *dilation })
+    }
+
+    /// The geometry as words (kind, then the input, weight and output
+    /// shapes, stride, padding and dilation), for an ahead-of-time
+    /// library to pass to `from_words`.
+    pub fn words(&self) -> [usize; CONV_WORDS] {
+        let kind = match self.kind {
+            ConvKind::Forward => 0,
+            ConvKind::GradInput => 1,
+            ConvKind::GradFilter => 2,
+        };
+        let mut w = [0; CONV_WORDS];
+        w[0] = kind;
+        let parts: [&[usize]; 6] = [&self.x, &self.w, &self.y, &self.stride, &self.padding, &self.dilation];
+        let mut at = 1;
+        for part in parts {
+            w[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        w
+    }
+
+    /// The convolution `words` describes (`None` for an unknown kind).
+    pub fn from_words(w: &[usize; CONV_WORDS]) -> Option<Conv> {
+        let kind = [ConvKind::Forward, ConvKind::GradInput, ConvKind::GradFilter].get(w[0]).copied()?;
+        let four = |at: usize| [w[at], w[at + 1], w[at + 2], w[at + 3]];
+        Some(Conv {
+            kind,
+            x: four(1),
+            w: four(5),
+            y: four(9),
+            stride: [w[13], w[14]],
+            padding: four(15),
+            dilation: [w[19], w[20]],
+        })
+    }
+
+    /// Whether it runs on the direct kernels (im2col's products go through
+    /// the `gemm` crate instead).
+    pub fn is_direct(&self) -> bool {
+        self.direct().is_some()
     }
 
     /// The kind, shapes and kernels, for profiles: `conv2d grad-input

@@ -17,6 +17,7 @@ pub(super) mod conv;
 pub(super) mod conv_direct;
 pub(super) mod convert;
 pub(super) mod gemm;
+pub(super) mod ordered_gemm;
 pub(super) mod permute;
 pub(super) mod pool;
 pub(super) mod reduce;

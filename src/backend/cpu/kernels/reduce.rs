@@ -46,8 +46,18 @@ pub fn reduce<T: Elem>(
         column_sums(x, out.len(), out);
         return finish(op, out, count);
     }
-    // The output stride of each input dim (0 where reduced).
-    let mut ostride = vec![0usize; k];
+    // The output stride of each input dim (0 where reduced), and the
+    // odometer over the outer dims: on the stack up to rank 8, so that an
+    // ahead-of-time library's call allocates nothing.
+    let mut small = [0usize; 16];
+    let mut large = Vec::new();
+    let words: &mut [usize] = if k <= 8 {
+        &mut small[..2 * k]
+    } else {
+        large.resize(2 * k, 0);
+        &mut large
+    };
+    let (ostride, idx) = words.split_at_mut(k);
     let mut s = 1;
     for d in (0..k).rev() {
         if !reduced[d] {
@@ -57,7 +67,7 @@ pub fn reduce<T: Elem>(
     }
     let last = shape[k - 1];
     let rows = x.len() / last;
-    let mut idx = vec![0usize; k - 1];
+    let idx = &mut idx[..k - 1];
     let mut o = 0usize;
     for r in 0..rows {
         let row = &x[r * last..(r + 1) * last];

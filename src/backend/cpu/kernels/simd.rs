@@ -27,7 +27,10 @@ pub(in crate::backend::cpu) fn avx512() -> bool {
             && std::arch::is_x86_feature_detected!("avx512dq");
         #[cfg(not(target_arch = "x86_64"))]
         let avx512 = false;
-        avx512 && std::env::var_os("TFC_NO_AVX512").is_none()
+        // `getenv` rather than `std::env`, which copies the value: an
+        // ahead-of-time library's first call allocates nothing either.
+        // SAFETY: a NUL-terminated name; the result is only compared.
+        avx512 && unsafe { libc::getenv(c"TFC_NO_AVX512".as_ptr()) }.is_null()
     })
 }
 

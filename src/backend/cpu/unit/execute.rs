@@ -20,6 +20,7 @@ use super::step::{Arg, Code, Ref, Step};
 use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
+use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
 use crate::diag::Diagnostic;
@@ -116,7 +117,7 @@ impl Step {
     pub(super) unsafe fn run(&self, mem: Mem, threads: usize) -> Result<(), Diagnostic> {
         match self {
             Step::Jit { code, args, rows, inner, fallible, .. } => {
-                let Code::Ready(f) = *code else {
+                let (Code::Ready(f) | Code::Compiled(f, _)) = *code else {
                     return Err(internal("a compiled step runs before its kernel was compiled"));
                 };
                 let mut ptrs = args.iter().map(|&(r, len)| mem.ptr(r, len)).collect::<Result<Vec<_>, _>>()?;
@@ -144,7 +145,7 @@ impl Step {
                     });
                 }
             }
-            Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
+            Step::Gemm { a, b, a_t, b_t, dst, batch, m, k, n, ordered } => {
                 let (m, k, n) = (*m, *k, *n);
                 let pa = mem.ptr(*a, batch * m * k)?;
                 let pb = mem.ptr(*b, batch * k * n)?;
@@ -155,6 +156,11 @@ impl Step {
                     let (ma, mb) =
                         (pa.wrapping_add(bt * m * k) as *const f32, pb.wrapping_add(bt * k * n) as *const f32);
                     let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
+                    if *ordered {
+                        // SAFETY: as below; `ordered` only with `b` row-major.
+                        unsafe { ordered_sgemm_all(d, lhs, (mb, n), [m, k, n], threads) };
+                        continue;
+                    }
                     let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
                     // SAFETY: `pa`/`pb` hold `batch` m×k and k×n
                     // matrices (checked by `ptr`), row-major or, when

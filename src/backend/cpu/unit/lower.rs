@@ -320,6 +320,9 @@ pub(super) struct Lowering<'a> {
     loops: Vec<LoopPlan>,
     /// Worker threads a scan's body may use.
     threads: usize,
+    /// `f32` products with a contiguous right operand run in one fixed
+    /// order (`CompiledUnit::export`).
+    ordered: bool,
     /// The kernels of scan bodies run (partly) on the interpreter, as
     /// `JitUnit::interpreted` lists them.
     pub(super) nested_interpreted: Vec<(String, crate::diag::Span, bool)>,
@@ -367,6 +370,7 @@ impl<'a> Lowering<'a> {
             interpreted_kernels: Vec::new(),
             loops: unit.loops.clone(),
             threads,
+            ordered: unit.export,
             nested_interpreted: Vec::new(),
         }
     }
@@ -438,12 +442,11 @@ impl<'a> Lowering<'a> {
     /// function: the unit's new kernels compile together here (on all
     /// cores, module `codegen`), not one by one as the steps are built.
     pub(super) fn finish(&mut self) -> Result<(Schedule, usize), Diagnostic> {
-        let specs = std::mem::take(&mut self.b.pending);
-        let functions = crate::backend::cpu::with_compiler(|c| c.compile_all(&specs)).map_err(internal)?;
+        let functions = crate::backend::cpu::with_compiler(|c| c.compile_all(&self.b.pending)).map_err(internal)?;
         for step in &mut self.steps {
             if let Step::Jit { code, .. } = step {
                 if let Code::Pending(i) = *code {
-                    *code = Code::Ready(functions[i]);
+                    *code = Code::Compiled(functions[i], i);
                 }
             }
         }
@@ -692,6 +695,7 @@ impl<'a> Lowering<'a> {
                     m: sa[r - 2],
                     k: sa[r - 1],
                     n: sb[r - 1],
+                    ordered: self.ordered && !b_t,
                 });
             }
         }

@@ -43,6 +43,7 @@
 
 mod execute;
 mod generic;
+mod library;
 mod lower;
 mod mem;
 mod recognize;
@@ -91,6 +92,11 @@ pub struct JitUnit {
     /// one's first node, and whether the plan put it on the host.
     pub interpreted: Vec<(String, crate::diag::Span, bool)>,
     step_nanos: Vec<AtomicU64>,
+    /// The specs of the compiled steps (`Code::Compiled`), and the sizes of
+    /// the unit's memory: arena floats (with scratch), convolution columns,
+    /// max-pool maxima (for ahead-of-time libraries, module `library`).
+    specs: Vec<crate::ir::spec::Spec>,
+    sizes: [usize; 3],
 }
 
 fn internal(msg: impl Into<String>) -> Diagnostic {
@@ -223,6 +229,7 @@ impl JitUnit {
         let labels = steps.iter().zip(&kernel_of).map(|(s, &ki)| s.label(g, &unit.kernels[ki].nodes)).collect();
         let outputs = outputs.iter().map(|&o| Ok((b.get(o)?, g.node(o).ty.clone()))).collect::<Result<_, _>>()?;
         let lines = floats.div_ceil(16);
+        let specs = std::mem::take(&mut b.pending);
         let state = State {
             arena: Zeroed::new(lines, "arena")?,
             table: vec![None; b.tables],
@@ -247,6 +254,8 @@ impl JitUnit {
             step_nanos: (0..steps_len).map(|_| AtomicU64::new(0)).collect(),
             labels,
             profiling: AtomicBool::new(false),
+            specs,
+            sizes: [lines * 16, cols, first_max_end],
             interpreted: interpreted_kernels
                 .into_iter()
                 .map(|(n, planned)| {

@@ -78,12 +78,15 @@ pub(super) struct InterpNode {
     pub(super) out: Option<Ref>,
 }
 
-/// A compiled step's native function; `Pending` (the index of its spec
-/// among the unit's) only while the unit's steps are built: the unit's
-/// kernels compile together once all are known (`Lowering::finish`).
+/// A compiled step's native function: `Ready`, a native loop's;
+/// `Compiled`, Cranelift's code of the unit's spec at that index (kept for
+/// ahead-of-time libraries, module `library`); `Pending` (that index) only
+/// while the unit's steps are built: the unit's kernels compile together
+/// once all are known (`Lowering::finish`).
 #[derive(Clone, Copy)]
 pub(super) enum Code {
     Ready(KernelFn),
+    Compiled(KernelFn, usize),
     Pending(usize),
 }
 
@@ -105,8 +108,10 @@ pub(super) enum Step {
     },
     /// `dst = a @ b` (batched over leading dims) through `gemm`.
     /// `a_t`/`b_t`: the operand is stored transposed (a folded transpose's
-    /// source; only without batch dims).
-    Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// source; only without batch dims). `ordered`: on tfc's own product
+    /// of one fixed summation order (module `ordered_gemm`: an exported
+    /// function's, whose ahead-of-time library calls the same code).
+    Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize, ordered: bool },
     /// `dst = kernel(srcs)` over `dtype` values: the interpreter's own
     /// generic loop over slices (module `generic`: matmuls, reductions,
     /// `argmax`, convolutions and poolings of the types without a faster
@@ -375,10 +380,11 @@ impl Step {
         let dims = |d: &[usize]| d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("x");
         let what = match self {
             Step::Jit { rows, inner, kind, .. } => format!("{kind} {rows}x{inner}"),
-            Step::Gemm { batch, m, k, n, a_t, b_t, .. } => {
+            Step::Gemm { batch, m, k, n, a_t, b_t, ordered, .. } => {
                 let t = |on: &bool| if *on { "ᵀ" } else { "" };
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
-                format!("gemm {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+                let kind = if *ordered { "ordered gemm" } else { "gemm" };
+                format!("{kind} {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
             }
             Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
                 (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),
