@@ -80,9 +80,15 @@ unsafe fn forward_units(
 ) {
     let (per_unit, pair_tiles) = (unit_rows(win, &post), win.tile_rows() == 2);
     let per_image = win.oh.div_ceil(per_unit);
-    // Where a unit's rows go when only their pool is kept (`pool_only`).
-    let mut rows_buffer = vec![0.0f32; if post.pool_only { per_unit * win.ow * win.o } else { 0 }];
-    let rows_buffer = rows_buffer.as_mut_ptr();
+    // Where a unit's rows go when only their pool is kept (`pool_only`):
+    // a buffer on the stack, which stays in the L1 cache, when they fit
+    // it, else their own places in `y` (the plan gives it the whole
+    // result). Nothing is allocated: an ahead-of-time library's call
+    // allocates nothing.
+    const ROWS_ON_STACK: usize = 8192;
+    let mut stack_rows = std::mem::MaybeUninit::<[f32; ROWS_ON_STACK]>::uninit();
+    let on_stack = post.pool_only && per_unit * win.ow * win.o <= ROWS_ON_STACK;
+    let rows_buffer = stack_rows.as_mut_ptr().cast::<f32>();
     for (o0, vectors, masks) in channel_blocks(win.o) {
         let bias = post.bias.map(|b| b[o0..].as_ptr());
         // Two vectors of 14 positions are 28 accumulators, which with the
@@ -94,7 +100,8 @@ unsafe fn forward_units(
             let (n, first) = (unit / per_image, unit % per_image * per_unit);
             let rows = per_unit.min(win.oh - first);
             // Output row `oy` of this unit at channel `o0`.
-            let row = |oy: usize| match post.pool_only {
+            // (Every row is written whole before its pool reads it.)
+            let row = |oy: usize| match on_stack {
                 true => rows_buffer.wrapping_add((oy - first) * win.ow * win.o + o0),
                 false => y.wrapping_add((n * win.oh + oy) * win.ow * win.o + o0),
             };
