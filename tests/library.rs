@@ -227,27 +227,31 @@ fn an_exported_cnn_links_into_c_and_computes_the_same_bits() {
     assert_close(&library, &reference, 1e-4, "cnn_classify");
 }
 
+/// A refused build: exit 1, no panic, every needle in the diagnostic.
+fn assert_refused(r: &support::Run, needles: &[&str]) {
+    assert_eq!(r.code, Some(1), "expected exit 1:\n{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    let flat: String = r.stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    for n in needles {
+        assert!(flat.contains(n), "the diagnostic lacks `{n}`:\n{}", r.stderr);
+    }
+}
+
 #[test]
 fn what_a_library_cannot_hold_is_refused_before_any_file_is_written() {
     let dir = support::scratch("library-refusals");
     let open = "export fn f(x: f32[B, 4]) = x * 2.0\n";
-    let r = build_library(&dir, "lib", open, &[]);
-    assert_eq!(r.code, Some(1), "{}", r.stderr);
-    assert!(r.stderr.contains("E0340") && r.stderr.contains("--batch"), "{}", r.stderr);
+    assert_refused(&build_library(&dir, "lib", open, &[]), &["E0340", "--batch 1,64"]);
     let ints = "export fn f(x: i32[4]) = x * 2\n";
-    let r = build_library(&dir, "lib", ints, &[]);
-    assert!(r.stderr.contains("E0345") && r.stderr.contains("library functions take and give"), "{}", r.stderr);
+    assert_refused(&build_library(&dir, "lib", ints, &[]), &["E0345", "library functions take and give"]);
     let division = "export fn f(x: f32[4], k: f32[4]) = x / k + cast(cast(x, i32) / 0, f32)\n";
-    let r = build_library(&dir, "lib", division, &[]);
-    assert!(r.stderr.contains("E0345") && r.stderr.contains("can fail at run time"), "{}", r.stderr);
-    let r = build_library(&dir, "not-a-c-name", "export fn f(x: f32[4]) = x\n", &[]);
-    assert!(r.stderr.contains("must be a C identifier"), "{}", r.stderr);
-    let r = build_library(&dir, "lib", "export fn f(x: f32[B, 4]) = x\n", &["--batch", "0"]);
-    assert!(r.stderr.contains("at least one row"), "{}", r.stderr);
-    let r = build_library(&dir, "lib", "export fn f(x: f32[4]) = x\n", &["--export", "g"]);
-    assert!(r.stderr.contains("exports no function `g`"), "{}", r.stderr);
-    for r in [&r] {
-        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
-    }
+    assert_refused(&build_library(&dir, "lib", division, &[]), &["E0345", "can fail at run time"]);
+    let moves = "export fn f(x: f32[2, 3, 4]) = transpose(x * 2.0, [2, 0, 1])\n";
+    assert_refused(&build_library(&dir, "lib", moves, &[]), &["E0345", "moves axes other than the last two"]);
+    let plain = "export fn f(x: f32[4]) = x\n";
+    assert_refused(&build_library(&dir, "not-a-c-name", plain, &[]), &["must be a C identifier"]);
+    assert_refused(&build_library(&dir, "lib", open, &["--batch", "0"]), &["at least one row"]);
+    assert_refused(&build_library(&dir, "lib", plain, &["--export", "g"]), &["exports no function `g`"]);
+    assert_refused(&build_library(&dir, "lib", "let x = 1\n", &[]), &["exports no function"]);
     assert!(!dir.join("lib.o").exists() && !dir.join("lib.h").exists(), "a refused build wrote files");
 }

@@ -107,28 +107,38 @@ mod wide {
     use super::{Lhs, Rhs};
     use std::arch::x86_64::*;
 
-    /// The rows `rows` in register blocks: eight rows by two vectors while
-    /// eight rows are left (16 accumulators, loads of `b` and broadcasts of
-    /// `a` under the multiply-adds), then four by four, two by eight and
-    /// one by sixteen: always 16 chains in flight, and for few rows whole
-    /// rows of `b` read in order (a batch of one streams the weights, which
-    /// bounds its time, as one sequence). Columns go in blocks of the
-    /// block's vectors, the last one masked.
+    /// The rows `rows` in register blocks of MR rows by NV vectors of 16
+    /// columns: for wide products six rows by four vectors while six rows
+    /// are left (24 accumulators; the loads of `b` and broadcasts of `a`
+    /// stay under the multiply-adds, which run at 96-98% of the core's
+    /// peak), then four by four, two by eight and one by sixteen, so that
+    /// few rows read whole rows of `b` in order (a batch of one streams the
+    /// weights, which bounds its time, as one sequence); products of at
+    /// most 32 or 16 columns take blocks of that width, so that masked
+    /// lanes waste little. Columns go in blocks of the block's vectors, the
+    /// last one masked.
     ///
     /// # Safety
     /// AVX-512F; as for `ordered_sgemm`.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn rows(dst: *mut f32, a: Lhs, b: Rhs, mkn: [usize; 3], rows: std::ops::Range<usize>) {
         let mut i = rows.start;
+        let vectors = mkn[2].div_ceil(16);
         while i < rows.end {
             let left = rows.end - i;
             // SAFETY (each): the caller's contract; `i + MR <= rows.end`.
             i += unsafe {
-                match left {
-                    8.. => columns::<8, 2>(dst, a, b, mkn, i),
-                    4..=7 => columns::<4, 4>(dst, a, b, mkn, i),
-                    2 | 3 => columns::<2, 8>(dst, a, b, mkn, i),
-                    _ => columns::<1, 16>(dst, a, b, mkn, i),
+                match (vectors, left) {
+                    (1, 8..) => columns::<8, 1>(dst, a, b, mkn, i),
+                    (1, 4..) => columns::<4, 1>(dst, a, b, mkn, i),
+                    (1, _) => columns::<1, 1>(dst, a, b, mkn, i),
+                    (2, 8..) => columns::<8, 2>(dst, a, b, mkn, i),
+                    (2, 4..) => columns::<4, 2>(dst, a, b, mkn, i),
+                    (2, _) => columns::<1, 2>(dst, a, b, mkn, i),
+                    (_, 6..) => columns::<6, 4>(dst, a, b, mkn, i),
+                    (_, 4 | 5) => columns::<4, 4>(dst, a, b, mkn, i),
+                    (_, 2 | 3) => columns::<2, 8>(dst, a, b, mkn, i),
+                    (_, _) => columns::<1, 16>(dst, a, b, mkn, i),
                 }
             };
         }

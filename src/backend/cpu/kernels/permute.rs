@@ -66,6 +66,18 @@ impl Permutation {
         self.dims.iter().product()
     }
 
+    /// `(batch, rows, cols)` when this is a batch of matrix transposes
+    /// (the last two merged axes swapped, or a plain copy: one row), which
+    /// `apply` runs without allocating.
+    pub(in crate::backend::cpu) fn as_matrices(&self) -> Option<(usize, usize, usize)> {
+        let rank = self.dims.len();
+        if rank <= 1 {
+            return Some((1, 1, self.numel()));
+        }
+        let batched = self.perm[..rank - 2].iter().enumerate().all(|(i, &a)| a == i) && self.perm[rank - 2] == rank - 1;
+        batched.then(|| (self.dims[..rank - 2].iter().product(), self.dims[rank - 2], self.dims[rank - 1]))
+    }
+
     /// `to = transpose(from)` (see the module docs).
     pub(in crate::backend::cpu) fn apply<W: Word>(&self, from: &[W], to: &mut [W]) {
         let n = self.numel();
@@ -76,8 +88,7 @@ impl Permutation {
         }
         if rank <= 1 {
             to[..n].copy_from_slice(&from[..n]);
-        } else if self.perm[..rank - 2].iter().enumerate().all(|(i, &a)| a == i) && self.perm[rank - 2] == rank - 1 {
-            let (rows, cols) = (self.dims[rank - 2], self.dims[rank - 1]);
+        } else if let Some((_, rows, cols)) = self.as_matrices() {
             for (f, t) in from[..n].chunks_exact(rows * cols).zip(to[..n].chunks_exact_mut(rows * cols)) {
                 transpose(f, t, rows, cols);
             }

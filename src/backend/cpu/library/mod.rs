@@ -54,8 +54,9 @@ pub struct Library {
     pub(in crate::backend::cpu) libm: Vec<FuncId>,
     pub(in crate::backend::cpu) fma: bool,
     pub(in crate::backend::cpu) fctx: FunctionBuilderContext,
-    /// `tfc_rt_sgemm`, `tfc_rt_reduce_f32`, `tfc_rt_conv2d`, as imports.
-    pub(in crate::backend::cpu) runtime: [FuncId; 3],
+    /// `tfc_rt_sgemm`, `tfc_rt_reduce_f32`, `tfc_rt_conv2d`,
+    /// `tfc_rt_transpose32`, as imports.
+    pub(in crate::backend::cpu) runtime: [FuncId; 4],
     functions: Vec<Function>,
     /// The read-only data all functions share (`constant`), and its symbol.
     data: Vec<u8>,
@@ -92,6 +93,7 @@ impl Library {
             import("tfc_rt_sgemm", &[ptr; 9], None)?,
             import("tfc_rt_reduce_f32", &[i32, ptr, ptr, ptr, ptr, types::I64], Some(i32))?,
             import("tfc_rt_conv2d", &[ptr, ptr, ptr, ptr, ptr, ptr, i32, ptr, i32], Some(i32))?,
+            import("tfc_rt_transpose32", &[ptr; 5], None)?,
         ];
         let data_id = module
             .declare_data(&format!("{name}__data"), Linkage::Local, false, false)

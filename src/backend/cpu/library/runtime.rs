@@ -81,6 +81,24 @@ pub unsafe extern "C" fn reduce_f32(
     }
 }
 
+/// `batch` transposes of `rows × cols` matrices of four-byte elements
+/// from `src` to `dst` (module `kernels::transpose`).
+///
+/// # Safety
+/// Both hold `batch · rows · cols` elements and do not overlap.
+#[export_name = "tfc_rt_transpose32"]
+pub unsafe extern "C" fn transpose32(src: *const u32, dst: *mut u32, batch: usize, rows: usize, cols: usize) {
+    let n = rows * cols;
+    // SAFETY: the caller's contract.
+    let (from, to) =
+        unsafe { (std::slice::from_raw_parts(src, batch * n), std::slice::from_raw_parts_mut(dst, batch * n)) };
+    if n > 0 {
+        for (f, t) in from.chunks_exact(n).zip(to.chunks_exact_mut(n)) {
+            crate::backend::cpu::kernels::transpose::transpose(f, t, rows, cols);
+        }
+    }
+}
+
 /// The convolution `geometry` describes (`Conv::words`) of `x` and `w`
 /// into `dst`, with `cols` as its scratch (`Conv::cols_len` floats), then
 /// its epilogue: `bias` (one per output channel, or null), a ReLU when

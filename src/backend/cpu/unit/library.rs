@@ -207,6 +207,16 @@ impl JitUnit {
                 Step::Conv { .. } => {
                     return Err(refused(self, i, "is a convolution the direct kernels do not run here"));
                 }
+                Step::Transpose { src, dst, perm, .. } => {
+                    let four = dst.in_arena().is_some_and(|(_, width)| width == 4);
+                    let Some((batch, rows, cols)) = perm.as_matrices().filter(|_| four) else {
+                        return Err(refused(self, i, "moves axes other than the last two"));
+                    };
+                    let from = place(&mut b, *src).ok_or_else(missing)?;
+                    let to = place(&mut b, *dst).ok_or_else(missing)?;
+                    let sizes = [batch, rows, cols].map(|v| imm(&mut b, v));
+                    b.ins().call(runtime[3], &[from, to, sizes[0], sizes[1], sizes[2]]);
+                }
                 Step::Pool { unread: true, .. } => {}
                 Step::Interp(_) => return Err(refused(self, i, "runs on the interpreter")),
                 _ => return Err(refused(self, i, "has no library code yet")),
