@@ -3,7 +3,8 @@
 Each case that `onnx.backend.test.case.node.collect_testcases()` returns
 becomes `OUT/<case>/model.onnx` plus, per data set k,
 `OUT/<case>/test_data_set_k/input_i.pb` and `output_i.pb` (TensorProtos),
-the layout ONNX's own `backend-test-tools generate-data` writes. A data set
+the layout ONNX's own `backend-test-tools generate-data` writes, and a file
+`tolerance` with the case's own `rtol atol`. A data set
 holding something other than plain tensors (a sequence, an optional, a map)
 gets a file `not_tensors` instead, so the reader can say why it skips it.
 
@@ -38,6 +39,8 @@ def main(out):
         folder = os.path.join(out, case.name)
         os.makedirs(folder, exist_ok=True)
         onnx.save(case.model, os.path.join(folder, "model.onnx"))
+        with open(os.path.join(folder, "tolerance"), "w") as f:
+            f.write(f"{case.rtol} {case.atol}\n")
         graph = case.model.graph
         for k, (inputs, outputs) in enumerate(case.data_sets):
             data = os.path.join(folder, f"test_data_set_{k}")

@@ -5,6 +5,7 @@
 //! their graphs into tfc's IR (import/), which `load_onnx` does.
 
 pub mod export;
+pub mod import;
 pub mod model;
 pub mod read;
 pub mod symbolic;
