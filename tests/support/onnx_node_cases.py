@@ -23,6 +23,11 @@ from onnx.backend.test.case.node import collect_testcases
 
 
 def write_tensor(path, name, value):
+    if isinstance(value, onnx.TensorProto):
+        value.name = name
+        with open(path, "wb") as f:
+            f.write(value.SerializeToString())
+        return
     if not isinstance(value, np.ndarray):
         value = np.asarray(value)
     if value.dtype == object:

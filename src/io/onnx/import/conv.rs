@@ -172,12 +172,7 @@ fn pool(cx: &mut Ctx, n: &Node, x: &Val) -> Result<Val, Diagnostic> {
         return Err(cx.unsupported(format!("{} of {}", n.op_type, x.dtype())));
     }
     let mut xh = to_nhwc(cx, x)?;
-    if !max && a.int(cx, "count_include_pad", 0)? != 0 {
-        // The pads count as zeros: pad explicitly, pool without padding.
-        let [t, b, l, r] = win.padding;
-        xh = cx.add(Op::Pad { low: vec![0, t, l, 0], high: vec![0, b, r, 0], value: 0.0 }, &[&xh])?;
-        win.padding = [0; 4];
-    }
+    let mut extra = [0; 2];
     if a.int(cx, "ceil_mode", 0)? != 0 {
         // More windows at the end: as many as rounding up gives, less one
         // that would start past the input and its leading pad, as ONNX's
@@ -194,9 +189,17 @@ fn pool(cx: &mut Ctx, n: &Node, x: &Val) -> Result<Val, Diagnostic> {
                 out -= 1;
             }
             let needed = (out - 1) * win.stride[d] + win.kernel[d];
-            win.padding[2 * d + 1] += needed.saturating_sub(padded);
+            extra[d] = needed.saturating_sub(padded);
         }
     }
+    if !max && a.int(cx, "count_include_pad", 0)? != 0 {
+        // The pads count as zeros: pad explicitly, pool without padding.
+        let [t, b, l, r] = win.padding;
+        xh = cx.add(Op::Pad { low: vec![0, t, l, 0], high: vec![0, b, r, 0], value: 0.0 }, &[&xh])?;
+        win.padding = [0; 4];
+    }
+    win.padding[1] += extra[0];
+    win.padding[3] += extra[1];
     let kind = if max { PoolKind::Max } else { PoolKind::Avg };
     let op = Op::Pool2d { kind, size: win.kernel, stride: win.stride, padding: win.padding };
     let y = cx.add(op, &[&xh])?;

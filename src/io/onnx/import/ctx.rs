@@ -126,6 +126,14 @@ impl Ctx<'_> {
         self.binary(op, a, &s)
     }
 
+    /// `a != b` for bools (tfc's `ne` compares numbers): `(a or b) and not (a and b)`.
+    pub fn xor(&mut self, a: &Val, b: &Val) -> Result<Val, Diagnostic> {
+        let either = self.binary(BinaryOp::Or, a, b)?;
+        let both = self.binary(BinaryOp::And, a, b)?;
+        let not_both = self.unary(UnaryOp::Not, &both)?;
+        self.binary(BinaryOp::And, &either, &not_both)
+    }
+
     /// `where(c, a, b)` with NumPy broadcasting.
     pub fn select(&mut self, c: &Val, a: &Val, b: &Val) -> Result<Val, Diagnostic> {
         let [c, a, b] = self.broadcast_all([c, a, b])?;

@@ -180,8 +180,11 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
             cx.select(&below, &up, &inner)?
         }
         "Clip" => clip(cx, n, ins, &x)?,
-        "Add" | "Sub" | "Mul" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or"
-        | "Xor" => {
+        "Xor" => {
+            let y = cx.input(ins, 1)?.clone();
+            cx.xor(&x, &y)?
+        }
+        "Add" | "Sub" | "Mul" | "Equal" | "Less" | "LessOrEqual" | "Greater" | "GreaterOrEqual" | "And" | "Or" => {
             let b = B_OPS.iter().find(|(name, _)| *name == op).map(|(_, b)| *b).unwrap_or(B::Add);
             let y = cx.input(ins, 1)?.clone();
             if x.dtype() != y.dtype() {
@@ -215,7 +218,7 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
                 // remainder of the other sign by one divisor.
                 let nonzero = cx.binary_scalar(B::Ne, &r, 0.0)?;
                 let (rn, xn) = (cx.binary_scalar(B::Lt, &r, 0.0)?, cx.binary_scalar(B::Lt, &x, 0.0)?);
-                let differ = cx.binary(B::Ne, &rn, &xn)?;
+                let differ = cx.xor(&rn, &xn)?;
                 let fix = cx.binary(B::And, &nonzero, &differ)?;
                 let moved = cx.binary(B::Sub, &r, &y)?;
                 cx.select(&fix, &moved, &r)?
@@ -267,7 +270,6 @@ const B_OPS: &[(&str, B)] = &[
     ("GreaterOrEqual", B::Ge),
     ("And", B::And),
     ("Or", B::Or),
-    ("Xor", B::Ne),
 ];
 
 /// ONNX's `Div`: floats divide, integers truncate toward zero (tfc's
@@ -281,7 +283,7 @@ fn div(cx: &mut Ctx, x: &Val, y: &Val) -> Result<Val, Diagnostic> {
     let r = cx.binary(B::Mod, x, y)?;
     let inexact = cx.binary_scalar(B::Ne, &r, 0.0)?;
     let (xn, yn) = (cx.binary_scalar(B::Lt, x, 0.0)?, cx.binary_scalar(B::Lt, y, 0.0)?);
-    let signs = cx.binary(B::Ne, &xn, &yn)?;
+    let signs = cx.xor(&xn, &yn)?;
     let fix = cx.binary(B::And, &inexact, &signs)?;
     let one = cx.add(Op::Cast(q.dtype()), &[&fix])?;
     cx.binary(B::Add, &q, &one)

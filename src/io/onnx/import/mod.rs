@@ -116,6 +116,10 @@ pub fn signature(model: &Model, span: Span) -> Result<Signature, Diagnostic> {
         let dims = info.shape.clone().ok_or_else(|| unsupported(span, format!("input `{}` has no shape", info.name)))?;
         inputs.push(Input { name: info.name.clone(), dtype, dims });
     }
+    if let Some(o) = g.outputs.iter().find(|o| o.non_tensor.is_some()) {
+        let kind = o.non_tensor.unwrap_or_default();
+        return Err(unsupported(span, format!("output `{}` is {kind}, not a tensor", o.name)));
+    }
     let outputs = g.outputs.iter().map(|o| o.name.clone()).collect();
     Ok(Signature { inputs, initializers, outputs })
 }

@@ -105,7 +105,11 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
                 }
                 p => return Err(cx.unsupported(format!("LpNormalization with p = {p}"))),
             };
-            cx.binary(B::Div, &x, &norm)?
+            // A zero norm gives zeros, not 0/0, as ONNX's reference does.
+            let q = cx.binary(B::Div, &x, &norm)?;
+            let zero_norm = cx.binary_scalar(B::Eq, &norm, 0.0)?;
+            let zero = cx.scalar(0.0, x.dtype())?;
+            cx.select(&zero_norm, &zero, &q)?
         }
         "MeanVarianceNormalization" => {
             let axes = a.ints(cx, "axes")?.unwrap_or_else(|| vec![0, 2, 3]);

@@ -221,7 +221,12 @@ fn space_depth(cx: &mut Ctx, n: &Node, x: &Val) -> Result<Val, Diagnostic> {
             return Err(cx.invalid(Code::Reshape, format!("{h}x{w} is not a multiple of the block {b}")));
         }
         let t = cx.reshape(x, &[nb, c, h / b, b, w / b, b])?;
-        let t = cx.transpose(&t, &[0, 3, 5, 1, 2, 4])?;
+        let perm = match a.string(cx, "mode", "DCR")?.as_str() {
+            "DCR" => [0, 3, 5, 1, 2, 4],
+            "CRD" => [0, 1, 3, 5, 2, 4],
+            other => return Err(cx.unsupported(format!("mode \"{other}\""))),
+        };
+        let t = cx.transpose(&t, &perm)?;
         return cx.reshape(&t, &[nb, c * b * b, h / b, w / b]);
     }
     if c % (b * b) != 0 {
