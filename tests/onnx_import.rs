@@ -46,9 +46,7 @@ fn export(dir: &Path, program: &str) -> String {
 
 /// The numbers of printed output, in order.
 fn numbers(text: &str) -> Vec<f64> {
-    text.split(|c: char| !(c.is_ascii_digit() || "-.eE".contains(c)))
-        .filter_map(|w| w.parse::<f64>().ok())
-        .collect()
+    text.split(|c: char| !(c.is_ascii_digit() || "-.eE".contains(c))).filter_map(|w| w.parse::<f64>().ok()).collect()
 }
 
 fn assert_close(got: &str, want: &str, tol: f64) {
@@ -178,5 +176,9 @@ fn bad_files_and_unsupported_models_are_diagnostics() {
     fails(&dir, &call("junk.onnx"), &["E0342"]);
     fails(&dir, &call("missing.onnx"), &["E0001", "missing.onnx"]);
     fails(&dir, "let m = load_onnx(\"relu.onnx\")\nprint(m(ones([3, 2])))\n", &["E0308", "f32[2, 3]", "f32[3, 2]"]);
-    fails(&dir, "let m = load_onnx(\"relu.onnx\")\nprint(m(ones([2, 3]), ones([2, 3])))\n", &["E0206", "takes 1 inputs"]);
+    fails(
+        &dir,
+        "let m = load_onnx(\"relu.onnx\")\nprint(m(ones([2, 3]), ones([2, 3])))\n",
+        &["E0206", "takes 1 inputs"],
+    );
 }

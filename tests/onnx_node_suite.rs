@@ -166,13 +166,25 @@ fn onnx_node_suite() {
             Outcome::Failed(why) => failed.push(format!("{name}: {why}")),
         }
     }
-    println!("ONNX node suite: {} cases: {} passed, {} failed, {} unsupported", cases.len(), passed.len(), failed.len(), unsupported.len());
+    println!(
+        "ONNX node suite: {} cases: {} passed, {} failed, {} unsupported",
+        cases.len(),
+        passed.len(),
+        failed.len(),
+        unsupported.len()
+    );
     println!("unsupported, by operator: {reasons:?}");
     for f in &failed {
         println!("FAILED {f}");
     }
     if let Ok(path) = std::env::var("TFC_ONNX_SUITE_REPORT") {
-        let text = format!("passed {}\nfailed {}\nunsupported {}\n{}\n", passed.len(), failed.len(), unsupported.len(), passed.join("\n"));
+        let text = format!(
+            "passed {}\nfailed {}\nunsupported {}\n{}\n",
+            passed.len(),
+            failed.len(),
+            unsupported.len(),
+            passed.join("\n")
+        );
         std::fs::write(path, text).expect("write the report");
     }
     assert!(failed.is_empty(), "{} node tests failed (listed above)", failed.len());

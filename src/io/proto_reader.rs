@@ -142,8 +142,10 @@ pub fn varints(value: Value<'_>, out: &mut Vec<u64>) -> Result<(), WireError> {
         Value::Bytes(mut b) => {
             let total = b.len();
             while !b.is_empty() {
-                let (v, used) = read_varint(b)
-                    .ok_or_else(|| WireError { offset: total - b.len(), message: "a packed varint is truncated".into() })?;
+                let (v, used) = read_varint(b).ok_or_else(|| WireError {
+                    offset: total - b.len(),
+                    message: "a packed varint is truncated".into(),
+                })?;
                 out.push(v);
                 b = &b[used..];
             }

@@ -112,7 +112,12 @@ impl Tracer<'_> {
             let mismatch = || {
                 Diagnostic::new(
                     Code::Annotation,
-                    format!("input `{}` of the ONNX model `{name}` is {}, found {}", input.name, input_type(input), o.ty),
+                    format!(
+                        "input `{}` of the ONNX model `{name}` is {}, found {}",
+                        input.name,
+                        input_type(input),
+                        o.ty
+                    ),
                 )
                 .label(*s, o.ty.to_string())
             };
@@ -122,19 +127,22 @@ impl Tracer<'_> {
             for (dim, &actual) in input.dims.iter().zip(&o.ty.shape) {
                 match dim {
                     Dim::Fixed(d) if *d != actual as i64 => return Err(mismatch().into()),
-                    Dim::Named(n) => match sizes.get(n.as_str()) {
-                        Some(&(before, at)) if before != actual => {
-                            return Err(Diagnostic::new(
+                    Dim::Named(n) => {
+                        match sizes.get(n.as_str()) {
+                            Some(&(before, at)) if before != actual => return Err(Diagnostic::new(
                                 Code::SymbolicDim,
-                                format!("dimension `{n}` of the ONNX model `{name}` is {before} here but {actual} in {}", o.ty),
+                                format!(
+                                    "dimension `{n}` of the ONNX model `{name}` is {before} here but {actual} in {}",
+                                    o.ty
+                                ),
                             )
                             .label(*s, o.ty.to_string())
                             .label(at, format!("`{n}` = {before}"))
-                            .into())
+                            .into()),
+                            Some(_) => {}
+                            None => drop(sizes.insert(n, (actual, *s))),
                         }
-                        Some(_) => {}
-                        None => drop(sizes.insert(n, (actual, *s))),
-                    },
+                    }
                     _ => {}
                 }
             }

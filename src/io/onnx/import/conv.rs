@@ -136,7 +136,8 @@ fn conv(cx: &mut Ctx, n: &Node, ins: &[Option<Val>], x: &Val) -> Result<Val, Dia
     }
     let win = window(cx, n, size, &kernel, one_d)?;
     let groups = Attrs(n).int(cx, "group", 1)?;
-    let groups = usize::try_from(groups).ok().filter(|&g| g > 0).ok_or_else(|| cx.unsupported(format!("group {groups}")))?;
+    let groups =
+        usize::try_from(groups).ok().filter(|&g| g > 0).ok_or_else(|| cx.unsupported(format!("group {groups}")))?;
     let xh = to_nhwc(cx, x)?;
     let w4 = match w.shape() {
         &[o, i, k] => cx.reshape(&w, &[o, i, 1, k])?,

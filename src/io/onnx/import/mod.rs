@@ -113,7 +113,8 @@ pub fn signature(model: &Model, span: Span) -> Result<Signature, Diagnostic> {
         }
         let elem = info.elem_type.ok_or_else(|| unsupported(span, format!("input `{}` has no type", info.name)))?;
         let dtype = dtype_of(elem).map_err(|e| unsupported(span, format!("input `{}`: {e}", info.name)))?;
-        let dims = info.shape.clone().ok_or_else(|| unsupported(span, format!("input `{}` has no shape", info.name)))?;
+        let dims =
+            info.shape.clone().ok_or_else(|| unsupported(span, format!("input `{}` has no shape", info.name)))?;
         inputs.push(Input { name: info.name.clone(), dtype, dims });
     }
     if let Some(o) = g.outputs.iter().find(|o| o.non_tensor.is_some()) {
@@ -128,8 +129,9 @@ pub fn signature(model: &Model, span: Span) -> Result<Signature, Diagnostic> {
 /// shape, axes, sizes, bounds): tfc's IR has them as attributes.
 fn needs_known(op: &str, i: usize) -> bool {
     match op {
-        "Reshape" | "Expand" | "Tile" | "Squeeze" | "Unsqueeze" | "TopK" | "CumSum" | "Split" | "OneHot"
-        | "Trilu" => i == 1,
+        "Reshape" | "Expand" | "Tile" | "Squeeze" | "Unsqueeze" | "TopK" | "CumSum" | "Split" | "OneHot" | "Trilu" => {
+            i == 1
+        }
         "Dropout" => i >= 1,
         "Slice" | "Pad" => i >= 1,
         "ConstantOfShape" => i == 0,

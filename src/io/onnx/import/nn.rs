@@ -70,7 +70,8 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
                 let v = cx.input(ins, i)?.clone();
                 channel_view(cx, &v, x.rank())
             };
-            let (scale, bias, mean, var) = (per_channel(cx, 1)?, per_channel(cx, 2)?, per_channel(cx, 3)?, per_channel(cx, 4)?);
+            let (scale, bias, mean, var) =
+                (per_channel(cx, 1)?, per_channel(cx, 2)?, per_channel(cx, 3)?, per_channel(cx, 4)?);
             let d = cx.binary(B::Sub, &x, &mean)?;
             let ve = cx.binary_scalar(B::Add, &var, eps)?;
             let sd = cx.unary(U::Sqrt, &ve)?;

@@ -61,7 +61,8 @@ fn reduce(cx: &mut Ctx, n: &Node, ins: &[Option<Val>], x: &Val, op: &str) -> Res
         _ => (0..x.rank() as i64).collect(),
     };
     let axes = axes.iter().map(|&ax| cx.axis(ax, x.rank())).collect::<Result<Vec<usize>, _>>()?;
-    let float_only = !matches!(op, "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare" | "ReduceL1");
+    let float_only =
+        !matches!(op, "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceSumSquare" | "ReduceL1");
     if (float_only && !x.dtype().is_float()) || x.dtype() == DType::Bool {
         return Err(cx.unsupported(format!("{op} of {} (float tensors only)", x.dtype())));
     }
