@@ -160,7 +160,7 @@ fn reshape_target(cx: &Ctx, input: &[usize], target: &[i64], allowzero: bool) ->
     }
     let known: usize = shape.iter().product();
     if let Some(i) = infer {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(cx.invalid(Code::Reshape, format!("cannot reshape {input:?} to {target:?}")));
         }
         shape[i] = numel / known;
