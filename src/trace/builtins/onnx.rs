@@ -127,9 +127,9 @@ impl Tracer<'_> {
             for (dim, &actual) in input.dims.iter().zip(&o.ty.shape) {
                 match dim {
                     Dim::Fixed(d) if *d != actual as i64 => return Err(mismatch().into()),
-                    Dim::Named(n) => {
-                        match sizes.get(n.as_str()) {
-                            Some(&(before, at)) if before != actual => return Err(Diagnostic::new(
+                    Dim::Named(n) => match sizes.get(n.as_str()) {
+                        Some(&(before, at)) if before != actual => {
+                            return Err(Diagnostic::new(
                                 Code::SymbolicDim,
                                 format!(
                                     "dimension `{n}` of the ONNX model `{name}` is {before} here but {actual} in {}",
@@ -138,11 +138,11 @@ impl Tracer<'_> {
                             )
                             .label(*s, o.ty.to_string())
                             .label(at, format!("`{n}` = {before}"))
-                            .into()),
-                            Some(_) => {}
-                            None => drop(sizes.insert(n, (actual, *s))),
+                            .into())
                         }
-                    }
+                        Some(_) => {}
+                        None => drop(sizes.insert(n, (actual, *s))),
+                    },
                     _ => {}
                 }
             }
