@@ -27,3 +27,19 @@ json='{"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"__metadata__":{"
 { printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x02\x00\x00\x00\x02'; head -c 8 /dev/urandom; } > "$root/fuzz/corpus/idx/small.idx"
 find "$root/examples" -name '*.safetensors' -size -64k -exec cp {} "$root/fuzz/corpus/safetensors/" \;
 echo "loader corpora: $(ls "$root/fuzz/corpus/npy" | wc -l) npy, $(ls "$root/fuzz/corpus/safetensors" | wc -l) safetensors, $(ls "$root/fuzz/corpus/idx" | wc -l) idx"
+
+# The ONNX decoder's corpus (target onnx): the models tfc ships, and, when
+# the test venv is there, the models of ONNX's node test suite (small,
+# valid files of every operator; tests/support/onnx_node_cases.py).
+mkdir -p "$root/fuzz/corpus/onnx"
+find "$root/examples" -name '*.onnx' -exec cp {} "$root/fuzz/corpus/onnx/" \;
+python="${TFC_TEST_PYTHON:-$root/.venv-tests/bin/python}"
+if [ -x "$python" ]; then
+    cases="$(mktemp -d)"
+    "$python" "$root/tests/support/onnx_node_cases.py" "$cases" > /dev/null
+    find "$cases" -name model.onnx -print0 | while IFS= read -r -d '' file; do
+        cp "$file" "$root/fuzz/corpus/onnx/$(sha1sum "$file" | cut -c1-16).onnx"
+    done
+    rm -rf "$cases"
+fi
+echo "onnx corpus: $(ls "$root/fuzz/corpus/onnx" | wc -l) models"

@@ -68,6 +68,8 @@ codes! {
     ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
     ExportType = "E0340", "an exported function's parameters or result have no fixed tensor types";
     OnnxExport = "E0341", "an exported function computes something ONNX export cannot write";
+    OnnxParse = "E0342", "an ONNX model file does not parse";
+    OnnxUnsupported = "E0343", "an ONNX model uses an operator, attribute, opset or dtype tfc cannot import";
     LibraryExport = "E0345", "an exported function computes something an ahead-of-time library cannot run";
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";

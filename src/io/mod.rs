@@ -14,5 +14,6 @@ pub mod loaders;
 pub mod onnx;
 pub mod plot;
 pub mod proto;
+pub mod proto_reader;
 pub mod tensorboard;
 pub mod text;

@@ -132,6 +132,7 @@ impl Tracer<'_> {
             Value::Func(c) => self.call_closure(&c, args, None, span),
             Value::Builtin(name) => self.call_builtin(name, args, span),
             Value::ModelDef(def) => self.instantiate(&def, args, span),
+            Value::Model(m) if m.onnx.is_some() => self.call_onnx(&m, args, f_span, span),
             Value::Model(m) => {
                 let forward = m.def.members.iter().find_map(|mm| match mm {
                     ast::ModelMember::Method(d) if d.name.name == "forward" => Some(d.clone()),

@@ -124,7 +124,14 @@ impl Tracer<'_> {
         }
         // Assignments to a state in the methods write it (trace/state.rs).
         scope.declare_states(&states);
-        let instance = Rc::new(ModelInstance { def: def.def.clone(), scope: scope.clone(), params, states, submodels });
+        let instance = Rc::new(ModelInstance {
+            def: def.def.clone(),
+            scope: scope.clone(),
+            params,
+            states,
+            submodels,
+            onnx: None,
+        });
         // Methods can call each other by bare name (`helper(x)` in `forward`).
         for member in &def.def.members {
             if let ModelMember::Method(d) = member {

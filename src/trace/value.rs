@@ -141,12 +141,19 @@ pub struct ModelInstance {
     /// Names of the sub-model fields: a model, or a list (a tuple) that
     /// holds models (`blocks = [Block(d) for i in 0..n]`).
     pub submodels: Vec<String>,
+    /// A model loaded by `load_onnx`: calling it traces the ONNX graph
+    /// (its parameters are the initializers, by their ONNX names).
+    pub onnx: Option<Rc<crate::trace::builtins::OnnxModel>>,
 }
 
 impl ModelInstance {
     /// Rebinds the parameter or state at `path` (`l1.w`, `blocks.0.w`,
     /// `bn.running_mean`) to `value`.
     pub fn set_param(&self, path: &str, value: Value) {
+        // A parameter's own name may hold dots (an ONNX initializer `l1.w`).
+        if self.params.iter().chain(&self.states).any(|p| p == path) {
+            return self.scope.set(path, value);
+        }
         match path.split_once('.') {
             Some((sub, rest)) => {
                 if let Some(v) = self.scope.get_local(sub) {

@@ -338,15 +338,7 @@ fn broadcast_shape(shapes: &[&[usize]]) -> Option<Vec<usize>> {
 
 /// ONNX's `TensorProto.DataType` for a dtype.
 fn onnx_dtype(d: DType) -> i64 {
-    match d {
-        DType::F32 => 1,
-        DType::I32 => 6,
-        DType::I64 => 7,
-        DType::Bool => 9,
-        DType::F16 => 10,
-        DType::F64 => 11,
-        DType::BF16 => 16,
-    }
+    i64::from(super::model::onnx_dtype(d))
 }
 
 /// A `ValueInfoProto`: a name and a tensor type whose dimensions are fixed

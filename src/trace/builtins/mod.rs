@@ -9,6 +9,8 @@ mod effects;
 mod grad;
 mod io;
 mod nn;
+mod onnx;
+pub use onnx::OnnxModel;
 mod reduce;
 pub(crate) mod scan;
 mod shape;
@@ -110,6 +112,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load_idx", &["images", "labels="]),
     ("load_safetensors", &["path", "keys.."]),
     ("load_text", &["path", "window=", "stride="]),
+    ("load_onnx", &["path"]),
     ("range", &["n"]),
     ("from_tensors", &["xs.."]),
     ("map", &["ds", "f", "parallel="]),
@@ -224,6 +227,7 @@ impl Tracer<'_> {
             "save" | "load" => self.checkpoint_builtin(&a),
             "static_assert" => self.static_assert(&a),
             "evaluate" => self.evaluate_builtin(&a),
+            "load_onnx" => self.load_onnx(&a),
             _ => self.data_builtin(&a),
         }
     }
