@@ -68,6 +68,7 @@ type Family = fn(&mut ctx::Ctx, &super::model::Node, &[Option<Val>]) -> Result<V
 
 const FAMILIES: &[(&[&str], Family)] = &[
     (elementwise::OPS, elementwise::import),
+    (elementwise::FLOAT_OPS, elementwise::import),
     (reduce::OPS, reduce::import),
     (shape::OPS, shape::import),
     (index::OPS, index::import),
