@@ -13,18 +13,7 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use support::{npy, put, scratch, test_python};
-
-/// Deterministic inputs in [-1, 1) (a small LCG: no Python needed).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use support::{npy, put, scratch, test_python, values};
 
 fn f32_npy(dir: &Path, name: &str, shape: &[usize], seed: u64) {
     let data: Vec<u8> = values(shape.iter().product(), seed).iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -106,27 +95,11 @@ fn a_trained_mlp_runs_in_onnx_runtime_with_tfcs_outputs() {
     let dir = scratch("onnx-mlp");
     f32_npy(&dir, "x.npy", &[16, 784], 1);
     i32_npy(&dir, "y.npy", &[16], 10, 2);
-    let program = r#"
-use std.nn.{Dense}
-use std.loss.{softmax_cross_entropy}
-use std.optim.{adam}
-model MLP {
-    l1 = Dense(784, 64, act = relu)
-    l2 = Dense(64, 10)
-    fn forward(x) = l2(l1(x))
-}
-let net = MLP()
-let x = collect(load_npy("x.npy"))
-let y = collect(load_npy("y.npy"))
-train net on from_tensors(x, y) |> batch(8) {
-    loss(x, y) = softmax_cross_entropy(net(x), y)
-    optimizer = adam(lr = 1e-2)
-    epochs = 2
-}
-export fn predict(x: f32[B, 784]) -> f32[B, 10] = softmax(net(x))
-print(predict(x), full = true)
-"#;
-    let (code, stdout, stderr) = build(&dir, program, &[]);
+    let program = support::trained_mlp(
+        2,
+        "export fn predict(x: f32[B, 784]) -> f32[B, 10] = softmax(net(x))\nprint(predict(x), full = true)\n",
+    );
+    let (code, stdout, stderr) = build(&dir, &program, &[]);
     assert_eq!(code, Some(0), "{stderr}");
     let info = check_with_onnx_runtime(&dir, &[("x", "x.npy")], &stdout, 1e-5);
     if !info.is_empty() {

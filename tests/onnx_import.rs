@@ -9,19 +9,8 @@ mod support;
 
 use std::path::Path;
 use std::process::Command;
-use support::{fails, ok, put, scratch};
+use support::{fails, ok, put, scratch, values};
 use tfc::io::proto::Message;
-
-/// Deterministic values in [-1, 1) (a small LCG).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
 
 fn inputs(dir: &Path, shape: &[usize]) {
     let n: usize = shape.iter().product();
@@ -57,32 +46,17 @@ fn assert_close(got: &str, want: &str, tol: f64) {
     }
 }
 
-const MLP: &str = r#"
-use std.nn.{Dense}
-use std.loss.{softmax_cross_entropy}
-use std.optim.{adam}
-model MLP {
-    l1 = Dense(784, 32, act = relu)
-    l2 = Dense(32, 10)
-    fn forward(x) = l2(l1(x))
-}
-let net = MLP()
-let x = collect(load_npy("x.npy"))
-let y = collect(load_npy("y.npy"))
-train net on from_tensors(x, y) |> batch(8) {
-    loss(x, y) = softmax_cross_entropy(net(x), y)
-    optimizer = adam(lr = 1e-2)
-    epochs = 1
-}
-export fn logits(x: f32[B, 784]) -> f32[B, 10] = net(x)
-print(logits(x), full = true)
-"#;
-
 #[test]
 fn an_exported_mlp_loads_back_and_fine_tunes() {
     let dir = scratch("onnx-import-mlp");
     inputs(&dir, &[16, 784]);
-    let exported = export(&dir, MLP);
+    let exported = export(
+        &dir,
+        &support::trained_mlp(
+            1,
+            "export fn logits(x: f32[B, 784]) -> f32[B, 10] = net(x)\nprint(logits(x), full = true)\n",
+        ),
+    );
     let program = r#"
 use std.loss.{softmax_cross_entropy}
 use std.optim.{adam}

@@ -242,3 +242,41 @@ train net on data |> shuffle(16, seed = 1) |> batch(4) {
     LOG
 }
 "#;
+
+/// A 784-64-10 MLP trained for `epochs` with Adam on `x.npy` (`f32[N, 784]`)
+/// and `y.npy` (`i32[N]` labels) in the test's directory, followed by
+/// `tail` (tests/onnx_export.rs, tests/onnx_import.rs: an `export fn` and
+/// what to print).
+pub fn trained_mlp(epochs: usize, tail: &str) -> String {
+    format!(
+        r#"
+use std.nn.{{Dense}}
+use std.loss.{{softmax_cross_entropy}}
+use std.optim.{{adam}}
+model MLP {{
+    l1 = Dense(784, 64, act = relu)
+    l2 = Dense(64, 10)
+    fn forward(x) = l2(l1(x))
+}}
+let net = MLP()
+let x = collect(load_npy("x.npy"))
+let y = collect(load_npy("y.npy"))
+train net on from_tensors(x, y) |> batch(8) {{
+    loss(x, y) = softmax_cross_entropy(net(x), y)
+    optimizer = adam(lr = 1e-2)
+    epochs = {epochs}
+}}
+{tail}"#
+    )
+}
+
+/// Deterministic inputs in [-1, 1) (a small LCG: no Python needed).
+pub fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

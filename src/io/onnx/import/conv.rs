@@ -66,15 +66,24 @@ fn window(cx: &Ctx, n: &Node, size: [usize; 2], kernel: &[i64], one_d: bool) -> 
         if v.len() != len {
             return Err(cx.invalid(Code::ConvShape, format!("`{name}` has {} values, not {len}", v.len())));
         }
+        // Bounded, so that window arithmetic cannot overflow.
         v.iter()
-            .map(|&x| usize::try_from(x).map_err(|_| cx.invalid(Code::ConvShape, format!("`{name}` holds {x}"))))
+            .map(|&x| {
+                usize::try_from(x)
+                    .ok()
+                    .filter(|&x| x <= 1 << 24)
+                    .ok_or_else(|| cx.invalid(Code::ConvShape, format!("`{name}` holds {x}")))
+            })
             .collect()
     };
     if kernel.len() != sp {
         return Err(cx.invalid(Code::ConvShape, format!("a kernel of {} axes for {sp} spatial axes", kernel.len())));
     }
     let lift = |v: Vec<usize>, pad: usize| if one_d { [pad, v[0]] } else { [v[0], v[1]] };
-    let kernel = lift(kernel.iter().map(|&k| k.max(0) as usize).collect(), 1);
+    if let Some(k) = kernel.iter().find(|&&k| !(1..=1 << 24).contains(&k)) {
+        return Err(cx.invalid(Code::ConvShape, format!("a kernel size of {k}")));
+    }
+    let kernel = lift(kernel.iter().map(|&k| k as usize).collect(), 1);
     let stride = lift(list("strides", 1, sp)?, 1);
     let dilation = lift(list("dilations", 1, sp)?, 1);
     if stride.contains(&0) || dilation.contains(&0) || kernel.contains(&0) {

@@ -28,7 +28,12 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
             let shape = cx.known_ints(&s, "the shape")?;
             let shape = shape
                 .iter()
-                .map(|&d| usize::try_from(d).map_err(|_| cx.invalid(Code::BadValue, format!("a dimension of {d}"))))
+                .map(|&d| {
+                    usize::try_from(d)
+                        .ok()
+                        .filter(|&d| d <= super::ctx::MAX_ELEMENTS)
+                        .ok_or_else(|| cx.invalid(Code::BadValue, format!("a dimension of {d}")))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             let value = match n.attr("value") {
                 Some(AttrValue::Tensor(t)) => t.to_tensor().map_err(|e| cx.unsupported(e))?,

@@ -25,6 +25,15 @@ use std::rc::Rc;
 /// their result has at most this many elements (shapes, axes, masks).
 const FOLD_LIMIT: usize = 1 << 16;
 
+/// Most elements a value may have (as the tracer's limit): a larger shape
+/// from a file (`Expand` to `[2^40]`) is E0317 before anything is built.
+pub const MAX_ELEMENTS: usize = 1 << 34;
+
+/// The element count of `shape`, if it is at most `MAX_ELEMENTS`.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).filter(|&n| n <= MAX_ELEMENTS)
+}
+
 /// One ONNX value: its IR node and type, and its elements when they are
 /// known while checking (an initializer that is not a parameter, a
 /// `Constant`, a `Shape`, or an op computed from such values).
@@ -77,8 +86,11 @@ impl Ctx<'_> {
     pub fn add(&mut self, op: Op, ins: &[&Val]) -> Result<Val, Diagnostic> {
         let types: Vec<&TensorType> = ins.iter().map(|v| &v.ty).collect();
         let ty = infer(&op, &types).map_err(|e| self.invalid(e.code, format!("{} ({})", e.message, op.name())))?;
+        let numel = checked_numel(&ty.shape).ok_or_else(|| {
+            self.invalid(Code::TooLarge, format!("{} of shape {:?} has too many elements", op.name(), ty.shape))
+        })?;
         let known: Option<Vec<&Tensor>> = ins.iter().map(|v| v.known.as_deref()).collect();
-        if let Some(values) = known.filter(|_| !ins.is_empty() && ty.numel() <= FOLD_LIMIT) {
+        if let Some(values) = known.filter(|_| !ins.is_empty() && numel <= FOLD_LIMIT) {
             if let Ok(t) = eval_node(&op, &values, &ty) {
                 return self.constant(t);
             }

@@ -152,6 +152,10 @@ fn pad(cx: &mut Ctx, n: &Node, ins: &[Option<Val>], x: &Val) -> Result<Val, Diag
         Some(axes) => axes.iter().map(|&ax| cx.axis(ax, rank)).collect::<Result<_, _>>()?,
         None => (0..rank).collect(),
     };
+    let limit = super::ctx::MAX_ELEMENTS as i64;
+    if let Some(p) = pads.iter().find(|p| p.unsigned_abs() > limit as u64) {
+        return Err(cx.invalid(Code::TooLarge, format!("a pad of {p}")));
+    }
     if pads.len() != 2 * axes.len() {
         return Err(cx.invalid(Code::BadValue, format!("{} pads for {} axes", pads.len(), axes.len())));
     }

@@ -68,6 +68,7 @@ type Family = fn(&mut ctx::Ctx, &super::model::Node, &[Option<Val>]) -> Result<V
 
 const FAMILIES: &[(&[&str], Family)] = &[
     (elementwise::OPS, elementwise::import),
+    (elementwise::FLOAT_OPS, elementwise::import),
     (reduce::OPS, reduce::import),
     (shape::OPS, shape::import),
     (index::OPS, index::import),
@@ -215,4 +216,90 @@ pub fn import(model: &Model, g: &mut Graph, bound: &HashMap<String, Val>, span: 
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::onnx::model::{AttrValue, Attribute, Node, TensorProto, ValueInfo};
+    use crate::ir::{Op, TensorType};
+
+    /// A model of one node `op(x, c)` over input `x: f32[2, 3]` and an
+    /// int64 initializer `c`, with attributes.
+    fn model(op: &str, c: Vec<i64>, attributes: Vec<Attribute>) -> Model {
+        let c = TensorProto {
+            name: "c".into(),
+            dims: vec![c.len() as i64],
+            data_type: 7,
+            int64_data: c,
+            ..Default::default()
+        };
+        let node = Node {
+            op_type: op.into(),
+            inputs: vec!["x".into(), "c".into()],
+            outputs: vec!["y".into()],
+            attributes,
+            ..Default::default()
+        };
+        let x = ValueInfo {
+            name: "x".into(),
+            elem_type: Some(1),
+            shape: Some(vec![Dim::Fixed(2), Dim::Fixed(3)]),
+            non_tensor: None,
+        };
+        let y = ValueInfo { name: "y".into(), ..Default::default() };
+        let graph = crate::io::onnx::model::Graph {
+            nodes: vec![node],
+            initializers: vec![c],
+            inputs: vec![x],
+            outputs: vec![y],
+            ..Default::default()
+        };
+        Model { ir_version: 8, opsets: vec![(String::new(), 17)], producer: String::new(), graph }
+    }
+
+    fn run(m: &Model) -> Result<Vec<Val>, Diagnostic> {
+        let span = Span::default();
+        let sig = signature(m, span)?;
+        let mut g = Graph::new();
+        let mut bound = HashMap::default();
+        let ty = TensorType::new(DType::F32, vec![2, 3]);
+        let x = g.add(Op::Slot { slot: 0, ty: ty.clone() }, &[], ty.clone(), span);
+        bound.insert("x".to_string(), Val { id: x, ty, known: None });
+        for (name, t) in sig.initializers {
+            let ty = t.ty();
+            let id = g.add(Op::Constant { value: t.to_literal(), ty: ty.clone() }, &[], ty.clone(), span);
+            bound.insert(name, Val { id, ty, known: Some(std::rc::Rc::new(t)) });
+        }
+        import(m, &mut g, &bound, span)
+    }
+
+    #[test]
+    fn shapes_from_the_file_are_checked_before_anything_is_built() {
+        let ok = run(&model("Expand", vec![4, 2, 3], vec![])).unwrap();
+        assert_eq!(ok[0].shape(), [4, 2, 3]);
+        let huge = run(&model("Expand", vec![1 << 40, 1 << 40, 2, 3], vec![])).unwrap_err();
+        assert_eq!(huge.code, Code::Reshape, "{}", huge.message);
+        let big = run(&model("Expand", vec![1 << 30, 1 << 30, 2, 3], vec![])).unwrap_err();
+        assert_eq!(big.code, Code::TooLarge, "{}", big.message);
+        let tile = run(&model("Tile", vec![1 << 33, 1 << 33], vec![])).unwrap_err();
+        assert_eq!(tile.code, Code::TooLarge, "{}", tile.message);
+        let pad = run(&model("Pad", vec![0, i64::MIN, 0, 0], vec![])).unwrap_err();
+        assert_eq!(pad.code, Code::TooLarge, "{}", pad.message);
+        let reshape = run(&model("Reshape", vec![-1, i64::MAX], vec![])).unwrap_err();
+        assert_eq!(reshape.code, Code::Reshape, "{}", reshape.message);
+    }
+
+    #[test]
+    fn unsupported_operators_and_attributes_name_the_node() {
+        let d = run(&model("NonMaxSuppression", vec![1], vec![])).unwrap_err();
+        assert_eq!(d.code, Code::OnnxUnsupported);
+        assert!(d.message.contains("node 0 (NonMaxSuppression)"), "{}", d.message);
+        let reflect = Attribute { name: "mode".into(), value: AttrValue::String(b"reflect".to_vec()) };
+        let d = run(&model("Pad", vec![0, 1, 0, 1], vec![reflect])).unwrap_err();
+        assert!(d.message.contains("mode \"reflect\""), "{}", d.message);
+        let mut old = model("Relu", vec![1], vec![]);
+        old.opsets = vec![(String::new(), 6)];
+        assert!(run(&old).unwrap_err().message.contains("opset 6"));
+    }
 }

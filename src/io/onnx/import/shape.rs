@@ -109,7 +109,7 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
             // [d0, d1] → [1, d0, 1, d1] → [r0, d0, r1, d1] → [r0·d0, r1·d1]
             let spread: Vec<usize> = x.shape().iter().flat_map(|&d| [1, d]).collect();
             let wide: Vec<usize> = x.shape().iter().zip(&repeats).flat_map(|(&d, &r)| [r, d]).collect();
-            let out: Vec<usize> = x.shape().iter().zip(&repeats).map(|(&d, &r)| d * r).collect();
+            let out: Vec<usize> = x.shape().iter().zip(&repeats).map(|(&d, &r)| d.saturating_mul(r)).collect();
             let s = cx.reshape(&x, &spread)?;
             let b = cx.broadcast(&s, &wide)?;
             cx.reshape(&b, &out)?
@@ -120,10 +120,15 @@ pub fn import(cx: &mut Ctx, n: &Node, ins: &[Option<Val>]) -> Result<Vec<Val>, D
     Ok(vec![y])
 }
 
-/// Negative sizes in a shape are errors.
+/// Sizes from a file: negative ones, or ones beyond any tensor's, are errors.
 fn dims(cx: &Ctx, v: &[i64]) -> Result<Vec<usize>, Diagnostic> {
     v.iter()
-        .map(|&d| usize::try_from(d).map_err(|_| cx.invalid(Code::Reshape, format!("a dimension of {d}"))))
+        .map(|&d| {
+            usize::try_from(d)
+                .ok()
+                .filter(|&d| d <= super::ctx::MAX_ELEMENTS)
+                .ok_or_else(|| cx.invalid(Code::Reshape, format!("a dimension of {d}")))
+        })
         .collect()
 }
 
@@ -154,18 +159,18 @@ fn reshape_target(cx: &Ctx, input: &[usize], target: &[i64], allowzero: bool) ->
                 infer = Some(i);
                 1
             }
-            d if d >= 0 => d as usize,
+            d if d >= 0 && d as u64 <= super::ctx::MAX_ELEMENTS as u64 => d as usize,
             d => return Err(cx.invalid(Code::Reshape, format!("target dimension {i} is {d}"))),
         });
     }
-    let known: usize = shape.iter().product();
+    let known: usize = shape.iter().fold(1usize, |n, &d| n.saturating_mul(d));
     if let Some(i) = infer {
         if known == 0 || !numel.is_multiple_of(known) {
             return Err(cx.invalid(Code::Reshape, format!("cannot reshape {input:?} to {target:?}")));
         }
         shape[i] = numel / known;
     }
-    if shape.iter().product::<usize>() != numel {
+    if shape.iter().fold(1usize, |n, &d| n.saturating_mul(d)) != numel {
         return Err(cx.invalid(Code::Reshape, format!("cannot reshape {input:?} ({numel} elements) to {target:?}")));
     }
     Ok(shape)
@@ -196,7 +201,7 @@ fn split(cx: &mut Ctx, n: &Node, ins: &[Option<Val>], x: &Val) -> Result<Vec<Val
             (0..parts).map(|i| each.min(len.saturating_sub(i * each))).collect()
         }
     };
-    if sizes.iter().sum::<usize>() != len {
+    if sizes.iter().fold(0usize, |n, &d| n.saturating_add(d)) != len {
         return Err(cx.invalid(Code::BadValue, format!("split sizes {sizes:?} do not add up to {len}")));
     }
     let mut out = Vec::with_capacity(sizes.len());
