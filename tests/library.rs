@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tfc::backend::BackendKind;
@@ -74,19 +75,11 @@ fn c_compiler() -> &'static str {
 /// Writes `program` and runs `tfc build --emit lib -o DIR/NAME` with `extra`.
 fn build_library(dir: &Path, name: &str, program: &str, extra: &[&str]) -> support::Run {
     support::put(dir, "main.tfl", program.as_bytes());
-    let out = Command::new(env!("CARGO_BIN_EXE_tfc"))
-        .current_dir(dir)
-        .args(["build", "main.tfl", "--emit", "lib", "-o"])
-        .arg(dir.join(name))
-        .args(extra)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run tfc");
-    support::Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    let prefix = dir.join(name);
+    let mut args: Vec<&OsStr> = ["build", "main.tfl", "--emit", "lib", "-o"].map(OsStr::new).to_vec();
+    args.push(prefix.as_os_str());
+    args.extend(extra.iter().map(OsStr::new));
+    support::tfc(dir, &args)
 }
 
 /// Compiles tests/library/run_export.c against library `name` for its
@@ -115,21 +108,10 @@ fn link(dir: &Path, name: &str, function: &str, param: &str) -> PathBuf {
     exe
 }
 
-/// Inputs in [0, 1) from a fixed sequence, as `f32`s.
-fn inputs(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32
-        })
-        .collect()
-}
-
 /// Runs the linked program on `x`; returns its outputs.
 fn call_library(exe: &Path, dir: &Path, x: &[f32]) -> Vec<f32> {
     let (input, output) = (dir.join("x.f32"), dir.join("y.f32"));
-    std::fs::write(&input, x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).expect("write the input");
+    std::fs::write(&input, support::f32s(x)).expect("write the input");
     let out = Command::new(exe).arg(&input).arg(&output).output().expect("run the C program");
     assert!(
         out.status.success(),
@@ -197,12 +179,12 @@ fn an_exported_mlp_links_into_c_and_computes_the_same_bits_at_each_batch_size() 
     let built = build_library(&dir, "mnist_mlp", &mlp_program(), &["--batch", "1,64"]);
     assert_eq!(built.code, Some(0), "tfc build failed:\n{}", built.stderr);
     let header = std::fs::read_to_string(dir.join("mnist_mlp.h")).expect("the header");
-    assert!(header.contains("void mnist_mlp_predict_b1(const float *x, float *out0, void *arena);"), "{header}");
-    assert!(header.contains("void mnist_mlp_predict_b64(const float *x, float *out0, void *arena);"), "{header}");
+    assert!(header.contains("int mnist_mlp_predict_b1(const float *x, float *out0, void *arena);"), "{header}");
+    assert!(header.contains("int mnist_mlp_predict_b64(const float *x, float *out0, void *arena);"), "{header}");
     for batch in [1, 64] {
         let function = format!("mnist_mlp_predict_b{batch}");
         let exe = link(&dir, "mnist_mlp", &function, "x");
-        let x = inputs(batch * 784, batch as u32);
+        let x = support::values(batch * 784, batch as u64);
         let library = call_library(&exe, &dir, &x);
         assert_bits(&library, &call_in_process(&dir, BackendKind::Jit, "predict", Some(batch), &x), &function);
         let reference = call_in_process(&dir, BackendKind::Interp, "predict", Some(batch), &x);
@@ -220,11 +202,21 @@ fn an_exported_cnn_links_into_c_and_computes_the_same_bits() {
     let built = build_library(&dir, "cnn", &cnn_program(), &[]);
     assert_eq!(built.code, Some(0), "tfc build failed:\n{}", built.stderr);
     let exe = link(&dir, "cnn", "cnn_classify", "x");
-    let x = inputs(16 * 28 * 28, 5);
+    let x = support::values(16 * 28 * 28, 5);
     let library = call_library(&exe, &dir, &x);
     assert_bits(&library, &call_in_process(&dir, BackendKind::Jit, "classify", None, &x), "cnn_classify");
     let reference = call_in_process(&dir, BackendKind::Interp, "classify", None, &x);
     assert_close(&library, &reference, 1e-4, "cnn_classify");
+    // Without AVX-512 (as `TFC_NO_AVX512` pretends) the direct convolutions
+    // cannot run: the call says so (1) rather than computing other bits.
+    let out = Command::new(&exe)
+        .arg(dir.join("x.f32"))
+        .arg(dir.join("y.f32"))
+        .env("TFC_NO_AVX512", "1")
+        .output()
+        .expect("run the C program");
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the call returned 1"));
 }
 
 /// A refused build: exit 1, no panic, every needle in the diagnostic.

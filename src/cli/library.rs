@@ -49,7 +49,7 @@ pub(super) fn write_library(session: &mut Session, id: FileId, args: &BuildArgs)
         }
     }
     let threads = super::threads_or_cores(args.threads);
-    let object = super::exports::run(session, id, &program, threads, |ex| {
+    let (object, text) = super::exports::run(session, id, &program, threads, |ex| {
         let mut lib = Library::new(&name)?;
         for (region, function) in planned {
             let compiled = ex.compile_region(region)?;
@@ -60,7 +60,6 @@ pub(super) fn write_library(session: &mut Session, id: FileId, args: &BuildArgs)
         let text = header(&name, &source, lib.functions());
         Ok((lib.finish()?, text))
     })?;
-    let (object, text) = object;
     let write = |ext: &str, bytes: &[u8]| {
         let path = prefix.with_file_name(format!("{name}.{ext}"));
         super::build::write_atomically(&path, bytes)

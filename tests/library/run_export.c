@@ -8,7 +8,8 @@
  *      run_export.c out/mlp.o -Ltarget/release -ltfc -lm -lpthread -ldl -Wl,--gc-sections
  * Usage: run_export IN.f32 OUT.f32 [CALLS]
  * reads IN_ELEMS little-endian floats, calls the function twice, writes its
- * OUT_ELEMS results, and exits 3 if a call allocated memory (malloc and its
+ * OUT_ELEMS results; exits 4 if a call returned non-zero, 3 if a call
+ * allocated memory (malloc and its
  * kin are counted here, in front of the C library's). With CALLS, it times
  * that many more calls and prints the median microseconds of one call. */
 #define _GNU_SOURCE
@@ -60,9 +61,12 @@ int main(int argc, char **argv) {
     }
     fclose(f);
     size_t before = allocations;
-    CALL(in, out, arena);
-    CALL(in, out, arena);
+    int status = CALL(in, out, arena) | CALL(in, out, arena);
     size_t made = allocations - before;
+    if (status != 0) {
+        fprintf(stderr, "the call returned %d\n", status);
+        return 4;
+    }
     f = fopen(argv[2], "wb");
     if (!f || fwrite(out, sizeof(float), OUT_ELEMS, f) != OUT_ELEMS || fclose(f) != 0) {
         fprintf(stderr, "cannot write %s\n", argv[2]);

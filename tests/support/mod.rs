@@ -49,11 +49,16 @@ pub struct Run {
 /// Writes `program` to `main.tfl` in `dir` and runs it there with `extra` flags.
 pub fn run(dir: &Path, program: &str, extra: &[&str]) -> Run {
     put(dir, "main.tfl", program.as_bytes());
+    let args: Vec<&std::ffi::OsStr> =
+        std::iter::once("run").chain(extra.iter().copied()).chain(["main.tfl"]).map(std::ffi::OsStr::new).collect();
+    tfc(dir, &args)
+}
+
+/// Runs the `tfc` binary in `dir` with `args` (colours off).
+pub fn tfc(dir: &Path, args: &[&std::ffi::OsStr]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_tfc"))
         .current_dir(dir)
-        .arg("run")
-        .args(extra)
-        .arg("main.tfl")
+        .args(args)
         .env("NO_COLOR", "1")
         .output()
         .expect("run tfc");

@@ -3,15 +3,15 @@
 //! (`extern "C"`) and Rust's FFI.
 //!
 //! Contract: [`header`] declares exactly the functions of the library, in
-//! order, each as `void NAME(const float *param..., float *out0...,
-//! void *arena)`, preceded by a comment giving its types and the export it
+//! order, each as `int NAME(const float *param..., float *out0...,
+//! void *arena)` (0: done), preceded by a comment giving its types and the export it
 //! comes from, `NAME_ARENA_BYTES` (upper-cased) and the element count of
 //! each tensor (`NAME_PARAM_ELEMENTS`, `NAME_OUT0_ELEMENTS`); a parameter
 //! named like a C keyword gets a trailing `_`. The text says how to link.
 //!
 //! Example: for `mnist_predict` it declares
 //! `#define MNIST_PREDICT_ARENA_BYTES 4416` and
-//! `void mnist_predict(const float *x, float *out0, void *arena);`.
+//! `int mnist_predict(const float *x, float *out0, void *arena);`.
 
 use super::Function;
 
@@ -83,12 +83,13 @@ pub fn header(name: &str, source: &str, functions: &[Function]) -> String {
         String::new(),
         "Each function computes one `export fn` of the program at fixed sizes,".into(),
         format!("with the weights the program ended with (in {name}.o), on the calling"),
-        "thread, and returns the same bits as the program's own call. Tensors".into(),
+        "thread, and writes the same bits as the program's own call. Tensors".into(),
         "are row-major arrays of `float`. A call allocates no memory: the caller".into(),
         "passes `arena`, at least NAME_ARENA_BYTES bytes aligned to 64 bytes,".into(),
         "whose contents need not be set; calls may reuse it one after another,".into(),
         "but concurrent calls need one arena each. The code is for the CPU of".into(),
-        "the machine that built it.".into(),
+        "the machine that built it: a call returns 0, or 1 (its outputs unset)".into(),
+        "on a CPU that cannot run its kernels as that machine did.".into(),
         String::new(),
         "Link with tfc's runtime (`cargo build --release` in tfc's checkout".into(),
         "builds target/release/libtfc.a):".into(),
@@ -116,7 +117,7 @@ pub fn header(name: &str, source: &str, functions: &[Function]) -> String {
             args.push(format!("float *out{i}"));
         }
         args.push("void *arena".into());
-        h.push_str(&format!("void {}({});\n", f.name, args.join(", ")));
+        h.push_str(&format!("int {}({});\n", f.name, args.join(", ")));
     }
     h.push_str(&format!("\n#ifdef __cplusplus\n}}\n#endif\n\n#endif /* {guard} */\n"));
     h
@@ -143,7 +144,7 @@ mod tests {
         assert!(h.contains("#define M_PREDICT_ARENA_BYTES 4416\n"), "{h}");
         assert!(h.contains("#define M_PREDICT_X_ELEMENTS 784\n"), "{h}");
         assert!(h.contains("#define M_PREDICT_OUT0_ELEMENTS 10\n"), "{h}");
-        assert!(h.contains("void m_predict(const float *x, const float *int_, float *out0, void *arena);"), "{h}");
+        assert!(h.contains("int m_predict(const float *x, const float *int_, float *out0, void *arena);"), "{h}");
         assert!(h.contains("#ifndef TFC_M_H") && h.contains("extern \"C\""), "{h}");
     }
 }

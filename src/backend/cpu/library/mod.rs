@@ -3,8 +3,10 @@
 //! header (`header`) and the runtime they call (`runtime`).
 //!
 //! Contract: [`Library::add`] writes one prepared unit (an `export fn` at
-//! fixed sizes) as the C function `void NAME(const T *in..., T *out...,
-//! void *arena)`: its steps in the order the in-process backend runs them
+//! fixed sizes) as the C function `int NAME(const T *in..., T *out...,
+//! void *arena)` (0 when done; 1 on a CPU that cannot run its kernels as
+//! the building machine did, e.g. without AVX-512 for a convolution, rather
+//! than other bits): its steps in the order the in-process backend runs them
 //! on one thread, the compiled loops as Cranelift code in the object, the
 //! native ones as calls of `runtime`'s entry points, the unit's constants
 //! (the trained weights) as read-only data in the object. So a call
@@ -17,7 +19,7 @@
 //! the JIT's), position independent.
 //!
 //! Example: `tfc build mlp.tfl -o out/mlp` adds `export fn predict(x:
-//! f32[1, 784])` as `void mlp_predict(const float *x, float *out0, void
+//! f32[1, 784])` as `int mlp_predict(const float *x, float *out0, void
 //! *arena)` and `#define MLP_PREDICT_ARENA_BYTES 4416` in `out/mlp.h`.
 
 pub mod header;

@@ -104,7 +104,10 @@ pub unsafe extern "C" fn transpose32(src: *const u32, dst: *mut u32, batch: usiz
 /// its epilogue: `bias` (one per output channel, or null), a ReLU when
 /// `relu` is 1, and when `pooled` is not null the 2x2 max pool of the
 /// result written there too (`pool_only`: the result itself is not
-/// needed). Returns 0, or 1 for a geometry it cannot run.
+/// needed). Returns 0, or 1 for a geometry it cannot run, or one the
+/// direct kernels cannot run on this CPU (no AVX-512): `tfc build` wrote
+/// the library for the direct kernels, and another way would compute
+/// other bits (and allocate).
 ///
 /// # Safety
 /// The pointers hold what the geometry says; `dst` and `pooled` are
@@ -123,7 +126,7 @@ pub unsafe extern "C" fn conv2d(
 ) -> i32 {
     // SAFETY: the caller's contract.
     let words: &[usize; CONV_WORDS] = unsafe { &*geometry.cast() };
-    let Some(conv) = Conv::from_words(words) else { return 1 };
+    let Some(conv) = Conv::from_words(words).filter(Conv::is_direct) else { return 1 };
     let (_, _, ny) = conv.sizes();
     // SAFETY: the caller's contract.
     let (out, cols, bias) = unsafe {

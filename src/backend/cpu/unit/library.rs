@@ -1,9 +1,11 @@
 //! A prepared unit written as a function of an ahead-of-time library
 //! (module `backend::cpu::library`): its steps as straight-line code that
 //! calls the unit's compiled loops and the runtime's native kernels with
-//! the places the memory plan gave them.
+//! the places the memory plan gave them. It returns 0, or 1 when a runtime
+//! call reports that this CPU cannot run a step as the building machine
+//! did (then the outputs are not written).
 //!
-//! Contract: [`JitUnit::write_function`] emits `void NAME(inputs…,
+//! Contract: [`JitUnit::write_function`] emits `int NAME(inputs…,
 //! outputs…, arena)` into the library, the steps in the order `execute`
 //! runs them on one thread, each with the arguments `Step::run` would pass:
 //! a compiled step's pointer table built on the stack, a product of the
@@ -69,7 +71,7 @@ impl JitUnit {
                 format!("`{}` carries values from call to call, which a library function cannot", self.name),
             ));
         }
-        let [floats, cols, first_max] = self.sizes;
+        let [floats, cols, _] = self.sizes;
         let cols_at = (floats * 4).next_multiple_of(ALIGN);
         let arena_bytes = (cols_at + cols * 4).max(1);
         let fixed: Vec<usize> = self.fixed.iter().map(|t| lib.constant(&stored_bytes(t))).collect();
@@ -100,9 +102,8 @@ impl JitUnit {
                 Step::Conv { conv, .. } => Some(lib.constant(&words(&conv.words()))),
                 _ => None,
             });
-            if matches!(step, Step::Conv { post, .. } if post.first_max.is_some() || post.from_maxima.is_some())
-                || first_max > 0
-            {
+            // (Every other step that records or reads maxima is refused below.)
+            if matches!(step, Step::Conv { post, .. } if post.first_max.is_some() || post.from_maxima.is_some()) {
                 return Err(refused(self, i, "records or reads a max pool's maxima (a gradient's)"));
             }
         }
@@ -111,14 +112,23 @@ impl JitUnit {
         let mut func = cranelift_codegen::ir::Function::new();
         let params = f.params.len() + f.results.len() + 1;
         func.signature.params.extend((0..params).map(|_| AbiParam::new(ptr)));
+        func.signature.returns.push(AbiParam::new(types::I32));
         let id =
             lib.module.declare_function(&f.name, Linkage::Export, &func.signature).map_err(|e| failed(&f.name, e))?;
         let runtime = lib.runtime.map(|r| lib.module.declare_func_in_func(r, &mut func));
         let kernel_refs: Vec<_> = kernels.iter().map(|&k| lib.module.declare_func_in_func(k, &mut func)).collect();
         let data_gv = lib.module.declare_data_in_func(lib.data_id, &mut func);
         let config = lib.module.target_config();
-        let mut fctx = cranelift_frontend::FunctionBuilderContext::new();
-        let mut b = FunctionBuilder::new(&mut func, &mut fctx);
+        let mut b = FunctionBuilder::new(&mut func, &mut lib.fctx);
+        // A runtime call that reports a failure (a convolution this CPU's
+        // kernels cannot run as the building machine's did) returns 1.
+        let failure = b.create_block();
+        let checked = |b: &mut FunctionBuilder, call: cranelift_codegen::ir::Inst| {
+            let status = b.inst_results(call)[0];
+            let next = b.create_block();
+            b.ins().brif(status, failure, &[], next, &[]);
+            b.switch_to_block(next);
+        };
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
@@ -183,7 +193,8 @@ impl JitUnit {
                     let shape_at = b.ins().iadd_imm_u(data_base, words_at[i].unwrap_or_default() as i64);
                     let rank = imm(&mut b, shape.len());
                     let bits = b.ins().iconst(types::I64, bits as i64);
-                    b.ins().call(runtime[1], &[code, from, to, shape_at, rank, bits]);
+                    let call = b.ins().call(runtime[1], &[code, from, to, shape_at, rank, bits]);
+                    checked(&mut b, call);
                 }
                 Step::Conv { conv, a, b: w, dst, post }
                     if conv.kind == ConvKind::Forward && conv.is_direct() && post.keep_where_positive.is_none() =>
@@ -202,7 +213,8 @@ impl JitUnit {
                     };
                     let relu = b.ins().iconst(types::I32, i64::from(post.relu));
                     let pool_only = b.ins().iconst(types::I32, i64::from(post.pool_only));
-                    b.ins().call(runtime[2], &[geometry, x, w, to, scratch, bias, relu, pooled, pool_only]);
+                    let call = b.ins().call(runtime[2], &[geometry, x, w, to, scratch, bias, relu, pooled, pool_only]);
+                    checked(&mut b, call);
                 }
                 Step::Conv { .. } => {
                     return Err(refused(self, i, "is a convolution the direct kernels do not run here"));
@@ -232,7 +244,11 @@ impl JitUnit {
             let bytes = imm(&mut b, ty.numel() * ty.dtype.size_bytes());
             b.call_memcpy(config, out, from, bytes);
         }
-        b.ins().return_(&[]);
+        let ok = b.ins().iconst(types::I32, 0);
+        b.ins().return_(&[ok]);
+        b.switch_to_block(failure);
+        let one = b.ins().iconst(types::I32, 1);
+        b.ins().return_(&[one]);
         b.seal_all_blocks();
         b.finalize(config);
         let mut ctx = cranelift_codegen::Context::for_function(func);
