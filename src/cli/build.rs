@@ -60,12 +60,14 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         return Err(vec![Diagnostic::new(Code::BadValue, format!("there is no pass named `{bad}`"))
             .help(format!("the passes are: {}", crate::passes::names().join(", ")))]);
     }
-    if args.disable_pass.iter().any(|n| n == crate::passes::REQUIRED) {
-        return Err(vec![Diagnostic::new(
-            Code::BadValue,
-            format!("the `{}` pass cannot be disabled", crate::passes::REQUIRED),
-        )
-        .help("it builds the training steps' gradients, without which they cannot run")]);
+    if let Some(required) = args.disable_pass.iter().find(|n| crate::passes::REQUIRED.contains(&n.as_str())) {
+        let why = match required.as_str() {
+            "autocast" => "it puts a training step in the precision its program asks for",
+            _ => "it builds the training steps' gradients, without which they cannot run",
+        };
+        return Err(vec![
+            Diagnostic::new(Code::BadValue, format!("the `{required}` pass cannot be disabled")).help(why)
+        ]);
     }
     // Planned for the default backend (the CPU's).
     let target = crate::backend::BackendKind::Jit.target();

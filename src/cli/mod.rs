@@ -17,10 +17,22 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tfc", version, about = "A compiler for deep-learning programs written in .tfl")]
+#[command(
+    name = "tfc",
+    version,
+    disable_version_flag = true,
+    arg_required_else_help = true,
+    about = "A compiler for deep-learning programs written in .tfl"
+)]
 struct Cli {
+    /// Print the version (with `--verbose`: also the CPU features and the kernels' instruction-set tier).
+    #[arg(short = 'V', long)]
+    version: bool,
+    /// With `--version`: what this machine's CPU offers and which kernels run.
+    #[arg(long)]
+    verbose: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -52,6 +64,9 @@ enum Command {
         /// Refuse to run a training step, metric or map function with a kernel the backend would leave to the host interpreter.
         #[arg(long)]
         strict: bool,
+        /// Mixed precision for every training step, over the train blocks' `precision`: bf16, f16 or f32 (none).
+        #[arg(long, value_name = "TYPE")]
+        precision: Option<String>,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -86,6 +101,9 @@ enum Command {
         /// Refuse to run a training step with a kernel the backend would leave to the host interpreter.
         #[arg(long)]
         strict: bool,
+        /// Mixed precision for every training step, over the train blocks' `precision`: bf16, f16 or f32 (none).
+        #[arg(long, value_name = "TYPE")]
+        precision: Option<String>,
     },
     /// Draw training logs (the JSON lines of a train block's `log`): loss and
     /// each metric against steps or epochs, one line per log, as SVG or PNG.
@@ -133,6 +151,9 @@ struct BuildArgs {
     /// Reject programs whose planned memory exceeds this many bytes (default: the machine's available memory).
     #[arg(long, value_name = "BYTES")]
     memory_limit: Option<u64>,
+    /// Mixed precision for every training step, over the train blocks' `precision`: bf16, f16 or f32 (none).
+    #[arg(long, value_name = "TYPE")]
+    precision: Option<String>,
 }
 
 /// Runs the CLI with the process arguments.
@@ -144,13 +165,44 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    if let Command::Repl { file } = &cli.command {
+    let Some(command) = cli.command.as_ref().filter(|_| !cli.version) else {
+        println!("tfc {}", env!("CARGO_PKG_VERSION"));
+        if cli.verbose {
+            println!("{}", crate::backend::cpu::isa::describe());
+        }
+        return ExitCode::SUCCESS;
+    };
+    let mut session = Session::new();
+    // A tier forced with `TFC_ISA` that this machine cannot run is an
+    // error before anything runs, not a silent portable fallback.
+    if let Err(why) = crate::backend::cpu::isa::chosen() {
+        report(
+            &session,
+            &[Diagnostic::new(crate::diag::Code::Isa, why)
+                .help("TFC_ISA is one of portable, avx512, amx; `tfc --version --verbose` shows what this CPU has")],
+        );
+        return ExitCode::from(1);
+    }
+    if let Command::Repl { file } = command {
         return crate::repl::main(file.as_deref());
     }
-    let mut session = Session::new();
-    let result = match &cli.command {
+    let precision = match command {
+        Command::Run { precision, .. } | Command::Bench { precision, .. } => precision.as_deref(),
+        Command::Build(args) => args.precision.as_deref(),
+        _ => None,
+    };
+    if let Some(name) = precision {
+        match crate::trace::precision_named(name) {
+            Ok(dtype) => session.precision = Some(dtype.unwrap_or(crate::ir::DType::F32)),
+            Err(d) => {
+                report(&session, &[d.note("from `--precision`")]);
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let result = match command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, verbose, opt_level, backend, threads, strict } => {
+        Command::Run { file, check_numerics, verbose, opt_level, backend, threads, strict, .. } => {
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 verbose: *verbose,
@@ -161,7 +213,7 @@ pub fn main() -> ExitCode {
             };
             run(&mut session, file, options, opt_level.is_none())
         }
-        Command::Bench { file, steps, warmup, threads, backend, json, profile, strict } => {
+        Command::Bench { file, steps, warmup, threads, backend, json, profile, strict, .. } => {
             let args = bench::BenchArgs {
                 file,
                 steps: *steps,

@@ -64,6 +64,7 @@ codes! {
     LoopTooLong = "E0320", "a compile-time `for` loop would unroll too many iterations";
     StateWrite = "E0321", "a model's state is written outside the training step of its model";
     StaticAssert = "E0322", "a compile-time assertion (`static_assert`) failed";
+    Precision = "E0323", "a training precision is unknown or has nothing to apply to";
     ScanCarry = "E0330", "a `scan` function's result does not fit: not a pair, or a carry of another type";
     ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
     ExportType = "E0340", "an exported function's parameters or result have no fixed tensor types";
@@ -76,5 +77,6 @@ codes! {
     Interrupted = "E0403", "the run was stopped by Ctrl-C";
     Unsupported = "E0901", "the construct parses but is not executable in this version";
     OutOfMemory = "E0902", "the program needs more memory than the device has";
+    Isa = "E0903", "the instruction set forced with `TFC_ISA` is unknown or this CPU lacks it";
     Internal = "E0999", "an internal compiler error (a bug in tfc)";
 }

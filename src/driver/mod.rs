@@ -18,6 +18,10 @@ pub struct Session {
     /// The sizes an `export fn`'s open size is also traced at
     /// (`ir::plan::ExportPlan::sized`: `tfc build --emit lib --batch`).
     pub export_sizes: Vec<usize>,
+    /// `--precision`: the precision every training step runs in, over what
+    /// its train block says (`None`: as the program says; `Some(F32)`: no
+    /// mixed precision).
+    pub precision: Option<crate::ir::DType>,
 }
 
 /// Wall-clock time of each compilation stage.
@@ -76,12 +80,16 @@ impl Session {
         Ok(program)
     }
 
-    /// Parses and traces a file into a checked IR program, its gradients
+    /// Parses and traces a file into a checked IR program, its training
+    /// steps in their precision (the `autocast` pass) and its gradients
     /// built (the `autodiff` pass).
     pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         let mut program = self.trace(file)?;
-        // The lowering ends with the `autodiff` pass, so that the program
-        // runs without the optimizer; `trace` leaves the requests in.
+        // The lowering ends with the `autocast` and `autodiff` passes, so
+        // that the program runs without the optimizer; `trace` leaves the
+        // requests in.
+        let ctx = crate::passes::PassCtx::default();
+        crate::passes::autocast::run(&mut program, &ctx).map_err(|d| vec![d])?;
         crate::autodiff::expand_requests(&mut program).map_err(|d| vec![d])?;
         Ok(program)
     }
@@ -106,19 +114,19 @@ impl Session {
         self.timings.parse = t1 - t0;
         self.timings.check = t2 - t1;
         let base = self.base_dir(file);
-        let export_sizes = self.export_sizes.clone();
+        let options = crate::trace::TraceOptions { export_sizes: self.export_sizes.clone(), precision: self.precision };
         let sources = &mut self.sources;
         let on_thread = std::thread::scope(|scope| {
             let spawned = std::thread::Builder::new()
                 .name("tfc-trace".into())
                 .stack_size(TRACE_STACK_BYTES)
-                .spawn_scoped(scope, || crate::trace::trace_program_in(&ast, sources, &base, &export_sizes));
+                .spawn_scoped(scope, || crate::trace::trace_program_in(&ast, sources, &base, &options));
             spawned.ok().map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
         });
         let result = match on_thread {
             Some(result) => result,
             // No thread could be started: trace on this one.
-            None => crate::trace::trace_program_in(&ast, &mut self.sources, &base, &export_sizes),
+            None => crate::trace::trace_program_in(&ast, &mut self.sources, &base, &options),
         };
         self.timings.lower = t2.elapsed();
         result

@@ -213,19 +213,23 @@ impl CompiledUnit {
                 readers.entry(i).or_default().push(n);
             }
         }
+        // A bf16 product packs both operands, so it reads either one
+        // through strides; an f32 one its left operand, or its right one
+        // when it has one row.
         let starts_a_product = |t: NodeId, u: &NodeId| {
             let node = g.node(*u);
             let anchor =
                 kernel_of.get(u).is_some_and(|k| k.kind == KernelKind::Contraction && k.nodes.first() == Some(u));
-            let strided = g.inputs(*u).get(1) != Some(&t) || node.ty.shape.first() == Some(&1);
+            let strided =
+                g.inputs(*u).get(1) != Some(&t) || node.ty.shape.first() == Some(&1) || node.ty.dtype == DType::BF16;
             anchor && matches!(node.op, Op::MatMul) && node.ty.shape.len() == 2 && strided
         };
         let mut found = Vec::new();
         for k in &self.kernels {
             let [t] = k.nodes.as_slice() else { continue };
             let node = g.node(*t);
-            let is_transpose =
-                matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0]) && node.ty.dtype == DType::F32;
+            let is_transpose = matches!(&node.op, Op::Transpose { perm } if perm == &[1, 0])
+                && matches!(node.ty.dtype, DType::F32 | DType::BF16);
             if k.kind != KernelKind::Layout || !is_transpose {
                 continue;
             }

@@ -216,6 +216,10 @@ pub struct TrainPlan {
     pub checkpoint: Option<(String, Cadence)>,
     pub log: Option<LogPlan>,
     pub resume: Option<String>,
+    /// `precision = "bf16"|"f16"`: the type the step's matrix products and
+    /// convolutions take their operands in (`passes::autocast`); `None`:
+    /// all `f32`.
+    pub precision: Option<super::types::DType>,
     /// Slots that receive the trained parameters, optimizer states and
     /// model states afterwards.
     pub result_slots: Vec<usize>,
@@ -234,6 +238,12 @@ impl TrainPlan {
         self.params.len() + self.states.len() + self.model_states.len()
     }
 }
+
+/// The names of the states f16 training carries after the optimizer's
+/// (`TrainPlan::states`) for its loss scaling: the scale, the clean steps
+/// in a row since it last changed, and the steps skipped so far (their
+/// gradients overflowed). Checkpoints hold them like any state.
+pub const LOSS_SCALE_STATES: [&str; 3] = ["loss_scale", "loss_scale/clean_steps", "loss_scale/skipped_steps"];
 
 /// What the nodes of a training step region are, beyond its outputs (the
 /// loss first, then the new parameters, then the new optimizer states, in

@@ -10,12 +10,14 @@
 //! optimized program computes the same values as the unoptimized one (the
 //! reference interpreter runs both in the differential tests).
 //!
-//! Order: `autodiff → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
-//! fuse → partition → conv_pool → adam_update → schedule → memory_plan`. `autodiff` completes the lowering (it runs
-//! even on an unoptimized program: `Session::check`, and cannot be disabled). The rewriting passes change the graph;
+//! Order: `autocast → autodiff → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
+//! fuse → partition → conv_pool → adam_update → schedule → memory_plan`. `autocast` (a training step's mixed
+//! precision) and `autodiff` complete the lowering (they run even on an unoptimized program: `Session::check`, and
+//! cannot be disabled). The rewriting passes change the graph;
 //! the last six annotate it (`Program::compiled`) with kernels (described as data, `ir::kernel_desc`), devices, the
 //! named fusions the target runs, an order and a memory plan that backends follow.
 
+pub mod autocast;
 pub mod autodiff;
 pub mod adam_update;
 pub mod const_fold;
@@ -57,6 +59,7 @@ pub struct Pass {
 
 /// Every pass, in pipeline order.
 pub const PIPELINE: &[Pass] = &[
+    Pass { name: "autocast", run: autocast::run, postcondition: autocast::postcondition },
     Pass { name: "autodiff", run: autodiff::run, postcondition: autodiff::postcondition },
     Pass { name: "vectorize_maps", run: vectorize_maps::run, postcondition: vectorize_maps::postcondition },
     Pass { name: "const_fold", run: const_fold::run, postcondition: const_fold::postcondition },
@@ -73,9 +76,10 @@ pub const PIPELINE: &[Pass] = &[
     Pass { name: "memory_plan", run: memory_plan::run, postcondition: memory_plan::postcondition },
 ];
 
-/// The pass that always runs (it completes the lowering: no program runs
-/// with gradient requests in it).
-pub const REQUIRED: &str = "autodiff";
+/// The passes that always run: they complete the lowering (a step runs in
+/// the precision its program asks for, and no program runs with gradient
+/// requests in it). The last of them ends the lowering.
+pub const REQUIRED: &[&str] = &["autocast", "autodiff"];
 
 /// Options of one optimizer run.
 #[derive(Clone, Debug, Default)]
@@ -105,13 +109,13 @@ pub fn optimize(p: &mut Program, opts: &Options, after: &mut dyn FnMut(&str, &Pr
     for pass in PIPELINE {
         // Between passes is a safe point for Ctrl-C (E0403).
         crate::interrupt::check()?;
-        if opts.disabled.iter().any(|d| d == pass.name) && pass.name != REQUIRED {
+        if opts.disabled.iter().any(|d| d == pass.name) && !REQUIRED.contains(&pass.name) {
             continue;
         }
         let start = Instant::now();
         (pass.run)(p, &ctx).map_err(|d| d.note(format!("in the `{}` pass", pass.name)))?;
         timings.passes.push((pass.name, start.elapsed()));
-        if pass.name == REQUIRED {
+        if Some(&pass.name) == REQUIRED.last() {
             before = units::units(p).into_iter().map(|u| (u.name, u.nodes.len())).collect();
         }
         if let Some(c) = p.compiled.as_mut() {

@@ -30,6 +30,7 @@ mod value;
 
 pub use builtins::elements_text as data_elements_text;
 pub use live::{Live, Traced};
+pub use train::precision_named;
 pub use value::Value;
 
 /// Names of every built-in operation.
@@ -38,7 +39,7 @@ pub fn builtin_names() -> &'static [&'static str] {
 }
 
 use crate::diag::{Diagnostic, SourceMap, Span};
-use crate::ir::{Effect, Graph, Program};
+use crate::ir::{DType, Effect, Graph, Program};
 use crate::syntax::ast;
 use std::rc::Rc;
 use value::Scope;
@@ -124,23 +125,37 @@ pub struct Tracer<'s> {
     /// The sizes an `export fn`'s open size is also traced at
     /// (`ExportPlan::sized`).
     pub(crate) export_sizes: Vec<usize>,
+    /// `TraceOptions::precision`.
+    pub(crate) precision: Option<DType>,
+}
+
+/// What a session asks of tracing beyond the program itself.
+#[derive(Clone, Debug, Default)]
+pub struct TraceOptions {
+    /// The sizes an `export fn`'s open size is also traced at
+    /// (`ExportPlan::sized`: `tfc build --emit lib --batch`).
+    pub export_sizes: Vec<usize>,
+    /// `--precision`: every train block's precision, over what it says
+    /// (`Some(F32)`: none).
+    pub precision: Option<DType>,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
 pub fn trace_program(program: &ast::Program, sources: &mut SourceMap) -> crate::diag::Result<Program> {
-    trace_program_in(program, sources, std::path::Path::new("."), &[])
+    trace_program_in(program, sources, std::path::Path::new("."), &TraceOptions::default())
 }
 
-/// Like `trace_program`, resolving relative data paths against `base_dir`;
-/// an `export fn`'s open size is also traced at each of `export_sizes`.
+/// Like `trace_program`, resolving relative data paths against `base_dir`,
+/// with `options`.
 pub fn trace_program_in(
     program: &ast::Program,
     sources: &mut SourceMap,
     base_dir: &std::path::Path,
-    export_sizes: &[usize],
+    options: &TraceOptions,
 ) -> crate::diag::Result<Program> {
     let mut tracer = Tracer::new(sources, base_dir);
-    tracer.export_sizes = export_sizes.to_vec();
+    tracer.export_sizes = options.export_sizes.clone();
+    tracer.precision = options.precision;
     // The front-end bench's program traces to about one node per 11 bytes
     // of source: reserving one per 10 up front (proportional to the
     // program) saves the repeated copying of a growing graph; programs that
@@ -187,6 +202,7 @@ impl<'s> Tracer<'s> {
             scopes: Default::default(),
             exports: None,
             export_sizes: Vec::new(),
+            precision: None,
         }
     }
 }

@@ -19,7 +19,9 @@ use super::state::{bind_states, carried_states, StateInfo};
 use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::plan::{Cadence, Dataset, EvalPlan, LogFormat, LogPlan, Region, StepParts, TrainPlan};
+use crate::ir::plan::{
+    Cadence, Dataset, EvalPlan, LogFormat, LogPlan, Region, StepParts, TrainPlan, LOSS_SCALE_STATES,
+};
 use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
 use crate::syntax::ast::{self, TrainField};
 use std::rc::Rc;
@@ -69,7 +71,11 @@ impl Tracer<'_> {
                 .help("add `|> batch(64)`")
                 .into());
         }
-        let fields = Fields::read(self, t, env)?;
+        let mut fields = Fields::read(self, t, env)?;
+        // `--precision` over the block's own setting.
+        if let Some(dtype) = self.precision {
+            fields.precision = (dtype != DType::F32).then_some((dtype, t.span));
+        }
         let params: Vec<ParamInfo> = model
             .param_paths()
             .into_iter()
@@ -98,6 +104,20 @@ impl Tracer<'_> {
                 let o = self.broadcast_to(&o, &p.ty.shape.clone(), init.span)?;
                 states.push((format!("{}/{}", p.path, name.name), o.id, o.ty.clone()));
                 scope.set(&name.name, Value::Tensor(o.id, o.ty));
+            }
+        }
+        if let Some((dtype, span)) = fields.precision {
+            if !params.iter().any(|p| p.ty.dtype == DType::F32) {
+                return Err(no_f32_parameters(dtype, Some(&model.def.name.name), span).into());
+            }
+        }
+        // f16 training scales its loss (`LOSS_SCALE_STATES`): the scale
+        // and its counters are carried and checkpointed like the
+        // optimizer's states, after them.
+        if fields.precision.is_some_and(|(dtype, _)| dtype == DType::F16) {
+            for (name, init) in LOSS_SCALE_STATES.iter().zip([INITIAL_LOSS_SCALE, 0.0, 0.0]) {
+                let o = self.scalar(init, DType::F32, t.span)?;
+                states.push((name.to_string(), o.id, o.ty));
             }
         }
         let model_states = carried_states(&model);
@@ -142,6 +162,7 @@ impl Tracer<'_> {
             checkpoint: fields.checkpoint.clone(),
             log: fields.log.clone(),
             resume: fields.resume.clone(),
+            precision: fields.precision.map(|(dtype, _)| dtype),
             result_slots,
             span: t.span,
         };
@@ -191,6 +212,24 @@ impl Tracer<'_> {
         self.step_counter = saved_counter;
         self.step_models = saved_models;
         let loss = loss?;
+        // With loss scaling, the gradients are taken of `loss · scale` (so
+        // that small f16 gradients do not flush to zero) and divided by it.
+        let scaling = match fields.precision {
+            Some((DType::F16, _)) => Some(ScaleInputs::of(&state_args[state_args.len() - LOSS_SCALE_STATES.len()..])),
+            _ => None,
+        };
+        let differentiated = match &scaling {
+            Some(s) => {
+                let scaled = self.binary(
+                    BinaryOp::Mul,
+                    (&Value::Tensor(loss.id, loss.ty.clone()), span),
+                    (&s.scale, span),
+                    span,
+                )?;
+                tensor_id(&scaled)
+            }
+            None => loss.id,
+        };
         // The states as the loss left them: written, or the step's inputs.
         let mut new_model_states = Vec::with_capacity(model_states.len());
         for s in model_states {
@@ -204,15 +243,15 @@ impl Tracer<'_> {
         // or the gradients themselves (`defer_gradients`).
         let found: Vec<Option<NodeId>> = match self.defer_gradients {
             true => {
-                let has = crate::autodiff::has_gradients(&self.graph, loss.id, &param_nodes);
+                let has = crate::autodiff::has_gradients(&self.graph, differentiated, &param_nodes);
                 let mut found = Vec::with_capacity(params.len());
                 for ((p, &w), has) in params.iter().zip(&param_nodes).zip(has) {
                     let span = fields.loss_span;
-                    found.push(has.then(|| self.graph.add(Op::Gradient, &[loss.id, w], p.ty.clone(), span)));
+                    found.push(has.then(|| self.graph.add(Op::Gradient, &[differentiated, w], p.ty.clone(), span)));
                 }
                 found
             }
-            false => crate::autodiff::gradients(&mut self.graph, loss.id, None, &param_nodes)?,
+            false => crate::autodiff::gradients(&mut self.graph, differentiated, None, &param_nodes)?,
         };
         let mut grads = Vec::new();
         for (p, g) in params.iter().zip(found) {
@@ -229,6 +268,14 @@ impl Tracer<'_> {
                 }
             }
         }
+        let finite = match &scaling {
+            Some(s) => {
+                let (unscaled, finite) = self.unscale(&grads, &s.scale, span)?;
+                grads = unscaled;
+                Some(finite)
+            }
+            None => None,
+        };
         let mut global_norm = None;
         if let Some(max_norm) = fields.clip {
             let (clipped, norm) = self.clip_by_global_norm(&grads, max_norm, span)?;
@@ -241,8 +288,22 @@ impl Tracer<'_> {
         for (i, p) in params.iter().enumerate() {
             let mine = &state_args[i * per_param..(i + 1) * per_param];
             let (np, ns) = self.update(&fields.optimizer, p, &param_args[i].0, grads[i], &step_value, mine, span)?;
-            new_params.push(np);
-            new_states.extend(ns);
+            match &finite {
+                // A step whose gradients overflowed changes nothing.
+                Some(finite) => {
+                    new_params.push(self.keep_unless(finite, np, tensor_id(&param_args[i].0), span)?);
+                    for (new, (old, _)) in ns.into_iter().zip(mine) {
+                        new_states.push(self.keep_unless(finite, new, tensor_id(old), span)?);
+                    }
+                }
+                None => {
+                    new_params.push(np);
+                    new_states.extend(ns);
+                }
+            }
+        }
+        if let (Some(s), Some(finite)) = (&scaling, &finite) {
+            new_states.extend(self.next_loss_scale(s, finite, span)?);
         }
         let mut outputs = vec![loss.id];
         outputs.extend(new_params);
@@ -479,6 +540,7 @@ struct Fields {
     checkpoint: Option<(String, Cadence)>,
     log: Option<LogPlan>,
     resume: Option<String>,
+    precision: Option<(DType, Span)>,
     evals: Vec<(ast::Expr, ast::Expr, Cadence, String)>,
 }
 
@@ -488,6 +550,7 @@ impl Fields {
         let mut optimizer = None;
         let (mut epochs, mut steps, mut clip, mut checkpoint, mut log, mut resume) =
             (None, None, None, None, None, None);
+        let mut precision = None;
         let mut evals = Vec::new();
         for f in &t.fields {
             match f {
@@ -507,6 +570,10 @@ impl Fields {
                         ("clip_grad_norm", Value::Int(n)) if n > 0 => clip = Some(n as f64),
                         ("clip_grad_norm", Value::Float(x)) if x > 0.0 => clip = Some(x),
                         ("resume", Value::Str(s)) => resume = Some(s),
+                        ("precision", Value::Str(s)) => {
+                            let dtype = precision_named(&s).map_err(|d| d.label(value.span, "here"))?;
+                            precision = dtype.map(|d| (d, value.span));
+                        }
                         ("workers", Value::Int(1)) => {}
                         ("workers", _) => {
                             return Err(Diagnostic::new(
@@ -516,10 +583,11 @@ impl Fields {
                             .label(*span, "here")
                             .into())
                         }
-                        (n @ ("optimizer" | "epochs" | "steps" | "clip_grad_norm" | "resume"), other) => {
+                        (n @ ("optimizer" | "epochs" | "steps" | "clip_grad_norm" | "resume" | "precision"), other) => {
                             let want = match n {
                                 "optimizer" => "an optimizer such as `adam(lr = 1e-3)`",
                                 "resume" => "a checkpoint path string",
+                                "precision" => "a precision string (\"bf16\", \"f16\" or \"f32\")",
                                 "clip_grad_norm" => "a positive number",
                                 _ => "a positive int",
                             };
@@ -531,7 +599,8 @@ impl Fields {
                             .into());
                         }
                         (other, _) => {
-                            let known = ["optimizer", "epochs", "steps", "clip_grad_norm", "resume", "workers"];
+                            let known =
+                                ["optimizer", "epochs", "steps", "clip_grad_norm", "resume", "workers", "precision"];
                             let mut d =
                                 Diagnostic::new(Code::UnknownField, format!("`{other}` is not a train setting"))
                                     .label(name.span, "unknown setting");
@@ -587,8 +656,129 @@ impl Fields {
         if epochs.is_none() && steps.is_none() {
             epochs = Some(1);
         }
-        Ok(Fields { loss_params, loss_body, loss_span, optimizer, epochs, steps, clip, checkpoint, log, resume, evals })
+        Ok(Fields {
+            loss_params,
+            loss_body,
+            loss_span,
+            optimizer,
+            epochs,
+            steps,
+            clip,
+            checkpoint,
+            log,
+            resume,
+            precision,
+            evals,
+        })
     }
+}
+
+/// f16 loss scaling (PyTorch's `GradScaler` defaults): the scale starts at
+/// 2^15, halves on a step whose gradients are not all finite (which then
+/// changes no parameter or optimizer state), and doubles after this many
+/// clean steps in a row.
+const INITIAL_LOSS_SCALE: f64 = 32768.0;
+const LOSS_SCALE_GROWTH_INTERVAL: f64 = 2000.0;
+
+/// A step's loss-scaling inputs: the scale, the clean steps since it last
+/// changed, and the steps skipped so far (`LOSS_SCALE_STATES`).
+struct ScaleInputs {
+    scale: Value,
+    clean: Value,
+    skipped: Value,
+}
+
+impl ScaleInputs {
+    fn of(args: &[(Value, Span)]) -> ScaleInputs {
+        ScaleInputs { scale: args[0].0.clone(), clean: args[1].0.clone(), skipped: args[2].0.clone() }
+    }
+}
+
+impl Tracer<'_> {
+    /// The gradients divided by `scale`, and whether all of them are finite
+    /// (a bool scalar): the sum over the gradients of their largest
+    /// magnitude is below infinity (a NaN or an infinity anywhere makes it
+    /// NaN or infinite).
+    fn unscale(&mut self, grads: &[NodeId], scale: &Value, span: Span) -> TResult<(Vec<NodeId>, Value)> {
+        let mut unscaled = Vec::with_capacity(grads.len());
+        let mut largest: Option<Value> = None;
+        for &g in grads {
+            let ty = self.graph.node(g).ty.clone();
+            let v = self.binary(BinaryOp::Div, (&Value::Tensor(g, ty), span), (scale, span), span)?;
+            unscaled.push(tensor_id(&v));
+            let o = self.operand(&v, None, span)?;
+            let o = self.cast(&o, DType::F32, span)?;
+            let magnitude = self.node(Op::Unary(UnaryOp::Abs), &[&o], span)?;
+            let axes: Vec<usize> = (0..o.ty.rank()).collect();
+            let m = self.node(Op::Reduce { op: ReduceOp::Max, axes, keepdims: false }, &[&magnitude], span)?;
+            let m = Value::Tensor(m.id, m.ty);
+            largest = Some(match largest {
+                None => m,
+                Some(l) => self.binary(BinaryOp::Add, (&l, span), (&m, span), span)?,
+            });
+        }
+        let largest = largest.unwrap_or(Value::Float(0.0));
+        let finite = self.binary(BinaryOp::Lt, (&largest, span), (&Value::Float(f64::INFINITY), span), span)?;
+        Ok((unscaled, finite))
+    }
+
+    /// `where(finite, new, old)` over `new`'s shape.
+    fn keep_unless(&mut self, finite: &Value, new: NodeId, old: NodeId, span: Span) -> TResult<NodeId> {
+        let ty = self.graph.node(new).ty.clone();
+        let c = self.operand(finite, Some(DType::Bool), span)?;
+        let c = self.broadcast_to(&c, &ty.shape, span)?;
+        let new = self.operand(&Value::Tensor(new, ty.clone()), None, span)?;
+        let old = self.operand(&Value::Tensor(old, self.graph.node(old).ty.clone()), None, span)?;
+        Ok(self.node(Op::Select, &[&c, &new, &old], span)?.id)
+    }
+
+    /// The scale, clean-step count and skipped-step count after a step
+    /// (see `INITIAL_LOSS_SCALE`).
+    fn next_loss_scale(&mut self, s: &ScaleInputs, finite: &Value, span: Span) -> TResult<Vec<NodeId>> {
+        let f = |x: f64| Value::Float(x);
+        let clean = self.binary(BinaryOp::Add, (&s.clean, span), (&f(1.0), span), span)?;
+        let grow = self.binary(BinaryOp::Ge, (&clean, span), (&f(LOSS_SCALE_GROWTH_INTERVAL), span), span)?;
+        let doubled = self.binary(BinaryOp::Mul, (&s.scale, span), (&f(2.0), span), span)?;
+        let halved = self.binary(BinaryOp::Mul, (&s.scale, span), (&f(0.5), span), span)?;
+        let skipped = self.binary(BinaryOp::Add, (&s.skipped, span), (&f(1.0), span), span)?;
+        let zero = self.scalar(0.0, DType::F32, span)?;
+        let zero = Value::Tensor(zero.id, zero.ty);
+        let pick = |tr: &mut Self, c: &Value, a: &Value, b: &Value| -> TResult<NodeId> {
+            let c = tr.operand(c, Some(DType::Bool), span)?;
+            let (a, b) = (tr.operand(a, Some(DType::F32), span)?, tr.operand(b, Some(DType::F32), span)?);
+            Ok(tr.node(Op::Select, &[&c, &a, &b], span)?.id)
+        };
+        let as_value = |tr: &Self, id: NodeId| Value::Tensor(id, tr.graph.node(id).ty.clone());
+        let grown = pick(self, &grow, &doubled, &s.scale)?;
+        let scale = pick(self, finite, &as_value(self, grown), &halved)?;
+        let counted = pick(self, &grow, &zero, &clean)?;
+        let clean = pick(self, finite, &as_value(self, counted), &zero)?;
+        let skipped = pick(self, finite, &s.skipped, &skipped)?;
+        Ok(vec![scale, clean, skipped])
+    }
+}
+
+/// The low type a `precision` name asks for: `"bf16"` and `"f16"`, or
+/// `None` for `"f32"` (no mixed precision); E0323 for any other name.
+pub fn precision_named(name: &str) -> Result<Option<DType>, Diagnostic> {
+    match name {
+        "bf16" => Ok(Some(DType::BF16)),
+        "f16" => Ok(Some(DType::F16)),
+        "f32" => Ok(None),
+        _ => Err(Diagnostic::new(Code::Precision, format!("there is no precision named `{name}`"))
+            .help("the precisions are \"bf16\", \"f16\" and \"f32\" (no mixed precision)")),
+    }
+}
+
+/// E0323: mixed precision asked of a model that has no `f32` parameter.
+fn no_f32_parameters(dtype: DType, model: Option<&str>, span: Span) -> Diagnostic {
+    let model = model.map(|m| format!("model `{m}`")).unwrap_or_else(|| "the trained model".into());
+    Diagnostic::new(
+        Code::Precision,
+        format!("precision {dtype} has nothing to apply to: {model} has no f32 parameters"),
+    )
+    .label(span, "asked for here")
+    .help("mixed precision runs the products of f32 parameters in the low type; train in the parameters' own type")
 }
 
 /// A `log` setting's `format = "jsonl"|"tensorboard"`.

@@ -8,7 +8,9 @@
 //! kept as views (`CompiledUnit::views`, from the CPU's `Target::views`)
 //! (2-D `f32` transposes
 //! read only as the left operand of unbatched matmuls that start a
-//! `Contraction` kernel, or as the right operand of one-row products),
+//! `Contraction` kernel, or as the right operand of one-row products;
+//! 2-D `bf16` transposes read as either operand of such a `bf16` product,
+//! whose kernel packs both),
 //! are not unit outputs, and whose source keeps its value until
 //! the last of those matmuls has run: the source is an input or a fixed
 //! value, or it lives in the arena and no buffer sharing its bytes is
@@ -70,8 +72,10 @@ fn keeps_value(
 ) -> bool {
     match loc.get(&source) {
         Some(Ref::Input(_) | Ref::Fixed(_)) => true,
-        Some(Ref::Arena(off)) => {
-            let (lo, hi) = (off * 4, off * 4 + g.node(source).ty.numel() * 4);
+        Some(&Ref::Arena(off) | &Ref::Half(off)) => {
+            let bytes = g.node(source).ty.size_bytes();
+            let lo = if matches!(loc.get(&source), Some(Ref::Half(_))) { off } else { off * 4 };
+            let hi = lo + bytes;
             unit.buffers.iter().all(|b| {
                 let Some(&at) = place.get(&b.node) else { return false };
                 let overlaps = at < hi && lo < at + b.bytes;

@@ -41,6 +41,7 @@ mod unit;
 
 pub use codegen::clif::{emit_kernels, Listing};
 pub use codegen::{Compiler, KernelFn};
+pub use kernels::isa;
 pub use unit::JitUnit;
 
 use crate::backend::{Backend, Prepare, PreparedUnit, StepCounts, StepTime};

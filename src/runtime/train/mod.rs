@@ -26,7 +26,7 @@ mod progress;
 use super::dataset::reduce_mean;
 use super::exec::{Carry, CompiledRegion, Executor};
 use crate::diag::{Code, Diagnostic};
-use crate::ir::plan::{Cadence, TrainPlan};
+use crate::ir::plan::{Cadence, TrainPlan, LOSS_SCALE_STATES};
 use crate::ir::{DType, Literal, TensorType};
 use crate::tensor::Tensor;
 use checkpoint::Position;
@@ -62,6 +62,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         .collect::<Result<_, Diagnostic>>()?;
     let mut points = Points {
         plan,
+        scaled: plan.states.iter().any(|(name, _)| name == LOSS_SCALE_STATES[0]),
         carry: Carry::new(values),
         log: Log::open(ex, plan, resumed.as_ref())?,
         progress: Progress::new(plan),
@@ -103,6 +104,15 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
                 .run_carrying(region, &inputs, &mut points.carry)
                 .map_err(|d| d.note(format!("in training step {} (epoch {})", at.step, at.epoch + 1)))?;
             let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
+            // With loss scaling, a step whose loss or gradients overflowed
+            // was skipped (it changed nothing but the scale): not an error,
+            // and not part of the mean loss.
+            if !loss.is_finite() && points.scaled {
+                at.batch += 1;
+                points.examples += size;
+                points.after_step(ex, &mut at)?;
+                return Ok(true);
+            }
             if !loss.is_finite() {
                 return Err(Diagnostic::new(Code::Runtime, format!("the loss became {loss} at step {} (epoch {})", at.step, at.epoch + 1))
                     .label(plan.span, "while training here")
@@ -141,6 +151,8 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
 /// checkpoints.
 struct Points<'p> {
     plan: &'p TrainPlan,
+    /// The step scales its loss (f16 training, `LOSS_SCALE_STATES`).
+    scaled: bool,
     carry: Carry<'p>,
     log: Option<Log>,
     progress: Progress,
@@ -162,7 +174,7 @@ impl Points<'_> {
         if !metrics.is_empty() {
             self.progress.point(at.epoch + 1, at.step, Some(at.epoch_loss.value()), &metrics, self.rate(), true);
         }
-        self.line(at, at.epoch + 1, log_due, &metrics);
+        self.line(at, at.epoch + 1, log_due, &metrics)?;
         self.checkpoint_if(ex, at, due)
     }
 
@@ -175,7 +187,7 @@ impl Points<'_> {
         let metrics = self.metrics(ex, |e| due(e) || (last && matches!(e, Cadence::Epochs(_))))?;
         self.progress.point(at.epoch, at.step, Some(epoch_loss), &metrics, self.rate(), false);
         let log_due = self.log.as_ref().is_some_and(|l| due(l.every));
-        self.line(at, at.epoch, log_due, &metrics);
+        self.line(at, at.epoch, log_due, &metrics)?;
         self.checkpoint_if(ex, at, due)
     }
 
@@ -193,8 +205,7 @@ impl Points<'_> {
         if !metrics.is_empty() {
             self.progress.point(epoch, at.step, None, &metrics, self.rate(), true);
         }
-        self.line(at, epoch, log_due, &metrics);
-        Ok(())
+        self.line(at, epoch, log_due, &metrics)
     }
 
     /// The metrics whose cadence `due` says fall here, by name.
@@ -214,16 +225,46 @@ impl Points<'_> {
 
     /// A log line, if this is a log point (`log_due`, which also restarts
     /// the loss window) or metrics were computed here.
-    fn line(&mut self, at: &mut Position, epoch: u64, log_due: bool, metrics: &[(String, f64)]) {
+    /// With loss scaling, a log point also records the scale and the steps
+    /// skipped so far.
+    fn line(
+        &mut self,
+        at: &mut Position,
+        epoch: u64,
+        log_due: bool,
+        metrics: &[(String, f64)],
+    ) -> Result<(), Diagnostic> {
         let rate = self.rate();
-        let Some(log) = self.log.as_mut() else { return };
+        if self.log.is_none() {
+            return Ok(());
+        }
+        let mut values = metrics.to_vec();
+        if log_due && self.scaled {
+            values.extend(self.loss_scale()?);
+        }
+        let Some(log) = self.log.as_mut() else { return Ok(()) };
         if log_due || !metrics.is_empty() {
-            log.write(at, epoch, log_due.then(|| at.log_loss.value()), metrics, rate);
+            log.write(at, epoch, log_due.then(|| at.log_loss.value()), &values, rate);
         }
         if log_due {
             at.log_loss = Default::default();
         }
         at.log_lines = Some(log.lines);
+        Ok(())
+    }
+
+    /// The loss scale and the skipped steps, as the carried states hold them.
+    fn loss_scale(&mut self) -> Result<Vec<(String, f64)>, Diagnostic> {
+        let first = self.plan.params.len();
+        let states = &self.plan.states;
+        let at = |name: &str| states.iter().position(|(n, _)| n == name).map(|i| first + i);
+        let all = self.carry.values()?;
+        let read = |name: &str| at(name).and_then(|i| all.get(i)).and_then(|t| t.to_f64_vec().first().copied());
+        let (scale, skipped) = (read(LOSS_SCALE_STATES[0]), read(LOSS_SCALE_STATES[2]));
+        Ok([("loss_scale", scale), ("skipped_steps", skipped)]
+            .into_iter()
+            .filter_map(|(name, v)| Some((name.to_string(), v?)))
+            .collect())
     }
 
     fn checkpoint_if(&mut self, ex: &Executor, at: &Position, due: impl Fn(Cadence) -> bool) -> Result<(), Diagnostic> {

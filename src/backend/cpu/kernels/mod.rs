@@ -10,13 +10,18 @@
 //! transposes) and `permute` (transposes of any rank), `window` (slices,
 //! pads, concatenations), `adam` (Adam's
 //! update as one loop), `convert` (`f32` to and from `f16` and `bf16`,
-//! bit for bit `crate::half`), `simd` (the shared AVX-512 helpers).
+//! bit for bit `crate::half`), `simd` (the shared AVX-512 helpers),
+//! `bf16_gemm` (bf16 matrix products summed in f32: portable, `vdpbf16ps`
+//! and AMX tiles) and `isa` (which of those tiers this machine runs, picked
+//! once per process or forced with `TFC_ISA`).
 
 pub(super) mod adam;
+pub(super) mod bf16_gemm;
 pub(super) mod conv;
 pub(super) mod conv_direct;
 pub(super) mod convert;
 pub(super) mod gemm;
+pub mod isa;
 pub(super) mod ordered_gemm;
 pub(super) mod permute;
 pub(super) mod pool;

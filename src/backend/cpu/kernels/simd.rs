@@ -3,8 +3,9 @@
 //! reductions merely run faster with it).
 //!
 //! Contract: [`avx512`] is true only on a machine with AVX-512F (and BW,
-//! VL, DQ), and never when the environment variable `TFC_NO_AVX512` is set,
-//! which runs and tests the portable paths. [`wide`] runs a closure
+//! VL, DQ), and never when the environment variable `TFC_NO_AVX512` is set
+//! or `TFC_ISA` is `portable` (module `isa`), which run and test the
+//! portable paths. [`wide`] runs a closure
 //! compiled for those instructions when [`avx512`] holds, else as it is;
 //! only code the compiler can inline into it (the closure, and helpers
 //! marked `#[inline(always)]`) gains them. It changes no result: Rust never
@@ -30,7 +31,14 @@ pub(in crate::backend::cpu) fn avx512() -> bool {
         // `getenv` rather than `std::env`, which copies the value: an
         // ahead-of-time library's first call allocates nothing either.
         // SAFETY: a NUL-terminated name; the result is only compared.
-        avx512 && unsafe { libc::getenv(c"TFC_NO_AVX512".as_ptr()) }.is_null()
+        let no_avx512 = !unsafe { libc::getenv(c"TFC_NO_AVX512".as_ptr()) }.is_null();
+        // `TFC_ISA=portable` (module `isa`) runs every kernel's portable path.
+        // SAFETY: as above; a non-null result is a NUL-terminated string
+        // that lives while the environment is not changed (it is not).
+        let isa = unsafe { libc::getenv(c"TFC_ISA".as_ptr()) };
+        let portable = !isa.is_null()
+            && unsafe { std::ffi::CStr::from_ptr(isa) }.to_bytes().trim_ascii().eq_ignore_ascii_case(b"portable");
+        avx512 && !no_avx512 && !portable
     })
 }
 

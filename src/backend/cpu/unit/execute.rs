@@ -18,6 +18,7 @@ use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Code, Ref, Step};
 use super::{internal, JitUnit};
+use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
@@ -166,6 +167,23 @@ impl Step {
                     // matrices (checked by `ptr`), row-major or, when
                     // folded, stored transposed; `d` is m×n.
                     unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
+                }
+            }
+            Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
+                let (m, k, n) = (*m, *k, *n);
+                let (pa, pb) = (mem.ptr(*a, batch * m * k)? as *const u16, mem.ptr(*b, batch * k * n)? as *const u16);
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, batch * m * n, "a bf16 matmul result")? };
+                for bt in 0..*batch {
+                    let d = &mut out[bt * m * n..(bt + 1) * m * n];
+                    let (ma, mb) = (pa.wrapping_add(bt * m * k), pb.wrapping_add(bt * k * n));
+                    let lhs = if *a_t { (ma, 1, m) } else { (ma, k, 1) };
+                    let rhs = if *b_t { (mb, 1, k) } else { (mb, n, 1) };
+                    // SAFETY: `pa`/`pb` hold `batch` m×k and k×n matrices
+                    // of two-byte elements (`ptr` checked the bytes of the
+                    // `Ref::Half` places), row-major or, when folded,
+                    // stored transposed; `d` is m×n.
+                    unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
                 }
             }
             Step::Conv { conv, a, b, dst, post } => {

@@ -408,6 +408,7 @@ impl<'a> Lowering<'a> {
         }
         match k.kind {
             KernelKind::Source => Ok(()),
+            KernelKind::Elementwise if self.conversion(k)? => Ok(()),
             KernelKind::Elementwise => match self.b.analyze(&k.nodes, &k.outputs)? {
                 Some(spec) if spec.numel() > 0 => {
                     let step = self.b.jit(&spec, k.fused_adam(PartRole::Body))?;
@@ -432,6 +433,34 @@ impl<'a> Lowering<'a> {
             KernelKind::Layout if scan_loop(g, &k.nodes) => self.scan(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
+    }
+
+    /// A kernel that is one cast between `f32` and a two-byte float, from
+    /// and to storage: the native conversion loop (`Step::Convert`, module
+    /// `convert`, the same bits as compiled code; the vector loops are
+    /// several times faster than compiled code's lane-by-lane rounding).
+    /// `false` when `k` is not such a kernel.
+    fn conversion(&mut self, k: &Kernel) -> Result<bool, Diagnostic> {
+        let g = self.b.g;
+        let [n] = k.nodes.as_slice() else { return Ok(false) };
+        let Op::Cast(to) = g.node(*n).op else { return Ok(false) };
+        let input = g.inputs(*n)[0];
+        let from = g.node(input).ty.dtype;
+        let len = g.node(*n).ty.numel();
+        let Some(&dst) = self.b.loc.get(n) else { return Ok(false) };
+        let src = self.b.get(input)?;
+        let step = match (from, to, src, dst) {
+            (DType::F32, DType::F16 | DType::BF16, Ref::Arena(_) | Ref::Input(_) | Ref::Fixed(_), Ref::Half(_)) => {
+                Step::Convert { src, dst, len, dtype: to }
+            }
+            (DType::F16 | DType::BF16, DType::F32, Ref::Half(_), Ref::Arena(_)) => {
+                Step::Convert { src, dst, len, dtype: from }
+            }
+            _ => return Ok(false),
+        };
+        self.steps.push(step);
+        self.counts.native += 1;
+        Ok(true)
     }
 
     /// Ends the lowering: marks the max-pool gradients that every reader
@@ -641,10 +670,31 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        // A bf16 matmul whose operands are in their two-byte storage runs
+        // on the bf16 kernels as they are, summed in f32 into the f32
+        // scratch `native_result` gave it.
+        if g.node(mm).ty.dtype == DType::BF16 && float_conv(g, mm).is_none() {
+            let ((a, a_t), (bb, b_t)) = (self.operand(ins[0])?, self.operand(ins[1])?);
+            if let (Ref::Half(_), Ref::Half(_)) = (a, bb) {
+                let r = sa.len();
+                let (batch, m, inner, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
+                self.steps.push(Step::Bf16Gemm { a, b: bb, a_t, b_t, dst, batch, m, k: inner, n });
+                self.counts.gemm += 1;
+                if let Some(to) = rounding {
+                    self.settle(mm, dst, to);
+                }
+                return self.epilogue(k, epilogue, epilogue_spec, &outs);
+            }
+        }
         let ((a, a_t), (bb, b_t)) = match half {
             true => {
                 let reads = self.outside(&k.nodes);
-                ((self.widened(ins[0], &reads)?, false), (self.widened(ins[1], &reads)?, false))
+                // A folded transpose's source, widened, read transposed.
+                let mut widened_operand = |n: NodeId| match self.folded.contains(&n) {
+                    true => Ok((self.widened(g.inputs(n)[0], &reads)?, true)),
+                    false => Ok::<_, Diagnostic>((self.widened(n, &reads)?, false)),
+                };
+                (widened_operand(ins[0])?, widened_operand(ins[1])?)
             }
             false => (self.operand(ins[0])?, self.operand(ins[1])?),
         };
@@ -703,17 +753,33 @@ impl<'a> Lowering<'a> {
         if let Some(to) = rounding {
             self.settle(mm, dst, to);
         }
-        if !epilogue.is_empty() && post_ops.is_none() {
-            match epilogue_spec {
-                Some(spec) => {
-                    let step = self.b.jit(&spec, k.fused_adam(PartRole::Epilogue))?;
-                    self.steps.push(step);
-                    self.counts.jit += 1;
-                }
-                None => self.interpreted(epilogue, &outs)?,
-            }
+        match post_ops {
+            Some(_) => Ok(()),
+            None => self.epilogue(k, epilogue, epilogue_spec, &outs),
         }
-        Ok(())
+    }
+
+    /// The steps of a contraction's epilogue (after its product): compiled
+    /// when `spec` expresses it, else interpreted.
+    fn epilogue(
+        &mut self,
+        k: &Kernel,
+        epilogue: &[NodeId],
+        spec: Option<Spec>,
+        outs: &[NodeId],
+    ) -> Result<(), Diagnostic> {
+        if epilogue.is_empty() {
+            return Ok(());
+        }
+        match spec {
+            Some(spec) => {
+                let step = self.b.jit(&spec, k.fused_adam(PartRole::Epilogue))?;
+                self.steps.push(step);
+                self.counts.jit += 1;
+                Ok(())
+            }
+            None => self.interpreted(epilogue, outs),
+        }
     }
 
     /// One node of an `i32`, `i64`, `f64` or `bool` kernel as the interpreter's

@@ -112,6 +112,12 @@ pub(super) enum Step {
     /// of one fixed summation order (module `ordered_gemm`: an exported
     /// function's, whose ahead-of-time library calls the same code).
     Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize, ordered: bool },
+    /// `dst = a @ b` (batched over leading dims) of `bf16` operands in
+    /// their two-byte storage (`Ref::Half`), summed in `f32` into `f32`
+    /// scratch at `dst` (module `bf16_gemm`, on the tier module `isa`
+    /// picks); a `Step::Convert` rounds it into the result's place.
+    /// `a_t`/`b_t` as for `Gemm`.
+    Bf16Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
     /// `dst = kernel(srcs)` over `dtype` values: the interpreter's own
     /// generic loop over slices (module `generic`: matmuls, reductions,
     /// `argmax`, convolutions and poolings of the types without a faster
@@ -268,7 +274,7 @@ impl Step {
                 }
                 *cost = (rows * inner * args.len() / 8) as u64;
             }
-            Step::Gemm { a, b, dst, batch, m, k, n, .. } => {
+            Step::Gemm { a, b, dst, batch, m, k, n, .. } | Step::Bf16Gemm { a, b, dst, batch, m, k, n, .. } => {
                 reads.extend(place(*a, batch * m * k).into_iter().chain(place(*b, batch * k * n)));
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
@@ -385,6 +391,12 @@ impl Step {
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 let kind = if *ordered { "ordered gemm" } else { "gemm" };
                 format!("{kind} {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+            }
+            Step::Bf16Gemm { batch, m, k, n, a_t, b_t, .. } => {
+                let t = |on: &bool| if *on { "ᵀ" } else { "" };
+                let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
+                let isa = crate::backend::cpu::kernels::isa::active().name();
+                format!("bf16 gemm ({isa}) {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
             }
             Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
                 (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),

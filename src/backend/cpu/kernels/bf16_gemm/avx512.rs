@@ -1,0 +1,162 @@
+//! The `vdpbf16ps` tier: a micro-kernel of 12 rows by 32 columns (24 zmm
+//! accumulators), each step a pair of `k` — two loads of the packed `rhs`
+//! panel, twelve broadcasts of the packed `lhs` rows, 24 `vdpbf16ps`.
+//!
+//! Contract: as the module `bf16_gemm` says for `Avx512`; `k` is taken in
+//! blocks of `KC` pairs (the `lhs` block's 12 KiB stay in L1, the panels'
+//! 32 KiB in L2), the accumulators stored to `dst` between blocks and
+//! reloaded exactly, so the sums are those of one unblocked chain.
+//!
+//! Example: a 1024³ product runs 86 row blocks × 32 panels × 4 blocks of
+//! `k` of this micro-kernel.
+
+use super::pack::Layout;
+use super::{Job, Kernel, NR};
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Rows per micro-tile.
+const MR: usize = 12;
+/// Pairs of `k` per cache block.
+const KC: usize = 256;
+
+/// The `vdpbf16ps` tier.
+pub(super) struct Kernel512;
+
+impl Kernel for Kernel512 {
+    const MR: usize = MR;
+    const LHS: Layout = Layout::Pairs { width: MR };
+    const RHS: Layout = Layout::Pairs { width: NR };
+    const PAIR_ALIGN: usize = 1;
+
+    unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
+        // SAFETY: the caller's contract (the CPU has AVX512_BF16).
+        unsafe { run(job, runs) }
+    }
+}
+
+/// `Kernel::run` with the instructions enabled.
+///
+/// # Safety
+/// As for `Kernel::run`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
+    let (a_block, b_panel) = (job.pairs * MR, job.pairs * NR);
+    for (rows, panels) in runs {
+        for p0 in (0..job.pairs).step_by(KC) {
+            let pairs = KC.min(job.pairs - p0);
+            let load = job.accumulate || p0 > 0;
+            for ib in rows.clone() {
+                let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
+                // SAFETY: block `ib` of the packed `lhs`, from pair `p0`.
+                let a = unsafe { job.a.as_ptr().add(ib * a_block + p0 * MR) }.cast::<i32>();
+                for jp in panels.clone() {
+                    let (j, c) = (jp * NR, NR.min(job.n - jp * NR));
+                    // SAFETY: panel `jp` of the packed `rhs`, from `p0`.
+                    let b = unsafe { job.b.as_ptr().add(jp * b_panel + p0 * NR) }.cast::<__m512i>();
+                    // SAFETY: rows i..i + r, columns j..j + c of `dst`
+                    // are this worker's; the packed blocks hold `pairs`
+                    // pairs from `p0`.
+                    unsafe { tile(a, b, pairs, job.dst.0.add(i * job.n + j), job.n, r, c, load) };
+                }
+            }
+        }
+    }
+}
+
+/// The micro-kernel: `c[0..rows][0..cols]` (row stride `ldc`) = (`load`:
+/// `c` +) the product of `pairs` pairs of a packed 12-row `lhs` block and
+/// a packed 32-column `rhs` panel.
+///
+/// # Safety
+/// AVX512_BF16; `a` holds `pairs · 12` and `b` `pairs · 2` vectors; `c`
+/// addresses `rows ≤ 12` rows of `cols ≤ 32` elements.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    a: *const i32,
+    b: *const __m512i,
+    pairs: usize,
+    c: *mut f32,
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    load: bool,
+) {
+    let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    // Written out row by row (`each_row!`) so that the accumulators are 24
+    // registers whatever the optimization level: a loop over rows indexes
+    // the array at run time, which keeps it in memory.
+    macro_rules! each_row {
+        ($body:ident) => {
+            $body!(0);
+            $body!(1);
+            $body!(2);
+            $body!(3);
+            $body!(4);
+            $body!(5);
+            $body!(6);
+            $body!(7);
+            $body!(8);
+            $body!(9);
+            $body!(10);
+            $body!(11);
+        };
+    }
+    if load {
+        macro_rules! load_row {
+            ($r:literal) => {
+                if $r < rows {
+                    for v in 0..2 {
+                        // SAFETY: row `r` of `c`, masked to `cols`.
+                        acc[$r][v] = unsafe { _mm512_maskz_loadu_ps(masks[v], c.wrapping_add($r * ldc + 16 * v)) };
+                    }
+                }
+            };
+        }
+        each_row!(load_row);
+    }
+    for p in 0..pairs {
+        // SAFETY: pair `p` of the panel: two vectors.
+        let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * p)), _mm512_loadu_si512(b.add(2 * p + 1))) };
+        let (b0, b1) = (bh(b0), bh(b1));
+        let a = a.wrapping_add(p * MR);
+        macro_rules! step_row {
+            ($r:literal) => {
+                // SAFETY: pair `p` of row `r` of the block.
+                let av = bh(_mm512_set1_epi32(unsafe { a.add($r).read_unaligned() }));
+                acc[$r][0] = _mm512_dpbf16_ps(acc[$r][0], av, b0);
+                acc[$r][1] = _mm512_dpbf16_ps(acc[$r][1], av, b1);
+            };
+        }
+        each_row!(step_row);
+    }
+    macro_rules! store_row {
+        ($r:literal) => {
+            if $r < rows {
+                for v in 0..2 {
+                    // SAFETY: row `r` of `c`, masked to `cols`.
+                    unsafe { _mm512_mask_storeu_ps(c.wrapping_add($r * ldc + 16 * v), masks[v], acc[$r][v]) };
+                }
+            }
+        };
+    }
+    each_row!(store_row);
+}
+
+/// 32 bf16 values from their bits.
+#[inline(always)]
+fn bh(v: __m512i) -> __m512bh {
+    // SAFETY: both are 64 bytes of plain bits.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
+}
+
+/// The mask of the first `min(count, 16)` lanes.
+fn lanes(count: usize) -> u16 {
+    if count >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << count) - 1
+    }
+}

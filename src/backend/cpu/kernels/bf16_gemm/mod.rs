@@ -1,0 +1,242 @@
+//! bf16 matrix products summed in f32 — the CPU backend's low-precision
+//! GEMM — on the instruction-set tier module `isa` picks: portable code,
+//! AVX-512 `vdpbf16ps`, or AMX `tdpbf16ps` tiles.
+//!
+//! Contract: `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate`,
+//! for an `m × k` `lhs` and a `k × n` `rhs` of bf16 bit patterns addressed
+//! by (row, column) element strides (a transposed operand costs nothing);
+//! `dst` is row-major `m × n` f32. Every product of two bf16 values is
+//! exact in f32; what differs between tiers is how the products are summed:
+//!
+//! - `Portable`: both operands widened to f32 (`bits << 16`, exact) and
+//!   multiplied by `gemm::sgemm_into`, in the `gemm` crate's order; with
+//!   `accumulate` it adds the product to `dst` (one more rounding).
+//! - `Avx512`: each output element is one `f32` accumulator, starting from
+//!   `+0` (from `dst`'s value with `accumulate`), to which each pair
+//!   `p = 0, 1, …` of `k` is added by `vdpbf16ps`: per the SDM,
+//!   `acc = (acc + a[2p+1]·b[2p+1]) + a[2p]·b[2p]`, each addition rounded
+//!   to nearest even. An odd `k` gets a zero last element.
+//! - `Amx`: likewise one accumulator per element, from `+0` or `dst`, with
+//!   `tdpbf16ps` adding the pairs in order (per the SDM the even product
+//!   first, then the odd one); `k` is padded with zeros to a multiple of 32.
+//!
+//! The accumulator of the two hardware tiers goes through `dst` between
+//! blocks of `k` (stored and reloaded exactly), so the sum per element does
+//! not depend on the blocking. Work is split only over blocks of output
+//! rows and columns, never over `k`: on a given tier the result is
+//! bit-identical at any thread count. NaN and infinities propagate as in
+//! f32 arithmetic. `vdpbf16ps` and `tdpbf16ps` treat denormal inputs as
+//! zero and flush denormal results to zero (whatever MXCSR says), and they
+//! round between the two products of a pair, so the hardware tiers match
+//! the portable f32 reference only within a tolerance (the tests allow
+//! `2^-20 · (Σ|a·b| + |dst|)`), not bit for bit.
+//!
+//! Example: `bf16_gemm(&mut y, (x, 784, 1), (w, 1, 784), [64, 784, 256],
+//! 1, false)` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
+//! [256, 784]`.
+
+// Nothing in the backend calls these kernels yet (its bf16 matmul lowering
+// is being written); this goes when it does.
+#![cfg_attr(not(test), allow(dead_code))]
+
+mod pack;
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use super::isa::{self, Isa};
+
+/// A bf16 matrix operand: its first element (bf16 bit patterns) and its
+/// (row, column) element strides.
+pub(in crate::backend::cpu) type Operand = (*const u16, usize, usize);
+
+/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate`, summed in
+/// f32 on the tier `isa::active()` (see the module docs); `mkn` is
+/// `[m, k, n]`, and `threads` of the current rayon pool share the work (1:
+/// the calling thread only).
+///
+/// # Safety
+/// `lhs` must address an `m × k` and `rhs` a `k × n` matrix through their
+/// strides, and `dst` must hold at least `m × n` elements.
+pub(in crate::backend::cpu) unsafe fn bf16_gemm(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    mkn: [usize; 3],
+    threads: usize,
+    accumulate: bool,
+) {
+    // SAFETY: the caller's contract; `active()` is an available tier.
+    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, accumulate) }
+}
+
+/// `bf16_gemm` on the tier `isa` (tests and benchmarks compare tiers).
+///
+/// # Panics
+/// If this machine cannot run `isa`.
+///
+/// # Safety
+/// As for `bf16_gemm`.
+pub(in crate::backend::cpu) unsafe fn bf16_gemm_on(
+    isa: Isa,
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    mkn: [usize; 3],
+    threads: usize,
+    accumulate: bool,
+) {
+    if let Some(why) = isa::Features::detected().lacks(isa) {
+        panic!("bf16_gemm on {}: {why}", isa.name());
+    }
+    let [m, k, n] = mkn;
+    assert!(dst.len() >= m * n, "bf16_gemm: {} elements for a {m}x{n} product", dst.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(0.0);
+        }
+        return;
+    }
+    // Below about a million multiply-adds a worker's wake-up costs more
+    // than it saves (module `threads`).
+    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    match isa {
+        Isa::Portable => {}
+        // SAFETY: the CPU has the tier's instructions (checked above); the
+        // caller's contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => return unsafe { tiled::<avx512::Kernel512>(dst, lhs, rhs, mkn, threads, accumulate) },
+        // SAFETY: as above (the tile data was granted by `isa`).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Amx => return unsafe { tiled::<amx::KernelAmx>(dst, lhs, rhs, mkn, threads, accumulate) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("only the portable tier exists off x86_64"),
+    }
+    // SAFETY: the caller's contract.
+    unsafe { portable(dst, lhs, rhs, mkn, threads, accumulate) }
+}
+
+/// The portable tier: both operands widened to f32 (exact) and multiplied
+/// by `gemm::sgemm_into`.
+///
+/// # Safety
+/// As for `bf16_gemm`.
+unsafe fn portable(dst: &mut [f32], lhs: Operand, rhs: Operand, mkn: [usize; 3], threads: usize, accumulate: bool) {
+    let [m, k, n] = mkn;
+    // SAFETY (both): the caller's contract.
+    let a = unsafe { widen(lhs, m, k) };
+    let b = unsafe { widen(rhs, k, n) };
+    // SAFETY: `a` is m × k and `b` k × n, row-major.
+    unsafe { super::gemm::sgemm_into(dst, (a.as_ptr(), k, 1), (b.as_ptr(), n, 1), mkn, threads, accumulate) }
+}
+
+/// The `rows × cols` matrix `x` as row-major f32.
+///
+/// # Safety
+/// `x` must address a `rows × cols` matrix through its strides.
+unsafe fn widen((x, rs, cs): Operand, rows: usize, cols: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * cols);
+    for i in 0..rows {
+        // SAFETY: element (i, j) of the matrix, by the caller's contract.
+        out.extend((0..cols).map(|j| f32::from_bits(u32::from(unsafe { *x.add(i * rs + j * cs) }) << 16)));
+    }
+    out
+}
+
+/// A hardware tier's blocking and micro-kernels, run by `tiled`.
+trait Kernel {
+    /// Rows of `lhs` per packed block (the micro-tile's height).
+    const MR: usize;
+    /// How `lhs` and `rhs` are packed.
+    const LHS: pack::Layout;
+    const RHS: pack::Layout;
+    /// `k` is padded with zeros to a multiple of this many pairs.
+    const PAIR_ALIGN: usize;
+
+    /// Runs the product for each `(row blocks, column panels)` of `runs`
+    /// on this thread, over the whole of `k`.
+    ///
+    /// # Safety
+    /// The CPU has the tier's instructions; `job` describes valid packed
+    /// operands and output, and no other thread writes these blocks.
+    unsafe fn run(job: &Job, runs: &[(std::ops::Range<usize>, std::ops::Range<usize>)]);
+}
+
+/// Columns per packed `rhs` panel (the micro-tile's width) for both
+/// hardware tiers.
+const NR: usize = 32;
+
+/// One product, packed, as the micro-kernels see it.
+struct Job {
+    /// Packed `lhs`: `ceil(m / MR)` blocks of `pairs · MR` pairs.
+    a: Vec<u32>,
+    /// Packed `rhs`: `ceil(n / NR)` panels of `pairs · NR` pairs.
+    b: Vec<u32>,
+    /// `dst`'s first element (row-major `m × n`).
+    dst: SendPtr<f32>,
+    m: usize,
+    n: usize,
+    /// Pairs of `k` in the packed operands (padded).
+    pairs: usize,
+    /// Whether the accumulators start from `dst`.
+    accumulate: bool,
+}
+
+/// A pointer the workers share (each writes its own blocks).
+struct SendPtr<T>(*mut T);
+// SAFETY: the workers write disjoint blocks and only read the rest.
+unsafe impl<T> Sync for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for SendPtr<T> {}
+
+/// A hardware tier's product: packs both operands, then splits the grid of
+/// row blocks × column panels into tasks for `threads` workers.
+///
+/// # Safety
+/// The CPU has `K`'s instructions; as for `bf16_gemm` (with `k > 0`).
+unsafe fn tiled<K: Kernel>(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    [m, k, n]: [usize; 3],
+    threads: usize,
+    accumulate: bool,
+) {
+    let pairs = k.div_ceil(2).next_multiple_of(K::PAIR_ALIGN);
+    // SAFETY (both): the caller's contract.
+    let a = unsafe { pack::pack_lhs(lhs, [m, k], pairs, K::LHS, threads) };
+    let b = unsafe { pack::pack_rhs(rhs, [k, n], pairs, K::RHS, threads) };
+    let job = Job { a, b, dst: SendPtr(dst.as_mut_ptr()), m, n, pairs, accumulate };
+    let (row_blocks, panels) = (m.div_ceil(K::MR), n.div_ceil(NR));
+    if threads <= 1 {
+        // SAFETY: the whole grid on this thread.
+        return unsafe { K::run(&job, &[(0..row_blocks, 0..panels)]) };
+    }
+    // Tasks: one row block of one group of panels, the groups enough to
+    // give every thread a few tasks when there are few row blocks; a
+    // worker's contiguous tasks share their group, so they run as one
+    // range of row blocks (reusing the panels' packed `rhs`).
+    let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
+    let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
+    let job = &job;
+    crate::backend::cpu::threads::in_ranges(row_blocks * groups, threads, |lo, hi| {
+        let mut runs = Vec::new();
+        let mut t = lo;
+        while t < hi {
+            let (g, first) = (t / row_blocks, t % row_blocks);
+            let last = (first + hi - t).min(row_blocks);
+            runs.push((first..last, group(g)));
+            t += last - first;
+        }
+        // SAFETY: each task's blocks belong to this worker only.
+        unsafe { K::run(job, &runs) }
+    });
+}
+
+#[cfg(test)]
+mod tests;

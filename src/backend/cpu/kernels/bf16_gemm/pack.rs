@@ -1,0 +1,223 @@
+//! The packed operands of the `vdpbf16ps` and AMX tiers: `lhs` in blocks
+//! of rows and `rhs` in panels of 32 columns, both as pairs of
+//! consecutive-`k` bf16 values (the "VNNI" layout both instructions read),
+//! zero-padded to whole blocks and to the tier's multiple of pairs.
+//!
+//! Contract: element `(kk, c)` of a block — `kk` along `k`, `c` the row of
+//! an `lhs` block or the column of an `rhs` panel — is half `kk % 2` (the
+//! low half for even `kk`) of the `u32` at `block · block_len +
+//! layout.offset(kk / 2, c)`, where `block_len = pairs · width`. Padding
+//! (rows past `m`, columns past `n`, `k` past its end) holds `+0`, so it
+//! adds `+0` products. The source is read along whichever of its strides
+//! is 1, so row-major and transposed operands both pack at memory speed.
+//!
+//! Example: the `vdpbf16ps` tier packs `rhs` with `Layout::Pairs`: pair
+//! `p` of a panel is 32 `u32`s (`B[2p][j] | B[2p+1][j] << 16` for its 32
+//! columns `j`), two zmm registers.
+
+use super::{Operand, SendPtr};
+
+/// Where pair `p` of row or column `c` of a block goes (in pairs, `u32`s).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Layout {
+    /// `[p][c]`: one pair of each of the block's `width` rows or columns
+    /// after another, pair after pair (`vdpbf16ps`: a broadcast per `lhs`
+    /// row, a zmm per 16 `rhs` columns).
+    Pairs { width: usize },
+    /// AMX tiles of 16 rows by 64 bytes, one step of 16 pairs (32 `k`)
+    /// after another: `lhs` (32 rows) as `[step][row / 16][row % 16][pair
+    /// % 16]` — a tile's row is 32 `k` of one row; `rhs` (32 columns) as
+    /// `[step][col / 16][pair % 16][col % 16]` — a tile's row is one pair
+    /// of 16 columns.
+    Tiles { lhs: bool },
+}
+
+impl Layout {
+    /// Rows or columns per block.
+    pub(super) fn width(self) -> usize {
+        match self {
+            Layout::Pairs { width } => width,
+            Layout::Tiles { .. } => 32,
+        }
+    }
+
+    /// The offset of pair `p` of row or column `c` within a block.
+    #[inline(always)]
+    fn offset(self, p: usize, c: usize) -> usize {
+        match self {
+            Layout::Pairs { width } => p * width + c,
+            Layout::Tiles { lhs: true } => (p / 16) * 512 + (c / 16) * 256 + (c % 16) * 16 + p % 16,
+            Layout::Tiles { lhs: false } => (p / 16) * 512 + (c / 16) * 256 + (p % 16) * 16 + c % 16,
+        }
+    }
+
+    /// How far the offset moves per pair and per row or column, within an
+    /// aligned group of 16 of them (the layouts are linear there).
+    fn steps(self) -> (usize, usize) {
+        match self {
+            Layout::Pairs { width } => (width, 1),
+            Layout::Tiles { lhs: true } => (1, 16),
+            Layout::Tiles { lhs: false } => (16, 1),
+        }
+    }
+}
+
+/// Packs `src`, a `k × extent` matrix addressed as `(first, k stride,
+/// extent stride)`, into `ceil(extent / width)` blocks of `pairs` pairs
+/// (`pairs ≥ ceil(k / 2)`), `threads` of the current pool sharing the
+/// blocks. `lhs` is its own transpose here: `(a, a_cs, a_rs)`.
+///
+/// # Safety
+/// `src` must address every element `(kk, c)`, `kk < k`, `c < extent`.
+pub(super) unsafe fn pack(
+    (src, k_stride, c_stride): (*const u16, usize, usize),
+    [k, extent]: [usize; 2],
+    pairs: usize,
+    layout: Layout,
+    threads: usize,
+) -> Vec<u32> {
+    let width = layout.width();
+    let blocks = extent.div_ceil(width);
+    let block_len = pairs * width;
+    let mut out = vec![0u32; blocks * block_len];
+    let (dst, src) = (SendPtr(out.as_mut_ptr()), SendPtr(src.cast_mut()));
+    // Packing moves gigabytes a second per thread: split only when there
+    // are a few hundred thousand elements.
+    let threads = if k * extent >= 1 << 18 { threads } else { 1 };
+    crate::backend::cpu::threads::in_ranges(blocks, threads, |lo, hi| {
+        let (dst, src) = (&dst, &src);
+        for block in lo..hi {
+            let c0 = block * width;
+            // SAFETY: block `block` of `out` is its own `block_len`
+            // elements, written by this worker only; the caller's contract
+            // for `src` (the block's columns from `c0`).
+            unsafe {
+                let out = std::slice::from_raw_parts_mut(dst.0.add(block * block_len), block_len);
+                let src = (src.0.add(c0 * c_stride).cast_const(), k_stride, c_stride);
+                pack_block(out, src, [k, width.min(extent - c0)], layout);
+            }
+        }
+    });
+    out
+}
+
+/// One block: `cols` rows or columns of `k`, read along whichever stride
+/// is 1 (whole pairs, or one row of `k` at a time), written in groups of
+/// 16 that the layouts keep at a fixed step.
+///
+/// # Safety
+/// As for `pack`, for the block's `cols` columns; `out` is the block.
+unsafe fn pack_block(
+    out: &mut [u32],
+    (src, k_stride, c_stride): (*const u16, usize, usize),
+    [k, cols]: [usize; 2],
+    layout: Layout,
+) {
+    let (step_p, step_c) = layout.steps();
+    // SAFETY (`at`): element (kk, c) of the block, by the caller's contract.
+    let at = |kk: usize, c: usize| u32::from(unsafe { *src.add(kk * k_stride + c * c_stride) });
+    let whole = k / 2;
+    if k_stride == 1 {
+        // Pairs are adjacent: one `u32` each.
+        for c in 0..cols {
+            let row = src.wrapping_add(c * c_stride).cast::<u32>();
+            for p0 in (0..whole).step_by(16) {
+                let base = layout.offset(p0, c);
+                for p in p0..whole.min(p0 + 16) {
+                    // SAFETY: elements 2p and 2p + 1 of the row.
+                    out[base + (p - p0) * step_p] = unsafe { row.add(p).read_unaligned() };
+                }
+            }
+            if k % 2 == 1 {
+                out[layout.offset(whole, c)] = at(k - 1, c);
+            }
+        }
+    } else if c_stride == 1 {
+        // Rows of `k` are contiguous: two rows make a row of pairs.
+        for p in 0..k.div_ceil(2) {
+            let even = src.wrapping_add(2 * p * k_stride);
+            let odd = src.wrapping_add((2 * p + 1) * k_stride);
+            let has_odd = 2 * p + 1 < k;
+            for c0 in (0..cols).step_by(16) {
+                let base = layout.offset(p, c0);
+                for c in c0..cols.min(c0 + 16) {
+                    // SAFETY: elements (2p, c) and (2p + 1, c), the latter
+                    // only when `2p + 1 < k`.
+                    let pair =
+                        unsafe { u32::from(*even.add(c)) | if has_odd { u32::from(*odd.add(c)) << 16 } else { 0 } };
+                    out[base + (c - c0) * step_c] = pair;
+                }
+            }
+        }
+    } else {
+        for c in 0..cols {
+            for kk in 0..k {
+                out[layout.offset(kk / 2, c)] |= at(kk, c) << (16 * (kk % 2));
+            }
+        }
+    }
+}
+
+/// `lhs` (`m × k`) in blocks of rows.
+///
+/// # Safety
+/// As for `pack`: `lhs` addresses an `m × k` matrix.
+pub(super) unsafe fn pack_lhs(
+    (a, rs, cs): Operand,
+    [m, k]: [usize; 2],
+    pairs: usize,
+    layout: Layout,
+    threads: usize,
+) -> Vec<u32> {
+    // SAFETY: the caller's contract, with the roles of the strides swapped.
+    unsafe { pack((a, cs, rs), [k, m], pairs, layout, threads) }
+}
+
+/// `rhs` (`k × n`) in panels of columns.
+///
+/// # Safety
+/// As for `pack`: `rhs` addresses a `k × n` matrix.
+pub(super) unsafe fn pack_rhs(
+    rhs: Operand,
+    [k, n]: [usize; 2],
+    pairs: usize,
+    layout: Layout,
+    threads: usize,
+) -> Vec<u32> {
+    // SAFETY: the caller's contract.
+    unsafe { pack(rhs, [k, n], pairs, layout, threads) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every element lands where the layouts say, the padding is zero,
+    /// whichever stride of the source is 1 (or neither).
+    #[test]
+    fn the_layouts_place_each_pair() {
+        let (k, n) = (35, 40);
+        let b: Vec<u16> = (0..k * n).map(|e| e as u16 + 1).collect();
+        let bt: Vec<u16> = (0..k * n).map(|e| b[(e % k) * n + e / k]).collect();
+        let spread: Vec<u16> = (0..4 * k * n).map(|e| if e % 2 == 0 { b[e / 4] } else { 0 }).collect();
+        let layouts = [Layout::Pairs { width: 32 }, Layout::Tiles { lhs: false }, Layout::Tiles { lhs: true }];
+        let sources = [(b.as_ptr(), n, 1), (bt.as_ptr(), 1, k), (spread.as_ptr(), 4 * n, 4)];
+        for (layout, source) in layouts.into_iter().flat_map(|l| sources.map(|s| (l, s))) {
+            let pairs = 32;
+            // SAFETY: each source addresses a k × n matrix.
+            let packed = unsafe { pack_rhs(source, [k, n], pairs, layout, 1) };
+            assert_eq!(packed.len(), 2 * pairs * 32);
+            let mut seen = 0;
+            for kk in 0..2 * pairs {
+                for j in 0..64 {
+                    let pair = packed[(j / 32) * pairs * 32 + layout.offset(kk / 2, j % 32)];
+                    let got = (pair >> (16 * (kk % 2))) as u16;
+                    let want = if kk < k && j < n { b[kk * n + j] } else { 0 };
+                    assert_eq!(got, want, "{layout:?} {source:?} ({kk}, {j})");
+                    seen += usize::from(got != 0);
+                }
+            }
+            assert_eq!(seen, k * n);
+        }
+    }
+}
