@@ -101,6 +101,12 @@ fn cast_products(g: &mut Graph, outputs: &[NodeId], low: DType) {
         for reader in g.users(n).into_iter().filter(|u| step.contains(u)) {
             g.redirect(n, widened, reader);
         }
+        // A step's values are read only by its nodes and its outputs (a
+        // product is never one), so an f32 product no reader is left to is
+        // gone.
+        if g.users(n).is_empty() && !outputs.contains(&n) {
+            g.remove(n);
+        }
     }
 }
 

@@ -29,6 +29,7 @@
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
+use super::bf16_gemm::bf16_gemm;
 use super::conv_direct::{self as direct, Window};
 pub(in crate::backend::cpu) use super::conv_direct::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
@@ -130,6 +131,11 @@ impl Conv {
     /// The kind, shapes and kernels, for profiles: `conv2d grad-input
     /// 64x14x14x16 <- 64x14x14x32 (3x3 kernel, direct)`.
     pub fn label(&self) -> String {
+        self.label_with(if self.direct().is_some() { "direct" } else { "im2col" })
+    }
+
+    /// `label` with `how` it runs in the brackets.
+    pub fn label_with(&self, how: &str) -> String {
         let dims = |d: &[usize; 4]| d.map(|x| x.to_string()).join("x");
         let [kh, kw, _, _] = self.w;
         let (what, to, from) = match self.kind {
@@ -137,7 +143,6 @@ impl Conv {
             ConvKind::GradInput => ("conv2d grad-input", &self.x, &self.y),
             ConvKind::GradFilter => ("conv2d grad-filter", &self.w, &self.x),
         };
-        let how = if self.direct().is_some() { "direct" } else { "im2col" };
         format!("{what} {} <- {} ({kh}x{kw} kernel, {how})", dims(to), dims(from))
     }
 
@@ -415,7 +420,6 @@ impl Conv {
     ) {
         let (m, k) = self.m_k();
         let (na, nb, _) = self.sizes();
-        let c = self.x[3];
         let o = self.w[3];
         // SAFETY: the caller's contract on `a` and `b`.
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
@@ -435,13 +439,7 @@ impl Conv {
             let cols = &mut cols[..(r1 - r0) * k];
             match self.kind {
                 ConvKind::Forward | ConvKind::GradFilter => {
-                    self.for_each_run(r0..r1, |row, tap, taps, at| {
-                        let to = &mut cols[row * k + tap * c..row * k + (tap + taps) * c];
-                        match at {
-                            Some(at) => copy_run(to, &a[at..at + taps * c]),
-                            None => to.fill(0.0),
-                        }
-                    });
+                    self.im2col(a, cols, r0..r1, copy_run);
                     // SAFETY: `cols` is (r1 - r0) × k row-major; `b` is
                     // k × o (weights) or m × o (the output gradient, of
                     // which rows r0..r1), row-major.
@@ -461,15 +459,116 @@ impl Conv {
                     // as o × k.
                     let gy = (a[r0 * o..].as_ptr(), o, 1);
                     unsafe { sgemm(cols, gy, (b.as_ptr(), 1, o), r1 - r0, o, k, threads) };
-                    let gx = &mut dst[..gx_len];
-                    self.for_each_run(r0..r1, |row, tap, taps, at| {
-                        if let Some(at) = at {
-                            let from = &cols[row * k + tap * c..row * k + (tap + taps) * c];
-                            for (g, &v) in gx[at..at + taps * c].iter_mut().zip(from) {
-                                *g += v;
-                            }
+                    self.col2im(cols, &mut dst[..gx_len], r0..r1);
+                }
+            }
+        }
+    }
+
+    /// Fills `cols` with the im2col rows of output positions `rows` (`rows
+    /// × k` elements) from `x`, copying each run with `copy`.
+    fn im2col<T: Copy + Default>(
+        &self,
+        x: &[T],
+        cols: &mut [T],
+        rows: std::ops::Range<usize>,
+        copy: fn(&mut [T], &[T]),
+    ) {
+        let (k, c) = (self.m_k().1, self.x[3]);
+        self.for_each_run(rows, |row, tap, taps, at| {
+            let to = &mut cols[row * k + tap * c..row * k + (tap + taps) * c];
+            match at {
+                Some(at) => copy(to, &x[at..at + taps * c]),
+                None => to.fill(T::default()),
+            }
+        });
+    }
+
+    /// Adds the im2col rows `cols` of output positions `rows` into the
+    /// input gradient `gx`, in (position, tap) order.
+    fn col2im(&self, cols: &[f32], gx: &mut [f32], rows: std::ops::Range<usize>) {
+        let (k, c) = (self.m_k().1, self.x[3]);
+        self.for_each_run(rows, |row, tap, taps, at| {
+            if let Some(at) = at {
+                let from = &cols[row * k + tap * c..row * k + (tap + taps) * c];
+                for (g, &v) in gx[at..at + taps * c].iter_mut().zip(from) {
+                    *g += v;
+                }
+            }
+        });
+    }
+
+    /// Whether `run_bf16`'s products are large enough for the bf16 units
+    /// to pay: their tiles are 16 or 32 wide and their steps 32 deep, so a
+    /// product with few rows, taps or channels (a first layer's one input
+    /// channel, its weight gradient of 9 taps) pads most of each tile with
+    /// zeros, and the widened operands on the `f32` kernels are faster.
+    /// Either way the result is the `f32` sum of the `bf16` products.
+    pub fn bf16_pays(&self) -> bool {
+        let (m, k) = self.m_k();
+        let o = self.w[3];
+        let (rows, inner, cols) = match self.kind {
+            ConvKind::Forward => (m, k, o),
+            ConvKind::GradFilter => (k, m, o),
+            ConvKind::GradInput => (m, o, k),
+        };
+        rows >= 32 && inner >= 64 && cols >= 16
+    }
+
+    /// Scratch `f32`s `run_bf16` needs: one block of im2col rows (as
+    /// `f32`, the input gradient's products; the `bf16` rows take half).
+    pub fn bf16_cols_len(&self) -> usize {
+        self.block_rows() * self.m_k().1
+    }
+
+    /// `run` for `bf16` operands in their two-byte storage, into an `f32`
+    /// `dst` (summed in `f32`): im2col in `bf16` and the products on
+    /// `bf16_gemm` (the direct kernels are `f32`), in the same blocks and
+    /// order as `run_in_blocks`; no post-ops.
+    ///
+    /// # Safety
+    /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
+    /// result's and `cols` `bf16_cols_len()` elements.
+    pub unsafe fn run_bf16(&self, a: *const u16, b: *const u16, dst: &mut [f32], cols: &mut [f32], threads: usize) {
+        let (m, k) = self.m_k();
+        let (na, nb, _) = self.sizes();
+        let o = self.w[3];
+        // SAFETY: the caller's contract on `a` and `b`.
+        let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
+        let rows = self.block_rows();
+        let gx_len = self.x.iter().product::<usize>();
+        if self.kind == ConvKind::GradInput {
+            dst[..gx_len].fill(0.0);
+        }
+        if self.kind == ConvKind::GradFilter && m == 0 {
+            dst[..k * o].fill(0.0);
+        }
+        for r0 in (0..m).step_by(rows) {
+            let r1 = (r0 + rows).min(m);
+            match self.kind {
+                ConvKind::Forward | ConvKind::GradFilter => {
+                    // SAFETY: the scratch holds `rows × k` f32s, so twice
+                    // as many u16s; it is ours alone meanwhile.
+                    let halves =
+                        unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr().cast::<u16>(), (r1 - r0) * k) };
+                    self.im2col(a, halves, r0..r1, <[u16]>::copy_from_slice);
+                    // SAFETY: as in `run_in_blocks`, over bf16 elements.
+                    unsafe {
+                        if self.kind == ConvKind::Forward {
+                            let y = &mut dst[r0 * o..r1 * o];
+                            bf16_gemm(y, (halves.as_ptr(), k, 1), (b.as_ptr(), o, 1), [r1 - r0, k, o], threads, false)
+                        } else {
+                            let gy = (b[r0 * o..].as_ptr(), o, 1);
+                            bf16_gemm(dst, (halves.as_ptr(), 1, k), gy, [k, r1 - r0, o], threads, r0 > 0)
                         }
-                    });
+                    }
+                }
+                ConvKind::GradInput => {
+                    let block = &mut cols[..(r1 - r0) * k];
+                    // SAFETY: as in `run_in_blocks`, over bf16 elements.
+                    let gy = (a[r0 * o..].as_ptr(), o, 1);
+                    unsafe { bf16_gemm(block, gy, (b.as_ptr(), 1, o), [r1 - r0, o, k], threads, false) };
+                    self.col2im(block, &mut dst[..gx_len], r0..r1);
                 }
             }
         }
@@ -605,6 +704,64 @@ mod tests {
                         let first = one_thread.get_or_insert_with(|| bits.clone());
                         assert!(*first == bits, "case {case}, {:?}: {threads} threads differ from one", conv.kind);
                     }
+                }
+            }
+        }
+    }
+
+    /// `run_bf16` (bf16 im2col and `bf16_gemm`) gives the interpreter's
+    /// `f32` convolution of the same bf16 values, within the hardware
+    /// tiers' summation (pairs added before the sum, `1e-5` relative), and
+    /// the same bits at one and two threads.
+    #[test]
+    fn bf16_convolutions_sum_the_bf16_products_in_f32() {
+        type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4]);
+        let cases: [Case; 4] = [
+            ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1]),
+            ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2]),
+            ([2, 9, 9, 16], [3, 3, 16, 32], [1, 1], [1, 1, 1, 1]),
+            ([1, 4, 5, 3], [3, 3, 3, 33], [1, 1], [0; 4]),
+        ];
+        let bits = |v: &[f32]| -> Vec<u16> { v.iter().map(|&x| crate::half::f32_to_bf16_bits(x)).collect() };
+        for (case, (xs, ws, stride, padding)) in cases.into_iter().enumerate() {
+            let fwd = Op::Conv2d { stride, padding, dilation: [1, 1], groups: 1 };
+            let rounded = |shape: &[usize], seed| {
+                let v: Vec<f32> =
+                    values(shape.iter().product(), seed).into_iter().map(crate::half::round_bf16).collect();
+                Tensor::from_vec(DType::F32, shape, v).expect("a tensor")
+            };
+            let (x, w) = (rounded(&xs, 1 + case as u64), rounded(&ws, 11 + case as u64));
+            let y_ty = crate::ir::infer::infer(&fwd, &[&x.ty(), &w.ty()]).expect("a valid convolution");
+            let gy = rounded(&y_ty.shape, 21 + case as u64);
+            let p = (stride, padding, [1, 1], 1);
+            let grad_input =
+                Op::Conv2dGradInput { stride: p.0, padding: p.1, dilation: p.2, groups: p.3, input_shape: xs };
+            let grad_filter =
+                Op::Conv2dGradFilter { stride: p.0, padding: p.1, dilation: p.2, groups: p.3, filter_shape: ws };
+            let runs: [(Op, &Tensor, &Tensor, TensorType); 3] =
+                [(fwd, &x, &w, y_ty.clone()), (grad_input, &gy, &w, x.ty()), (grad_filter, &x, &gy, w.ty())];
+            for (op, a, b, ty) in runs {
+                let expected: Vec<f64> = eval_node(&op, &[a, b], &ty).expect("the interpreter runs it").to_f64_vec();
+                let conv = Conv::of(&op, a.shape(), b.shape(), &ty.shape).expect("lowered");
+                let f32s = |t: &Tensor| t.to_f64_vec().iter().map(|&v| v as f32).collect::<Vec<f32>>();
+                let (av, bv) = (bits(&f32s(a)), bits(&f32s(b)));
+                let mut first: Option<Vec<u32>> = None;
+                for threads in [1, 2] {
+                    let mut dst = vec![f32::NAN; expected.len()];
+                    let mut cols = vec![f32::NAN; conv.bf16_cols_len()];
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a pool");
+                    // SAFETY: the operands and buffers have the sizes `run_bf16` needs.
+                    pool.install(|| unsafe { conv.run_bf16(av.as_ptr(), bv.as_ptr(), &mut dst, &mut cols, threads) });
+                    for (i, (&got, &want)) in dst.iter().zip(&expected).enumerate() {
+                        let ok = (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
+                        assert!(
+                            ok,
+                            "case {case}, {:?}, {threads} threads: element {i} is {got}, not {want}",
+                            conv.kind
+                        );
+                    }
+                    let got: Vec<u32> = dst.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(first.get_or_insert_with(|| got.clone()), &got, "case {case}: threads differ");
                 }
             }
         }

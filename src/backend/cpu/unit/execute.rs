@@ -186,6 +186,17 @@ impl Step {
                     unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
                 }
             }
+            Step::Bf16Conv { conv, a, b, dst } => {
+                let (na, nb, ny) = conv.sizes();
+                let (pa, pb) = (mem.ptr(*a, na)? as *const u16, mem.ptr(*b, nb)? as *const u16);
+                // SAFETY: the caller's contract (the step writes the
+                // convolution scratch too).
+                let out = unsafe { mem.out(*dst, ny, "a bf16 convolution result")? };
+                let cols = unsafe { mem.cols(conv.bf16_cols_len())? };
+                // SAFETY: `ptr` checked that the two-byte operands hold
+                // `sizes()` elements; `out` and `cols` have their lengths.
+                unsafe { conv.run_bf16(pa, pb, out, cols, threads) };
+            }
             Step::Conv { conv, a, b, dst, post } => {
                 let (na, nb, ny) = conv.sizes();
                 let pa = mem.ptr(*a, na)?;

@@ -670,6 +670,20 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        // A bf16 convolution whose operands are in their two-byte storage
+        // likewise (im2col in bf16), when its products are large enough.
+        if let Some(conv) = float_conv(g, mm).filter(|c| g.node(mm).ty.dtype == DType::BF16 && c.bf16_pays()) {
+            let (a, bb) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+            if let (Ref::Half(_), Ref::Half(_)) = (a, bb) {
+                self.cols = self.cols.max(conv.bf16_cols_len());
+                self.steps.push(Step::Bf16Conv { conv, a, b: bb, dst });
+                self.counts.gemm += 1;
+                if let Some(to) = rounding {
+                    self.settle(mm, dst, to);
+                }
+                return self.epilogue(k, epilogue, epilogue_spec, &outs);
+            }
+        }
         // A bf16 matmul whose operands are in their two-byte storage runs
         // on the bf16 kernels as they are, summed in f32 into the f32
         // scratch `native_result` gave it.

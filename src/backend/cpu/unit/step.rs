@@ -118,6 +118,10 @@ pub(super) enum Step {
     /// picks); a `Step::Convert` rounds it into the result's place.
     /// `a_t`/`b_t` as for `Gemm`.
     Bf16Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// A convolution (or one of its gradients) of `bf16` operands in their
+    /// two-byte storage into `f32` scratch at `dst` (`Conv::run_bf16`: im2col
+    /// and `bf16_gemm`); a `Step::Convert` rounds it into place.
+    Bf16Conv { conv: Conv, a: Ref, b: Ref, dst: usize },
     /// `dst = kernel(srcs)` over `dtype` values: the interpreter's own
     /// generic loop over slices (module `generic`: matmuls, reductions,
     /// `argmax`, convolutions and poolings of the types without a faster
@@ -301,6 +305,12 @@ impl Step {
                 writes.extend(post.first_max.map(|off| Place::FirstMax(off, off + conv.first_max_len())));
                 *cost = (4 * (ny + conv.cols_len())) as u64;
             }
+            Step::Bf16Conv { conv, a, b, dst } => {
+                let (na, nb, ny) = conv.sizes();
+                reads.extend(place(*a, na).into_iter().chain(place(*b, nb)));
+                writes.extend([arena(*dst, ny), Place::Cols]);
+                *cost = (4 * (ny + conv.bf16_cols_len())) as u64;
+            }
             Step::Scan(scan) => {
                 reads.extend(scan.operands().iter().filter_map(|(r, ty)| place(*r, ty.numel())));
                 let (dst, ty) = scan.result();
@@ -397,6 +407,9 @@ impl Step {
                 let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 let isa = crate::backend::cpu::kernels::isa::active().name();
                 format!("bf16 gemm ({isa}) {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+            }
+            Step::Bf16Conv { conv, .. } => {
+                conv.label_with(&format!("bf16 im2col, {}", crate::backend::cpu::kernels::isa::active().name()))
             }
             Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
                 (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),

@@ -7,8 +7,8 @@
 //! 32 KiB in L2), the accumulators stored to `dst` between blocks and
 //! reloaded exactly, so the sums are those of one unblocked chain.
 //!
-//! Example: a 1024³ product runs 86 row blocks × 32 panels × 4 blocks of
-//! `k` of this micro-kernel.
+//! Example: a 1024³ product runs 86 row blocks × 32 panels × 2 blocks of
+//! `k` (256 pairs each) of this micro-kernel.
 
 use super::pack::Layout;
 use super::{Job, Kernel, NR};

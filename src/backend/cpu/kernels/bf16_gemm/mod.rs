@@ -17,8 +17,9 @@
 //!   `acc = (acc + a[2p+1]·b[2p+1]) + a[2p]·b[2p]`, each addition rounded
 //!   to nearest even. An odd `k` gets a zero last element.
 //! - `Amx`: likewise one accumulator per element, from `+0` or `dst`, with
-//!   `tdpbf16ps` adding the pairs in order (per the SDM the even product
-//!   first, then the odd one); `k` is padded with zeros to a multiple of 32.
+//!   `tdpbf16ps` adding the pairs in order (per the SDM's pseudocode the
+//!   even product first, then the odd one; nothing here relies on it); `k`
+//!   is padded with zeros to a multiple of 32.
 //!
 //! The accumulator of the two hardware tiers goes through `dst` between
 //! blocks of `k` (stored and reloaded exactly), so the sum per element does
@@ -29,7 +30,9 @@
 //! zero and flush denormal results to zero (whatever MXCSR says), and they
 //! round between the two products of a pair, so the hardware tiers match
 //! the portable f32 reference only within a tolerance (the tests allow
-//! `2^-20 · (Σ|a·b| + |dst|)`), not bit for bit.
+//! `2^-20 · (Σ|a·b| + |dst|)`), not bit for bit. The hardware tiers pack
+//! both operands first (module `pack`), into buffers each thread keeps for
+//! its next product (up to 16 MiB each).
 //!
 //! Example: `bf16_gemm(&mut y, (x, 784, 1), (w, 1, 784), [64, 784, 256],
 //! 1, false)` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
@@ -194,8 +197,7 @@ unsafe impl<T> Sync for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Send for SendPtr<T> {}
 
-/// A hardware tier's product: packs both operands, then splits the grid of
-/// row blocks × column panels into tasks for `threads` workers.
+/// A hardware tier's product: packs both operands, then runs the grid.
 ///
 /// # Safety
 /// The CPU has `K`'s instructions; as for `bf16_gemm` (with `k > 0`).
@@ -208,14 +210,34 @@ unsafe fn tiled<K: Kernel>(
     accumulate: bool,
 ) {
     let pairs = k.div_ceil(2).next_multiple_of(K::PAIR_ALIGN);
+    // The packing buffers of this thread's last product, reused: fresh
+    // pages cost a fault each, about as long as packing them.
+    thread_local! {
+        static BUFFERS: std::cell::Cell<(Vec<u32>, Vec<u32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
+    }
+    let (mut a, mut b) = BUFFERS.take();
     // SAFETY (both): the caller's contract.
-    let a = unsafe { pack::pack_lhs(lhs, [m, k], pairs, K::LHS, threads) };
-    let b = unsafe { pack::pack_rhs(rhs, [k, n], pairs, K::RHS, threads) };
+    unsafe { pack::pack_lhs(&mut a, lhs, [m, k], pairs, K::LHS, threads) };
+    unsafe { pack::pack_rhs(&mut b, rhs, [k, n], pairs, K::RHS, threads) };
     let job = Job { a, b, dst: SendPtr(dst.as_mut_ptr()), m, n, pairs, accumulate };
+    // SAFETY: the caller's contract; `K` describes the packing.
+    unsafe { grid::<K>(&job, threads) };
+    // Keep at most 16 MiB each for the next product.
+    let keep = |v: Vec<u32>| if v.capacity() <= 1 << 22 { v } else { Vec::new() };
+    BUFFERS.set((keep(job.a), keep(job.b)));
+}
+
+/// Runs the grid of row blocks × column panels of `job`, split into tasks
+/// for `threads` workers.
+///
+/// # Safety
+/// The CPU has `K`'s instructions; `job` was packed for `K`.
+unsafe fn grid<K: Kernel>(job: &Job, threads: usize) {
+    let (m, n) = (job.m, job.n);
     let (row_blocks, panels) = (m.div_ceil(K::MR), n.div_ceil(NR));
     if threads <= 1 {
         // SAFETY: the whole grid on this thread.
-        return unsafe { K::run(&job, &[(0..row_blocks, 0..panels)]) };
+        return unsafe { K::run(job, &[(0..row_blocks, 0..panels)]) };
     }
     // Tasks: one row block of one group of panels, the groups enough to
     // give every thread a few tasks when there are few row blocks; a
@@ -223,7 +245,6 @@ unsafe fn tiled<K: Kernel>(
     // range of row blocks (reusing the panels' packed `rhs`).
     let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
     let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
-    let job = &job;
     crate::backend::cpu::threads::in_ranges(row_blocks * groups, threads, |lo, hi| {
         let mut runs = Vec::new();
         let mut t = lo;

@@ -65,21 +65,24 @@ impl Layout {
 /// Packs `src`, a `k × extent` matrix addressed as `(first, k stride,
 /// extent stride)`, into `ceil(extent / width)` blocks of `pairs` pairs
 /// (`pairs ≥ ceil(k / 2)`), `threads` of the current pool sharing the
-/// blocks. `lhs` is its own transpose here: `(a, a_cs, a_rs)`.
+/// blocks, into `out` (its old contents replaced, its memory reused). `lhs`
+/// is its own transpose here: `(a, a_cs, a_rs)`.
 ///
 /// # Safety
 /// `src` must address every element `(kk, c)`, `kk < k`, `c < extent`.
 pub(super) unsafe fn pack(
+    out: &mut Vec<u32>,
     (src, k_stride, c_stride): (*const u16, usize, usize),
     [k, extent]: [usize; 2],
     pairs: usize,
     layout: Layout,
     threads: usize,
-) -> Vec<u32> {
+) {
     let width = layout.width();
     let blocks = extent.div_ceil(width);
     let block_len = pairs * width;
-    let mut out = vec![0u32; blocks * block_len];
+    out.clear();
+    out.resize(blocks * block_len, 0);
     let (dst, src) = (SendPtr(out.as_mut_ptr()), SendPtr(src.cast_mut()));
     // Packing moves gigabytes a second per thread: split only when there
     // are a few hundred thousand elements.
@@ -98,7 +101,6 @@ pub(super) unsafe fn pack(
             }
         }
     });
-    out
 }
 
 /// One block: `cols` rows or columns of `k`, read along whichever stride
@@ -120,12 +122,15 @@ unsafe fn pack_block(
     if k_stride == 1 {
         // Pairs are adjacent: one `u32` each.
         for c in 0..cols {
-            let row = src.wrapping_add(c * c_stride).cast::<u32>();
+            // SAFETY: the `whole` pairs of row or column `c`.
+            let row = unsafe { std::slice::from_raw_parts(src.add(c * c_stride).cast::<[u8; 4]>(), whole) };
             for p0 in (0..whole).step_by(16) {
-                let base = layout.offset(p0, c);
-                for p in p0..whole.min(p0 + 16) {
-                    // SAFETY: elements 2p and 2p + 1 of the row.
-                    out[base + (p - p0) * step_p] = unsafe { row.add(p).read_unaligned() };
+                let (base, len) = (layout.offset(p0, c), 16.min(whole - p0));
+                let pairs = row[p0..p0 + len].iter().map(|&pair| u32::from_ne_bytes(pair));
+                if step_p == 1 {
+                    out[base..base + len].iter_mut().zip(pairs).for_each(|(o, v)| *o = v);
+                } else {
+                    out[base..].iter_mut().step_by(step_p).zip(pairs).for_each(|(o, v)| *o = v);
                 }
             }
             if k % 2 == 1 {
@@ -134,18 +139,24 @@ unsafe fn pack_block(
         }
     } else if c_stride == 1 {
         // Rows of `k` are contiguous: two rows make a row of pairs.
+        let zeros = vec![0u16; cols];
         for p in 0..k.div_ceil(2) {
-            let even = src.wrapping_add(2 * p * k_stride);
-            let odd = src.wrapping_add((2 * p + 1) * k_stride);
-            let has_odd = 2 * p + 1 < k;
+            // SAFETY: rows 2p and, when `2p + 1 < k`, 2p + 1 of the block.
+            let even = unsafe { std::slice::from_raw_parts(src.add(2 * p * k_stride), cols) };
+            let odd = if 2 * p + 1 < k {
+                // SAFETY: as above.
+                unsafe { std::slice::from_raw_parts(src.add((2 * p + 1) * k_stride), cols) }
+            } else {
+                &zeros
+            };
             for c0 in (0..cols).step_by(16) {
-                let base = layout.offset(p, c0);
-                for c in c0..cols.min(c0 + 16) {
-                    // SAFETY: elements (2p, c) and (2p + 1, c), the latter
-                    // only when `2p + 1 < k`.
-                    let pair =
-                        unsafe { u32::from(*even.add(c)) | if has_odd { u32::from(*odd.add(c)) << 16 } else { 0 } };
-                    out[base + (c - c0) * step_c] = pair;
+                let (base, len) = (layout.offset(p, c0), 16.min(cols - c0));
+                let pairs = even[c0..c0 + len].iter().zip(&odd[c0..c0 + len]);
+                let pairs = pairs.map(|(&e, &o)| u32::from(e) | u32::from(o) << 16);
+                if step_c == 1 {
+                    out[base..base + len].iter_mut().zip(pairs).for_each(|(o, v)| *o = v);
+                } else {
+                    out[base..].iter_mut().step_by(step_c).zip(pairs).for_each(|(o, v)| *o = v);
                 }
             }
         }
@@ -163,14 +174,15 @@ unsafe fn pack_block(
 /// # Safety
 /// As for `pack`: `lhs` addresses an `m × k` matrix.
 pub(super) unsafe fn pack_lhs(
+    out: &mut Vec<u32>,
     (a, rs, cs): Operand,
     [m, k]: [usize; 2],
     pairs: usize,
     layout: Layout,
     threads: usize,
-) -> Vec<u32> {
+) {
     // SAFETY: the caller's contract, with the roles of the strides swapped.
-    unsafe { pack((a, cs, rs), [k, m], pairs, layout, threads) }
+    unsafe { pack(out, (a, cs, rs), [k, m], pairs, layout, threads) }
 }
 
 /// `rhs` (`k × n`) in panels of columns.
@@ -178,14 +190,15 @@ pub(super) unsafe fn pack_lhs(
 /// # Safety
 /// As for `pack`: `rhs` addresses a `k × n` matrix.
 pub(super) unsafe fn pack_rhs(
+    out: &mut Vec<u32>,
     rhs: Operand,
     [k, n]: [usize; 2],
     pairs: usize,
     layout: Layout,
     threads: usize,
-) -> Vec<u32> {
+) {
     // SAFETY: the caller's contract.
-    unsafe { pack(rhs, [k, n], pairs, layout, threads) }
+    unsafe { pack(out, rhs, [k, n], pairs, layout, threads) }
 }
 
 #[cfg(test)]
@@ -205,7 +218,9 @@ mod tests {
         for (layout, source) in layouts.into_iter().flat_map(|l| sources.map(|s| (l, s))) {
             let pairs = 32;
             // SAFETY: each source addresses a k × n matrix.
-            let packed = unsafe { pack_rhs(source, [k, n], pairs, layout, 1) };
+            let mut packed = vec![7; 5];
+            // SAFETY: as above.
+            unsafe { pack_rhs(&mut packed, source, [k, n], pairs, layout, 1) };
             assert_eq!(packed.len(), 2 * pairs * 32);
             let mut seen = 0;
             for kk in 0..2 * pairs {

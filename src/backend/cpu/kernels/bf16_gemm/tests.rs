@@ -24,7 +24,7 @@ fn values(len: usize, seed: u64) -> Vec<u16> {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            if s % 17 == 0 {
+            if s.is_multiple_of(17) {
                 return 0;
             }
             let sign = ((s >> 20) & 1) as u16;
@@ -189,57 +189,5 @@ fn an_empty_k_writes_zeros_or_keeps_dst() {
         assert_eq!(dst, vec![1.5; 12]);
         run(isa, &a, &b, &mut dst, 1, false);
         assert_eq!(dst, vec![0.0; 12]);
-    }
-}
-
-#[test]
-#[ignore]
-fn tmp_speed() {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
-    for &n in &[256usize, 512, 1024, 2048] {
-        let (a, b) = (Matrix::new(n, n, false, 1), Matrix::new(n, n, false, 2));
-        let mut dst = vec![0.0f32; n * n];
-        for isa in tiers() {
-            for threads in [1, 2] {
-                let mut best = f64::MAX;
-                for _ in 0..5 {
-                    let t = std::time::Instant::now();
-                    pool.install(|| run(isa, &a, &b, &mut dst, threads, false));
-                    best = best.min(t.elapsed().as_secs_f64());
-                }
-                eprintln!(
-                    "n={n} {} threads={threads}: {:.1} GFLOP/s ({:.2} ms)",
-                    isa.name(),
-                    2.0 * (n * n * n) as f64 / best * 1e-9,
-                    best * 1e3
-                );
-            }
-        }
-    }
-}
-
-#[test]
-#[ignore]
-fn tmp_pack_speed() {
-    let n = 1024;
-    let (a, b) = (Matrix::new(n, n, false, 1), Matrix::new(n, n, false, 2));
-    for layout in [
-        pack::Layout::Tiles { lhs: true },
-        pack::Layout::Tiles { lhs: false },
-        pack::Layout::Pairs { width: 12 },
-        pack::Layout::Pairs { width: 32 },
-    ] {
-        let mut best = (f64::MAX, f64::MAX);
-        for _ in 0..5 {
-            let t = std::time::Instant::now();
-            let x = unsafe { pack::pack_lhs(a.operand(), [n, n], 512, layout, 1) };
-            let ta = t.elapsed().as_secs_f64();
-            let t = std::time::Instant::now();
-            let y = unsafe { pack::pack_rhs(b.operand(), [n, n], 512, layout, 1) };
-            let tb = t.elapsed().as_secs_f64();
-            std::hint::black_box((x, y));
-            best = (best.0.min(ta), best.1.min(tb));
-        }
-        eprintln!("{layout:?}: lhs {:.3} ms rhs {:.3} ms", best.0 * 1e3, best.1 * 1e3);
     }
 }
