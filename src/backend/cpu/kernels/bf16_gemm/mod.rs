@@ -38,10 +38,6 @@
 //! 1, false)` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
 //! [256, 784]`.
 
-// Nothing in the backend calls these kernels yet (its bf16 matmul lowering
-// is being written); this goes when it does.
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod pack;
 
 #[cfg(target_arch = "x86_64")]
