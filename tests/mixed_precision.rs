@@ -21,19 +21,9 @@ use support::*;
 /// The digits MLP (examples/digits_mlp.tfl) with `settings` added to its
 /// train block, printing the final loss and the test accuracy.
 fn digits_mlp(settings: &str) -> String {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits.csv.gz");
     format!(
         r#"
-use std.nn.{{Dense}}
-use std.loss.softmax_cross_entropy
-use std.optim.adam
-use std.metrics.{{accuracy, mean_loss}}
-model Mlp {{
-    l1 = Dense(64, 128, act = relu)
-    l2 = Dense(128, 10)
-    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2
-}}
-let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
+{}
 let (train_set, test_set) = split(digits, 0.8, seed = 0)
 let net = Mlp(seed = 42)
 train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
@@ -44,6 +34,26 @@ train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
 }}
 print(mean_loss(net, train_set |> batch(256), softmax_cross_entropy))
 print(accuracy(net, test_set |> batch(256)))
+"#,
+        digits_model()
+    )
+}
+
+/// The digits data (`digits`, features scaled to [0, 1]) and the MLP of
+/// examples/digits_mlp.tfl, with the imports both need.
+fn digits_model() -> String {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits.csv.gz");
+    format!(
+        r#"use std.nn.{{Dense}}
+use std.loss.softmax_cross_entropy
+use std.optim.adam
+use std.metrics.{{accuracy, mean_loss}}
+model Mlp {{
+    l1 = Dense(64, 128, act = relu)
+    l2 = Dense(128, 10)
+    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2
+}}
+let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
 "#,
         data.display()
     )
@@ -205,19 +215,10 @@ fn version_verbose_names_the_kernels_tier() {
 /// every step and checkpointing every 5, resuming from the checkpoint if
 /// `resume`; prints the sum of the output layer's weights.
 fn scaled_f16(factor: f64, steps: usize, resume: bool) -> String {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits.csv.gz");
     let resume = if resume { "resume = \"ck.safetensors\"" } else { "" };
     format!(
         r#"
-use std.nn.{{Dense}}
-use std.loss.softmax_cross_entropy
-use std.optim.adam
-model Mlp {{
-    l1 = Dense(64, 128, act = relu)
-    l2 = Dense(128, 10)
-    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2
-}}
-let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
+{}
 let net = Mlp(seed = 42)
 train net on digits |> shuffle(1024, seed = 1) |> batch(64) {{
     loss(x, y) = softmax_cross_entropy(net(x), y) * {factor:?}
@@ -230,7 +231,7 @@ train net on digits |> shuffle(1024, seed = 1) |> batch(64) {{
 }}
 print(sum(net.l2.w), full = true)
 "#,
-        data.display()
+        digits_model()
     )
 }
 

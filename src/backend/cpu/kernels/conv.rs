@@ -425,12 +425,7 @@ impl Conv {
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
         let rows = rows.max(1);
         let gx_len = self.x.iter().product::<usize>();
-        if self.kind == ConvKind::GradInput {
-            dst[..gx_len].fill(0.0);
-        }
-        if self.kind == ConvKind::GradFilter && m == 0 {
-            dst[..k * o].fill(0.0);
-        }
+        self.clear_sums(dst);
         // Blocks of output positions, in order: col2im adds every term of an
         // element of `gx` in (position, tap) order as one pass would, and
         // the weight gradient sums its blocks in order.
@@ -462,6 +457,18 @@ impl Conv {
                     self.col2im(cols, &mut dst[..gx_len], r0..r1);
                 }
             }
+        }
+    }
+
+    /// Zeroes what the blocks add into: the input gradient (col2im adds
+    /// every block's terms), and the weight gradient when there are no
+    /// output positions (no block writes it).
+    fn clear_sums(&self, dst: &mut [f32]) {
+        let (m, k) = self.m_k();
+        match self.kind {
+            ConvKind::GradInput => dst[..self.x.iter().product::<usize>()].fill(0.0),
+            ConvKind::GradFilter if m == 0 => dst[..k * self.w[3]].fill(0.0),
+            _ => {}
         }
     }
 
@@ -537,12 +544,7 @@ impl Conv {
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
         let rows = self.block_rows();
         let gx_len = self.x.iter().product::<usize>();
-        if self.kind == ConvKind::GradInput {
-            dst[..gx_len].fill(0.0);
-        }
-        if self.kind == ConvKind::GradFilter && m == 0 {
-            dst[..k * o].fill(0.0);
-        }
+        self.clear_sums(dst);
         for r0 in (0..m).step_by(rows) {
             let r1 = (r0 + rows).min(m);
             match self.kind {
