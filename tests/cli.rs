@@ -281,6 +281,9 @@ fn autodiff_is_a_pass_that_turns_gradient_requests_into_gradients() {
     let off = tfc(&["build", path, "--disable-pass", "autodiff"]);
     assert_eq!(off.status.code(), Some(1));
     assert!(stderr(&off).contains("the `autodiff` pass cannot be disabled"), "{}", stderr(&off));
+    let off = tfc(&["build", path, "--disable-pass", "autocast"]);
+    assert_eq!(off.status.code(), Some(1));
+    assert!(stderr(&off).contains("the `autocast` pass cannot be disabled"), "{}", stderr(&off));
     let run = tfc(&["run", "-O0", path]);
     assert!(run.status.success(), "{}", stderr(&run));
     assert!(String::from_utf8_lossy(&run.stdout).starts_with("f32[3]"));

@@ -911,6 +911,37 @@ fn half_precision_training_steps_have_no_interpreted_step() {
     }
 }
 
+/// A bf16 training step (`precision = "bf16"`) whose products are large
+/// enough runs them on the bf16 kernels — the matmuls (their transposes
+/// folded) as `bf16 gemm`, the convolutions (16 to 64 and 64 to 64
+/// channels) and their gradients as `bf16 im2col` — and prints what the
+/// interpreter prints.
+#[test]
+fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpreter() {
+    let source = "use std.nn.{Conv2d, Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.sgd\n\
+        model Net { c = Conv2d(16, 64, act = relu)\n e = Conv2d(64, 64, act = relu)\n d = Dense(8 * 8 * 64, 10)\n\
+        fn forward(x) = d(reshape(e(c(x)), [-1, 8 * 8 * 64])) }\n\
+        let net = Net(seed = 3)\n\
+        let x = reshape(sin(cast(arange(8 * 8 * 8 * 16), f32) * 0.37), [8, 8, 8, 16])\n\
+        let y = cast(arange(8), i32) % 10\n\
+        train net on from_tensors(x, y) |> batch(8) {\n loss(x, y) = softmax_cross_entropy(net(x), y)\n\
+        optimizer = sgd(lr = 0.05)\n steps = 3\n precision = \"bf16\"\n}\n\
+        print(sum(net.c.w), sum(net.e.w), sum(net.d.w))\n";
+    let labels = step_labels(source);
+    for kind in [
+        "bf16 gemm",
+        "conv2d 8x8x8x64 <- 8x8x8x16 (3x3 kernel, bf16 im2col",
+        "conv2d grad-input 8x8x8x64 <- 8x8x8x64 (3x3 kernel, bf16 im2col",
+        "conv2d grad-filter 3x3x16x64 <- 8x8x8x16 (3x3 kernel, bf16 im2col",
+    ] {
+        assert!(labels.iter().any(|l| l.starts_with(kind)), "no {kind} in {labels:?}");
+    }
+    let name = Path::new("bf16.tfl");
+    let jit = run(name, source, Backend::Jit, true).unwrap();
+    let interp = run(name, source, Backend::Interp, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
 /// Top-level statements with much work (an inference over a large batch)
 /// run on the CPU backend as one unit of the main plan — its products on
 /// `gemm`, its activations compiled — and print what the interpreter

@@ -108,7 +108,7 @@ impl Tracer<'_> {
         }
         if let Some((dtype, span)) = fields.precision {
             if !params.iter().any(|p| p.ty.dtype == DType::F32) {
-                return Err(no_f32_parameters(dtype, Some(&model.def.name.name), span).into());
+                return Err(no_f32_parameters(dtype, &model.def.name.name, span).into());
             }
         }
         // f16 training scales its loss (`LOSS_SCALE_STATES`): the scale
@@ -725,7 +725,7 @@ impl Tracer<'_> {
         Ok((unscaled, finite))
     }
 
-    /// `where(finite, new, old)` over `new`'s shape.
+    /// `where(finite, new, old)` over `new`'s shape (`finite` a bool scalar).
     fn keep_unless(&mut self, finite: &Value, new: NodeId, old: NodeId, span: Span) -> TResult<NodeId> {
         let ty = self.graph.node(new).ty.clone();
         let c = self.operand(finite, Some(DType::Bool), span)?;
@@ -744,19 +744,13 @@ impl Tracer<'_> {
         let doubled = self.binary(BinaryOp::Mul, (&s.scale, span), (&f(2.0), span), span)?;
         let halved = self.binary(BinaryOp::Mul, (&s.scale, span), (&f(0.5), span), span)?;
         let skipped = self.binary(BinaryOp::Add, (&s.skipped, span), (&f(1.0), span), span)?;
-        let zero = self.scalar(0.0, DType::F32, span)?;
-        let zero = Value::Tensor(zero.id, zero.ty);
-        let pick = |tr: &mut Self, c: &Value, a: &Value, b: &Value| -> TResult<NodeId> {
-            let c = tr.operand(c, Some(DType::Bool), span)?;
-            let (a, b) = (tr.operand(a, Some(DType::F32), span)?, tr.operand(b, Some(DType::F32), span)?);
-            Ok(tr.node(Op::Select, &[&c, &a, &b], span)?.id)
-        };
-        let as_value = |tr: &Self, id: NodeId| Value::Tensor(id, tr.graph.node(id).ty.clone());
-        let grown = pick(self, &grow, &doubled, &s.scale)?;
-        let scale = pick(self, finite, &as_value(self, grown), &halved)?;
-        let counted = pick(self, &grow, &zero, &clean)?;
-        let clean = pick(self, finite, &as_value(self, counted), &zero)?;
-        let skipped = pick(self, finite, &s.skipped, &skipped)?;
+        let zero = self.scalar(0.0, DType::F32, span)?.id;
+        let id = tensor_id;
+        let grown = self.keep_unless(&grow, id(&doubled), id(&s.scale), span)?;
+        let scale = self.keep_unless(finite, grown, id(&halved), span)?;
+        let counted = self.keep_unless(&grow, zero, id(&clean), span)?;
+        let clean = self.keep_unless(finite, counted, zero, span)?;
+        let skipped = self.keep_unless(finite, id(&s.skipped), id(&skipped), span)?;
         Ok(vec![scale, clean, skipped])
     }
 }
@@ -774,11 +768,10 @@ pub fn precision_named(name: &str) -> Result<Option<DType>, Diagnostic> {
 }
 
 /// E0323: mixed precision asked of a model that has no `f32` parameter.
-fn no_f32_parameters(dtype: DType, model: Option<&str>, span: Span) -> Diagnostic {
-    let model = model.map(|m| format!("model `{m}`")).unwrap_or_else(|| "the trained model".into());
+fn no_f32_parameters(dtype: DType, model: &str, span: Span) -> Diagnostic {
     Diagnostic::new(
         Code::Precision,
-        format!("precision {dtype} has nothing to apply to: {model} has no f32 parameters"),
+        format!("precision {dtype} has nothing to apply to: model `{model}` has no f32 parameters"),
     )
     .label(span, "asked for here")
     .help("mixed precision runs the products of f32 parameters in the low type; train in the parameters' own type")

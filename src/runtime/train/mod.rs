@@ -235,11 +235,8 @@ impl Points<'_> {
         metrics: &[(String, f64)],
     ) -> Result<(), Diagnostic> {
         let rate = self.rate();
-        if self.log.is_none() {
-            return Ok(());
-        }
         let mut values = metrics.to_vec();
-        if log_due && self.scaled {
+        if log_due && self.scaled && self.log.is_some() {
             values.extend(self.loss_scale()?);
         }
         let Some(log) = self.log.as_mut() else { return Ok(()) };

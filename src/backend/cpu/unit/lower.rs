@@ -670,35 +670,13 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        // A bf16 convolution whose operands are in their two-byte storage
-        // likewise (im2col in bf16), when its products are large enough.
-        if let Some(conv) = float_conv(g, mm).filter(|c| g.node(mm).ty.dtype == DType::BF16 && c.bf16_pays()) {
-            let (a, bb) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
-            if let (Ref::Half(_), Ref::Half(_)) = (a, bb) {
-                self.cols = self.cols.max(conv.bf16_cols_len());
-                self.steps.push(Step::Bf16Conv { conv, a, b: bb, dst });
-                self.counts.gemm += 1;
-                if let Some(to) = rounding {
-                    self.settle(mm, dst, to);
-                }
-                return self.epilogue(k, epilogue, epilogue_spec, &outs);
+        if let Some(step) = self.bf16_product(mm, dst)? {
+            self.steps.push(step);
+            self.counts.gemm += 1;
+            if let Some(to) = rounding {
+                self.settle(mm, dst, to);
             }
-        }
-        // A bf16 matmul whose operands are in their two-byte storage runs
-        // on the bf16 kernels as they are, summed in f32 into the f32
-        // scratch `native_result` gave it.
-        if g.node(mm).ty.dtype == DType::BF16 && float_conv(g, mm).is_none() {
-            let ((a, a_t), (bb, b_t)) = (self.operand(ins[0])?, self.operand(ins[1])?);
-            if let (Ref::Half(_), Ref::Half(_)) = (a, bb) {
-                let r = sa.len();
-                let (batch, m, inner, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
-                self.steps.push(Step::Bf16Gemm { a, b: bb, a_t, b_t, dst, batch, m, k: inner, n });
-                self.counts.gemm += 1;
-                if let Some(to) = rounding {
-                    self.settle(mm, dst, to);
-                }
-                return self.epilogue(k, epilogue, epilogue_spec, &outs);
-            }
+            return self.epilogue(k, epilogue, epilogue_spec, &outs);
         }
         let ((a, a_t), (bb, b_t)) = match half {
             true => {
@@ -771,6 +749,36 @@ impl<'a> Lowering<'a> {
             Some(_) => Ok(()),
             None => self.epilogue(k, epilogue, epilogue_spec, &outs),
         }
+    }
+
+    /// The step of a bf16 product `mm` whose operands are in their two-byte
+    /// storage, on the bf16 kernels as they are (summed in f32 into the
+    /// f32 scratch `dst` that `native_result` gave it): a matmul, its
+    /// folded transposes read through strides; a convolution by im2col in
+    /// bf16, when its products are large enough (`Conv::bf16_pays`).
+    /// `None` when the product is not such a one.
+    fn bf16_product(&mut self, mm: NodeId, dst: usize) -> Result<Option<Step>, Diagnostic> {
+        let g = self.b.g;
+        if g.node(mm).ty.dtype != DType::BF16 {
+            return Ok(None);
+        }
+        let ins = g.inputs(mm);
+        if let Some(conv) = float_conv(g, mm) {
+            let (a, b) = (self.b.get(ins[0])?, self.b.get(ins[1])?);
+            if !(conv.bf16_pays() && matches!((a, b), (Ref::Half(_), Ref::Half(_)))) {
+                return Ok(None);
+            }
+            self.cols = self.cols.max(conv.bf16_cols_len());
+            return Ok(Some(Step::Bf16Conv { conv, a, b, dst }));
+        }
+        let ((a, a_t), (b, b_t)) = (self.operand(ins[0])?, self.operand(ins[1])?);
+        if !matches!((a, b), (Ref::Half(_), Ref::Half(_))) {
+            return Ok(None);
+        }
+        let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        let r = sa.len();
+        let (batch, m, k, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
+        Ok(Some(Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n }))
     }
 
     /// The steps of a contraction's epilogue (after its product): compiled

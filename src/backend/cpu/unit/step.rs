@@ -397,16 +397,12 @@ impl Step {
         let what = match self {
             Step::Jit { rows, inner, kind, .. } => format!("{kind} {rows}x{inner}"),
             Step::Gemm { batch, m, k, n, a_t, b_t, ordered, .. } => {
-                let t = |on: &bool| if *on { "ᵀ" } else { "" };
-                let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
                 let kind = if *ordered { "ordered gemm" } else { "gemm" };
-                format!("{kind} {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+                gemm_label(kind, [*batch, *m, *k, *n], [*a_t, *b_t])
             }
             Step::Bf16Gemm { batch, m, k, n, a_t, b_t, .. } => {
-                let t = |on: &bool| if *on { "ᵀ" } else { "" };
-                let batch = if *batch > 1 { format!("{batch} x ") } else { String::new() };
-                let isa = crate::backend::cpu::kernels::isa::active().name();
-                format!("bf16 gemm ({isa}) {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
+                let kind = format!("bf16 gemm ({})", crate::backend::cpu::kernels::isa::active().name());
+                gemm_label(&kind, [*batch, *m, *k, *n], [*a_t, *b_t])
             }
             Step::Bf16Conv { conv, .. } => {
                 conv.label_with(&format!("bf16 im2col, {}", crate::backend::cpu::kernels::isa::active().name()))
@@ -456,4 +452,12 @@ impl Step {
         let more = if ops.len() > 6 { ", …" } else { "" };
         format!("{what}: {}{more}", ops[..ops.len().min(6)].join(", "))
     }
+}
+
+/// A matrix product's label: `gemm 64x784 @ 784x256`, `ᵀ` after an
+/// operand read transposed, the batch before the shapes when there is one.
+fn gemm_label(kind: &str, [batch, m, k, n]: [usize; 4], [a_t, b_t]: [bool; 2]) -> String {
+    let t = |on: bool| if on { "ᵀ" } else { "" };
+    let batch = if batch > 1 { format!("{batch} x ") } else { String::new() };
+    format!("{kind} {batch}{m}x{k}{} @ {k}x{n}{}", t(a_t), t(b_t))
 }
