@@ -39,26 +39,6 @@ print(accuracy(net, test_set |> batch(256)))
     )
 }
 
-/// The digits data (`digits`, features scaled to [0, 1]) and the MLP of
-/// examples/digits_mlp.tfl, with the imports both need.
-fn digits_model() -> String {
-    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits.csv.gz");
-    format!(
-        r#"use std.nn.{{Dense}}
-use std.loss.softmax_cross_entropy
-use std.optim.adam
-use std.metrics.{{accuracy, mean_loss}}
-model Mlp {{
-    l1 = Dense(64, 128, act = relu)
-    l2 = Dense(128, 10)
-    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2
-}}
-let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
-"#,
-        data.display()
-    )
-}
-
 /// The two numbers the program prints: the training loss and the accuracy.
 fn loss_and_accuracy(out: &str) -> (f64, f64) {
     let numbers: Vec<f64> = out.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect();

@@ -233,6 +233,12 @@ pub(crate) fn vjp(
             Err(crate::diag::Diagnostic::internal("a gradient request differentiated before it is expanded"))
         }
         Op::Scan(body) => super::scan::vjp(b, &body, xs, gy, wanted),
+        Op::QuantMatMul => Err(crate::diag::Diagnostic::new(
+            crate::diag::Code::Unsupported,
+            "a quantized model's int8 products have no gradient",
+        )
+        .label(b.span, "differentiated here")
+        .help("train the f32 model, then `quantize` it for inference")),
         Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } | Op::Pool2dGrad { .. } | Op::ScatterAdd { .. } => {
             Err(crate::diag::Diagnostic::new(
                 crate::diag::Code::Unsupported,

@@ -65,6 +65,7 @@ codes! {
     StateWrite = "E0321", "a model's state is written outside the training step of its model";
     StaticAssert = "E0322", "a compile-time assertion (`static_assert`) failed";
     Precision = "E0323", "a training precision is unknown or has nothing to apply to";
+    Quantize = "E0324", "a model cannot be quantized, or a quantized model is trained or loaded from an f32 file";
     ScanCarry = "E0330", "a `scan` function's result does not fit: not a pair, or a carry of another type";
     ScanLength = "E0331", "the tensors a `scan` steps through differ in length along axis 0";
     ExportType = "E0340", "an exported function's parameters or result have no fixed tensor types";

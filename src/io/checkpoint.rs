@@ -24,6 +24,7 @@ fn dtype_name(d: DType) -> &'static str {
         DType::BF16 => "BF16",
         DType::I32 => "I32",
         DType::I64 => "I64",
+        DType::I8 => "I8",
         DType::Bool => "BOOL",
     }
 }
@@ -38,6 +39,7 @@ fn encode(t: &Tensor, out: &mut Vec<u8>) {
             DType::BF16 => out.extend(crate::half::f32_to_bf16_bits(v as f32).to_le_bytes()),
             DType::I32 => out.extend((v as i32).to_le_bytes()),
             DType::I64 => out.extend((v as i64).to_le_bytes()),
+            DType::I8 => out.push(v as i8 as u8),
             DType::Bool => out.push(u8::from(v != 0.0)),
         }
     }
@@ -288,6 +290,9 @@ pub type Loaded = (Vec<Option<Tensor>>, BTreeMap<String, String>);
 pub fn load_optional(path: &Path, want: &[(String, TensorType)], required: usize) -> Result<Loaded, Diagnostic> {
     let file = SafeFile::read(path)?;
     let mut problems = Vec::new();
+    // An i8 weight on one side only: a quantized model and an f32 file, or
+    // the reverse.
+    let mut quantized_mismatch = false;
     let mut out = Vec::new();
     for (k, (name, ty)) in want.iter().enumerate() {
         let e = match file.entry(name) {
@@ -306,6 +311,7 @@ pub fn load_optional(path: &Path, want: &[(String, TensorType)], required: usize
             }
         };
         if e.dtype != dtype_name(ty.dtype) || e.shape != ty.shape {
+            quantized_mismatch |= (e.dtype == "I8") != (ty.dtype == DType::I8);
             // Lower-case the file's dtype so both sides read like tfc types (`f32[4, 8]`).
             problems.push(format!(
                 "`{name}` is {}{:?} in the file but the model expects {ty}",
@@ -333,6 +339,12 @@ pub fn load_optional(path: &Path, want: &[(String, TensorType)], required: usize
                 extra.len(),
                 extra.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
             ));
+        }
+        if quantized_mismatch {
+            d = d.help(
+                "a quantized model (`quantize`) stores its weight matrices as i8 plus `.scale` tensors: load an \
+                 f32 file into the f32 model and quantize that, and a quantized file into `quantize(Model(…))`",
+            );
         }
         return Err(d);
     }

@@ -64,7 +64,7 @@ pub fn arity(op: &Op, given: usize) -> usize {
         | Op::Pool2dGrad { .. }
         | Op::ScatterAdd { .. }
         | Op::Gradient => 2,
-        Op::Select => 3,
+        Op::Select | Op::QuantMatMul => 3,
         Op::Concat { .. } => given.max(1),
         Op::Scan(body) => body.inputs.len(),
         _ => 1,
@@ -76,6 +76,14 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     let arity = arity(op, inputs.len());
     if inputs.len() != arity {
         return err(Code::Internal, format!("{} takes {arity} operands, got {}", op.name(), inputs.len()));
+    }
+    // `i8` holds quantized weights: it converts and feeds int8 products,
+    // and nothing else computes with it (no kernel wraps i8 arithmetic).
+    if !matches!(op, Op::Cast(_) | Op::QuantMatMul) && inputs.iter().any(|t| t.dtype == DType::I8) {
+        return err(
+            Code::DtypeMismatch,
+            format!("{} of an i8 tensor: i8 values (quantized weights) only convert with `cast`", op.name()),
+        );
     }
     match op {
         Op::Slot { ty, .. } => Ok(ty.clone()),
@@ -235,6 +243,25 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             let mut shape = a.shape.clone();
             shape[r - 1] = b.shape[r - 1];
             Ok(TensorType::new(a.dtype, shape))
+        }
+        Op::QuantMatMul => {
+            let (x, w, s) = (inputs[0], inputs[1], inputs[2]);
+            let fits = x.dtype == DType::F32
+                && w.dtype == DType::I8
+                && s.dtype == DType::F32
+                && x.rank() >= 1
+                && w.rank() == 2
+                && x.shape.last() == w.shape.first()
+                && s.shape == [w.shape[1]];
+            if !fits {
+                return err(
+                    Code::MatmulShape,
+                    format!("a quantized product needs f32[..., k], i8[k, n] and f32[n]: {x}, {w}, {s}"),
+                );
+            }
+            let mut shape = x.shape.clone();
+            *shape.last_mut().unwrap_or(&mut 0) = w.shape[1];
+            Ok(TensorType::new(DType::F32, shape))
         }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let (x, w) = (inputs[0], inputs[1]);

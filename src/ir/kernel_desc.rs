@@ -85,6 +85,12 @@ pub enum AnchorOp {
         k: usize,
         n: usize,
     },
+    /// `[m, k] @ [k, n]` with `u8` rows and `i8` weights (`Op::QuantMatMul`).
+    QuantMatMul {
+        m: usize,
+        k: usize,
+        n: usize,
+    },
     /// An NHWC/HWIO convolution or one of its gradients, between the
     /// forward convolution's `input`, `filter` and `output` shapes.
     Conv {
@@ -323,6 +329,11 @@ fn anchor(g: &Graph, n: NodeId) -> Option<Anchor> {
             let op = AnchorOp::MatMul { batch: a[..r].iter().product(), m: a[r], k: a[r + 1], n: *b.last()? };
             (op, dtype_of(0))
         }
+        Op::QuantMatMul => {
+            let (x, w) = (shape(0)?, shape(1)?);
+            let (&k, rows) = x.split_last()?;
+            (AnchorOp::QuantMatMul { m: rows.iter().product(), k, n: *w.last()? }, dtype_of(1))
+        }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let p = (*stride, *padding, *dilation, *groups);
             (conv(ConvPass::Forward, &shape(0)?, &shape(1)?, &node.ty.shape, p)?, dtype_of(0))
@@ -374,6 +385,7 @@ impl AnchorOp {
             AnchorOp::ArgMax { shape, axis } => format!("argmax {} axis {axis}", dims(shape)),
             AnchorOp::MatMul { batch: 1, m, k, n } => format!("matmul {m}x{k}x{n}"),
             AnchorOp::MatMul { batch, m, k, n } => format!("matmul {batch} of {m}x{k}x{n}"),
+            AnchorOp::QuantMatMul { m, k, n } => format!("quant_matmul {m}x{k}x{n}"),
             AnchorOp::Conv { pass, input, filter, .. } => {
                 let name = match pass {
                     ConvPass::Forward => "conv2d",

@@ -212,6 +212,10 @@ pub enum Op {
     },
     /// `a @ b` over identical batch dims: `[..., m, k] @ [..., k, n]`.
     MatMul,
+    /// `x @ w` on int8 (a quantized model's dense layer, §9): operands
+    /// `(x: f32[..., k], w: i8[k, n], w_scale: f32[n])`; each row of `x` is
+    /// quantized to `u8` on its own (`tensor::quant` defines it exactly).
+    QuantMatMul,
     /// NHWC input, HWIO weights; explicit padding `[top, bottom, left, right]`.
     Conv2d {
         stride: [usize; 2],
@@ -354,6 +358,7 @@ impl Op {
             Op::Slice { .. } => "slice",
             Op::Pad { .. } => "pad",
             Op::MatMul => "matmul",
+            Op::QuantMatMul => "quant_matmul",
             Op::Conv2d { .. } => "conv2d",
             Op::Pool2d { kind: PoolKind::Max, .. } => "max_pool2d",
             Op::Pool2d { kind: PoolKind::Avg, .. } => "avg_pool2d",

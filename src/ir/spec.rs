@@ -89,6 +89,8 @@ impl Kind {
             DType::BF16 => Some(Kind::BF16),
             DType::F64 => Some(Kind::F64),
             DType::I64 => Some(Kind::I64),
+            // Quantized weights: read only by the int8 product kernels.
+            DType::I8 => None,
         }
     }
 

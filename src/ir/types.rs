@@ -11,6 +11,9 @@ pub enum DType {
     BF16,
     I32,
     I64,
+    /// Quantized weights (§9, `quantize`): a storage type that only
+    /// converts (`cast`) and multiplies in int8 products.
+    I8,
     Bool,
 }
 
@@ -27,7 +30,8 @@ impl DType {
         }
     }
 
-    pub const ALL: [DType; 7] = [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::Bool];
+    pub const ALL: [DType; 8] =
+        [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32, DType::I64, DType::I8, DType::Bool];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -37,6 +41,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I32 => "i32",
             DType::I64 => "i64",
+            DType::I8 => "i8",
             DType::Bool => "bool",
         }
     }
@@ -59,7 +64,7 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Bool => 1,
+            DType::I8 | DType::Bool => 1,
         }
     }
 }

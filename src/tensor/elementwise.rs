@@ -13,7 +13,8 @@
 //!   zero is a runtime error (E0402); `pow` with a negative exponent is a
 //!   runtime error (as in NumPy).
 //! - `cast`: float → int truncates toward zero and saturates (NaN → 0);
-//!   int → int wraps (NumPy `astype`); number → bool is `!= 0` (NaN → true);
+//!   int → int wraps (NumPy `astype`), but → `i8` saturates from every
+//!   type (quantized weights, never wrapped); number → bool is `!= 0` (NaN → true);
 //!   bool → number is 0/1; → `f16`/`bf16` rounds once, to nearest even.
 //!
 //! Example: `binary(BinaryOp::Div, i32 [-7], i32 [2])` is `[-4]`.
@@ -401,6 +402,8 @@ pub fn cast(x: &Tensor, to: DType) -> Result<Data, Diagnostic> {
             DType::F16 | DType::BF16 => Data::F32(a.mapv(|v| v.convert::<OddF32>().0)),
             DType::F64 => Data::F64(a.mapv(|v| v.convert::<f64>())),
             DType::I32 => Data::I32(a.mapv(|v| v.convert::<i32>())),
+            // Saturating, from integers too (`Tensor::new` clamps the i64s).
+            DType::I8 => Data::I32(a.mapv(|v| v.convert::<i64>().clamp(-128, 127) as i32)),
             DType::I64 => Data::I64(a.mapv(|v| v.convert::<i64>())),
             DType::Bool => Data::Bool(a.mapv(|v| v.convert::<bool>())),
         })

@@ -3,7 +3,8 @@
 //! Contract: `f32`, `f64`, `i32`, `i64` and `bool` tensors store their own
 //! element type; `f16` and `bf16` tensors store `f32` values that are always
 //! exactly representable in the narrow type (`Tensor::new` rounds them, so
-//! every op computes in `f32` and rounds once at the end). Every array is in
+//! every op computes in `f32` and rounds once at the end); `i8` tensors
+//! store `i32` values that `Tensor::new` saturates to `-128..=127`. Every array is in
 //! standard (row-major) layout.
 //!
 //! Generic kernels are written once over `T: Elem` and dispatched on the
@@ -47,7 +48,7 @@ impl Data {
             (self, dtype),
             (Data::F32(_), DType::F32 | DType::F16 | DType::BF16)
                 | (Data::F64(_), DType::F64)
-                | (Data::I32(_), DType::I32)
+                | (Data::I32(_), DType::I32 | DType::I8)
                 | (Data::I64(_), DType::I64)
                 | (Data::Bool(_), DType::Bool)
         )
@@ -102,7 +103,7 @@ macro_rules! with_dtype {
                 type $T = f64;
                 $body
             }
-            $crate::ir::DType::I32 => {
+            $crate::ir::DType::I32 | $crate::ir::DType::I8 => {
                 type $T = i32;
                 $body
             }
@@ -537,6 +538,7 @@ impl Tensor {
         let data = match (dtype, data) {
             (DType::F16, Data::F32(a)) => Data::F32(a.mapv(round_f16)),
             (DType::BF16, Data::F32(a)) => Data::F32(a.mapv(round_bf16)),
+            (DType::I8, Data::I32(a)) => Data::I32(a.mapv(|v| v.clamp(-128, 127))),
             (_, d) => d,
         };
         Ok(Tensor { dtype, data })

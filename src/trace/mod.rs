@@ -127,6 +127,9 @@ pub struct Tracer<'s> {
     pub(crate) export_sizes: Vec<usize>,
     /// `TraceOptions::precision`.
     pub(crate) precision: Option<DType>,
+    /// The weights of quantized models (`quantize`), by the node a model
+    /// binds (their dequantized value): `@` with one runs on int8.
+    pub(crate) quantized: rustc_hash::FxHashMap<crate::ir::NodeId, builtins::QuantizedWeight>,
 }
 
 /// What a session asks of tracing beyond the program itself.
@@ -203,6 +206,7 @@ impl<'s> Tracer<'s> {
             exports: None,
             export_sizes: Vec::new(),
             precision: None,
+            quantized: Default::default(),
         }
     }
 }

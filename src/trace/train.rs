@@ -92,6 +92,15 @@ impl Tracer<'_> {
             .label(t.model.span, "this model")
             .into());
         }
+        if params.iter().any(|p| self.quantized.contains_key(&p.init)) {
+            return Err(Diagnostic::new(
+                Code::Quantize,
+                format!("model `{}` is quantized: its int8 products have no gradient", model.def.name.name),
+            )
+            .label(t.model.span, "a quantized model")
+            .help("train the f32 model, then `quantize` it for inference")
+            .into());
+        }
         // Initial optimizer states, computed outside the step from each
         // parameter's initial value.
         let mut states: Vec<(String, NodeId, TensorType)> = Vec::new();

@@ -262,6 +262,11 @@ impl Scope {
         })
     }
 
+    /// The scope names fall back to.
+    pub fn parent(&self) -> Option<&Rc<Scope>> {
+        self.parent.as_ref()
+    }
+
     /// Marks this scope as a model's, whose `states` an assignment writes.
     pub fn declare_states(&self, states: &[String]) {
         let _ = self.states.set(states.into());

@@ -285,3 +285,23 @@ pub fn values(n: usize, seed: u64) -> Vec<f32> {
         })
         .collect()
 }
+
+/// The digits data (`digits`, features scaled to [0, 1]) and the MLP of
+/// examples/digits_mlp.tfl, with the imports both need.
+pub fn digits_model() -> String {
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits.csv.gz");
+    format!(
+        r#"use std.nn.{{Dense}}
+use std.loss.softmax_cross_entropy
+use std.optim.adam
+use std.metrics.{{accuracy, mean_loss}}
+model Mlp {{
+    l1 = Dense(64, 128, act = relu)
+    l2 = Dense(128, 10)
+    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2
+}}
+let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
+"#,
+        data.display()
+    )
+}

@@ -108,7 +108,7 @@ pub fn decode(raw: &[u8], scalar: Scalar, big: bool, dtype: DType, shape: &[usiz
             Tensor::from_vec(dtype, shape, values.map(|b| float_at(b, scalar, big) as f32).collect::<Vec<f32>>())
         }
         DType::F64 => Tensor::from_vec(dtype, shape, values.map(|b| float_at(b, scalar, big)).collect::<Vec<f64>>()),
-        DType::I32 => {
+        DType::I32 | DType::I8 => {
             Tensor::from_vec(dtype, shape, values.map(|b| int_at(b, scalar, big) as i32).collect::<Vec<i32>>())
         }
         DType::I64 => Tensor::from_vec(dtype, shape, values.map(|b| int_at(b, scalar, big)).collect::<Vec<i64>>()),

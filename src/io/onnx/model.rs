@@ -174,6 +174,7 @@ pub fn dtype_name(t: i32) -> &'static str {
 pub fn dtype_of(t: i32) -> Result<DType, String> {
     Ok(match t {
         1 => DType::F32,
+        3 => DType::I8,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
@@ -188,6 +189,7 @@ pub fn dtype_of(t: i32) -> Result<DType, String> {
 pub fn onnx_dtype(d: DType) -> i32 {
     match d {
         DType::F32 => 1,
+        DType::I8 => 3,
         DType::I32 => 6,
         DType::I64 => 7,
         DType::Bool => 9,
@@ -229,7 +231,7 @@ impl TensorProto {
         };
         let t = if let Some(raw) = &self.raw_data {
             let width = match dtype {
-                DType::Bool => 1,
+                DType::Bool | DType::I8 => 1,
                 DType::F16 | DType::BF16 => 2,
                 DType::F32 | DType::I32 => 4,
                 DType::F64 | DType::I64 => 8,
@@ -252,7 +254,9 @@ impl TensorProto {
                 DType::F32 => Tensor::from_vec(dtype, &shape, self.float_data.clone()),
                 DType::F64 => Tensor::from_vec(dtype, &shape, self.double_data.clone()),
                 DType::I64 => Tensor::from_vec(dtype, &shape, self.int64_data.clone()),
-                DType::I32 => Tensor::from_vec(dtype, &shape, self.int32_data.iter().map(|&v| v as i32).collect()),
+                DType::I32 | DType::I8 => {
+                    Tensor::from_vec(dtype, &shape, self.int32_data.iter().map(|&v| v as i32).collect())
+                }
                 DType::Bool => Tensor::from_vec(dtype, &shape, self.int32_data.iter().map(|&v| v != 0).collect()),
                 DType::F16 => Tensor::from_vec(
                     dtype,
@@ -287,6 +291,7 @@ fn from_raw(dtype: DType, shape: &[usize], raw: &[u8]) -> Result<Tensor, crate::
         DType::I32 => Tensor::from_vec(dtype, shape, words(raw, i32::from_le_bytes)),
         DType::I64 => Tensor::from_vec(dtype, shape, words(raw, i64::from_le_bytes)),
         DType::Bool => Tensor::from_vec(dtype, shape, raw.iter().map(|&b| b != 0).collect()),
+        DType::I8 => Tensor::from_vec(dtype, shape, raw.iter().map(|&b| i32::from(b as i8)).collect()),
         DType::F16 => {
             Tensor::from_vec(dtype, shape, words(raw, |b| crate::half::f16_bits_to_f32(u16::from_le_bytes(b))))
         }

@@ -6,6 +6,8 @@ use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{ReducePlan, Region};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
+use crate::trace::builtins::scale_path;
+use crate::trace::tensor::Operand;
 use crate::trace::value::{ModelInstance, Value};
 use crate::trace::{TResult, Tracer};
 
@@ -29,11 +31,22 @@ impl Tracer<'_> {
         let params: Vec<_> = tensors_of(model.param_paths()).collect();
         let states: Vec<_> = tensors_of(model.state_paths().into_iter().map(|(p, v, _)| (p, v)).collect()).collect();
         if a.name == "save" {
-            let tensors = params.into_iter().chain(states).map(|(n, id, _)| (n, id)).collect();
+            let mut tensors = Vec::new();
+            for (name, id, _) in params.into_iter().chain(states) {
+                // A quantized weight is written as its i8 values and scales.
+                match self.quantized.get(&id) {
+                    Some(q) => tensors.extend([(scale_path(&name), q.scales), (name, q.values)]),
+                    None => tensors.push((name, id)),
+                }
+            }
             self.effects.push(Effect::Save { tensors, path, span: a.span });
         } else {
             let mut tensors = Vec::new();
-            for (name, _, ty) in params {
+            for (name, id, ty) in params {
+                if self.quantized.contains_key(&id) {
+                    self.load_quantized(&model, &name, &ty, a.span, &mut tensors)?;
+                    continue;
+                }
                 tensors.push((name.clone(), ty.clone(), self.rebind_to_slot(&model, &name, &ty, a.span)));
             }
             let mut loaded_states = Vec::new();
@@ -44,6 +57,30 @@ impl Tracer<'_> {
             self.effects.push(Effect::Load { tensors, states: loaded_states, path, span: a.span });
         }
         Ok(Value::Tuple(vec![]))
+    }
+
+    /// Rebinds the quantized weight at `path` of `model` (of type `ty`) to
+    /// int8 values and scales that the load effect fills (`tensors` gets
+    /// their names, types and slots).
+    fn load_quantized(
+        &mut self,
+        model: &ModelInstance,
+        path: &str,
+        ty: &TensorType,
+        span: Span,
+        tensors: &mut Vec<(String, TensorType, usize)>,
+    ) -> TResult<()> {
+        let mut slot_of = |tracer: &mut Self, name: String, ty: TensorType| {
+            let slot = tracer.new_slot();
+            let id = tracer.graph.add(Op::Slot { slot, ty: ty.clone() }, &[], ty.clone(), span);
+            tensors.push((name, ty.clone(), slot));
+            Operand { id, ty, span }
+        };
+        let values = slot_of(self, path.to_string(), TensorType::new(DType::I8, ty.shape.clone()));
+        let scales = slot_of(self, scale_path(path), TensorType::new(DType::F32, vec![ty.shape[1]]));
+        let deq = self.dequantized_from(&values, &scales, span)?;
+        model.set_param(path, Value::Tensor(deq.id, deq.ty));
+        Ok(())
     }
 
     /// Rebinds `model`'s parameter or state at `path` to a new slot of type

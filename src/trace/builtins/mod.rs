@@ -11,6 +11,8 @@ mod io;
 mod nn;
 mod onnx;
 pub use onnx::OnnxModel;
+mod quantize;
+pub use quantize::{scale_path, QuantizedWeight};
 mod reduce;
 pub(crate) mod scan;
 mod shape;
@@ -113,6 +115,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load_safetensors", &["path", "keys.."]),
     ("load_text", &["path", "window=", "stride="]),
     ("load_onnx", &["path"]),
+    ("quantize", &["model"]),
     ("range", &["n"]),
     ("from_tensors", &["xs.."]),
     ("map", &["ds", "f", "parallel="]),
@@ -228,6 +231,7 @@ impl Tracer<'_> {
             "static_assert" => self.static_assert(&a),
             "evaluate" => self.evaluate_builtin(&a),
             "load_onnx" => self.load_onnx(&a),
+            "quantize" => self.quantize_builtin(&a),
             _ => self.data_builtin(&a),
         }
     }

@@ -14,6 +14,9 @@ impl Tracer<'_> {
     /// added axis dropped again), leading batch dimensions broadcast.
     pub(crate) fn matmul(&mut self, a: (&Value, Span), b: (&Value, Span), span: Span) -> TResult<Value> {
         let ops = self.operands(&[a, b])?;
+        if let Some(product) = self.quantized_product(&ops[0], &ops[1], span)? {
+            return Ok(tensor(product));
+        }
         let (mut x, mut w) = (ops[0].clone(), ops[1].clone());
         self.same_dtype(&ops, "`@`", span)?;
         if x.ty.rank() == 0 || w.ty.rank() == 0 {

@@ -12,8 +12,10 @@
 //! update as one loop), `convert` (`f32` to and from `f16` and `bf16`,
 //! bit for bit `crate::half`), `simd` (the shared AVX-512 helpers),
 //! `bf16_gemm` (bf16 matrix products summed in f32: portable, `vdpbf16ps`
-//! and AMX tiles) and `isa` (which of those tiers this machine runs, picked
-//! once per process or forced with `TFC_ISA`).
+//! and AMX tiles), `int8_gemm` (int8 quantized matrix products, bit for
+//! bit `crate::tensor::quant`: portable and `vpdpbusd`) and `isa` (which of
+//! those tiers this machine runs, picked once per process or forced with
+//! `TFC_ISA`).
 
 pub(super) mod adam;
 pub(super) mod bf16_gemm;
@@ -21,6 +23,7 @@ pub(super) mod conv;
 pub(super) mod conv_direct;
 pub(super) mod convert;
 pub(super) mod gemm;
+pub(super) mod int8_gemm;
 pub mod isa;
 pub(super) mod ordered_gemm;
 pub(super) mod permute;

@@ -16,11 +16,12 @@
 use super::generic::typed;
 use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
-use super::step::{Arg, Code, Ref, Step};
+use super::step::{Arg, Code, Int8Weights, Ref, Step};
 use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
+use crate::backend::cpu::kernels::int8_gemm::quant_gemm;
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
@@ -185,6 +186,23 @@ impl Step {
                     // stored transposed; `d` is m×n.
                     unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
                 }
+            }
+            Step::QuantGemm { x, w, scale, dst, m, k, n } => {
+                let (m, k, n) = (*m, *k, *n);
+                let (px, ps) = (mem.ptr(*x, m * k)? as *const f32, mem.ptr(*scale, n)? as *const f32);
+                let narrowed;
+                let pw = match w {
+                    Int8Weights::Fixed(values) => values.as_ptr(),
+                    Int8Weights::Tensor(r) => {
+                        narrowed = Int8Weights::narrow(mem.tensor(*r)?)?;
+                        narrowed.as_ptr()
+                    }
+                };
+                // SAFETY: the caller's contract.
+                let out = unsafe { mem.out(*dst, m * n, "a quantized product")? };
+                // SAFETY: `ptr` checked that `x` holds m·k and `scale` n
+                // floats; `pw` holds k·n weights (the step's shape).
+                unsafe { quant_gemm(out, px, pw, ps, [m, k, n], threads) };
             }
             Step::Bf16Conv { conv, a, b, dst } => {
                 let (na, nb, ny) = conv.sizes();

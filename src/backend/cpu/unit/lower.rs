@@ -51,9 +51,10 @@ use super::generic::Loop;
 use super::internal;
 use super::recognize::{
     along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul,
-    is_max_pool_2x2, layout_transpose, layout_window, native_reduce, pooled_shape, scan_loop, table_reshape,
+    is_max_pool_2x2, is_quant_matmul, layout_transpose, layout_window, native_reduce, pooled_shape, scan_loop,
+    table_reshape,
 };
-use super::step::{place, Arg, Code, ConvPost, Fallible, InterpNode, Ref, Step};
+use super::step::{place, Arg, Code, ConvPost, Fallible, Int8Weights, InterpNode, Ref, Step};
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
@@ -419,7 +420,11 @@ impl<'a> Lowering<'a> {
                 _ if table_reshape(g, &k.nodes) => self.reshape(k),
                 _ => self.interpreted(&k.nodes, &k.outputs),
             },
-            KernelKind::Contraction if is_float_matmul(g, k.nodes[0]) || float_conv(g, k.nodes[0]).is_some() => {
+            KernelKind::Contraction
+                if is_float_matmul(g, k.nodes[0])
+                    || is_quant_matmul(g, k.nodes[0])
+                    || float_conv(g, k.nodes[0]).is_some() =>
+            {
                 self.contraction(k)
             }
             KernelKind::Contraction if generic_loop(g, k.nodes[0]).is_some() => self.generic_contraction(k),
@@ -536,7 +541,7 @@ impl<'a> Lowering<'a> {
         // Values of two-byte types kept in scratch are their `f32`s.
         let r = match ty.dtype {
             DType::F64 | DType::I64 => Ref::Wide(4 * at),
-            DType::I32 => Ref::Int(4 * at),
+            DType::I32 | DType::I8 => Ref::Int(4 * at),
             DType::Bool => Ref::Mask(4 * at),
             DType::F32 | DType::F16 | DType::BF16 => Ref::Arena(at),
         };
@@ -670,7 +675,7 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        if let Some(step) = self.bf16_product(mm, dst)? {
+        if let Some(step) = self.quant_product(mm, dst)?.or(self.bf16_product(mm, dst)?) {
             self.steps.push(step);
             self.counts.gemm += 1;
             if let Some(to) = rounding {
@@ -779,6 +784,24 @@ impl<'a> Lowering<'a> {
         let r = sa.len();
         let (batch, m, k, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
         Ok(Some(Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n }))
+    }
+
+    /// The step of a quantized product `mm` into `dst` (module `int8_gemm`);
+    /// `None` when `mm` is not one.
+    fn quant_product(&mut self, mm: NodeId, dst: usize) -> Result<Option<Step>, Diagnostic> {
+        let g = self.b.g;
+        if !is_quant_matmul(g, mm) {
+            return Ok(None);
+        }
+        let ins = g.inputs(mm);
+        let (x, w, scale) = (self.b.get(ins[0])?, self.b.get(ins[1])?, self.b.get(ins[2])?);
+        let w = match w {
+            Ref::Fixed(i) => Int8Weights::Fixed(Int8Weights::narrow(&self.b.fixed[i])?),
+            r => Int8Weights::Tensor(r),
+        };
+        let (xs, ws) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        let (&k, rows) = xs.split_last().ok_or_else(|| internal("a quantized product of a scalar"))?;
+        Ok(Some(Step::QuantGemm { x, w, scale, dst, m: rows.iter().product(), k, n: ws[1] }))
     }
 
     /// The steps of a contraction's epilogue (after its product): compiled

@@ -144,6 +144,7 @@ fn fill_bits(value: f64, dtype: DType) -> u64 {
         // Two's complement bits, at the element's width.
         DType::I32 => u64::from(scalar_for::<i32>(value, dtype) as u32),
         DType::I64 => scalar_for::<i64>(value, dtype) as u64,
+        DType::I8 => u64::from(scalar_for::<i32>(value, dtype).clamp(-128, 127) as u8),
         DType::Bool => u64::from(scalar_for::<bool>(value, dtype)),
     }
 }
@@ -254,6 +255,11 @@ pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
     matches!(node.op, Op::MatMul) && one_float_type(g, n) && g.inputs(n).iter().all(|&i| g.node(i).ty.shape.len() >= 2)
 }
 
+/// Whether `n` is a quantized product (`Op::QuantMatMul`, module `int8_gemm`).
+pub(super) fn is_quant_matmul(g: &Graph, n: NodeId) -> bool {
+    matches!(g.node(n).op, Op::QuantMatMul)
+}
+
 /// Why the CPU backend runs kernel `k` (or a part of it) on the host
 /// interpreter, or `None` when every part has native or compiled code —
 /// the same choices `lower` makes, from the graph alone, so that the
@@ -286,6 +292,7 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
         }
         KernelKind::Contraction
             if is_float_matmul(g, k.nodes[0])
+                || is_quant_matmul(g, k.nodes[0])
                 || generic_loop(g, k.nodes[0]).is_some()
                 || float_conv(g, k.nodes[0]).is_some() =>
         {

@@ -90,6 +90,24 @@ pub(super) enum Code {
     Pending(usize),
 }
 
+/// The `i8` weights of a quantized product. The host keeps `i8` values in
+/// `i32` storage: weights fixed at `prepare` (a quantized model's, the
+/// usual case) are narrowed once then, any others on each run.
+pub(super) enum Int8Weights {
+    Fixed(Box<[i8]>),
+    Tensor(Ref),
+}
+
+impl Int8Weights {
+    /// The `i8` values of an `i8` tensor (kept in `i32` storage).
+    pub(super) fn narrow(t: &crate::tensor::Tensor) -> Result<Box<[i8]>, crate::diag::Diagnostic> {
+        match t.data() {
+            crate::tensor::Data::I32(a) if t.dtype() == DType::I8 => Ok(a.iter().map(|&v| v as i8).collect()),
+            _ => Err(super::internal(format!("quantized weights of type {}", t.dtype()))),
+        }
+    }
+}
+
 /// One step of a prepared unit, in schedule order.
 pub(super) enum Step {
     /// A compiled loop nest; `args` are its `loads` loads then its outputs;
@@ -118,6 +136,9 @@ pub(super) enum Step {
     /// picks); a `Step::Convert` rounds it into the result's place.
     /// `a_t`/`b_t` as for `Gemm`.
     Bf16Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// `dst = quant_matmul(x, w, scale)` (`Op::QuantMatMul`, `m` rows of
+    /// `x` by `k`, `n` columns) on module `int8_gemm`.
+    QuantGemm { x: Ref, w: Int8Weights, scale: Ref, dst: usize, m: usize, k: usize, n: usize },
     /// A convolution (or one of its gradients) of `bf16` operands in their
     /// two-byte storage into `f32` scratch at `dst` (`Conv::run_bf16`: im2col
     /// and `bf16_gemm`); a `Step::Convert` rounds it into place.
@@ -283,6 +304,14 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
+            Step::QuantGemm { x, w, scale, dst, m, k, n } => {
+                reads.extend(place(*x, m * k).into_iter().chain(place(*scale, *n)));
+                if let Int8Weights::Tensor(w) = w {
+                    reads.extend(place(*w, k * n));
+                }
+                writes.push(arena(*dst, m * n));
+                *cost = (m * k * n / 200) as u64;
+            }
             Step::Loop { kernel, srcs, dst, .. } => {
                 reads.extend(srcs.iter().zip(kernel.operand_lens()).filter_map(|(&r, n)| place(r, n)));
                 writes.extend(place(*dst, kernel.result_len()));
@@ -403,6 +432,9 @@ impl Step {
             Step::Bf16Gemm { batch, m, k, n, a_t, b_t, .. } => {
                 let kind = format!("bf16 gemm ({})", crate::backend::cpu::kernels::isa::active().name());
                 gemm_label(&kind, [*batch, *m, *k, *n], [*a_t, *b_t])
+            }
+            Step::QuantGemm { m, k, n, .. } => {
+                format!("int8 gemm {m}x{k}x{n} ({})", crate::backend::cpu::kernels::int8_gemm::tier_name())
             }
             Step::Bf16Conv { conv, .. } => {
                 conv.label_with(&format!("bf16 im2col, {}", crate::backend::cpu::kernels::isa::active().name()))

@@ -1,0 +1,289 @@
+//! The `vpdpbusd` tier: quantization of `x` and packing of `w` (module
+//! `int8_gemm` gives the layouts), and a micro-kernel of 12 rows by 32
+//! columns (24 zmm of `i32` accumulators), each step 4 of `k` — two loads
+//! of the packed `w` panel, twelve broadcasts of the packed `x` rows, 24
+//! `vpdpbusd` — with the reference's epilogue.
+//!
+//! Contract: bit for bit `crate::tensor::quant::quant_matmul_into` (module
+//! `int8_gemm`). The accumulators stay in registers for the whole of `k`
+//! (no blocking: a 12-row block of `x` is `3 · k` bytes and a panel `32 ·
+//! k` bytes, in L1 and L2 for the `k` of dense layers), so each sum is one
+//! exact chain. A tile of fewer than 12 rows (the last block) is its own
+//! instantiation (`tile::<ROWS>`), which computes no padding rows.
+//!
+//! Example: for `x = [[1, -1]]` (`k = 2`, one step), the row's scale is
+//! `2/255`, its `inv` in f32 just under 127.5, so its zero point is 127,
+//! its levels 254 and 0 and its `u32` `254 | 0 << 8` (two padding bytes of
+//! 0); a column `w = [2, 3]` packed as `2 | 3 << 8` sums to `508`, less
+//! `127 · 5` that is `−127`, times `2/255 · s_w`.
+
+use super::{Job, Line, MR, NR};
+use crate::tensor::quant::RowQuant;
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+/// Quantizes rows of `x` (the first `quants.len()` rows of `k` elements,
+/// from block 0 of the piece `a`) into `a`, their parameters into
+/// `quants`. Every `u32` of a finite row is written (the bytes past `k`
+/// as 0); those of a non-finite row and of the padding rows are left as
+/// they are (the former's sums are not used, the latter's not computed).
+///
+/// # Safety
+/// AVX-512 F, BW, VL; `x` holds `quants.len()` rows of `k`, and `a`
+/// `ceil(quants.len() / MR)` blocks of `quads · MR`, `quads ≥ ceil(k /
+/// 4)`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn quantize_rows(x: &[f32], k: usize, quads: usize, a: &mut [u32], quants: &mut [RowQuant]) {
+    let mut levels = vec![0u8; quads * 4];
+    for (i, quant) in quants.iter_mut().enumerate() {
+        let row = &x[i * k..(i + 1) * k];
+        // The range, starting from 0 as `RowQuant::of` does (a masked-off
+        // lane loads 0, which changes neither), and whether some `v - v`
+        // is NaN: `v` is a NaN or an infinity.
+        let (mut lo, mut hi, mut bad) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+        for c in (0..k).step_by(16) {
+            // SAFETY: the lanes of `row` from `c`.
+            let v = unsafe { _mm512_maskz_loadu_ps(lanes(k - c), row.as_ptr().add(c)) };
+            lo = _mm512_min_ps(lo, v);
+            hi = _mm512_max_ps(hi, v);
+            bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v));
+        }
+        let non_finite = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(bad, bad) != 0;
+        let q = RowQuant::from_range(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), non_finite);
+        *quant = q;
+        if non_finite {
+            // Its output is NaN whatever the levels: leave them.
+            continue;
+        }
+        let (inv, zero) = (_mm512_set1_ps(q.inv), _mm512_set1_epi32(q.zero));
+        for c in (0..k).step_by(16) {
+            let mask = lanes(k - c);
+            // SAFETY: the lanes of `row` from `c`, and of `levels` (which
+            // holds `4 · quads ≥ k` bytes).
+            unsafe {
+                let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(c));
+                _mm512_mask_cvtepi32_storeu_epi8(levels.as_mut_ptr().add(c).cast(), mask, level(v, inv, zero));
+            }
+        }
+        let (block, r) = (i / MR, i % MR);
+        let a = &mut a[block * quads * MR..(block + 1) * quads * MR];
+        for (q, four) in levels.chunks_exact(4).enumerate() {
+            a[q * MR + r] = u32::from_le_bytes([four[0], four[1], four[2], four[3]]);
+        }
+    }
+}
+
+/// `RowQuant::level` of 16 elements of a finite row: `clamp(clamp(round(v
+/// · inv), −512, 512) + zero, 0, 255)`, a NaN ratio (from an infinite
+/// `inv`, which `RowQuant::from_range` rules out, or a NaN `v`, whose level
+/// nothing reads) counting as 0.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn level(v: __m512, inv: __m512, zero: __m512i) -> __m512i {
+    let r = _mm512_mul_ps(v, inv);
+    // Clamped to ±512 first (integers, so before or after rounding is the
+    // same), then rounded to nearest even, as `round_ties_even`, whatever
+    // MXCSR says; a NaN ratio counts as 0, as `as i32` makes it.
+    let c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-512.0)), _mm512_set1_ps(512.0));
+    let t = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(c);
+    let t = _mm512_mask_mov_epi32(t, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), _mm512_setzero_si512());
+    let l = _mm512_add_epi32(t, zero);
+    _mm512_min_epi32(_mm512_max_epi32(l, _mm512_setzero_si512()), _mm512_set1_epi32(255))
+}
+
+/// Packs the panels `panels` of `w` (`k × n`, row-major) into `b` (from its
+/// start, `quads · 2` lines a panel) and their column sums into `col_sums`
+/// (`NR` a panel), writing every line and sum of them.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI; `b` and `col_sums` hold those panels, `quads
+/// ≥ ceil(k / 4)`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn pack_panels(
+    w: &[i8],
+    [k, n]: [usize; 2],
+    panels: Range<usize>,
+    quads: usize,
+    b: &mut [Line],
+    col_sums: &mut [i32],
+) {
+    // `vpdpbusd` with `u8` ones adds up each column's four bytes.
+    let ones = _mm512_set1_epi8(1);
+    for (p, jp) in panels.enumerate() {
+        let panel = &mut b[p * quads * 2..(p + 1) * quads * 2];
+        let mut sums = [_mm512_setzero_si512(); 2];
+        for q in 0..quads {
+            for (half, sum) in sums.iter_mut().enumerate() {
+                let c0 = jp * NR + 16 * half;
+                let mask = lanes(n.saturating_sub(c0));
+                // SAFETY: the masked lanes of row `4q + i` of `w` from
+                // column `c0` (none when `c0 ≥ n`: the address is then
+                // never read).
+                let row = |i: usize| match 4 * q + i {
+                    kk if kk < k => unsafe { _mm_maskz_loadu_epi8(mask, w.as_ptr().wrapping_add(kk * n + c0)) },
+                    _ => _mm_setzero_si128(),
+                };
+                let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+                // Bytes (r0, r1) and (r2, r3) of each column side by side,
+                // then the two pairs: 16 columns of 4 bytes.
+                let (lo01, hi01) = (_mm_unpacklo_epi8(r0, r1), _mm_unpackhi_epi8(r0, r1));
+                let (lo23, hi23) = (_mm_unpacklo_epi8(r2, r3), _mm_unpackhi_epi8(r2, r3));
+                // Joined in a register (four 16-byte stores read back as
+                // one vector would stall on store forwarding).
+                let mut v = _mm512_castsi128_si512(_mm_unpacklo_epi16(lo01, lo23));
+                v = _mm512_inserti32x4::<1>(v, _mm_unpackhi_epi16(lo01, lo23));
+                v = _mm512_inserti32x4::<2>(v, _mm_unpacklo_epi16(hi01, hi23));
+                v = _mm512_inserti32x4::<3>(v, _mm_unpackhi_epi16(hi01, hi23));
+                // SAFETY: `Line` is 64 bytes, 64-aligned.
+                unsafe { _mm512_store_si512(std::ptr::from_mut(&mut panel[2 * q + half]).cast(), v) };
+                *sum = _mm512_dpbusd_epi32(*sum, ones, v);
+            }
+        }
+        for (half, sum) in sums.into_iter().enumerate() {
+            // SAFETY: 16 column sums of panel `p`.
+            unsafe { _mm512_storeu_si512(col_sums[p * NR + 16 * half..][..16].as_mut_ptr().cast(), sum) };
+        }
+    }
+}
+
+/// Runs the product for each `(row blocks, column panels)` of `runs` on
+/// this thread, over the whole of `k`: panel by panel (its packed `w`
+/// stays in L1 or L2), the blocks of `x` under it.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI; `job` is packed, and the blocks of `runs` of
+/// its `dst` are this thread's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
+    let (a_block, b_panel) = (job.quads * MR, job.quads * 2);
+    for (rows, panels) in runs {
+        for jp in panels.clone() {
+            let (j, cols) = (jp * NR, NR.min(job.n - jp * NR));
+            let b = job.b[jp * b_panel..].as_ptr().cast::<__m512i>();
+            let edge = Edge { cols, sums: &job.col_sums[j..j + NR], w_scale: &job.w_scale[j..j + cols], ldc: job.n };
+            for ib in rows.clone() {
+                let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
+                let a = job.a[ib * a_block..].as_ptr();
+                let quants = &job.quants[i..i + r];
+                // SAFETY: rows i..i + r, columns j..j + cols of `dst` are
+                // this worker's.
+                let c = unsafe { job.dst.0.add(i * job.n + j) };
+                macro_rules! by_rows {
+                    ($($rows:literal)*) => {
+                        match r {
+                            // SAFETY: block `ib` and panel `jp`, packed
+                            // with `quads` steps; `c` as above.
+                            $($rows => unsafe { tile::<$rows>(a, b, job.quads, c, quants, &edge) },)*
+                            _ => unreachable!("a block has 1 to {MR} rows"),
+                        }
+                    };
+                }
+                by_rows!(1 2 3 4 5 6 7 8 9 10 11 12);
+            }
+        }
+    }
+}
+
+/// What the epilogue of a tile needs of its panel.
+struct Edge<'a> {
+    /// Columns of the panel inside `dst` (1 to 32).
+    cols: usize,
+    /// The panel's column sums (32).
+    sums: &'a [i32],
+    /// The scales of its `cols` columns.
+    w_scale: &'a [f32],
+    /// `dst`'s row stride.
+    ldc: usize,
+}
+
+/// The micro-kernel: `c[0..ROWS][0..edge.cols]` (row stride `edge.ldc`) =
+/// the reference's outputs for the `quads` steps of a packed 12-row block
+/// `a` (its first `ROWS` rows, quantized as `quants`) and a packed 32-column
+/// panel `b`.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI; `a` holds `quads · 12` `u32`s and `b` `quads ·
+/// 2` vectors; `c` addresses `ROWS` rows of `edge.cols` elements; `quants`
+/// has `ROWS` elements.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<const ROWS: usize>(
+    a: *const u32,
+    b: *const __m512i,
+    quads: usize,
+    c: *mut f32,
+    quants: &[RowQuant],
+    edge: &Edge,
+) {
+    let mut acc = [[_mm512_setzero_si512(); 2]; MR];
+    // Written out row by row (`each_row!`) so that the accumulators are 24
+    // registers whatever the optimization level: a loop over rows indexes
+    // the array at run time, which keeps it in memory. `$r < ROWS` is a
+    // constant: the rows past `ROWS` are not compiled.
+    macro_rules! each_row {
+        ($body:ident) => {
+            $body!(0);
+            $body!(1);
+            $body!(2);
+            $body!(3);
+            $body!(4);
+            $body!(5);
+            $body!(6);
+            $body!(7);
+            $body!(8);
+            $body!(9);
+            $body!(10);
+            $body!(11);
+        };
+    }
+    for q in 0..quads {
+        // SAFETY: step `q` of the panel: two vectors.
+        let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * q)), _mm512_loadu_si512(b.add(2 * q + 1))) };
+        let a = a.wrapping_add(q * MR);
+        macro_rules! step_row {
+            ($r:literal) => {
+                if $r < ROWS {
+                    // SAFETY: step `q` of row `r` of the block.
+                    let av = _mm512_set1_epi32(unsafe { a.add($r).read() } as i32);
+                    acc[$r][0] = _mm512_dpbusd_epi32(acc[$r][0], av, b0);
+                    acc[$r][1] = _mm512_dpbusd_epi32(acc[$r][1], av, b1);
+                }
+            };
+        }
+        each_row!(step_row);
+    }
+    // The epilogue, as `RowQuant::output`: `f32(acc − zero · col_sum)`
+    // (wrapping), times `scale · w_scale[j]` (rounded first).
+    let masks = [lanes(edge.cols), lanes(edge.cols.saturating_sub(16))];
+    // SAFETY (both): the 32 sums, and the masked lanes of the `cols` scales.
+    let sums = unsafe { [0, 16].map(|o| _mm512_loadu_si512(edge.sums[o..].as_ptr().cast())) };
+    let w_scale =
+        [0, 1].map(|v| unsafe { _mm512_maskz_loadu_ps(masks[v], edge.w_scale.as_ptr().wrapping_add(16 * v)) });
+    macro_rules! store_row {
+        ($r:literal) => {
+            if $r < ROWS {
+                let q = quants[$r];
+                for v in 0..2 {
+                    let out = if q.non_finite {
+                        _mm512_set1_ps(f32::NAN)
+                    } else {
+                        let shifted =
+                            _mm512_sub_epi32(acc[$r][v], _mm512_mullo_epi32(_mm512_set1_epi32(q.zero), sums[v]));
+                        _mm512_mul_ps(_mm512_cvtepi32_ps(shifted), _mm512_mul_ps(_mm512_set1_ps(q.scale), w_scale[v]))
+                    };
+                    // SAFETY: row `r` of `c`, masked to `cols`.
+                    unsafe { _mm512_mask_storeu_ps(c.wrapping_add($r * edge.ldc + 16 * v), masks[v], out) };
+                }
+            }
+        };
+    }
+    each_row!(store_row);
+}
+
+/// The mask of the first `min(count, 16)` lanes.
+fn lanes(count: usize) -> u16 {
+    if count >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << count) - 1
+    }
+}

@@ -1,0 +1,340 @@
+//! The int8 quantized matrix product — `crate::tensor::quant`'s
+//! `quant_matmul` — on the instruction-set tier module `isa` picks: the
+//! reference's scalar loops, or AVX-512 VNNI `vpdpbusd` (`u8 × i8` products
+//! summed four at a time into `i32`).
+//!
+//! Contract: `dst = quant_matmul(x, w, w_scale)` for a row-major `m × k`
+//! f32 `x`, a row-major `k × n` i8 `w` and per-column scales `w_scale:
+//! f32[n]`; `dst` is row-major `m × n`. Every tier gives
+//! `crate::tensor::quant::quant_matmul_into`'s result bit for bit: each row
+//! of `x` is quantized to `u8` by the shared `RowQuant` (its scale and zero
+//! point from `RowQuant::from_range`), the integer sums are exact (wrapping
+//! `i32` arithmetic, which is associative, so the grouping of `vpdpbusd`
+//! changes nothing), and the epilogue does the reference's two float
+//! roundings in its order, `f32(acc − zero · col_sum) · (scale ·
+//! w_scale[j])`; a row holding a NaN or an infinity gives NaN (`f32::NAN`)
+//! in every column. Work is split only over blocks of output rows and
+//! column panels, never over `k`, so the result is also the same at any
+//! thread count. The vector code assumes the default floating-point
+//! environment (round to nearest even, no flush-to-zero), as Rust does: its
+//! products and its `i32 → f32` conversion are then the reference's scalar
+//! operations, and the `f32 → i32` rounding of the levels is encoded in the
+//! instruction (nearest even, `round_ties_even`'s), not read from MXCSR.
+//!
+//! - `Portable`: the reference itself, `threads` splitting the rows.
+//! - `Avx512` and `Amx`, when the CPU has AVX512_VNNI: the `vpdpbusd`
+//!   kernel of module `avx512` (12 rows × 32 columns of `i32`
+//!   accumulators). The AMX tier uses it too: AMX-INT8 `tdpbusd` is not
+//!   written (no machine here to test it on). Without VNNI (no such CPU
+//!   has the `Avx512` tier's AVX512_BF16) they run the portable code.
+//!
+//! Packing, per call, into buffers each thread keeps for its next product
+//! (up to 16 MiB each): `x` is quantized row by row into `ceil(m / 12)`
+//! blocks of `quads · 12` `u32`s, `quads = ceil(k / 4)`, the `u32` at
+//! `q · 12 + r` holding the levels of `k = 4q .. 4q + 4` of row `r` (byte
+//! `i` for `k = 4q + i`), one broadcast per row and step; `w` into
+//! `ceil(n / 32)` panels of `quads` × 128 bytes, the bytes of a step being
+//! `[column][i]` = `w[4q + i][column]` (two zmm), with the panel's column
+//! sums beside. The padding of `k` (past its end) and of `w` (columns past
+//! `n`) is zero, so it adds nothing; the rows of a block past `m` are
+//! never computed.
+//!
+//! Example: `quant_gemm(&mut y, x, w, s, [64, 784, 256], 1)` is a
+//! quantized dense layer `y = x @ w` of a batch of 64 for row-major `x:
+//! f32[64, 784]`, `w: i8[784, 256]` and `s: f32[256]` (6 row blocks, the
+//! last of 4 rows, × 8 panels × 196 steps of the micro-kernel).
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+use super::isa::{self, Isa};
+use crate::backend::cpu::threads::split_rows;
+use crate::tensor::quant::{quant_matmul_into, RowQuant};
+
+/// `dst = quant_matmul(x, w, w_scale)` (see the module docs and
+/// `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m, k,
+/// n]`, and `threads` of the current rayon pool share the work (1: the
+/// calling thread only).
+///
+/// # Safety
+/// `x` must address `m · k` f32, `w` `k · n` i8 (both row-major), `w_scale`
+/// `n` f32, and `dst` must hold at least `m · n` elements.
+pub(in crate::backend::cpu) unsafe fn quant_gemm(
+    dst: &mut [f32],
+    x: *const f32,
+    w: *const i8,
+    w_scale: *const f32,
+    mkn: [usize; 3],
+    threads: usize,
+) {
+    // SAFETY: the caller's contract; `active()` is an available tier.
+    unsafe { quant_gemm_on(isa::active(), dst, x, w, w_scale, mkn, threads) }
+}
+
+/// `quant_gemm` on the tier `isa` (tests and benchmarks compare tiers).
+///
+/// # Panics
+/// If this machine cannot run `isa`.
+///
+/// # Safety
+/// As for `quant_gemm`.
+pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
+    isa: Isa,
+    dst: &mut [f32],
+    x: *const f32,
+    w: *const i8,
+    w_scale: *const f32,
+    mkn: [usize; 3],
+    threads: usize,
+) {
+    if let Some(why) = isa::Features::detected().lacks(isa) {
+        panic!("quant_gemm on {}: {why}", isa.name());
+    }
+    let [m, k, n] = mkn;
+    assert!(dst.len() >= m * n, "quant_gemm: {} elements for a {m}x{n} product", dst.len());
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY (all three): the caller's contract.
+    let (x, w, w_scale) = unsafe { (slice(x, m * k), slice(w, k * n), slice(w_scale, n)) };
+    let dst = &mut dst[..m * n];
+    if k == 0 {
+        // Every sum is 0: the reference's `RowQuant::output(0, 0, s)`.
+        return quant_matmul_into(x, w, w_scale, dst, mkn);
+    }
+    // Below about a million multiply-adds a worker's wake-up costs more
+    // than it saves (module `threads`).
+    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 && vnni() {
+        // SAFETY: the CPU has AVX-512 F, BW, VL (the tier) and VNNI.
+        return unsafe { tiled(dst, x, w, w_scale, mkn, threads) };
+    }
+    portable(dst, x, w, w_scale, mkn, threads);
+}
+
+/// The `len` elements at `p` (none, whatever `p` is, when `len` is 0).
+///
+/// # Safety
+/// When `len > 0`, `p` must address `len` initialized elements that stay
+/// unchanged while the slice lives.
+unsafe fn slice<'a, T>(p: *const T, len: usize) -> &'a [T] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(p, len) }
+    }
+}
+
+/// Whether the CPU has AVX512_VNNI (and AVX-512BW, which the kernel's
+/// byte shuffles need; every tier above `Portable` requires it anyway).
+#[cfg(target_arch = "x86_64")]
+fn vnni() -> bool {
+    let f = isa::Features::detected();
+    f.avx512_vnni && f.avx512bw && f.avx512vl
+}
+
+/// The portable tier: the reference on contiguous ranges of rows (a row's
+/// result depends on that row only, so the split changes nothing).
+fn portable(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
+    let parts: Vec<_> = split_rows(m, threads).zip(pieces(dst, n, m, threads)).collect();
+    each_in_parallel(parts, |((lo, hi), out)| quant_matmul_into(&x[lo * k..hi * k], w, w_scale, out, [hi - lo, k, n]));
+}
+
+#[cfg(target_arch = "x86_64")]
+/// Rows per packed `x` block (the micro-tile's height).
+const MR: usize = 12;
+#[cfg(target_arch = "x86_64")]
+/// Columns per packed `w` panel (the micro-tile's width: two zmm of `i32`).
+const NR: usize = 32;
+
+#[cfg(target_arch = "x86_64")]
+/// 64 bytes on a cache line of their own: a packed `w` panel is a run of
+/// them, so its loads never straddle two lines.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+#[cfg(target_arch = "x86_64")]
+/// One product, packed, as the micro-kernels see it.
+struct Job<'a> {
+    /// Packed `x`: `ceil(m / MR)` blocks of `quads · MR` `u32`s.
+    a: &'a [u32],
+    /// Each row's quantization (`m`).
+    quants: &'a [RowQuant],
+    /// Packed `w`: `ceil(n / NR)` panels of `quads · 2` lines.
+    b: &'a [Line],
+    /// `Σ_k w[k, j]` for each column of each panel (`NR` per panel, the
+    /// padding 0).
+    col_sums: &'a [i32],
+    w_scale: &'a [f32],
+    /// `dst`'s first element (row-major `m × n`).
+    dst: super::conv_direct::SendPtr,
+    m: usize,
+    n: usize,
+    /// Steps of 4 along `k` in the packed operands (`ceil(k / 4)`).
+    quads: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+/// The packing buffers a thread keeps between products.
+#[derive(Default)]
+struct Buffers {
+    a: Vec<u32>,
+    quants: Vec<RowQuant>,
+    b: Vec<Line>,
+    col_sums: Vec<i32>,
+}
+
+/// The VNNI tier: packs both operands, then runs the grid.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VL and VNNI; `x` is `m × k`, `w` `k × n`,
+/// `w_scale` `n` and `dst` `m × n`, with `k > 0`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn tiled(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
+    let quads = k.div_ceil(4);
+    // The packing buffers of this thread's last product, reused: fresh
+    // pages cost a fault each, about as long as packing them.
+    thread_local! {
+        static BUFFERS: std::cell::Cell<Buffers> = const {
+            std::cell::Cell::new(Buffers { a: Vec::new(), quants: Vec::new(), b: Vec::new(), col_sums: Vec::new() })
+        };
+    }
+    // Keep at most 16 MiB each for the next product.
+    fn keep<T>(v: &mut Vec<T>) {
+        if v.capacity() * size_of::<T>() > 1 << 24 {
+            *v = Vec::new();
+        }
+    }
+    let mut buf = BUFFERS.take();
+    // Packing moves gigabytes a second per thread: split only when there
+    // are a few hundred thousand elements.
+    let split = |elements: usize| if elements >= 1 << 18 { threads } else { 1 };
+
+    let (blocks, a_block) = (m.div_ceil(MR), quads * MR);
+    reuse(&mut buf.a, blocks * a_block, 0);
+    reuse(&mut buf.quants, m, RowQuant::from_range(0.0, 0.0, false));
+    let parts = split(m * k);
+    let items = split_rows(blocks, parts).zip(pieces(&mut buf.a, a_block, blocks, parts));
+    let items: Vec<_> = items.zip(pieces(&mut buf.quants, MR, blocks, parts)).collect();
+    each_in_parallel(items, |(((lo, _), a), quants)| {
+        // SAFETY: the caller's contract; `a` and `quants` are blocks
+        // `lo..` of the packed `x` and of the rows.
+        unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, a, quants) }
+    });
+
+    let (panels, b_panel) = (n.div_ceil(NR), quads * 2);
+    reuse(&mut buf.b, panels * b_panel, Line([0; 64]));
+    reuse(&mut buf.col_sums, panels * NR, 0);
+    let parts = split(k * n);
+    let items = split_rows(panels, parts).zip(pieces(&mut buf.b, b_panel, panels, parts));
+    let items: Vec<_> = items.zip(pieces(&mut buf.col_sums, NR, panels, parts)).collect();
+    each_in_parallel(items, |(((lo, hi), b), col_sums)| {
+        // SAFETY: as above; panels `lo..hi`.
+        unsafe { avx512::pack_panels(w, [k, n], lo..hi, quads, b, col_sums) }
+    });
+
+    let job = Job {
+        a: &buf.a,
+        quants: &buf.quants,
+        b: &buf.b,
+        col_sums: &buf.col_sums,
+        w_scale,
+        dst: super::conv_direct::SendPtr(dst.as_mut_ptr()),
+        m,
+        n,
+        quads,
+    };
+    // SAFETY: the caller's contract; `job` was packed above.
+    unsafe { grid(&job, threads) };
+    keep(&mut buf.a);
+    keep(&mut buf.quants);
+    keep(&mut buf.b);
+    keep(&mut buf.col_sums);
+    BUFFERS.set(buf);
+}
+
+/// Runs the grid of row blocks × column panels of `job`, split into tasks
+/// for `threads` workers.
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VL and VNNI; `job` is packed and its `dst`
+/// addresses `m × n` elements no one else touches meanwhile.
+#[cfg(target_arch = "x86_64")]
+unsafe fn grid(job: &Job, threads: usize) {
+    let (row_blocks, panels) = (job.m.div_ceil(MR), job.n.div_ceil(NR));
+    if threads <= 1 {
+        // SAFETY: the whole grid on this thread.
+        return unsafe { avx512::run(job, &[(0..row_blocks, 0..panels)]) };
+    }
+    // Tasks: one row block of one group of panels, the groups enough to
+    // give every thread a few tasks when there are few row blocks; a
+    // worker's contiguous tasks share their group, so they run as one
+    // range of row blocks (reusing the panels' packed `w`).
+    let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
+    let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
+    crate::backend::cpu::threads::in_ranges(row_blocks * groups, threads, |lo, hi| {
+        let mut runs = Vec::new();
+        let mut t = lo;
+        while t < hi {
+            let (g, first) = (t / row_blocks, t % row_blocks);
+            let last = (first + hi - t).min(row_blocks);
+            runs.push((first..last, group(g)));
+            t += last - first;
+        }
+        // SAFETY: each task's blocks belong to this worker only.
+        unsafe { avx512::run(job, &runs) }
+    });
+}
+
+/// `v` with `len` elements: the old ones where it had them (packing writes
+/// every element the kernel reads: clearing a megabyte first would cost
+/// about as much as packing it), else `fill`.
+#[cfg(target_arch = "x86_64")]
+fn reuse<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
+    v.truncate(len);
+    v.resize(len, fill);
+}
+
+/// `buf` cut as `split_rows(units, parts)` cuts `units` units of `unit`
+/// elements (the last piece ends with `buf`, so its last unit may be
+/// short).
+fn pieces<T>(mut buf: &mut [T], unit: usize, units: usize, parts: usize) -> Vec<&mut [T]> {
+    split_rows(units, parts)
+        .map(|(lo, hi)| {
+            let len = ((hi - lo) * unit).min(buf.len());
+            let (piece, rest) = std::mem::take(&mut buf).split_at_mut(len);
+            buf = rest;
+            piece
+        })
+        .collect()
+}
+
+/// Runs `run` on each item, at once on the current pool when there are
+/// several (as `threads::in_ranges`, but each with its own mutable piece).
+fn each_in_parallel<I: Send>(items: Vec<I>, run: impl Fn(I) + Sync) {
+    if items.len() <= 1 {
+        return items.into_iter().for_each(run);
+    }
+    rayon::scope(|s| {
+        for item in items {
+            let run = &run;
+            s.spawn(move |_| run(item));
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The name of the kernel `quant_gemm` runs on here, for plans and
+/// profiles: `vnni` or `portable`.
+pub(in crate::backend::cpu) fn tier_name() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    if isa::active() >= Isa::Avx512 && vnni() {
+        return "vnni";
+    }
+    "portable"
+}

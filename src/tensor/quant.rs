@@ -1,0 +1,187 @@
+//! The int8 quantized matrix product (`Op::QuantMatMul`): what a dense
+//! layer of a quantized model computes, defined with scalar loops that the
+//! CPU backend's VNNI kernels match bit for bit.
+//!
+//! Contract, for `x: f32[m, k]` (leading dims flattened), `w: i8[k, n]` and
+//! per-column weight scales `s_w: f32[n]`:
+//! - Each row of `x` is quantized on its own to `u8` (asymmetric, dynamic:
+//!   ONNX Runtime's `DynamicQuantizeLinear`, per row instead of per
+//!   tensor, so a row's result never depends on the other rows of the
+//!   batch): `lo = min(0, min x)`, `hi = max(0, max x)`,
+//!   `s = (hi − lo) / 255` (`1` when that is `0` or not finite),
+//!   (`1` also when `1 / s` is not finite), `inv = 1 / s`,
+//!   `z = clamp(round(−lo · inv), 0, 255)` and
+//!   `q = clamp(clamp(round(x · inv), −512, 512) + z, 0, 255)`, rounding
+//!   half to even.
+//! - `acc[n] = Σ_k q[k] · w[k, n] − z · Σ_k w[k, n]` exactly, in `i32`
+//!   (`k` below 2^16 keeps it in range).
+//! - `y[n] = f32(acc[n]) · (s · s_w[n])`: one rounding for the integer,
+//!   one for the scale product, one for the multiplication.
+//! - A row holding a NaN or an infinity gives NaN in every column (its
+//!   scale would be meaningless).
+//!
+//! `RowQuant` is shared with the CPU kernels so the quantization
+//! parameters cannot drift; the kernels' own vector code is
+//! compared against `quant_matmul_into` in their tests.
+//!
+//! Example: `x = [[1, -1]]`, `w = [[2], [3]]`, `s_w = [0.5]`: `s = 2/255`,
+//! whose f32 inverse is just below 127.5, so `z = 127`, `q = [254, 0]`,
+//! `acc = 254·2 + 0·3 − 127·5 = −127` and `y = −127 · (2/255 · 0.5) ≈
+//! −0.498` (the exact product is −0.5).
+
+use super::value::{array_from, Data, Tensor};
+use crate::diag::Diagnostic;
+
+/// How one row of activations is quantized to `u8`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowQuant {
+    /// The step between two `u8` levels.
+    pub scale: f32,
+    /// `1 / scale`, which every element is multiplied by.
+    pub inv: f32,
+    /// The level that stands for `0.0`.
+    pub zero: i32,
+    /// The row holds a NaN or an infinity.
+    pub non_finite: bool,
+}
+
+impl RowQuant {
+    /// The parameters for a row whose smallest and largest elements are
+    /// `min` and `max` (`non_finite`: it holds a NaN or an infinity).
+    pub fn from_range(min: f32, max: f32, non_finite: bool) -> RowQuant {
+        let lo = min.min(0.0);
+        let hi = max.max(0.0);
+        let mut scale = (hi - lo) / 255.0;
+        // A range too small for `1 / scale` to be finite, or too large to
+        // have a finite scale, gets 1 (its levels then barely differ).
+        if !(scale > 0.0 && scale.is_finite() && (1.0 / scale).is_finite()) {
+            scale = 1.0;
+        }
+        let inv = 1.0 / scale;
+        let zero = ((-lo * inv).round_ties_even() as i32).clamp(0, 255);
+        RowQuant { scale, inv, zero, non_finite }
+    }
+
+    /// The quantization of `row`.
+    pub fn of(row: &[f32]) -> RowQuant {
+        let (mut min, mut max, mut non_finite) = (0.0f32, 0.0f32, false);
+        for &v in row {
+            non_finite |= !v.is_finite();
+            min = min.min(v);
+            max = max.max(v);
+        }
+        RowQuant::from_range(min, max, non_finite)
+    }
+
+    /// The `u8` level of `v` (a finite element of the row). The rounded
+    /// ratio is clamped to ±512 before it becomes an integer (a level is
+    /// 0..=255 anyway), so no sum overflows; a NaN ratio counts as 0.
+    pub fn level(&self, v: f32) -> u8 {
+        ((v * self.inv).round_ties_even().clamp(-512.0, 512.0) as i32 + self.zero).clamp(0, 255) as u8
+    }
+
+    /// The output element for the exact integer sum `acc = Σ q·w` of a
+    /// column whose weights sum to `col_sum` and whose scale is `w_scale`.
+    pub fn output(&self, acc: i32, col_sum: i32, w_scale: f32) -> f32 {
+        if self.non_finite {
+            return f32::NAN;
+        }
+        (acc.wrapping_sub(self.zero.wrapping_mul(col_sum))) as f32 * (self.scale * w_scale)
+    }
+}
+
+/// `out = quant_matmul(x, w, w_scale)` for row-major `x: [m, k]` and
+/// `w: [k, n]` (`out`: `m · n`), by the definition in the module docs.
+pub fn quant_matmul_into(x: &[f32], w: &[i8], w_scale: &[f32], out: &mut [f32], [m, k, n]: [usize; 3]) {
+    let col_sums = column_sums(w, k, n);
+    let mut acc = vec![0i32; n];
+    let mut levels = vec![0u8; k];
+    for i in 0..m {
+        let row = &x[i * k..(i + 1) * k];
+        let q = RowQuant::of(row);
+        for (l, &v) in levels.iter_mut().zip(row) {
+            *l = if v.is_finite() { q.level(v) } else { 0 };
+        }
+        acc.fill(0);
+        for (p, &l) in levels.iter().enumerate() {
+            for (a, &wv) in acc.iter_mut().zip(&w[p * n..(p + 1) * n]) {
+                *a += i32::from(l) * i32::from(wv);
+            }
+        }
+        for j in 0..n {
+            out[i * n + j] = q.output(acc[j], col_sums[j], w_scale[j]);
+        }
+    }
+}
+
+/// `Σ_k w[k, j]` for each column `j` of row-major `w: [k, n]`.
+pub fn column_sums(w: &[i8], k: usize, n: usize) -> Vec<i32> {
+    let mut sums = vec![0i32; n];
+    for p in 0..k {
+        for (s, &v) in sums.iter_mut().zip(&w[p * n..(p + 1) * n]) {
+            *s += i32::from(v);
+        }
+    }
+    sums
+}
+
+/// `x @ w` quantized: `x: f32[..., k]`, `w: i8[k, n]` (kept as `i32`
+/// storage holding `i8` values), `w_scale: f32[n]`.
+pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor) -> Result<Data, Diagnostic> {
+    let (Data::F32(xa), Data::I32(wa), Data::F32(sa)) = (x.data(), w.data(), w_scale.data()) else {
+        return Err(Diagnostic::internal("quant_matmul: operands of the wrong storage"));
+    };
+    let (&k, lead) = x.shape().split_last().ok_or_else(|| Diagnostic::internal("quant_matmul: scalar x"))?;
+    let n = w.shape().get(1).copied().unwrap_or(0);
+    let m: usize = lead.iter().product();
+    let xs: Vec<f32> = xa.iter().copied().collect();
+    let ws: Vec<i8> = wa.iter().map(|&v| v as i8).collect();
+    let ss: Vec<f32> = sa.iter().copied().collect();
+    let mut out = vec![0.0f32; m * n];
+    quant_matmul_into(&xs, &ws, &ss, &mut out, [m, k, n]);
+    let mut shape = lead.to_vec();
+    shape.push(n);
+    Ok(Data::F32(array_from(&shape, out)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_module_example() {
+        let mut out = [0.0f32];
+        quant_matmul_into(&[1.0, -1.0], &[2, 3], &[0.5], &mut out, [1, 2, 1]);
+        let q = RowQuant::of(&[1.0, -1.0]);
+        assert_eq!((q.zero, q.level(1.0), q.level(-1.0)), (127, 254, 0));
+        assert_eq!(out[0], -127.0 * ((2.0f32 / 255.0) * 0.5));
+    }
+
+    #[test]
+    fn a_row_of_zeros_and_a_non_finite_row() {
+        let mut out = [1.0f32; 4];
+        quant_matmul_into(&[0.0, 0.0, f32::NAN, 1.0], &[1, 2, 3, 4], &[1.0, 1.0], &mut out, [2, 2, 2]);
+        assert_eq!(&out[..2], &[0.0, 0.0]);
+        assert!(out[2].is_nan() && out[3].is_nan());
+    }
+
+    #[test]
+    fn close_to_the_f32_product() {
+        // Levels 1/255 of the row's range apart: the error per product is
+        // at most half a level times |w|.
+        let (m, k, n) = (3, 37, 5);
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 97) as f32 / 48.0 - 1.0).collect();
+        let w: Vec<i8> = (0..k * n).map(|i| ((i * 31) % 255) as i8).collect();
+        let s: Vec<f32> = (0..n).map(|j| 0.01 * (j + 1) as f32).collect();
+        let mut out = vec![0.0; m * n];
+        quant_matmul_into(&x, &w, &s, &mut out, [m, k, n]);
+        for i in 0..m {
+            let q = RowQuant::of(&x[i * k..(i + 1) * k]);
+            for j in 0..n {
+                let exact: f32 = (0..k).map(|p| x[i * k + p] * f32::from(w[p * n + j]) * s[j]).sum();
+                let bound: f32 = (0..k).map(|p| 0.5 * q.scale * f32::from(w[p * n + j]).abs() * s[j]).sum();
+                assert!((out[i * n + j] - exact).abs() <= bound * 1.01 + 1e-5, "{i},{j}");
+            }
+        }
+    }
+}
