@@ -21,7 +21,7 @@ use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
-use crate::backend::cpu::kernels::int8_gemm::quant_gemm;
+use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed};
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
@@ -192,7 +192,7 @@ impl Step {
                 let (px, ps) = (mem.ptr(*x, m * k)? as *const f32, mem.ptr(*scale, n)? as *const f32);
                 let narrowed;
                 let pw = match w {
-                    Int8Weights::Fixed(values) => values.as_ptr(),
+                    Int8Weights::Fixed(values, _) => values.as_ptr(),
                     Int8Weights::Tensor(r) => {
                         narrowed = Int8Weights::narrow(mem.tensor(*r)?)?;
                         narrowed.as_ptr()
@@ -201,8 +201,14 @@ impl Step {
                 // SAFETY: the caller's contract.
                 let out = unsafe { mem.out(*dst, m * n, "a quantized product")? };
                 // SAFETY: `ptr` checked that `x` holds m·k and `scale` n
-                // floats; `pw` holds k·n weights (the step's shape).
-                unsafe { quant_gemm(out, px, pw, ps, [m, k, n], threads) };
+                // floats; `pw` holds k·n weights and `packed` stands for
+                // them (the step's shape).
+                match w {
+                    Int8Weights::Fixed(_, Some(packed)) => unsafe {
+                        quant_gemm_packed(out, px, packed, ps, [m, k, n], threads)
+                    },
+                    _ => unsafe { quant_gemm(out, px, pw, ps, [m, k, n], threads) },
+                }
             }
             Step::Bf16Conv { conv, a, b, dst } => {
                 let (na, nb, ny) = conv.sizes();

@@ -55,6 +55,7 @@ use super::recognize::{
     table_reshape,
 };
 use super::step::{place, Arg, Code, ConvPost, Fallible, Int8Weights, InterpNode, Ref, Step};
+use crate::backend::cpu::kernels::int8_gemm::pack_weights;
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
 use crate::backend::StepCounts;
@@ -795,11 +796,15 @@ impl<'a> Lowering<'a> {
         }
         let ins = g.inputs(mm);
         let (x, w, scale) = (self.b.get(ins[0])?, self.b.get(ins[1])?, self.b.get(ins[2])?);
+        let (xs, ws) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
         let w = match w {
-            Ref::Fixed(i) => Int8Weights::Fixed(Int8Weights::narrow(&self.b.fixed[i])?),
+            Ref::Fixed(i) => {
+                let values = Int8Weights::narrow(&self.b.fixed[i])?;
+                let packed = pack_weights(&values, ws[0], ws[1]);
+                Int8Weights::Fixed(values, packed)
+            }
             r => Int8Weights::Tensor(r),
         };
-        let (xs, ws) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
         let (&k, rows) = xs.split_last().ok_or_else(|| internal("a quantized product of a scalar"))?;
         Ok(Some(Step::QuantGemm { x, w, scale, dst, m: rows.iter().product(), k, n: ws[1] }))
     }

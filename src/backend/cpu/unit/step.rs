@@ -92,9 +92,10 @@ pub(super) enum Code {
 
 /// The `i8` weights of a quantized product. The host keeps `i8` values in
 /// `i32` storage: weights fixed at `prepare` (a quantized model's, the
-/// usual case) are narrowed once then, any others on each run.
+/// usual case) are narrowed, and packed for the VNNI kernel, once then;
+/// any others on each run.
 pub(super) enum Int8Weights {
-    Fixed(Box<[i8]>),
+    Fixed(Box<[i8]>, Option<crate::backend::cpu::kernels::int8_gemm::PackedWeights>),
     Tensor(Ref),
 }
 

@@ -108,7 +108,7 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx512 && vnni() {
         // SAFETY: the CPU has AVX-512 F, BW, VL (the tier) and VNNI.
-        return unsafe { tiled(dst, x, w, w_scale, mkn, threads) };
+        return unsafe { tiled(dst, x, Weights::RowMajor(w), w_scale, mkn, threads) };
     }
     portable(dst, x, w, w_scale, mkn, threads);
 }
@@ -187,13 +187,77 @@ struct Buffers {
     col_sums: Vec<i32>,
 }
 
-/// The VNNI tier: packs both operands, then runs the grid.
+/// Weights packed once for the VNNI kernel (a quantized model's weights
+/// are fixed when a unit is prepared): the panels and column sums that
+/// `tiled` would otherwise pack on every call.
+pub(in crate::backend::cpu) struct PackedWeights {
+    #[cfg(target_arch = "x86_64")]
+    b: Vec<Line>,
+    #[cfg(target_arch = "x86_64")]
+    col_sums: Vec<i32>,
+    k: usize,
+    n: usize,
+}
+
+/// Row-major `k × n` weights `w` packed for `quant_gemm_packed`; `None`
+/// when this process does not run the VNNI kernel (or `k` is 0).
+pub(in crate::backend::cpu) fn pack_weights(w: &[i8], k: usize, n: usize) -> Option<PackedWeights> {
+    #[cfg(target_arch = "x86_64")]
+    if isa::active() >= Isa::Avx512 && vnni() && k > 0 && w.len() >= k * n {
+        let (quads, panels) = (k.div_ceil(4), n.div_ceil(NR));
+        let mut b = vec![Line([0; 64]); panels * quads * 2];
+        let mut col_sums = vec![0; panels * NR];
+        // SAFETY: the CPU has the instructions (checked); `b` and
+        // `col_sums` hold every panel.
+        unsafe { avx512::pack_panels(w, [k, n], 0..panels, quads, &mut b, &mut col_sums) };
+        return Some(PackedWeights { b, col_sums, k, n });
+    }
+    let _ = (w, k, n);
+    None
+}
+
+/// `quant_gemm` with weights packed by `pack_weights` (of this `k × n`).
+///
+/// # Safety
+/// As for `quant_gemm`, `packed` standing for `w`.
+pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
+    dst: &mut [f32],
+    x: *const f32,
+    packed: &PackedWeights,
+    w_scale: *const f32,
+    [m, k, n]: [usize; 3],
+    threads: usize,
+) {
+    assert!(dst.len() >= m * n && packed.k == k && packed.n == n, "quant_gemm_packed: the shapes differ");
+    if m == 0 || n == 0 {
+        return;
+    }
+    // SAFETY (both): the caller's contract.
+    let (x, w_scale) = unsafe { (slice(x, m * k), slice(w_scale, n)) };
+    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    // SAFETY: `packed` exists only where the VNNI kernel runs, with k > 0.
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        tiled(&mut dst[..m * n], x, Weights::Packed(packed), w_scale, [m, k, n], threads)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, w_scale, threads);
+}
+
+/// The weights `tiled` multiplies by: as stored, or packed already.
+#[cfg(target_arch = "x86_64")]
+enum Weights<'a> {
+    RowMajor(&'a [i8]),
+    Packed(&'a PackedWeights),
+}
+
+/// The VNNI tier: packs `x` (and `w`, unless packed), then runs the grid.
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, VL and VNNI; `x` is `m × k`, `w` `k × n`,
 /// `w_scale` `n` and `dst` `m × n`, with `k > 0`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn tiled(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
+unsafe fn tiled(dst: &mut [f32], x: &[f32], w: Weights, w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
     let quads = k.div_ceil(4);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.
@@ -225,22 +289,28 @@ unsafe fn tiled(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]
         unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, a, quants) }
     });
 
-    let (panels, b_panel) = (n.div_ceil(NR), quads * 2);
-    reuse(&mut buf.b, panels * b_panel, Line([0; 64]));
-    reuse(&mut buf.col_sums, panels * NR, 0);
-    let parts = split(k * n);
-    let items = split_rows(panels, parts).zip(pieces(&mut buf.b, b_panel, panels, parts));
-    let items: Vec<_> = items.zip(pieces(&mut buf.col_sums, NR, panels, parts)).collect();
-    each_in_parallel(items, |(((lo, hi), b), col_sums)| {
-        // SAFETY: as above; panels `lo..hi`.
-        unsafe { avx512::pack_panels(w, [k, n], lo..hi, quads, b, col_sums) }
-    });
+    let (b, col_sums) = match w {
+        Weights::Packed(p) => (&p.b[..], &p.col_sums[..]),
+        Weights::RowMajor(w) => {
+            let (panels, b_panel) = (n.div_ceil(NR), quads * 2);
+            reuse(&mut buf.b, panels * b_panel, Line([0; 64]));
+            reuse(&mut buf.col_sums, panels * NR, 0);
+            let parts = split(k * n);
+            let items = split_rows(panels, parts).zip(pieces(&mut buf.b, b_panel, panels, parts));
+            let items: Vec<_> = items.zip(pieces(&mut buf.col_sums, NR, panels, parts)).collect();
+            each_in_parallel(items, |(((lo, hi), b), col_sums)| {
+                // SAFETY: as above; panels `lo..hi`.
+                unsafe { avx512::pack_panels(w, [k, n], lo..hi, quads, b, col_sums) }
+            });
+            (&buf.b[..], &buf.col_sums[..])
+        }
+    };
 
     let job = Job {
         a: &buf.a,
         quants: &buf.quants,
-        b: &buf.b,
-        col_sums: &buf.col_sums,
+        b,
+        col_sums,
         w_scale,
         dst: super::conv_direct::SendPtr(dst.as_mut_ptr()),
         m,
