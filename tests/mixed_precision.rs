@@ -46,21 +46,6 @@ fn loss_and_accuracy(out: &str) -> (f64, f64) {
     (numbers[0], numbers[1])
 }
 
-fn run_with(dir: &std::path::Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-    put(dir, "main.tfl", program.as_bytes());
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"));
-    cmd.current_dir(dir).arg("run").args(args).arg("main.tfl").env("NO_COLOR", "1").env_remove("TFC_ISA");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("run tfc");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 fn succeeds(r: Run) -> String {
     assert_eq!(r.code, Some(0), "tfc failed:\n{}", r.stderr);
     r.stdout

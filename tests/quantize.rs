@@ -56,24 +56,6 @@ fn accuracies(out: &str) -> (f64, f64) {
     (numbers[0], numbers[1])
 }
 
-fn with_isa(dir: &std::path::Path, program: &str, args: &[&str], isa: &str) -> Run {
-    put(dir, "main.tfl", program.as_bytes());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"))
-        .current_dir(dir)
-        .arg("run")
-        .args(args)
-        .arg("main.tfl")
-        .env("NO_COLOR", "1")
-        .env("TFC_ISA", isa)
-        .output()
-        .expect("run tfc");
-    Run {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
 #[test]
 fn the_quantized_digits_mlp_keeps_the_f32_accuracy() {
     let dir = scratch("quantize-digits");
@@ -94,7 +76,7 @@ fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_coun
     let mut skipped = Vec::new();
     for isa in ["portable", "avx512", "amx"] {
         for threads in ["1", "2"] {
-            let r = with_isa(&dir, RAGGED, &["--threads", threads, "--strict"], isa);
+            let r = run_with(&dir, RAGGED, &["--threads", threads, "--strict"], &[("TFC_ISA", isa)]);
             if r.code != Some(0) && r.stderr.contains("E0903") {
                 skipped.push(isa);
                 break;

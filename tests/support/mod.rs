@@ -305,3 +305,20 @@ let digits = load_csv("{}", label = -1) |> map(fn(x, y) = (x / 16.0, y))
         data.display()
     )
 }
+
+/// Writes `program` to `main.tfl` in `dir` and runs it with `args` and the
+/// environment `env` (`TFC_ISA` removed unless `env` sets it).
+pub fn run_with(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    put(dir, "main.tfl", program.as_bytes());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"));
+    cmd.current_dir(dir).arg("run").args(args).arg("main.tfl").env("NO_COLOR", "1").env_remove("TFC_ISA");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run tfc");
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

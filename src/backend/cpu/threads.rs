@@ -104,6 +104,36 @@ pub(super) fn with_workers_awake<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// The blocks of one row and column run of a product's output grid.
+pub(super) type GridRun = (std::ops::Range<usize>, std::ops::Range<usize>);
+
+/// Runs a blocked product's grid of `row_blocks × panels` output blocks:
+/// all of it as one `run` call for one thread, else split into tasks for
+/// `threads` workers — one row block of one group of panels each, the
+/// groups enough to give every thread a few tasks when there are few row
+/// blocks; a worker's contiguous tasks share their group, so they reach
+/// `run` as one range of row blocks (reusing the panels' packed operand).
+/// `run` gets each worker's `(row blocks, panels)` runs; the blocks are
+/// disjoint, and the split never cuts the sum of one block.
+pub(super) fn output_grid(row_blocks: usize, panels: usize, threads: usize, run: impl Fn(&[GridRun]) + Sync) {
+    if threads <= 1 {
+        return run(&[(0..row_blocks, 0..panels)]);
+    }
+    let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
+    let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
+    in_ranges(row_blocks * groups, threads, |lo, hi| {
+        let mut runs = Vec::new();
+        let mut t = lo;
+        while t < hi {
+            let (g, first) = (t / row_blocks, t % row_blocks);
+            let last = (first + hi - t).min(row_blocks);
+            runs.push((first..last, group(g)));
+            t += last - first;
+        }
+        run(&runs)
+    });
+}
+
 /// Runs `run(lo, hi)` over `0..items` split into `threads` contiguous
 /// ranges (`split_rows`) at once on the current pool, or as one call on
 /// this thread for one thread or one item. `run` must give each range's

@@ -231,27 +231,9 @@ unsafe fn tiled<K: Kernel>(
 unsafe fn grid<K: Kernel>(job: &Job, threads: usize) {
     let (m, n) = (job.m, job.n);
     let (row_blocks, panels) = (m.div_ceil(K::MR), n.div_ceil(NR));
-    if threads <= 1 {
-        // SAFETY: the whole grid on this thread.
-        return unsafe { K::run(job, &[(0..row_blocks, 0..panels)]) };
-    }
-    // Tasks: one row block of one group of panels, the groups enough to
-    // give every thread a few tasks when there are few row blocks; a
-    // worker's contiguous tasks share their group, so they run as one
-    // range of row blocks (reusing the panels' packed `rhs`).
-    let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
-    let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
-    crate::backend::cpu::threads::in_ranges(row_blocks * groups, threads, |lo, hi| {
-        let mut runs = Vec::new();
-        let mut t = lo;
-        while t < hi {
-            let (g, first) = (t / row_blocks, t % row_blocks);
-            let last = (first + hi - t).min(row_blocks);
-            runs.push((first..last, group(g)));
-            t += last - first;
-        }
-        // SAFETY: each task's blocks belong to this worker only.
-        unsafe { K::run(job, &runs) }
+    crate::backend::cpu::threads::output_grid(row_blocks, panels, threads, |runs| {
+        // SAFETY: each worker's blocks belong to it only.
+        unsafe { K::run(job, runs) }
     });
 }
 

@@ -335,27 +335,9 @@ unsafe fn tiled(dst: &mut [f32], x: &[f32], w: Weights, w_scale: &[f32], [m, k, 
 #[cfg(target_arch = "x86_64")]
 unsafe fn grid(job: &Job, threads: usize) {
     let (row_blocks, panels) = (job.m.div_ceil(MR), job.n.div_ceil(NR));
-    if threads <= 1 {
-        // SAFETY: the whole grid on this thread.
-        return unsafe { avx512::run(job, &[(0..row_blocks, 0..panels)]) };
-    }
-    // Tasks: one row block of one group of panels, the groups enough to
-    // give every thread a few tasks when there are few row blocks; a
-    // worker's contiguous tasks share their group, so they run as one
-    // range of row blocks (reusing the panels' packed `w`).
-    let groups = (4 * threads).div_ceil(row_blocks).clamp(1, panels);
-    let group = |g: usize| panels * g / groups..panels * (g + 1) / groups;
-    crate::backend::cpu::threads::in_ranges(row_blocks * groups, threads, |lo, hi| {
-        let mut runs = Vec::new();
-        let mut t = lo;
-        while t < hi {
-            let (g, first) = (t / row_blocks, t % row_blocks);
-            let last = (first + hi - t).min(row_blocks);
-            runs.push((first..last, group(g)));
-            t += last - first;
-        }
-        // SAFETY: each task's blocks belong to this worker only.
-        unsafe { avx512::run(job, &runs) }
+    crate::backend::cpu::threads::output_grid(row_blocks, panels, threads, |runs| {
+        // SAFETY: each worker's blocks belong to it only.
+        unsafe { avx512::run(job, runs) }
     });
 }
 
