@@ -87,7 +87,7 @@ macro_rules! transcripts {
     };
 }
 
-transcripts!(basics, errors, training, inspect, load_quit, cache);
+transcripts!(basics, errors, training, inspect, load_quit, cache, quantize);
 
 #[test]
 fn every_transcript_file_has_a_test() {

@@ -4,7 +4,8 @@
 //! A file is traced in one go into one graph; a session is traced one entry
 //! at a time into one *growing* graph. `Live` keeps what the tracer needs to
 //! continue — the graph, the loaded std modules, the slot counter, the CSV
-//! cache and the session scope with every binding — and `trace` runs one
+//! cache, the quantized models' weights and the session scope with every
+//! binding — and `trace` runs one
 //! entry's statements with a fresh `Tracer` built around that state, so an
 //! entry costs only its own statements (no re-tracing of earlier ones) and
 //! later entries see earlier bindings, models and their trained parameters
@@ -45,6 +46,9 @@ pub struct Live {
     next_slot: usize,
     next_region: usize,
     csv_cache: CsvCache,
+    /// The weights of quantized models (`Tracer::quantized`), so that an
+    /// entry's `q(x)` on a model quantized earlier runs on int8 too.
+    quantized: rustc_hash::FxHashMap<NodeId, super::builtins::QuantizedWeight>,
     /// The session's own bindings; its parent is the prelude.
     session: Rc<Scope>,
     /// Every scope the session made, emptied when the session ends.
@@ -75,6 +79,7 @@ impl Live {
             next_slot: tracer.next_slot,
             next_region: tracer.next_region,
             csv_cache: tracer.csv_cache,
+            quantized: std::mem::take(&mut tracer.quantized),
             session: tracer.scopes.child(&prelude),
             scopes: std::mem::take(&mut tracer.scopes),
         })
@@ -127,6 +132,7 @@ impl Live {
         tracer.graph = std::mem::take(&mut self.graph);
         tracer.modules = std::mem::take(&mut self.modules);
         tracer.csv_cache = std::mem::take(&mut self.csv_cache);
+        tracer.quantized = std::mem::take(&mut self.quantized);
         tracer.next_slot = self.next_slot;
         tracer.next_region = self.next_region;
         tracer.kept_below = tracer.graph.node_bound();
@@ -163,6 +169,7 @@ impl Live {
         self.modules = tracer.modules;
         self.scopes = std::mem::take(&mut tracer.scopes);
         self.csv_cache = tracer.csv_cache;
+        self.quantized = std::mem::take(&mut tracer.quantized);
         self.next_slot = tracer.next_slot;
         self.next_region = tracer.next_region;
         let traced = Traced { effects: tracer.effects, value, scope, snapshot };
