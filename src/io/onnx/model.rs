@@ -174,7 +174,6 @@ pub fn dtype_name(t: i32) -> &'static str {
 pub fn dtype_of(t: i32) -> Result<DType, String> {
     Ok(match t {
         1 => DType::F32,
-        3 => DType::I8,
         6 => DType::I32,
         7 => DType::I64,
         9 => DType::Bool,
