@@ -22,20 +22,8 @@ use support::*;
 /// train block, printing the final loss and the test accuracy.
 fn digits_mlp(settings: &str) -> String {
     format!(
-        r#"
-{}
-let (train_set, test_set) = split(digits, 0.8, seed = 0)
-let net = Mlp(seed = 42)
-train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
-    loss(x, y) = softmax_cross_entropy(net(x), y)
-    optimizer = adam(lr = 1e-3)
-    epochs = 40
-    {settings}
-}}
-print(mean_loss(net, train_set |> batch(256), softmax_cross_entropy))
-print(accuracy(net, test_set |> batch(256)))
-"#,
-        digits_model()
+        "{}print(mean_loss(net, train_set |> batch(256), softmax_cross_entropy))\nprint(accuracy(net, test_set |> batch(256)))\n",
+        digits_trained(40, settings)
     )
 }
 

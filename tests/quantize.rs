@@ -10,24 +10,11 @@ mod support;
 use support::*;
 
 /// The digits MLP trained in f32 for 20 epochs, then quantized; prints the
-/// f32 and the int8 test accuracy, then `tail`.
-fn digits_quantized(tail: &str) -> String {
+/// f32 and the int8 test accuracy.
+fn digits_quantized() -> String {
     format!(
-        r#"
-{}
-let (train_set, test_set) = split(digits, 0.8, seed = 0)
-let net = Mlp(seed = 42)
-train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
-    loss(x, y) = softmax_cross_entropy(net(x), y)
-    optimizer = adam(lr = 1e-3)
-    epochs = 20
-}}
-let q = quantize(net)
-print(accuracy(net, test_set |> batch(256)))
-print(accuracy(q, test_set |> batch(256)))
-{tail}
-"#,
-        digits_model()
+        "{}let q = quantize(net)\nprint(accuracy(net, test_set |> batch(256)))\nprint(accuracy(q, test_set |> batch(256)))\n",
+        digits_trained(20, "")
     )
 }
 
@@ -59,7 +46,7 @@ fn accuracies(out: &str) -> (f64, f64) {
 #[test]
 fn the_quantized_digits_mlp_keeps_the_f32_accuracy() {
     let dir = scratch("quantize-digits");
-    let out = ok(&dir, &digits_quantized(""));
+    let out = ok(&dir, &digits_quantized());
     let (f32_accuracy, int8_accuracy) = accuracies(&out);
     assert!(f32_accuracy > 0.9, "the f32 model did not learn: {f32_accuracy}");
     assert!(

@@ -259,8 +259,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
                     format!("a quantized product needs f32[..., k], i8[k, n] and f32[n]: {x}, {w}, {s}"),
                 );
             }
-            let mut shape = x.shape.clone();
-            *shape.last_mut().unwrap_or(&mut 0) = w.shape[1];
+            let mut shape = x.shape[..x.rank() - 1].to_vec();
+            shape.push(w.shape[1]);
             Ok(TensorType::new(DType::F32, shape))
         }
         Op::Conv2d { stride, padding, dilation, groups } => {

@@ -322,3 +322,22 @@ pub fn run_with(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) 
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
+
+/// `digits_model()`, split 80/20 (`train_set`, `test_set`), and `net`
+/// trained on it for `epochs` with Adam (lr 1e-3, batches of 64), with
+/// `settings` added to the train block.
+pub fn digits_trained(epochs: usize, settings: &str) -> String {
+    format!(
+        r#"{}
+let (train_set, test_set) = split(digits, 0.8, seed = 0)
+let net = Mlp(seed = 42)
+train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
+    loss(x, y) = softmax_cross_entropy(net(x), y)
+    optimizer = adam(lr = 1e-3)
+    epochs = {epochs}
+    {settings}
+}}
+"#,
+        digits_model()
+    )
+}

@@ -104,6 +104,17 @@ pub(super) fn with_workers_awake<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// The workers for an `m × k × n` matrix product given `threads`: one below
+/// about a million multiply-adds, where a worker's wake-up costs more than
+/// it saves.
+pub(super) fn for_product([m, k, n]: [usize; 3], threads: usize) -> usize {
+    if m * k * n >= 1 << 20 {
+        threads.max(1)
+    } else {
+        1
+    }
+}
+
 /// The blocks of one row and column run of a product's output grid.
 pub(super) type GridRun = (std::ops::Range<usize>, std::ops::Range<usize>);
 

@@ -57,13 +57,11 @@ pub(in crate::backend::cpu) unsafe fn ordered_sgemm_all(
     mkn: [usize; 3],
     threads: usize,
 ) {
-    let [m, k, n] = mkn;
+    let [m, _, n] = mkn;
     debug_assert!(dst.len() >= m * n);
     /// Rows a worker takes at least (one register block).
     const ROWS: usize = 8;
-    // Below about a million multiply-adds (a few microseconds) waking a
-    // worker costs more than it saves (module `threads`).
-    let threads = if m * k * n >= 1 << 20 { threads } else { 1 };
+    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
     let out = SendPtr(dst.as_mut_ptr());
     let (pa, pb) = (SendPtr(a.0.cast_mut()), SendPtr(b.0.cast_mut()));
     crate::backend::cpu::threads::in_ranges(m.div_ceil(ROWS), threads, |lo, hi| {

@@ -190,24 +190,21 @@ impl Step {
             Step::QuantGemm { x, w, scale, dst, m, k, n } => {
                 let (m, k, n) = (*m, *k, *n);
                 let (px, ps) = (mem.ptr(*x, m * k)? as *const f32, mem.ptr(*scale, n)? as *const f32);
-                let narrowed;
-                let pw = match w {
-                    Int8Weights::Fixed(values, _) => values.as_ptr(),
-                    Int8Weights::Tensor(r) => {
-                        narrowed = Int8Weights::narrow(mem.tensor(*r)?)?;
-                        narrowed.as_ptr()
-                    }
-                };
                 // SAFETY: the caller's contract.
                 let out = unsafe { mem.out(*dst, m * n, "a quantized product")? };
-                // SAFETY: `ptr` checked that `x` holds m·k and `scale` n
-                // floats; `pw` holds k·n weights and `packed` stands for
-                // them (the step's shape).
+                // SAFETY (each): `ptr` checked that `x` holds m·k and
+                // `scale` n floats; the weights are k × n (the step's shape).
                 match w {
-                    Int8Weights::Fixed(_, Some(packed)) => unsafe {
+                    Int8Weights::Packed(packed) => unsafe {
                         quant_gemm_packed(out, px, packed, ps, [m, k, n], threads)
                     },
-                    _ => unsafe { quant_gemm(out, px, pw, ps, [m, k, n], threads) },
+                    Int8Weights::Narrowed(values) => unsafe {
+                        quant_gemm(out, px, values.as_ptr(), ps, [m, k, n], threads)
+                    },
+                    Int8Weights::Tensor(r) => {
+                        let values = Int8Weights::narrow(mem.tensor(*r)?)?;
+                        unsafe { quant_gemm(out, px, values.as_ptr(), ps, [m, k, n], threads) }
+                    }
                 }
             }
             Step::Bf16Conv { conv, a, b, dst } => {

@@ -676,7 +676,11 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        if let Some(step) = self.quant_product(mm, dst)?.or(self.bf16_product(mm, dst)?) {
+        let low_precision = match self.quant_product(mm, dst)? {
+            Some(step) => Some(step),
+            None => self.bf16_product(mm, dst)?,
+        };
+        if let Some(step) = low_precision {
             self.steps.push(step);
             self.counts.gemm += 1;
             if let Some(to) = rounding {
@@ -800,8 +804,10 @@ impl<'a> Lowering<'a> {
         let w = match w {
             Ref::Fixed(i) => {
                 let values = Int8Weights::narrow(&self.b.fixed[i])?;
-                let packed = pack_weights(&values, ws[0], ws[1]);
-                Int8Weights::Fixed(values, packed)
+                match pack_weights(&values, ws[0], ws[1]) {
+                    Some(packed) => Int8Weights::Packed(packed),
+                    None => Int8Weights::Narrowed(values),
+                }
             }
             r => Int8Weights::Tensor(r),
         };

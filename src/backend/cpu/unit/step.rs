@@ -95,7 +95,11 @@ pub(super) enum Code {
 /// usual case) are narrowed, and packed for the VNNI kernel, once then;
 /// any others on each run.
 pub(super) enum Int8Weights {
-    Fixed(Box<[i8]>, Option<crate::backend::cpu::kernels::int8_gemm::PackedWeights>),
+    /// Packed for the VNNI kernel.
+    Packed(crate::backend::cpu::kernels::int8_gemm::PackedWeights),
+    /// Narrowed, where this process runs the portable kernel.
+    Narrowed(Box<[i8]>),
+    /// Read from the unit's values on each run.
     Tensor(Ref),
 }
 

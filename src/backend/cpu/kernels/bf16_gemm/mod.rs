@@ -101,9 +101,7 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm_on(
         }
         return;
     }
-    // Below about a million multiply-adds a worker's wake-up costs more
-    // than it saves (module `threads`).
-    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
     match isa {
         Isa::Portable => {}
         // SAFETY: the CPU has the tier's instructions (checked above); the

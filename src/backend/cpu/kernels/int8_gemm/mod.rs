@@ -48,7 +48,7 @@
 mod avx512;
 
 use super::isa::{self, Isa};
-use crate::backend::cpu::threads::split_rows;
+use crate::backend::cpu::threads::{for_product, split_rows};
 use crate::tensor::quant::{quant_matmul_into, RowQuant};
 
 /// `dst = quant_matmul(x, w, w_scale)` (see the module docs and
@@ -102,11 +102,9 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
         // Every sum is 0: the reference's `RowQuant::output(0, 0, s)`.
         return quant_matmul_into(x, w, w_scale, dst, mkn);
     }
-    // Below about a million multiply-adds a worker's wake-up costs more
-    // than it saves (module `threads`).
-    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    let threads = for_product(mkn, threads);
     #[cfg(target_arch = "x86_64")]
-    if isa >= Isa::Avx512 && vnni() {
+    if runs_vnni(isa) {
         // SAFETY: the CPU has AVX-512 F, BW, VL (the tier) and VNNI.
         return unsafe { tiled(dst, x, Weights::RowMajor(w), w_scale, mkn, threads) };
     }
@@ -127,12 +125,13 @@ unsafe fn slice<'a, T>(p: *const T, len: usize) -> &'a [T] {
     }
 }
 
-/// Whether the CPU has AVX512_VNNI (and AVX-512BW, which the kernel's
-/// byte shuffles need; every tier above `Portable` requires it anyway).
+/// Whether the tier `isa` runs the VNNI kernel here: an AVX-512 tier on a
+/// CPU with AVX512_VNNI (and AVX-512 BW and VL, which the kernel's byte
+/// shuffles need; every tier above `Portable` requires them anyway).
 #[cfg(target_arch = "x86_64")]
-fn vnni() -> bool {
+fn runs_vnni(isa: Isa) -> bool {
     let f = isa::Features::detected();
-    f.avx512_vnni && f.avx512bw && f.avx512vl
+    isa >= Isa::Avx512 && f.avx512_vnni && f.avx512bw && f.avx512vl
 }
 
 /// The portable tier: the reference on contiguous ranges of rows (a row's
@@ -203,7 +202,7 @@ pub(in crate::backend::cpu) struct PackedWeights {
 /// when this process does not run the VNNI kernel (or `k` is 0).
 pub(in crate::backend::cpu) fn pack_weights(w: &[i8], k: usize, n: usize) -> Option<PackedWeights> {
     #[cfg(target_arch = "x86_64")]
-    if isa::active() >= Isa::Avx512 && vnni() && k > 0 && w.len() >= k * n {
+    if runs_vnni(isa::active()) && k > 0 && w.len() >= k * n {
         let (quads, panels) = (k.div_ceil(4), n.div_ceil(NR));
         let mut b = vec![Line([0; 64]); panels * quads * 2];
         let mut col_sums = vec![0; panels * NR];
@@ -234,7 +233,7 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
     }
     // SAFETY (both): the caller's contract.
     let (x, w_scale) = unsafe { (slice(x, m * k), slice(w_scale, n)) };
-    let threads = if m * k * n >= 1 << 20 { threads.max(1) } else { 1 };
+    let threads = for_product([m, k, n], threads);
     // SAFETY: `packed` exists only where the VNNI kernel runs, with k > 0.
     #[cfg(target_arch = "x86_64")]
     unsafe {
@@ -385,7 +384,7 @@ mod tests;
 /// profiles: `vnni` or `portable`.
 pub(in crate::backend::cpu) fn tier_name() -> &'static str {
     #[cfg(target_arch = "x86_64")]
-    if isa::active() >= Isa::Avx512 && vnni() {
+    if runs_vnni(isa::active()) {
         return "vnni";
     }
     "portable"

@@ -191,6 +191,29 @@ fn one_and_two_threads_give_the_same_bits() {
 }
 
 #[test]
+fn weights_packed_once_give_the_reference_bits() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+    for (s, &mkn) in [[13, 37, 19], [64, 784, 256], [5, 3, 70]].iter().enumerate() {
+        let ops = operands(&mut Rng::new(90 + s as u64), mkn);
+        let Some(packed) = pack_weights(&ops.1, mkn[1], mkn[2]) else {
+            eprintln!("no VNNI kernel on this machine: packed weights not tested");
+            return;
+        };
+        let want = reference(&ops, mkn);
+        for threads in [1, 2] {
+            let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
+            // SAFETY: the operands are m × k and n, `packed` k × n; `dst` m × n.
+            pool.install(|| unsafe {
+                quant_gemm_packed(&mut dst, ops.0.as_ptr(), &packed, ops.2.as_ptr(), mkn, threads)
+            });
+            if let Some(diff) = first_difference(&dst, &want, mkn[2]) {
+                panic!("{mkn:?} at {threads} threads: {diff}");
+            }
+        }
+    }
+}
+
+#[test]
 fn the_reference_example_and_empty_shapes() {
     for isa in tiers() {
         // `x = [[1, -1]]`, `w = [[2], [3]]`: in f32 `1 / (2/255)` is just
@@ -220,7 +243,7 @@ fn the_reference_example_and_empty_shapes() {
 #[test]
 fn the_vector_levels_are_the_reference_levels() {
     use std::arch::x86_64::*;
-    if !vnni() {
+    if !runs_vnni(Isa::Avx512) {
         return eprintln!("int8_gemm: no AVX512_VNNI: the vector levels are not tested");
     }
     /// 16 levels with the instructions enabled.
@@ -251,7 +274,7 @@ fn the_vector_levels_are_the_reference_levels() {
             2 => 0.0,
             _ => lo + (hi - lo) * (rng.unit() * 0.5 + 0.5),
         });
-        // SAFETY: `vnni()` checked AVX-512.
+        // SAFETY: `runs_vnni` checked AVX-512.
         let got = unsafe { levels(&v, &q) };
         for (e, (&g, &v)) in got.iter().zip(&v).enumerate() {
             assert_eq!(g, i32::from(q.level(v)), "{q:?}: lane {e}: {v:e}");
