@@ -10,7 +10,7 @@
 //! the IR from the program with every shape and dtype checked (`trace`,
 //! with `autodiff`); the optimizer plans it (`passes`); backends run its
 //! regions (`backend`: the reference interpreter and the CPU backend);
-//! `runtime` performs the program's effects; `driver` owns a session
+//! `dist` joins the processes of a data-parallel run; `runtime` performs the program's effects; `driver` owns a session
 //! (source files, the pipeline); `repl` and `cli` face the user.
 
 pub mod diag;
@@ -27,6 +27,7 @@ pub mod autodiff;
 pub mod trace;
 pub mod passes;
 pub mod backend;
+pub mod dist;
 pub mod runtime;
 pub mod driver;
 pub mod repl;

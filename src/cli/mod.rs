@@ -4,6 +4,7 @@
 
 mod bench;
 mod build;
+mod distributed;
 mod exports;
 mod library;
 mod onnx;
@@ -67,6 +68,21 @@ enum Command {
         /// Mixed precision for every training step, over the train blocks' `precision`: bf16, f16 or f32 (none).
         #[arg(long, value_name = "TYPE")]
         precision: Option<String>,
+        /// Data-parallel training on N processes on this machine (through `mpirun`; needs a build with feature `mpi`).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+        workers: Option<u16>,
+        /// Data-parallel training on these hosts and slots, e.g. `h1:2,h2:2`.
+        #[arg(long, value_name = "HOST:N,...")]
+        hosts: Option<String>,
+        /// Data-parallel training on the hosts of an Open MPI hostfile (`name slots=N` lines).
+        #[arg(long, value_name = "FILE")]
+        hostfile: Option<PathBuf>,
+        /// Data-parallel training: the virtual shards of each global batch (a power of two; the result depends on it, not on the number of processes) [default: up to 8].
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+        shards: Option<u16>,
+        /// Data-parallel training: seconds a rank waits for the others before the watchdog stops the job [default: from the measured step time, at least 10].
+        #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+        step_timeout: Option<f64>,
     },
     /// Compile a program (parse, check, optimize) and print a summary or an intermediate form.
     Build(BuildArgs),
@@ -202,16 +218,68 @@ pub fn main() -> ExitCode {
     }
     let result = match command {
         Command::Check { file } => check(&mut session, file),
-        Command::Run { file, check_numerics, verbose, opt_level, backend, threads, strict, .. } => {
+        Command::Run {
+            file,
+            check_numerics,
+            verbose,
+            opt_level,
+            backend,
+            threads,
+            strict,
+            workers,
+            hosts,
+            hostfile,
+            shards,
+            step_timeout,
+            ..
+        } => {
+            let spread = distributed::Spread {
+                workers: workers.map(usize::from),
+                hosts: hosts.as_deref(),
+                hostfile: hostfile.as_ref(),
+            };
+            // Started by a launcher: this process's rank, and its world.
+            let joined = match distributed::launch_if_asked(&spread) {
+                Ok(Some(status)) => return status,
+                Ok(None) => {
+                    distributed::placement().and_then(|p| p.map(|p| Ok((p, distributed::join(p)?))).transpose())
+                }
+                Err(d) => Err(d),
+            };
+            let (placement, world) = match joined {
+                Ok(Some((p, w))) => (Some(p), Some(w)),
+                Ok(None) => (None, None),
+                Err(d) => {
+                    report(&session, &[d]);
+                    return ExitCode::from(1);
+                }
+            };
+            if placement.is_some() || shards.is_some() {
+                let world = placement.map_or(1, |p| p.size);
+                session.data_parallel = Some(crate::ir::plan::DataParallel { shards: shards.map(usize::from), world });
+            }
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 verbose: *verbose,
                 backend: *backend,
                 threads: threads_or_cores(*threads),
                 strict: *strict,
+                world: world.clone(),
+                step_timeout: step_timeout.map(std::time::Duration::from_secs_f64),
                 ..Default::default()
             };
-            run(&mut session, file, options, opt_level.is_none())
+            let result = run(&mut session, file, options, opt_level.is_none());
+            match (result, placement) {
+                // A failed rank leaves MPI without finalizing, which makes
+                // the launcher stop the other ranks at once; each error
+                // names the rank it happened on.
+                (Err(diags), Some(p)) if p.size > 1 => {
+                    std::mem::forget(world);
+                    let on = |d: Diagnostic| d.note(format!("on rank {} of {}", p.rank, p.size));
+                    Err(diags.into_iter().map(on).collect())
+                }
+                (result, _) => result,
+            }
         }
         Command::Bench { file, steps, warmup, threads, backend, json, profile, strict, .. } => {
             let args = bench::BenchArgs {
@@ -287,7 +355,11 @@ fn run(
     let options = crate::runtime::exec::RunOptions { base_dir: session.base_dir(id), ..options };
     crate::interrupt::install();
     let stdout = std::io::stdout();
-    let mut out = std::io::LineWriter::new(stdout.lock());
+    // Rank 0 of a data-parallel run prints; the others compute the same.
+    let mut out: Box<dyn Write> = match options.is_primary() {
+        true => Box::new(std::io::LineWriter::new(stdout.lock())),
+        false => Box::new(std::io::sink()),
+    };
     let result = crate::runtime::exec::execute(&program, &mut out, options).map_err(|d| vec![d]);
     let _ = out.flush();
     result
@@ -307,6 +379,14 @@ pub(crate) fn refuse_host_kernels(
         Ok(())
     } else {
         Err(found)
+    }
+}
+
+/// `--step-timeout`: a positive, finite number of seconds.
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
     }
 }
 

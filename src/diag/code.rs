@@ -76,6 +76,10 @@ codes! {
     AssertFailed = "E0401", "assert_close found values that differ beyond the tolerance";
     Runtime = "E0402", "an operation failed while running (e.g. an index out of range)";
     Interrupted = "E0403", "the run was stopped by Ctrl-C";
+    Launch = "E0410", "a multi-process run cannot start: workers, hosts, hostfile, TF_CONFIG or the MPI launcher";
+    Shards = "E0411", "a data-parallel global batch does not split over the virtual shards and workers";
+    RankMismatch = "E0412", "the ranks of a data-parallel run compiled different programs, shapes or kernels";
+    RankSilent = "E0413", "a rank of a data-parallel run stopped answering or failed";
     Unsupported = "E0901", "the construct parses but is not executable in this version";
     OutOfMemory = "E0902", "the program needs more memory than the device has";
     Isa = "E0903", "the instruction set forced with `TFC_ISA` is unknown or this CPU lacks it";

@@ -22,6 +22,9 @@ pub struct Session {
     /// its train block says (`None`: as the program says; `Some(F32)`: no
     /// mixed precision).
     pub precision: Option<crate::ir::DType>,
+    /// A data-parallel run (`tfc run --workers`, under an MPI launcher, or
+    /// `--shards`): how its training steps are split.
+    pub data_parallel: Option<crate::ir::plan::DataParallel>,
 }
 
 /// Wall-clock time of each compilation stage.
@@ -114,7 +117,11 @@ impl Session {
         self.timings.parse = t1 - t0;
         self.timings.check = t2 - t1;
         let base = self.base_dir(file);
-        let options = crate::trace::TraceOptions { export_sizes: self.export_sizes.clone(), precision: self.precision };
+        let options = crate::trace::TraceOptions {
+            export_sizes: self.export_sizes.clone(),
+            precision: self.precision,
+            data_parallel: self.data_parallel,
+        };
         let sources = &mut self.sources;
         let on_thread = std::thread::scope(|scope| {
             let spawned = std::thread::Builder::new()

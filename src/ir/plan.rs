@@ -223,7 +223,71 @@ pub struct TrainPlan {
     /// Slots that receive the trained parameters, optimizer states and
     /// model states afterwards.
     pub result_slots: Vec<usize>,
+    /// A data-parallel run's step, in two halves (then `steps` is empty).
+    pub parallel: Option<ParallelStep>,
     pub span: Span,
+}
+
+/// How a data-parallel run splits its global batches: into `shards`
+/// virtual shards (`None`: the default, `ParallelStep::default_shards`),
+/// spread over `world` processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataParallel {
+    pub shards: Option<usize>,
+    pub world: usize,
+}
+
+/// A data-parallel training step. Every global batch is split into
+/// `shards` virtual shards, whatever the number of processes; each process
+/// runs a `gradients` region for each of its shards, the shards' outputs
+/// are summed over a fixed binary tree (`dist::tree`) and every process
+/// runs `update` on the sum. So the result depends on the global batch and
+/// `shards`, never on how many processes share the work.
+///
+/// `gradients` has one region per distinct shard size (rows). Inputs: the
+/// shard's batch parts, its weight (f32 scalar: `rows · shards / batch`,
+/// 1 when the batch splits evenly), the step number, the parameters,
+/// optimizer states and model states. Outputs: the weighted loss, each
+/// parameter's gradient of it, the new model states.
+///
+/// `update` inputs: the gradients summed over all shards, the step number,
+/// the parameters, the optimizer states; outputs: the new parameters and
+/// optimizer states. The new model states are the first shard's (as
+/// PyTorch's DDP takes rank 0's buffers).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParallelStep {
+    pub shards: usize,
+    pub gradients: Vec<(usize, Region)>,
+    pub update: Region,
+}
+
+impl ParallelStep {
+    /// The virtual shards of a batch of `batch` examples when none are
+    /// asked for: the largest power of two up to 8 that divides it.
+    pub fn default_shards(batch: usize) -> usize {
+        [8, 4, 2].into_iter().find(|v| batch.is_multiple_of(*v)).unwrap_or(1)
+    }
+
+    /// The rows of each shard of a batch of `batch` examples: as even as
+    /// possible, the larger ones first (a ragged last batch).
+    pub fn shard_rows(batch: usize, shards: usize) -> Vec<usize> {
+        (0..shards).map(|s| batch / shards + usize::from(s < batch % shards)).collect()
+    }
+
+    /// The gradient region for shards of `rows` examples.
+    pub fn gradients_for(&self, rows: usize) -> Option<&Region> {
+        self.gradients.iter().find(|(r, _)| *r == rows).map(|(_, region)| region)
+    }
+
+    /// Every region of the step.
+    pub fn regions(&self) -> impl Iterator<Item = &Region> {
+        self.gradients.iter().map(|(_, r)| r).chain([&self.update])
+    }
+
+    /// [`ParallelStep::regions`], mutably.
+    pub fn regions_mut(&mut self) -> impl Iterator<Item = &mut Region> {
+        self.gradients.iter_mut().map(|(_, r)| r).chain([&mut self.update])
+    }
 }
 
 impl TrainPlan {

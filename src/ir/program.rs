@@ -75,7 +75,18 @@ impl Effect {
             Effect::AssertClose { .. } => "assert_close".into(),
             Effect::Train(t) => {
                 let shapes: Vec<usize> = t.steps.iter().map(|(b, _)| *b).collect();
-                format!("train params={} batches={shapes:?} results=slots{:?}", t.params.len(), t.result_slots)
+                let parallel = match &t.parallel {
+                    Some(p) => {
+                        let rows: Vec<usize> = p.gradients.iter().map(|(r, _)| *r).collect();
+                        format!(" shards={} shard_rows={rows:?}", p.shards)
+                    }
+                    None => String::new(),
+                };
+                format!(
+                    "train params={} batches={shapes:?}{parallel} results=slots{:?}",
+                    t.params.len(),
+                    t.result_slots
+                )
             }
             Effect::Reduce { slot, .. } => format!("reduce_mean -> slot {slot}"),
             Effect::Collect { all, slots, .. } => {
@@ -106,7 +117,7 @@ impl Effect {
             Effect::Train(t) => {
                 dataset(&t.data, &mut out);
                 out.extend(t.carried().map(|(_, id)| *id));
-                for (_, r) in &t.steps {
+                for r in t.steps.iter().map(|(_, r)| r).chain(t.parallel.iter().flat_map(|p| p.regions())) {
                     out.extend(&r.outputs);
                 }
                 for e in &t.evals {
@@ -166,6 +177,9 @@ impl Program {
                     t.states.iter_mut().for_each(|(_, id)| f(id));
                     t.model_states.iter_mut().for_each(|(_, id)| f(id));
                     t.steps.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));
+                    for r in t.parallel.iter_mut().flat_map(|p| p.regions_mut()) {
+                        r.outputs.iter_mut().for_each(&mut *f);
+                    }
                     for ev in &mut t.evals {
                         dataset(&mut ev.reduce.data, f);
                         ev.reduce.regions.iter_mut().for_each(|(_, r)| r.outputs.iter_mut().for_each(&mut *f));

@@ -42,9 +42,7 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
     for e in &p.effects {
         if let Effect::Train(t) = e {
             if let Some(low) = t.precision {
-                work.extend(
-                    t.steps.iter().filter(|(_, r)| !r.outputs.is_empty()).map(|(_, r)| (low, r.outputs.clone())),
-                );
+                work.extend(loss_regions(t).filter(|r| !r.outputs.is_empty()).map(|r| (low, r.outputs.clone())));
             }
         }
     }
@@ -52,6 +50,12 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
         cast_products(&mut p.graph, &outputs, low);
     }
     Ok(())
+}
+
+/// The regions of a train block that compute its loss (their first
+/// output): the steps, or a data-parallel step's gradient halves.
+fn loss_regions(t: &crate::ir::plan::TrainPlan) -> impl Iterator<Item = &crate::ir::plan::Region> {
+    t.steps.iter().map(|(_, r)| r).chain(t.parallel.iter().flat_map(|p| p.gradients.iter().map(|(_, r)| r)))
 }
 
 /// Whether `n` is a product the policy puts in the low type: a matmul or
@@ -116,7 +120,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
         if t.precision.is_none() {
             continue;
         }
-        for (_, r) in &t.steps {
+        for r in loss_regions(t) {
             let Some(&loss) = r.outputs.first() else { continue };
             let forward = ancestors(&p.graph, &[loss]);
             if let Some(n) = forward.iter().find(|&&n| is_f32_product(&p.graph, n)) {

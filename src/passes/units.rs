@@ -106,6 +106,17 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                         export: false,
                     });
                 }
+                if let Some(p) = &t.parallel {
+                    for (rows, r) in &p.gradients {
+                        out.push(plain(format!("train {e} step gradients (shard of {rows})"), r));
+                    }
+                    // Inputs: the summed gradients, the step number, the
+                    // parameters and states, which its outputs replace.
+                    let r = &p.update;
+                    let first = t.params.len() + 1;
+                    let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, j)).collect();
+                    out.push(NamedRegion { name: format!("train {e} step update"), region: r, updates, export: false });
+                }
                 for (k, ev) in t.evals.iter().enumerate() {
                     data(&ev.reduce.data, &format!("train {e} eval {k} data"), &mut out);
                     for (b, r) in &ev.reduce.regions {

@@ -46,6 +46,12 @@ impl<'r> Carry<'r> {
         Ok(&self.values)
     }
 
+    /// Replaces the current values (computed outside any unit).
+    pub fn replace(&mut self, values: Vec<Tensor>) {
+        self.values = values;
+        self.holder = None;
+    }
+
     /// The current values, given up.
     pub fn into_values(mut self) -> Result<Vec<Tensor>, Diagnostic> {
         self.values()?;
@@ -114,6 +120,21 @@ pub struct RunOptions {
     pub strict: bool,
     /// Worker threads of the JIT backend (0 or 1: the calling thread only).
     pub threads: usize,
+    /// The processes of a data-parallel run (`None`: one process, or a
+    /// data-parallel run's `--shards` in one process).
+    pub world: Option<std::sync::Arc<dyn crate::dist::Communicator>>,
+    /// `--step-timeout`: how long a data-parallel step waits for the other
+    /// ranks before the watchdog stops the job (`None`: from the measured
+    /// step time).
+    pub step_timeout: Option<std::time::Duration>,
+}
+
+impl RunOptions {
+    /// Whether this process prints, logs and writes checkpoints and files:
+    /// rank 0 of a data-parallel run, or the only process.
+    pub fn is_primary(&self) -> bool {
+        self.world.as_ref().is_none_or(|w| w.rank() == 0)
+    }
 }
 
 /// Runs `program`, writing printed output to `out`.
@@ -228,6 +249,9 @@ impl<'p> Executor<'p> {
             }
             // Written out by `tfc build` (cli/build.rs) once the program ends.
             Effect::Export(_) => Ok(()),
+            // One process of a data-parallel run writes the files (every
+            // process holds the same values).
+            Effect::Save { .. } if !self.options.is_primary() => Ok(()),
             Effect::Save { tensors, path, span } => {
                 let ids: Vec<NodeId> = tensors.iter().map(|(_, id)| *id).collect();
                 self.demand(&ids)?;

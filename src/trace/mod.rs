@@ -127,6 +127,8 @@ pub struct Tracer<'s> {
     pub(crate) export_sizes: Vec<usize>,
     /// `TraceOptions::precision`.
     pub(crate) precision: Option<DType>,
+    /// `TraceOptions::data_parallel`.
+    pub(crate) data_parallel: Option<crate::ir::plan::DataParallel>,
     /// The weights of quantized models (`quantize`), by the node a model
     /// binds (their dequantized value): `@` with one runs on int8.
     pub(crate) quantized: rustc_hash::FxHashMap<crate::ir::NodeId, builtins::QuantizedWeight>,
@@ -141,6 +143,9 @@ pub struct TraceOptions {
     /// `--precision`: every train block's precision, over what it says
     /// (`Some(F32)`: none).
     pub precision: Option<DType>,
+    /// A data-parallel run: every train block's step is split in two
+    /// halves over virtual shards (`plan::ParallelStep`).
+    pub data_parallel: Option<crate::ir::plan::DataParallel>,
 }
 
 /// Traces a parsed program into an IR program, or returns every diagnostic.
@@ -159,6 +164,7 @@ pub fn trace_program_in(
     let mut tracer = Tracer::new(sources, base_dir);
     tracer.export_sizes = options.export_sizes.clone();
     tracer.precision = options.precision;
+    tracer.data_parallel = options.data_parallel;
     // The front-end bench's program traces to about one node per 11 bytes
     // of source: reserving one per 10 up front (proportional to the
     // program) saves the repeated copying of a growing graph; programs that
@@ -206,6 +212,7 @@ impl<'s> Tracer<'s> {
             exports: None,
             export_sizes: Vec::new(),
             precision: None,
+            data_parallel: None,
             quantized: Default::default(),
         }
     }

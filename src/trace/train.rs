@@ -20,7 +20,8 @@ use super::value::{ModelInstance, OptimizerValue, Scope, Value};
 use super::{TResult, Tracer};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{
-    Cadence, Dataset, EvalPlan, LogFormat, LogPlan, Region, StepParts, TrainPlan, LOSS_SCALE_STATES,
+    Cadence, DataParallel, Dataset, EvalPlan, LogFormat, LogPlan, ParallelStep, Region, StepParts, TrainPlan,
+    LOSS_SCALE_STATES,
 };
 use crate::ir::{BinaryOp, DType, Effect, NodeId, Op, ReduceOp, TensorType, UnaryOp};
 use crate::syntax::ast::{self, TrainField};
@@ -130,12 +131,33 @@ impl Tracer<'_> {
             }
         }
         let model_states = carried_states(&model);
-        let (mut steps, mut parts) = (Vec::new(), Vec::new());
-        for &b in &data.batch_sizes {
-            let carried = Carried { params: &params, states: &states, model_states: &model_states };
-            let (region, step_parts) = self.step_region(t, &model, &data, b, carried, &fields, env)?;
-            steps.push((b, region));
-            parts.push(step_parts);
+        let carried = Carried { params: &params, states: &states, model_states: &model_states };
+        let (mut steps, mut parts, mut parallel) = (Vec::new(), Vec::new(), None);
+        match self.data_parallel {
+            Some(dp) => {
+                let shards = shards_of(dp, &data, t.data.span)?;
+                let mut rows: Vec<usize> = data
+                    .batch_sizes
+                    .iter()
+                    .flat_map(|&b| ParallelStep::shard_rows(b, shards))
+                    .filter(|&r| r > 0)
+                    .collect();
+                rows.sort_unstable_by(|a, b| b.cmp(a));
+                rows.dedup();
+                let mut gradients = Vec::new();
+                for r in rows {
+                    gradients.push((r, self.gradient_region(t, &model, &data, r, carried, &fields, env)?));
+                }
+                let update = self.update_region(&carried, &fields, shards, t.span)?;
+                parallel = Some(ParallelStep { shards, gradients, update });
+            }
+            None => {
+                for &b in &data.batch_sizes {
+                    let (region, step_parts) = self.step_region(t, &model, &data, b, carried, &fields, env)?;
+                    steps.push((b, region));
+                    parts.push(step_parts);
+                }
+            }
         }
         let mut evals = Vec::new();
         for (metric, eval_data, every, name) in &fields.evals {
@@ -173,12 +195,15 @@ impl Tracer<'_> {
             resume: fields.resume.clone(),
             precision: fields.precision.map(|(dtype, _)| dtype),
             result_slots,
+            parallel,
             span: t.span,
         };
         self.effects.push(Effect::Train(Box::new(plan)));
         Ok(())
     }
 
+    /// The monolithic step for batches of `b`: loss, gradients and
+    /// updates in one region (module header).
     #[allow(clippy::too_many_arguments)]
     fn step_region(
         &mut self,
@@ -190,11 +215,95 @@ impl Tracer<'_> {
         fields: &Fields,
         env: &Rc<Scope>,
     ) -> TResult<(Region, StepParts)> {
-        let Carried { params, states, model_states } = carried;
+        let io = self.step_inputs(t, model, data, b, &carried, false);
+        let traced = self.step_gradients(&io, &carried, fields, env, t.span)?;
+        let updated = self.step_updates(&io.update, carried.params, traced.gradients, fields, t.span)?;
+        let mut outputs = vec![traced.loss];
+        outputs.extend(updated.params);
+        outputs.extend(updated.states);
+        outputs.extend(traced.model_states);
+        let parts = StepParts { gradients: updated.gradients, global_norm: updated.global_norm };
+        Ok((Region { id: self.new_region(), inputs: io.inputs, outputs }, parts))
+    }
+
+    /// A data-parallel step's first half for one virtual shard of `rows`
+    /// examples (`plan::ParallelStep::gradients`): inputs the shard's batch
+    /// parts, its weight, the step number, the parameters, optimizer states
+    /// and model states; outputs the weighted loss, each parameter's
+    /// gradient of it (scaled when the loss is) and the new model states.
+    fn gradient_region(
+        &mut self,
+        t: &ast::TrainDef,
+        model: &Rc<ModelInstance>,
+        data: &Dataset,
+        rows: usize,
+        carried: Carried,
+        fields: &Fields,
+        env: &Rc<Scope>,
+    ) -> TResult<Region> {
+        let io = self.step_inputs(t, model, data, rows, &carried, true);
+        let traced = self.step_gradients(&io, &carried, fields, env, t.span)?;
+        let mut outputs = vec![traced.loss];
+        outputs.extend(traced.gradients);
+        outputs.extend(traced.model_states);
+        Ok(Region { id: self.new_region(), inputs: io.inputs, outputs })
+    }
+
+    /// A data-parallel step's second half (`plan::ParallelStep::update`):
+    /// inputs the gradients summed over the `shards` virtual shards, the
+    /// step number, the parameters and the optimizer states; it takes
+    /// their mean and applies unscaling, clipping and the optimizer, so
+    /// those see the global gradient. Outputs the new parameters and
+    /// optimizer states.
+    fn update_region(&mut self, carried: &Carried, fields: &Fields, shards: usize, span: Span) -> TResult<Region> {
+        let param_types: Vec<TensorType> = carried.params.iter().map(|p| p.ty.clone()).collect();
+        let (mut inputs, sums) = self.slots_for(&param_types, span);
+        let (step_input, step) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
+        inputs.extend(step_input);
+        let (param_inputs, params) = self.slots_for(&param_types, span);
+        inputs.extend(param_inputs);
+        let state_types: Vec<TensorType> = carried.states.iter().map(|(_, _, ty)| ty.clone()).collect();
+        let (state_inputs, states) = self.slots_for(&state_types, span);
+        inputs.extend(state_inputs);
+        let mut means = Vec::with_capacity(sums.len());
+        for (sum, _) in &sums {
+            let share = Value::Float(1.0 / shards as f64);
+            means.push(tensor_id(&self.binary(BinaryOp::Mul, (sum, span), (&share, span), span)?));
+        }
+        let io = UpdateInputs { step: step[0].0.clone(), params, states };
+        let updated = self.step_updates(&io, carried.params, means, fields, span)?;
+        let mut outputs = updated.params;
+        outputs.extend(updated.states);
+        Ok(Region { id: self.new_region(), inputs, outputs })
+    }
+
+    /// Makes the slots of a step's inputs — the batch parts (`rows`
+    /// examples), a shard's weight when `weighted`, the step number, the
+    /// parameters, optimizer states and model states — and binds the
+    /// model's parameters and states to them.
+    fn step_inputs(
+        &mut self,
+        t: &ast::TrainDef,
+        model: &Rc<ModelInstance>,
+        data: &Dataset,
+        rows: usize,
+        carried: &Carried,
+        weighted: bool,
+    ) -> StepInputs {
+        let Carried { params, states, model_states } = *carried;
         let span = t.span;
-        let batch_types: Vec<TensorType> =
-            data.element.iter().map(|e| TensorType::new(e.dtype, [vec![b], e.shape[1..].to_vec()].concat())).collect();
-        let (mut inputs, batch_args) = self.slots_for(&batch_types, span);
+        let batch_types: Vec<TensorType> = data
+            .element
+            .iter()
+            .map(|e| TensorType::new(e.dtype, [vec![rows], e.shape[1..].to_vec()].concat()))
+            .collect();
+        let (mut inputs, batch) = self.slots_for(&batch_types, span);
+        let mut weight = None;
+        if weighted {
+            let (weight_input, weight_arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
+            inputs.extend(weight_input);
+            weight = Some(weight_arg[0].0.clone());
+        }
         let (step_input, step_arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
         inputs.extend(step_input);
         let param_types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
@@ -203,7 +312,6 @@ impl Tracer<'_> {
         let state_types: Vec<TensorType> = states.iter().map(|(_, _, ty)| ty.clone()).collect();
         let (state_inputs, state_args) = self.slots_for(&state_types, span);
         inputs.extend(state_inputs);
-        let param_nodes: Vec<NodeId> = param_args.iter().map(|(v, _)| tensor_id(v)).collect();
         for (p, (v, _)) in params.iter().zip(&param_args) {
             model.set_param(&p.path, v.clone());
         }
@@ -211,31 +319,43 @@ impl Tracer<'_> {
         let (model_state_inputs, model_state_args) = self.slots_for(&model_state_types, span);
         inputs.extend(model_state_inputs);
         bind_states(model_states, &model_state_args.into_iter().map(|(v, _)| v).collect::<Vec<_>>());
-        // The loss, in training mode, which may write the model's states.
+        let update = UpdateInputs { step: step_arg[0].0.clone(), params: param_args, states: state_args };
+        StepInputs { inputs, batch, weight, update }
+    }
+
+    /// Traces the loss of a step (in training mode, which may write the
+    /// model's states) and asks for each parameter's gradient of it — of
+    /// `loss · weight` for a shard, and of `loss · scale` with loss scaling.
+    fn step_gradients(
+        &mut self,
+        io: &StepInputs,
+        carried: &Carried,
+        fields: &Fields,
+        env: &Rc<Scope>,
+        span: Span,
+    ) -> TResult<TracedLoss> {
+        let Carried { params, model_states, .. } = *carried;
+        let param_nodes: Vec<NodeId> = io.update.params.iter().map(|(v, _)| tensor_id(v)).collect();
         let saved = std::mem::replace(&mut self.training, true);
-        let saved_counter = self.step_counter.replace(tensor_id(&step_arg[0].0));
+        let saved_counter = self.step_counter.replace(tensor_id(&io.update.step));
         let writable = model_states.iter().map(|s| s.owner.clone()).collect();
         let saved_models = std::mem::replace(&mut self.step_models, writable);
-        let loss = self.loss_value(fields, batch_args, env);
+        let loss = self.loss_value(fields, io.batch.clone(), env);
         self.training = saved;
         self.step_counter = saved_counter;
         self.step_models = saved_models;
-        let loss = loss?;
+        let mut loss = loss?;
+        if let Some(weight) = &io.weight {
+            let v = Value::Tensor(loss.id, loss.ty.clone());
+            let weighted = self.binary(BinaryOp::Mul, (&v, span), (weight, span), span)?;
+            loss = self.operand(&weighted, None, span)?;
+        }
         // With loss scaling, the gradients are taken of `loss · scale` (so
         // that small f16 gradients do not flush to zero) and divided by it.
-        let scaling = match fields.precision {
-            Some((DType::F16, _)) => Some(ScaleInputs::of(&state_args[state_args.len() - LOSS_SCALE_STATES.len()..])),
-            _ => None,
-        };
-        let differentiated = match &scaling {
+        let differentiated = match scale_inputs(fields, &io.update.states) {
             Some(s) => {
-                let scaled = self.binary(
-                    BinaryOp::Mul,
-                    (&Value::Tensor(loss.id, loss.ty.clone()), span),
-                    (&s.scale, span),
-                    span,
-                )?;
-                tensor_id(&scaled)
+                let v = Value::Tensor(loss.id, loss.ty.clone());
+                tensor_id(&self.binary(BinaryOp::Mul, (&v, span), (&s.scale, span), span)?)
             }
             None => loss.id,
         };
@@ -262,10 +382,10 @@ impl Tracer<'_> {
             }
             false => crate::autodiff::gradients(&mut self.graph, differentiated, None, &param_nodes)?,
         };
-        let mut grads = Vec::new();
+        let mut gradients = Vec::new();
         for (p, g) in params.iter().zip(found) {
             match g {
-                Some(g) => grads.push(g),
+                Some(g) => gradients.push(g),
                 None => {
                     return Err(Diagnostic::new(
                         Code::NoGradient,
@@ -277,6 +397,20 @@ impl Tracer<'_> {
                 }
             }
         }
+        Ok(TracedLoss { loss: loss.id, gradients, model_states: new_model_states })
+    }
+
+    /// The end of a step: unscaling (with loss scaling), clipping and each
+    /// parameter's optimizer update, from the gradients `grads`.
+    fn step_updates(
+        &mut self,
+        io: &UpdateInputs,
+        params: &[ParamInfo],
+        mut grads: Vec<NodeId>,
+        fields: &Fields,
+        span: Span,
+    ) -> TResult<Updated> {
+        let scaling = scale_inputs(fields, &io.states);
         let finite = match &scaling {
             Some(s) => {
                 let (unscaled, finite) = self.unscale(&grads, &s.scale, span)?;
@@ -290,17 +424,16 @@ impl Tracer<'_> {
             let (clipped, norm) = self.clip_by_global_norm(&grads, max_norm, span)?;
             (grads, global_norm) = (clipped, Some(norm));
         }
-        let step_value = step_arg[0].0.clone();
         let mut new_params = Vec::new();
         let mut new_states = Vec::new();
         let per_param = fields.optimizer.def.states.len();
         for (i, p) in params.iter().enumerate() {
-            let mine = &state_args[i * per_param..(i + 1) * per_param];
-            let (np, ns) = self.update(&fields.optimizer, p, &param_args[i].0, grads[i], &step_value, mine, span)?;
+            let mine = &io.states[i * per_param..(i + 1) * per_param];
+            let (np, ns) = self.update(&fields.optimizer, p, &io.params[i].0, grads[i], &io.step, mine, span)?;
             match &finite {
                 // A step whose gradients overflowed changes nothing.
                 Some(finite) => {
-                    new_params.push(self.keep_unless(finite, np, tensor_id(&param_args[i].0), span)?);
+                    new_params.push(self.keep_unless(finite, np, tensor_id(&io.params[i].0), span)?);
                     for (new, (old, _)) in ns.into_iter().zip(mine) {
                         new_states.push(self.keep_unless(finite, new, tensor_id(old), span)?);
                     }
@@ -314,11 +447,7 @@ impl Tracer<'_> {
         if let (Some(s), Some(finite)) = (&scaling, &finite) {
             new_states.extend(self.next_loss_scale(s, finite, span)?);
         }
-        let mut outputs = vec![loss.id];
-        outputs.extend(new_params);
-        outputs.extend(new_states);
-        outputs.extend(new_model_states);
-        Ok((Region { id: self.new_region(), inputs, outputs }, StepParts { gradients: grads, global_norm }))
+        Ok(Updated { params: new_params, states: new_states, gradients: grads, global_norm })
     }
 
     fn loss_value(
@@ -535,6 +664,82 @@ struct Carried<'a> {
     params: &'a [ParamInfo],
     states: &'a [(String, NodeId, TensorType)],
     model_states: &'a [StateInfo],
+}
+
+/// The virtual shards a data-parallel run splits this block's global
+/// batches into: `--shards`, or the default for its full batch; checked
+/// against the batch and the number of processes (E0411 says what to
+/// change).
+fn shards_of(dp: DataParallel, data: &Dataset, span: Span) -> TResult<usize> {
+    let batch = data.batch_sizes.first().copied().unwrap_or(1);
+    let shards = dp.shards.unwrap_or_else(|| ParallelStep::default_shards(batch));
+    let error = |message: String| Diagnostic::new(Code::Shards, message).label(span, format!("batches of {batch}"));
+    if !shards.is_power_of_two() {
+        return Err(error(format!("{shards} virtual shards: the number must be a power of two"))
+            .help("pass `--shards` 1, 2, 4, 8, …: the shards' gradients are summed over a binary tree")
+            .into());
+    }
+    if shards > batch {
+        return Err(error(format!("a batch of {batch} examples cannot be split into {shards} shards"))
+            .help(format!("pass `--shards {}` or less, or make the batch larger", batch.next_power_of_two() / 2))
+            .into());
+    }
+    if !shards.is_multiple_of(dp.world) {
+        let multiple = dp.world.next_power_of_two();
+        let help = match batch.is_multiple_of(multiple) {
+            true => format!("pass `--shards {multiple}` (a multiple of the {} workers; the result then depends on it, not on the workers), or run on a number of workers that divides {shards}", dp.world),
+            false => format!("run on a number of workers that divides {shards}, or make the batch a multiple of {multiple} and pass `--shards {multiple}`"),
+        };
+        return Err(error(format!(
+            "{} workers cannot share the {shards} virtual shards of each global batch of {batch}",
+            dp.world
+        ))
+        .help(help)
+        .into());
+    }
+    Ok(shards)
+}
+
+/// The bound inputs of a step region (`Tracer::step_inputs`).
+struct StepInputs {
+    inputs: Vec<(usize, TensorType)>,
+    batch: Vec<(Value, Span)>,
+    /// A virtual shard's weight (data-parallel gradient regions only).
+    weight: Option<Value>,
+    update: UpdateInputs,
+}
+
+/// What an optimizer update reads besides the gradients.
+struct UpdateInputs {
+    step: Value,
+    params: Vec<(Value, Span)>,
+    states: Vec<(Value, Span)>,
+}
+
+/// A traced loss: its node, each parameter's gradient (of the weighted,
+/// scaled loss) and the model states the loss left.
+struct TracedLoss {
+    loss: NodeId,
+    gradients: Vec<NodeId>,
+    model_states: Vec<NodeId>,
+}
+
+/// The end of a step: new parameters and optimizer states, and the
+/// gradients and global norm the updates read (`StepParts`).
+struct Updated {
+    params: Vec<NodeId>,
+    states: Vec<NodeId>,
+    gradients: Vec<NodeId>,
+    global_norm: Option<NodeId>,
+}
+
+/// With f16 loss scaling, the carried scale states (the last optimizer
+/// states, `LOSS_SCALE_STATES`).
+fn scale_inputs(fields: &Fields, states: &[(Value, Span)]) -> Option<ScaleInputs> {
+    match fields.precision {
+        Some((DType::F16, _)) => Some(ScaleInputs::of(&states[states.len() - LOSS_SCALE_STATES.len()..])),
+        _ => None,
+    }
 }
 
 /// The settings of a train block, read and checked.

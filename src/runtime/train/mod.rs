@@ -21,6 +21,7 @@
 
 mod checkpoint;
 mod log;
+mod parallel;
 mod progress;
 
 use super::dataset::reduce_mean;
@@ -43,13 +44,16 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     let mut resumed = None;
     if let Some(path) = &plan.resume {
         let path = ex.resolve_path(path);
+        let primary = ex.options.is_primary();
         if path.exists() {
             (values, at) = checkpoint::load(&path, plan, values)?;
             resumed = Some(at);
             let inside =
                 if at.batch > 0 { format!(" (batch {} of epoch {})", at.batch, at.epoch + 1) } else { String::new() };
-            eprintln!("resuming from {} at epoch {}, step {}{inside}", path.display(), at.epoch, at.step);
-        } else {
+            if primary {
+                eprintln!("resuming from {} at epoch {}, step {}{inside}", path.display(), at.epoch, at.step);
+            }
+        } else if primary {
             eprintln!("no checkpoint at {} yet; training from the start", path.display());
         }
     }
@@ -60,12 +64,19 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         .iter()
         .map(|(b, r)| Ok((*b, ex.compile_region_carrying(r, plan.carried_len())?)))
         .collect::<Result<_, Diagnostic>>()?;
+    // A data-parallel step, whose ranks first check that they agree.
+    let mut parallel = match &plan.parallel {
+        Some(p) => Some(parallel::Parallel::new(ex, plan, p, &values)?),
+        None => None,
+    };
+    let primary = ex.options.is_primary();
     let mut points = Points {
         plan,
+        primary,
         scaled: plan.states.iter().any(|(name, _)| name == LOSS_SCALE_STATES[0]),
         carry: Carry::new(values),
-        log: Log::open(ex, plan, resumed.as_ref())?,
-        progress: Progress::new(plan),
+        log: if primary { Log::open(ex, plan, resumed.as_ref())? } else { None },
+        progress: Progress::new(plan, !primary),
         started: Instant::now(),
         examples: 0,
     };
@@ -90,20 +101,24 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             crate::interrupt::check()
                 .map_err(|d| d.label(plan.span, format!("stopped before step {}", at.step + 1)))?;
             let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
-            let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
-                return Err(Diagnostic::internal(format!(
-                    "runtime: no training step was compiled for batches of {size}"
-                )));
-            };
             at.step += 1;
-            let mut inputs = batch;
-            inputs.push(scalar(at.step as f64)?);
             // A failure inside the step (e.g. `--check-numerics` finding a
             // NaN) points at an op; say which step it happened in, too.
-            let out = ex
-                .run_carrying(region, &inputs, &mut points.carry)
-                .map_err(|d| d.note(format!("in training step {} (epoch {})", at.step, at.epoch + 1)))?;
-            let loss = out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN);
+            let in_step = |d: Diagnostic| d.note(format!("in training step {} (epoch {})", at.step, at.epoch + 1));
+            let loss = match parallel.as_mut() {
+                Some(p) => p.run(ex, &batch, at.step, &mut points.carry).map_err(in_step)?,
+                None => {
+                    let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
+                        return Err(Diagnostic::internal(format!(
+                            "runtime: no training step was compiled for batches of {size}"
+                        )));
+                    };
+                    let mut inputs = batch;
+                    inputs.push(scalar(at.step as f64)?);
+                    let out = ex.run_carrying(region, &inputs, &mut points.carry).map_err(in_step)?;
+                    out[0].to_f64_vec().first().copied().unwrap_or(f64::NAN)
+                }
+            };
             // With loss scaling, a step whose loss or gradients overflowed
             // was skipped (it changed nothing but the scale): not an error,
             // and not part of the mean loss.
@@ -151,6 +166,8 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
 /// checkpoints.
 struct Points<'p> {
     plan: &'p TrainPlan,
+    /// This process writes the checkpoints (rank 0 of a data-parallel run).
+    primary: bool,
     /// The step scales its loss (f16 training, `LOSS_SCALE_STATES`).
     scaled: bool,
     carry: Carry<'p>,
@@ -266,7 +283,7 @@ impl Points<'_> {
 
     fn checkpoint_if(&mut self, ex: &Executor, at: &Position, due: impl Fn(Cadence) -> bool) -> Result<(), Diagnostic> {
         match &self.plan.checkpoint {
-            Some((path, every)) if due(*every) => {
+            Some((path, every)) if due(*every) && self.primary => {
                 checkpoint::save(&ex.resolve_path(path), self.plan, self.carry.values()?, at)
             }
             _ => Ok(()),

@@ -7,6 +7,8 @@ use crate::ir::plan::TrainPlan;
 use std::io::IsTerminal;
 
 pub(super) struct Progress {
+    /// Not the printing process (a data-parallel run's rank other than 0).
+    quiet: bool,
     tty: bool,
     epochs: Option<usize>,
     /// A bar is on the terminal's current line (cleared by the next epoch
@@ -23,12 +25,12 @@ impl Drop for Progress {
 }
 
 impl Progress {
-    pub(super) fn new(plan: &TrainPlan) -> Progress {
-        Progress { tty: std::io::stderr().is_terminal(), epochs: plan.epochs, bar_shown: false.into() }
+    pub(super) fn new(plan: &TrainPlan, quiet: bool) -> Progress {
+        Progress { quiet, tty: std::io::stderr().is_terminal(), epochs: plan.epochs, bar_shown: false.into() }
     }
 
     pub(super) fn step(&self, epoch: u64, batch: u64, batches: u64, loss: f64, rate: f64) {
-        if self.tty {
+        if self.tty && !self.quiet {
             let total = self.epochs.map(|e| format!("/{e}")).unwrap_or_default();
             let width = 24;
             let done = (width * batch / batches.max(1)).min(width) as usize;
@@ -54,6 +56,9 @@ impl Progress {
         // epoch, the last one, and every point with metrics.
         let every = self.epochs.map(|e| (e / 20).max(1) as u64).unwrap_or(1);
         let last = !inside && self.epochs == Some(epoch as usize);
+        if self.quiet {
+            return;
+        }
         if !self.tty && !last && metrics.is_empty() && (inside || !epoch.is_multiple_of(every)) {
             return;
         }

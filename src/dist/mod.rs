@@ -1,0 +1,108 @@
+//! The processes of a data-parallel run (`tfc run --workers N`, or `tfc
+//! run` under `mpirun`, `srun` or another MPI launcher).
+//!
+//! Every process runs the whole program; a train block's steps are split
+//! into virtual shards of each global batch (`ir::plan::ParallelStep`),
+//! each process computes the gradients of its shards, and the processes
+//! meet once per step in [`Communicator::exchange`]: every one sends its
+//! partial sum to the first process (rank 0), which combines them in a
+//! fixed order (`tree`) and sends the result back to all. The rest is
+//! bookkeeping for that one call: how the job was launched (`launch`),
+//! how tensors travel (`wire`), and the watchdog every exchange runs under
+//! (a rank that does not answer in time stops the whole job with an error
+//! naming it, instead of a hang).
+//!
+//! Contract: `exchange` returns the same bytes on every rank, or does not
+//! return (the job is aborted with a message naming the silent rank). One
+//! process alone (`Local`) needs no MPI; `Mpi` (feature `mpi`) is the
+//! MPI world of the process.
+//!
+//! Example: `tfc run --workers 2 examples/digits_mlp.tfl` trains on two
+//! processes and ends with the same weights, bit for bit, as `tfc run
+//! --workers 1` (and `--workers 4`).
+
+pub mod launch;
+#[cfg(feature = "mpi")]
+mod mpi;
+pub mod tree;
+pub mod wire;
+
+use crate::diag::{Code, Diagnostic};
+use std::time::Duration;
+
+/// Combines every rank's message (in rank order) into the one reply all
+/// ranks receive; runs on rank 0.
+pub type Combine<'a> = &'a mut dyn FnMut(&[&[u8]]) -> Result<Vec<u8>, Diagnostic>;
+
+/// One process's view of the processes of a run.
+pub trait Communicator: Send + Sync {
+    /// This process's place, from 0 (which prints, logs and checkpoints).
+    fn rank(&self) -> usize;
+    /// How many processes the run has.
+    fn size(&self) -> usize;
+    /// Sends `mine` to rank 0, which calls `combine` on every rank's
+    /// message; returns its reply on every rank. A rank that sends or
+    /// answers nothing for `timeout` aborts the job with an error naming
+    /// it (`what` says what was exchanged, e.g. `the gradients of step 12`).
+    fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic>;
+}
+
+/// A run of one process.
+pub struct Local;
+
+impl Communicator for Local {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn size(&self) -> usize {
+        1
+    }
+
+    fn exchange(&self, mine: &[u8], combine: Combine, _: Duration, _: &str) -> Result<Vec<u8>, Diagnostic> {
+        combine(&[mine])
+    }
+}
+
+/// The communicator of this process when a launcher started it as one of
+/// `placement.size` ranks: MPI's world, or an error if this tfc was built
+/// without MPI.
+pub fn join(placement: launch::Placement) -> Result<Box<dyn Communicator>, Diagnostic> {
+    if placement.size == 1 {
+        return Ok(Box::new(Local));
+    }
+    #[cfg(feature = "mpi")]
+    {
+        Ok(Box::new(mpi::Mpi::join(placement)?))
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        Err(without_mpi(format!("this process is rank {} of {}", placement.rank, placement.size)))
+    }
+}
+
+/// Whether this build can run on several processes.
+pub const HAS_MPI: bool = cfg!(feature = "mpi");
+
+/// The error for a multi-process run in a build without MPI.
+pub fn without_mpi(what: String) -> Diagnostic {
+    Diagnostic::new(Code::Launch, format!("{what}, but this tfc was built without MPI"))
+        .help("build it with `cargo build --release --features mpi` (Debian: `apt-get install libopenmpi-dev openmpi-bin libclang-dev`)")
+}
+
+/// The message and exit of a job whose rank `silent` stopped answering:
+/// printed by the rank that noticed, which then aborts every rank.
+pub fn silent_rank_error(silent: &[usize], size: usize, what: &str, timeout: Duration) -> Diagnostic {
+    let who = match silent {
+        [one] => format!("rank {one} of {size}"),
+        many => format!("ranks {many:?} of {size}"),
+    };
+    Diagnostic::new(Code::RankSilent, format!("{who} stopped answering: no reply within {:.1} s while exchanging {what}", timeout.as_secs_f64()))
+        .help("the rank is stuck or too slow; `--step-timeout SECONDS` sets the watchdog (default: from the measured step time)")
+}
+
+impl std::fmt::Debug for dyn Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.rank(), self.size())
+    }
+}
