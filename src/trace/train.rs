@@ -231,6 +231,7 @@ impl Tracer<'_> {
     /// parts, its weight, the step number, the parameters, optimizer states
     /// and model states; outputs the weighted loss, each parameter's
     /// gradient of it (scaled when the loss is) and the new model states.
+    #[allow(clippy::too_many_arguments)]
     fn gradient_region(
         &mut self,
         t: &ast::TrainDef,
@@ -681,7 +682,7 @@ fn shards_of(dp: DataParallel, data: &Dataset, span: Span) -> TResult<usize> {
     }
     if shards > batch {
         return Err(error(format!("a batch of {batch} examples cannot be split into {shards} shards"))
-            .help(format!("pass `--shards {}` or less, or make the batch larger", batch.next_power_of_two() / 2))
+            .help(format!("pass `--shards {}` or less, or make the batch larger", 1usize << batch.max(1).ilog2()))
             .into());
     }
     if !shards.is_multiple_of(dp.world) {

@@ -1,0 +1,213 @@
+//! Data-parallel training on several processes (feature `mpi`, Open MPI's
+//! `mpirun`): the same bits on 1, 2 and 4 ranks, checkpoints that resume
+//! on any number of ranks, and jobs that fail fast — a killed rank, a
+//! stuck rank, ranks that compiled different programs — instead of
+//! hanging. Under `CI=true` a missing `mpirun` fails these tests; elsewhere
+//! they say they were skipped.
+#![cfg(feature = "mpi")]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::{digits_trained, put, run_with, scratch, Run};
+
+/// Whether `mpirun` is there (under CI it must be).
+fn has_mpirun() -> bool {
+    let found = std::env::var("PATH").unwrap_or_default().split(':').any(|dir| Path::new(dir).join("mpirun").is_file());
+    if !found {
+        assert!(std::env::var("CI").is_err(), "CI=true but there is no mpirun: .ci/run installs openmpi-bin");
+        eprintln!("skipped: no mpirun on PATH (apt-get install openmpi-bin)");
+    }
+    found
+}
+
+/// The digits MLP trained for `epochs`, saved to `w.safetensors`.
+fn digits(epochs: usize, settings: &str) -> String {
+    digits_trained(epochs, settings) + "save(net, \"w.safetensors\")\n"
+}
+
+fn trained(dir: &Path, program: &str, args: &[&str]) -> Vec<u8> {
+    let r = run_with(dir, program, args, &[]);
+    assert_eq!(r.code, Some(0), "tfc run {args:?} failed:\n{}", r.stderr);
+    std::fs::read(dir.join("w.safetensors")).expect("the saved weights")
+}
+
+#[test]
+fn two_and_four_ranks_end_with_the_weights_of_one_process_bit_for_bit() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-bits");
+    let program = digits(3, "");
+    // Batches of 64 split into 8 virtual shards by default; one process
+    // with `--shards 8` sums them in the same order.
+    let alone = trained(&dir, &program, &["--shards", "8", "--threads", "2"]);
+    for workers in ["1", "2", "4"] {
+        let spread = trained(&dir, &program, &["--workers", workers, "--threads", "1"]);
+        assert!(spread == alone, "{workers} ranks end with other weights than one process");
+    }
+    // With another number of shards the sums round differently: the
+    // comparison above can fail.
+    let other = trained(&dir, &program, &["--shards", "4", "--threads", "1"]);
+    assert!(other != alone, "4 and 8 shards gave the same bits");
+}
+
+#[test]
+fn a_two_rank_checkpoint_resumes_on_one_and_on_four_ranks() {
+    if !has_mpirun() {
+        return;
+    }
+    let settings = "checkpoint \"ck.safetensors\" every 1 epochs\n    resume = \"ck.safetensors\"";
+    let whole = scratch("dp-resume-whole");
+    let uninterrupted = trained(&whole, &digits(4, settings), &["--workers", "2", "--threads", "1"]);
+    for workers in ["1", "4"] {
+        let dir = scratch(&format!("dp-resume-{workers}"));
+        trained(&dir, &digits(2, settings), &["--workers", "2", "--threads", "1"]);
+        let r = run_with(&dir, &digits(4, settings), &["--workers", workers, "--threads", "1"], &[]);
+        assert_eq!(r.code, Some(0), "the resumed run failed:\n{}", r.stderr);
+        assert!(r.stderr.contains("resuming from"), "{}", r.stderr);
+        let resumed = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        assert!(resumed == uninterrupted, "resumed on {workers} ranks: other weights than uninterrupted");
+    }
+}
+
+/// Starts `tfc run --workers 2` on a long training in `dir` (with `args`),
+/// marked so that its ranks can be found.
+fn long_job(dir: &Path, mark: &str, args: &[&str]) -> std::process::Child {
+    put(dir, "main.tfl", digits(100_000, "").as_bytes());
+    Command::new(env!("CARGO_BIN_EXE_tfc"))
+        .current_dir(dir)
+        .args(["run", "--workers", "2", "--threads", "1"])
+        .args(args)
+        .arg("main.tfl")
+        .env("NO_COLOR", "1")
+        .env("TFC_TEST_MARK", mark)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tfc")
+}
+
+/// The pid of rank `rank` of the job marked `mark`, once it has trained
+/// for a moment.
+fn rank_pid(mark: &str, rank: usize) -> u32 {
+    let started = Instant::now();
+    loop {
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(env) = std::fs::read(entry.path().join("environ")) else { continue };
+            let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+            let has = |v: String| vars.contains(&v.as_bytes());
+            if has(format!("TFC_TEST_MARK={mark}")) && has(format!("OMPI_COMM_WORLD_RANK={rank}")) {
+                if let Ok(pid) = entry.file_name().to_string_lossy().parse() {
+                    // Past start-up: the ranks compile, then train.
+                    std::thread::sleep(Duration::from_secs(2));
+                    return pid;
+                }
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "rank {rank} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits for `child` to exit (at most `limit`), then returns its output
+/// and how long it took.
+fn finish(child: std::process::Child, limit: Duration) -> (Run, Duration) {
+    let started = Instant::now();
+    let pid = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait for tfc"));
+    while !waiter.is_finished() {
+        if started.elapsed() > limit {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("the job still runs after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = waiter.join().expect("the waiter");
+    let run = Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    (run, started.elapsed())
+}
+
+#[test]
+fn a_killed_rank_stops_the_job_within_seconds_naming_it() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-killed");
+    let mark = format!("killed-{}", std::process::id());
+    let job = long_job(&dir, &mark, &[]);
+    let pid = rank_pid(&mark, 1);
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill").success());
+    let (r, took) = finish(job, Duration::from_secs(30));
+    assert!(took < Duration::from_secs(10), "the job took {took:?} to stop");
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("rank 1"), "the error does not name rank 1:\n{}", r.stderr);
+}
+
+#[test]
+fn a_stuck_rank_is_named_by_the_watchdog() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-stuck");
+    let mark = format!("stuck-{}", std::process::id());
+    let job = long_job(&dir, &mark, &["--step-timeout", "2"]);
+    let pid = rank_pid(&mark, 1);
+    // Alive but not answering: stopped.
+    assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill").success());
+    let (r, took) = finish(job, Duration::from_secs(60));
+    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    assert!(took < Duration::from_secs(30), "the job took {took:?} to stop");
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("rank 1 of 2 stopped answering"), "{}", r.stderr);
+}
+
+#[test]
+fn ranks_that_compiled_different_programs_all_fail_fast() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-mismatch");
+    put(&dir, "a.tfl", digits(2, "").as_bytes());
+    put(
+        &dir,
+        "b.tfl",
+        digits(2, "").replace("Dense(64, 128", "Dense(64, 96").replace("Dense(128", "Dense(96").as_bytes(),
+    );
+    let tfc = env!("CARGO_BIN_EXE_tfc");
+    // Open MPI's MPMD form: rank 0 runs a.tfl, rank 1 b.tfl.
+    let job = Command::new("mpirun")
+        .current_dir(&*dir)
+        .args(["--oversubscribe", "-n", "1", tfc, "run", "a.tfl", ":", "-n", "1", tfc, "run", "b.tfl"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mpirun");
+    let (r, took) = finish(job, Duration::from_secs(60));
+    assert_ne!(r.code, Some(0));
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    assert!(r.stderr.contains("E0412"), "{}", r.stderr);
+    assert!(r.stderr.contains("rank 1 of 2 compiled a different training step"), "{}", r.stderr);
+}
+
+#[test]
+fn three_ranks_cannot_share_eight_shards_and_are_told_what_to_change() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-three");
+    let r = run_with(&dir, &digits(1, ""), &["--workers", "3", "--threads", "1"], &[]);
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("E0411"), "{}", r.stderr);
+    assert!(r.stderr.contains("3 workers cannot share the 8 virtual shards"), "{}", r.stderr);
+    assert!(r.stderr.contains("on rank"), "{}", r.stderr);
+}

@@ -1,0 +1,107 @@
+//! What `tfc run` says about a bad request for data-parallel training —
+//! a hostfile that does not parse, a host list or `TF_CONFIG` it cannot
+//! use, shards that do not fit the batch — each before anything starts,
+//! with a non-zero exit and no panic. (tests/distributed.rs runs the
+//! ranks themselves, with feature `mpi`.)
+
+mod support;
+
+use support::{digits_trained, put, run_with, scratch, Run};
+
+fn flat(r: &Run) -> String {
+    r.stderr
+        .lines()
+        .map(|l| l.trim_start_matches(|c: char| c.is_whitespace() || c == '│'))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs the digits MLP with `args` and `env`; expects exit `code` and every
+/// needle in the message.
+fn refused(test: &str, args: &[&str], env: &[(&str, &str)], code: i32, needles: &[&str]) {
+    let dir = scratch(test);
+    put(&dir, "hosts.txt", b"# two machines\nnode1 slots=2\nnode2 slots two\n");
+    let r = run_with(&dir, &digits_trained(1, ""), args, env);
+    assert_eq!(r.code, Some(code), "stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    let text = flat(&r);
+    for n in needles {
+        assert!(text.contains(n), "the message lacks `{n}`:\n{}", r.stderr);
+    }
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+}
+
+#[test]
+fn zero_workers_is_a_usage_error() {
+    refused("dp-zero-workers", &["--workers", "0"], &[], 2, &["--workers", "0"]);
+}
+
+#[test]
+fn a_hostfile_that_does_not_parse_names_its_line() {
+    refused("dp-hostfile", &["--hostfile", "hosts.txt"], &[], 1, &["E0410", "hosts.txt:3"]);
+}
+
+#[test]
+fn a_missing_hostfile_is_named() {
+    refused("dp-no-hostfile", &["--hostfile", "nowhere.txt"], &[], 1, &["nowhere.txt"]);
+}
+
+#[test]
+fn a_host_with_no_slots_is_refused() {
+    refused("dp-hosts", &["--hosts", "a:2,b:0"], &[], 1, &["E0410"]);
+}
+
+#[test]
+fn two_ways_of_choosing_ranks_are_refused() {
+    refused("dp-two-ways", &["--workers", "2", "--hosts", "a:2"], &[], 1, &["give one of"]);
+}
+
+#[test]
+fn a_tf_config_with_a_parameter_server_is_refused() {
+    let config =
+        r#"{"cluster": {"worker": ["a:2222", "b:2222"], "ps": ["c:2222"]}, "task": {"type": "worker", "index": 0}}"#;
+    refused("dp-tf-ps", &[], &[("TF_CONFIG", config)], 1, &["E0410", "ps", "worker"]);
+}
+
+#[test]
+fn a_tf_config_that_is_not_json_is_refused() {
+    refused("dp-tf-json", &[], &[("TF_CONFIG", "{cluster")], 1, &["E0410", "TF_CONFIG"]);
+}
+
+#[test]
+fn shards_must_be_a_power_of_two() {
+    refused("dp-shards-3", &["--shards", "3"], &[], 1, &["E0411", "power of two"]);
+}
+
+#[test]
+fn shards_cannot_outnumber_the_examples_of_a_batch() {
+    refused("dp-shards-128", &["--shards", "128"], &[], 1, &["E0411", "batch of 64", "--shards 64"]);
+}
+
+#[test]
+fn a_launcher_variable_that_is_not_a_number_is_named() {
+    let env = [("OMPI_COMM_WORLD_RANK", "one"), ("OMPI_COMM_WORLD_SIZE", "2")];
+    refused("dp-bad-rank", &[], &env, 1, &["E0410", "OMPI_COMM_WORLD_RANK"]);
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn workers_in_a_build_without_mpi_say_how_to_build_it() {
+    refused("dp-no-mpi", &["--workers", "2"], &[], 1, &["E0410", "without MPI", "--features mpi"]);
+}
+
+#[test]
+fn one_process_with_shards_trains_to_the_accuracy_of_a_plain_run() {
+    let dir = scratch("dp-one-process");
+    let program = digits_trained(5, "") + "print(accuracy(net, test_set |> batch(256)))\n";
+    let read = |r: Run| -> f64 {
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        r.stdout.trim().trim_start_matches("f32 ").parse().expect("an accuracy")
+    };
+    let plain = read(run_with(&dir, &program, &[], &[]));
+    let sharded = read(run_with(&dir, &program, &["--shards", "8"], &[]));
+    assert!((plain - sharded).abs() < 0.02, "plain {plain}, 8 shards {sharded}");
+    // One shard is the plain step, bit for bit.
+    let one = run_with(&dir, &program, &["--shards", "1"], &[]);
+    assert_eq!(one.code, Some(0), "{}", one.stderr);
+    assert_eq!(one.stdout.trim(), format!("f32 {plain}").trim_end_matches(".0"));
+}
