@@ -143,6 +143,15 @@ pub trait PreparedUnit: Send + Sync {
     fn load_carried(&self, values: &[Tensor]) -> Result<(), Diagnostic>;
     /// The carried values, as the last run left them.
     fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic>;
+    /// The carried values at positions `which` (in carried order), as the
+    /// last run left them: what another unit reads of them each step.
+    fn read_carried_some(&self, which: &[usize]) -> Result<Vec<Tensor>, Diagnostic> {
+        let all = self.read_carried()?;
+        which
+            .iter()
+            .map(|&i| all.get(i).cloned().ok_or_else(|| Diagnostic::internal(format!("no carried value {i}"))))
+            .collect()
+    }
     /// How its kernels run.
     fn counts(&self) -> StepCounts;
     /// The bytes of its arena (0 for a backend without one).

@@ -260,7 +260,8 @@ pub fn main() -> ExitCode {
             }
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
-                verbose: *verbose,
+                // Rank 0 reports for all.
+                verbose: *verbose && placement.is_none_or(|p| p.rank == 0),
                 backend: *backend,
                 threads: threads_or_cores(*threads),
                 strict: *strict,

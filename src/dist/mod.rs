@@ -5,8 +5,8 @@
 //! into virtual shards of each global batch (`ir::plan::ParallelStep`),
 //! each process computes the gradients of its shards, and the processes
 //! meet once per step in [`Communicator::exchange`]: every one sends its
-//! partial sum to the first process (rank 0), which combines them in a
-//! fixed order (`tree`) and sends the result back to all. The rest is
+//! partial sum to the others, and each combines them in one fixed order
+//! (`tree`), so all hold the same total. The rest is
 //! bookkeeping for that one call: how the job was launched (`launch`),
 //! how tensors travel (`wire`), and the watchdog every exchange runs under
 //! (a rank that does not answer in time stops the whole job with an error
@@ -30,8 +30,8 @@ pub mod wire;
 use crate::diag::{Code, Diagnostic};
 use std::time::Duration;
 
-/// Combines every rank's message (in rank order) into the one reply all
-/// ranks receive; runs on rank 0.
+/// Combines every rank's message (in rank order) into the result every
+/// rank gets; runs on every rank.
 pub type Combine<'a> = &'a mut dyn FnMut(&[&[u8]]) -> Result<Vec<u8>, Diagnostic>;
 
 /// One process's view of the processes of a run.
@@ -40,10 +40,11 @@ pub trait Communicator: Send + Sync {
     fn rank(&self) -> usize;
     /// How many processes the run has.
     fn size(&self) -> usize;
-    /// Sends `mine` to rank 0, which calls `combine` on every rank's
-    /// message; returns its reply on every rank. A rank that sends or
-    /// answers nothing for `timeout` aborts the job with an error naming
-    /// it (`what` says what was exchanged, e.g. `the gradients of step 12`).
+    /// Sends `mine` to every rank and returns `combine` of every rank's
+    /// message (in rank order); `combine` must be a pure function of them,
+    /// so every rank returns the same bytes. A rank that sends nothing
+    /// for `timeout` aborts the job with an error naming it (`what` says
+    /// what was exchanged, e.g. `the gradients of step 12`).
     fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic>;
 }
 

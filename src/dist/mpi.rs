@@ -2,8 +2,8 @@
 //! MPI): the `Communicator` of a run that a launcher started on several
 //! processes.
 //!
-//! Contract: `exchange` is point-to-point (each rank sends to rank 0,
-//! rank 0 sends the reply to each), with every request polled under a
+//! Contract: `exchange` is point-to-point (each rank sends its message to
+//! every other, and each combines them), with every request polled under a
 //! deadline: MPI's own collectives cannot be given up on, and a rank
 //! that is alive but stuck would hang the others forever. Past the
 //! deadline the rank that noticed prints which ranks did not answer and
@@ -76,57 +76,29 @@ impl Communicator for Mpi {
         let universe = self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))?;
         let world = universe.world();
         let deadline = Instant::now() + timeout;
-        let fail = |silent: &[usize]| abort_silent(&world, silent, self.size, what, timeout);
-        if self.rank == 0 {
-            let mut inboxes: Vec<Vec<u8>> = (1..self.size).map(|_| vec![0u8; mine.len()]).collect();
-            mpi::request::scope(|scope| {
-                let pending = inboxes
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(i, inbox)| {
-                        (
-                            i + 1,
-                            world.process_at_rank(i as i32 + 1).immediate_receive_into_with_tag(
-                                scope,
-                                &mut inbox[..],
-                                TAG,
-                            ),
-                        )
-                    })
-                    .collect();
-                if let Err(silent) = poll(pending, deadline) {
-                    fail(&silent)
-                }
-            });
-            let mut all: Vec<&[u8]> = vec![mine];
-            all.extend(inboxes.iter().map(|b| &b[..]));
-            let reply = combine(&all)?;
-            if reply.len() != mine.len() {
-                return Err(Diagnostic::internal("dist: a reply differs in length from the messages"));
+        // Every rank sends its message to every other (an all-gather), so
+        // that each combines them itself: one transfer's latency instead of
+        // a gather and a broadcast around rank 0's combining.
+        let mut inboxes: Vec<Vec<u8>> = (0..self.size).map(|_| Vec::new()).collect();
+        for (r, inbox) in inboxes.iter_mut().enumerate() {
+            if r != self.rank {
+                inbox.resize(mine.len(), 0);
             }
-            mpi::request::scope(|scope| {
-                let pending = (1..self.size)
-                    .map(|r| (r, world.process_at_rank(r as i32).immediate_send_with_tag(scope, &reply[..], TAG)))
-                    .collect();
-                if let Err(silent) = poll(pending, deadline) {
-                    fail(&silent)
-                }
-            });
-            Ok(reply)
-        } else {
-            let mut reply = vec![0u8; mine.len()];
-            let root = world.process_at_rank(0);
-            mpi::request::scope(|scope| {
-                let pending = vec![
-                    (0, root.immediate_send_with_tag(scope, mine, TAG)),
-                    (0, root.immediate_receive_into_with_tag(scope, &mut reply[..], TAG)),
-                ];
-                if let Err(silent) = poll(pending, deadline) {
-                    fail(&silent)
-                }
-            });
-            Ok(reply)
         }
+        mpi::request::scope(|scope| {
+            let mut pending = Vec::with_capacity(2 * self.size);
+            for (r, inbox) in inboxes.iter_mut().enumerate().filter(|(r, _)| *r != self.rank) {
+                let peer = world.process_at_rank(r as i32);
+                pending.push((r, peer.immediate_receive_into_with_tag(scope, &mut inbox[..], TAG)));
+                pending.push((r, peer.immediate_send_with_tag(scope, mine, TAG)));
+            }
+            if let Err(silent) = poll(pending, deadline) {
+                abort_silent(&world, &silent, self.size, what, timeout)
+            }
+        });
+        let all: Vec<&[u8]> =
+            inboxes.iter().enumerate().map(|(r, b)| if r == self.rank { mine } else { &b[..] }).collect();
+        combine(&all)
     }
 }
 
@@ -142,9 +114,8 @@ fn abort_silent(world: &SimpleCommunicator, silent: &[usize], size: usize, what:
 
 /// Waits for every request (tagged with its peer's rank); at `deadline`,
 /// returns the peers still pending (their requests must not be dropped:
-/// the caller aborts). Spins politely for the first
-/// millisecond (an exchange between ranks on idle cores takes microseconds),
-/// then sleeps between polls (ranks sharing a core must not busy-wait).
+/// the caller aborts). Polls with `sched_yield` between tests (ranks
+/// sharing a core must not busy-wait), sleeping only after 100 ms.
 fn poll<'a, B: ?Sized>(
     mut pending: Vec<(usize, Request<'a, B, &LocalScope<'a>>)>,
     deadline: Instant,
@@ -164,9 +135,13 @@ fn poll<'a, B: ?Sized>(
             std::mem::forget(pending);
             return Err(silent);
         }
-        match started.elapsed() < Duration::from_millis(1) {
+        // MPI moves a large message in fragments, only while it is called:
+        // keep calling (yielding the core to any rank that needs it), and
+        // sleep only once the wait is long enough that a peer is clearly
+        // still computing, where a millisecond more is noise.
+        match started.elapsed() < Duration::from_millis(100) {
             true => std::thread::yield_now(),
-            false => std::thread::sleep(Duration::from_micros(200)),
+            false => std::thread::sleep(Duration::from_millis(1)),
         }
     }
     Ok(())

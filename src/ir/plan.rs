@@ -246,14 +246,16 @@ pub struct DataParallel {
 ///
 /// `gradients` has one region per distinct shard size (rows). Inputs: the
 /// shard's batch parts, its weight (f32 scalar: `rows · shards / batch`,
-/// 1 when the batch splits evenly), the step number, the parameters,
-/// optimizer states and model states. Outputs: the weighted loss, each
-/// parameter's gradient of it, the new model states.
+/// 1 when the batch splits evenly), the step number, the parameters, the
+/// loss scale's states (f16 training only: `LOSS_SCALE_STATES`) and the
+/// model states. Outputs: the weighted loss, each parameter's gradient of
+/// it, the new model states.
 ///
-/// `update` inputs: the gradients summed over all shards, the step number,
-/// the parameters, the optimizer states; outputs: the new parameters and
-/// optimizer states. The new model states are the first shard's (as
-/// PyTorch's DDP takes rank 0's buffers).
+/// `update` inputs: the gradients summed over all shards, the first
+/// shard's new model states, the step number, then what it carries from
+/// step to step — the parameters, the optimizer states and the model
+/// states; outputs: the new parameters, optimizer states and model states
+/// (the first shard's, as PyTorch's DDP takes rank 0's buffers).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParallelStep {
     pub shards: usize,

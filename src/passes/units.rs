@@ -110,10 +110,12 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                     for (rows, r) in &p.gradients {
                         out.push(plain(format!("train {e} step gradients (shard of {rows})"), r));
                     }
-                    // Inputs: the summed gradients, the step number, the
-                    // parameters and states, which its outputs replace.
+                    // Inputs: the summed gradients, the first shard's model
+                    // states, the step number, then the carried parameters,
+                    // optimizer states and model states, which its outputs
+                    // replace.
                     let r = &p.update;
-                    let first = t.params.len() + 1;
+                    let first = t.params.len() + t.model_states.len() + 1;
                     let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, j)).collect();
                     out.push(NamedRegion { name: format!("train {e} step update"), region: r, updates, export: false });
                 }

@@ -46,6 +46,20 @@ impl<'r> Carry<'r> {
         Ok(&self.values)
     }
 
+    /// The current values at positions `which` (read from the unit holding
+    /// them, only those).
+    pub fn some(&self, which: &[usize]) -> Result<Vec<Tensor>, Diagnostic> {
+        match self.holder {
+            Some(unit) => unit.read_carried_some(which),
+            None => which
+                .iter()
+                .map(|&i| {
+                    self.values.get(i).cloned().ok_or_else(|| Diagnostic::internal("runtime: no such carried value"))
+                })
+                .collect(),
+        }
+    }
+
     /// Replaces the current values (computed outside any unit).
     pub fn replace(&mut self, values: Vec<Tensor>) {
         self.values = values;

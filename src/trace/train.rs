@@ -223,7 +223,8 @@ impl Tracer<'_> {
         outputs.extend(updated.states);
         outputs.extend(traced.model_states);
         let parts = StepParts { gradients: updated.gradients, global_norm: updated.global_norm };
-        Ok((Region { id: self.new_region(), inputs: io.inputs, outputs }, parts))
+        let inputs = [io.batch_inputs, io.step_input, io.param_inputs, io.state_inputs, io.model_state_inputs].concat();
+        Ok((Region { id: self.new_region(), inputs, outputs }, parts))
     }
 
     /// A data-parallel step's first half for one virtual shard of `rows`
@@ -247,7 +248,15 @@ impl Tracer<'_> {
         let mut outputs = vec![traced.loss];
         outputs.extend(traced.gradients);
         outputs.extend(traced.model_states);
-        Ok(Region { id: self.new_region(), inputs: io.inputs, outputs })
+        // Of the optimizer's states, only a loss scale's are read here.
+        let scale_states = match scale_inputs(fields, &io.update.states) {
+            Some(_) => io.state_inputs[io.state_inputs.len() - LOSS_SCALE_STATES.len()..].to_vec(),
+            None => Vec::new(),
+        };
+        let inputs =
+            [io.batch_inputs, io.weight_input, io.step_input, io.param_inputs, scale_states, io.model_state_inputs]
+                .concat();
+        Ok(Region { id: self.new_region(), inputs, outputs })
     }
 
     /// A data-parallel step's second half (`plan::ParallelStep::update`):
@@ -258,7 +267,10 @@ impl Tracer<'_> {
     /// optimizer states.
     fn update_region(&mut self, carried: &Carried, fields: &Fields, shards: usize, span: Span) -> TResult<Region> {
         let param_types: Vec<TensorType> = carried.params.iter().map(|p| p.ty.clone()).collect();
+        let model_state_types: Vec<TensorType> = carried.model_states.iter().map(|s| s.ty.clone()).collect();
         let (mut inputs, sums) = self.slots_for(&param_types, span);
+        let (new_model_state_inputs, new_model_states) = self.slots_for(&model_state_types, span);
+        inputs.extend(new_model_state_inputs);
         let (step_input, step) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
         inputs.extend(step_input);
         let (param_inputs, params) = self.slots_for(&param_types, span);
@@ -266,6 +278,10 @@ impl Tracer<'_> {
         let state_types: Vec<TensorType> = carried.states.iter().map(|(_, _, ty)| ty.clone()).collect();
         let (state_inputs, states) = self.slots_for(&state_types, span);
         inputs.extend(state_inputs);
+        // The model states are carried too, and replaced by the first
+        // shard's (given as inputs).
+        let (model_state_inputs, _) = self.slots_for(&model_state_types, span);
+        inputs.extend(model_state_inputs);
         let mut means = Vec::with_capacity(sums.len());
         for (sum, _) in &sums {
             let share = Value::Float(1.0 / shards as f64);
@@ -275,6 +291,7 @@ impl Tracer<'_> {
         let updated = self.step_updates(&io, carried.params, means, fields, span)?;
         let mut outputs = updated.params;
         outputs.extend(updated.states);
+        outputs.extend(new_model_states.iter().map(|(v, _)| tensor_id(v)));
         Ok(Region { id: self.new_region(), inputs, outputs })
     }
 
@@ -298,30 +315,35 @@ impl Tracer<'_> {
             .iter()
             .map(|e| TensorType::new(e.dtype, [vec![rows], e.shape[1..].to_vec()].concat()))
             .collect();
-        let (mut inputs, batch) = self.slots_for(&batch_types, span);
-        let mut weight = None;
+        let (batch_inputs, batch) = self.slots_for(&batch_types, span);
+        let (mut weight_input, mut weight) = (Vec::new(), None);
         if weighted {
-            let (weight_input, weight_arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
-            inputs.extend(weight_input);
-            weight = Some(weight_arg[0].0.clone());
+            let (input, arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
+            (weight_input, weight) = (input, Some(arg[0].0.clone()));
         }
         let (step_input, step_arg) = self.slots_for(&[TensorType::scalar(DType::F32)], span);
-        inputs.extend(step_input);
         let param_types: Vec<TensorType> = params.iter().map(|p| p.ty.clone()).collect();
         let (param_inputs, param_args) = self.slots_for(&param_types, span);
-        inputs.extend(param_inputs);
         let state_types: Vec<TensorType> = states.iter().map(|(_, _, ty)| ty.clone()).collect();
         let (state_inputs, state_args) = self.slots_for(&state_types, span);
-        inputs.extend(state_inputs);
         for (p, (v, _)) in params.iter().zip(&param_args) {
             model.set_param(&p.path, v.clone());
         }
         let model_state_types: Vec<TensorType> = model_states.iter().map(|s| s.ty.clone()).collect();
         let (model_state_inputs, model_state_args) = self.slots_for(&model_state_types, span);
-        inputs.extend(model_state_inputs);
         bind_states(model_states, &model_state_args.into_iter().map(|(v, _)| v).collect::<Vec<_>>());
         let update = UpdateInputs { step: step_arg[0].0.clone(), params: param_args, states: state_args };
-        StepInputs { inputs, batch, weight, update }
+        StepInputs {
+            batch_inputs,
+            weight_input,
+            step_input,
+            param_inputs,
+            state_inputs,
+            model_state_inputs,
+            batch,
+            weight,
+            update,
+        }
     }
 
     /// Traces the loss of a step (in training mode, which may write the
@@ -703,7 +725,12 @@ fn shards_of(dp: DataParallel, data: &Dataset, span: Span) -> TResult<usize> {
 
 /// The bound inputs of a step region (`Tracer::step_inputs`).
 struct StepInputs {
-    inputs: Vec<(usize, TensorType)>,
+    batch_inputs: Vec<(usize, TensorType)>,
+    weight_input: Vec<(usize, TensorType)>,
+    step_input: Vec<(usize, TensorType)>,
+    param_inputs: Vec<(usize, TensorType)>,
+    state_inputs: Vec<(usize, TensorType)>,
+    model_state_inputs: Vec<(usize, TensorType)>,
     batch: Vec<(Value, Span)>,
     /// A virtual shard's weight (data-parallel gradient regions only).
     weight: Option<Value>,

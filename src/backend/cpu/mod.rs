@@ -163,6 +163,10 @@ impl PreparedUnit for JitUnit {
         JitUnit::read_carried(self)
     }
 
+    fn read_carried_some(&self, which: &[usize]) -> Result<Vec<Tensor>, Diagnostic> {
+        JitUnit::read_carried_some(self, which)
+    }
+
     fn counts(&self) -> StepCounts {
         self.counts
     }

@@ -65,7 +65,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         .map(|(b, r)| Ok((*b, ex.compile_region_carrying(r, plan.carried_len())?)))
         .collect::<Result<_, Diagnostic>>()?;
     // A data-parallel step, whose ranks first check that they agree.
-    let mut parallel = match &plan.parallel {
+    let parallel = match &plan.parallel {
         Some(p) => Some(parallel::Parallel::new(ex, plan, p, &values)?),
         None => None,
     };
@@ -105,7 +105,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             // A failure inside the step (e.g. `--check-numerics` finding a
             // NaN) points at an op; say which step it happened in, too.
             let in_step = |d: Diagnostic| d.note(format!("in training step {} (epoch {})", at.step, at.epoch + 1));
-            let loss = match parallel.as_mut() {
+            let loss = match parallel.as_ref() {
                 Some(p) => p.run(ex, &batch, at.step, &mut points.carry).map_err(in_step)?,
                 None => {
                     let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
@@ -156,6 +156,9 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         points.after_epoch(ex, &mut at, epoch_loss)?;
     }
     points.at_end(ex, &mut at)?;
+    if let (Some(p), true) = (&parallel, ex.options.verbose && primary) {
+        eprintln!("{}", p.summary());
+    }
     for (slot, t) in plan.result_slots.iter().zip(points.carry.into_values()?) {
         ex.slots.insert(*slot, t);
     }

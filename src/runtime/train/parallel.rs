@@ -20,9 +20,10 @@
 use super::super::exec::{Carry, CompiledRegion, Executor};
 use crate::diag::{Code, Diagnostic};
 use crate::dist::{tree::tree_sum, wire, Communicator, Local};
-use crate::ir::plan::{ParallelStep, TrainPlan};
+use crate::ir::plan::{ParallelStep, TrainPlan, LOSS_SCALE_STATES};
 use crate::ir::{DType, Literal, TensorType};
 use crate::tensor::Tensor;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,13 @@ pub(super) struct Parallel<'p> {
     update: CompiledRegion,
     world: Arc<dyn Communicator>,
     watchdog: Watchdog,
+    /// The carried values the gradient half reads (by position): the
+    /// parameters, a loss scale's states, the model states.
+    read: Vec<usize>,
+    grad_types: Vec<TensorType>,
+    model_state_types: Vec<TensorType>,
+    /// Each step's time in its three parts: gradients, exchange, update.
+    times: std::cell::RefCell<Vec<[Duration; 3]>>,
 }
 
 /// How long an exchange may wait for the other ranks.
@@ -41,7 +49,7 @@ struct Watchdog {
     /// `--step-timeout`, over the default.
     fixed: Option<Duration>,
     /// The longest step so far (exchange included).
-    slowest: Duration,
+    slowest: std::cell::Cell<Duration>,
 }
 
 impl Watchdog {
@@ -52,8 +60,8 @@ impl Watchdog {
     fn timeout(&self) -> Duration {
         match self.fixed {
             Some(t) => t,
-            None if self.slowest.is_zero() => Duration::from_secs(120),
-            None => (self.slowest * 20).max(Duration::from_secs(10)),
+            None if self.slowest.get().is_zero() => Duration::from_secs(120),
+            None => (self.slowest.get() * 20).max(Duration::from_secs(10)),
         }
     }
 }
@@ -70,10 +78,18 @@ impl<'p> Parallel<'p> {
             .iter()
             .map(|(rows, r)| Ok((*rows, ex.compile_region(r)?)))
             .collect::<Result<_, Diagnostic>>()?;
-        let update = ex.compile_region(&step.update)?;
+        let update = ex.compile_region_carrying(&step.update, plan.carried_len())?;
         let world: Arc<dyn Communicator> = ex.options.world.clone().unwrap_or_else(|| Arc::new(Local));
-        let watchdog = Watchdog { fixed: ex.options.step_timeout, slowest: Duration::ZERO };
-        let parallel = Parallel { plan, step, gradients, update, world, watchdog };
+        let watchdog = Watchdog { fixed: ex.options.step_timeout, slowest: Duration::ZERO.into() };
+        let (n_params, n_states) = (plan.params.len(), plan.states.len());
+        let scaled = plan.states.iter().any(|(name, _)| name == LOSS_SCALE_STATES[0]);
+        let scale_states = if scaled { n_params + n_states - LOSS_SCALE_STATES.len() } else { n_params + n_states };
+        let read = (0..n_params).chain(scale_states..plan.carried_len()).collect();
+        let grad_types = initial[..n_params].iter().map(Tensor::ty).collect();
+        let model_state_types = initial[n_params + n_states..].iter().map(Tensor::ty).collect();
+        let times = Default::default();
+        let parallel =
+            Parallel { plan, step, gradients, update, world, watchdog, read, grad_types, model_state_types, times };
         parallel.agree(ex, initial)?;
         Ok(parallel)
     }
@@ -125,24 +141,23 @@ impl<'p> Parallel<'p> {
         Ok(())
     }
 
-    /// Runs step `number` on the global `batch`: updates `carry` and returns
-    /// the batch's mean loss.
-    pub(super) fn run(
-        &mut self,
+    /// Runs step `number` on the global `batch`: updates `carry` (held by
+    /// the update half's unit) and returns the batch's mean loss.
+    pub(super) fn run<'r>(
+        &'r self,
         ex: &Executor,
         batch: &[Tensor],
         number: u64,
-        carry: &mut Carry,
+        carry: &mut Carry<'r>,
     ) -> Result<f64, Diagnostic> {
         let started = Instant::now();
         let (shards, size, rank) = (self.step.shards, self.world.size(), self.world.rank());
         let examples = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
         let rows = ParallelStep::shard_rows(examples, shards);
         let step = scalar(number as f64)?;
-        let values = carry.values()?.to_vec();
-        let (n_params, n_states) = (self.plan.params.len(), self.plan.states.len());
-        let (params, rest) = values.split_at(n_params);
-        let (states, model_states) = rest.split_at(n_states);
+        // What the gradient half reads of the carried values.
+        let read = carry.some(&self.read)?;
+        let n_params = self.plan.params.len();
         // This rank's aligned block of shards.
         let per_rank = shards / size;
         let mut partials: Vec<Option<Result<Partial, Diagnostic>>> = Vec::with_capacity(per_rank);
@@ -158,9 +173,8 @@ impl<'p> Parallel<'p> {
                 batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?;
             inputs.push(scalar(rows[s] as f64 * shards as f64 / examples as f64)?);
             inputs.push(step.clone());
-            inputs.extend(values.iter().cloned());
-            let region = self.gradients_for(rows[s])?;
-            let mut out = ex.run_region(region, &inputs)?.into_iter();
+            inputs.extend(read.iter().cloned());
+            let mut out = ex.run_region(self.gradients_for(rows[s])?, &inputs)?.into_iter();
             let loss = out.next().map(|l| l.to_f64_vec()[0]).unwrap_or(f64::NAN);
             let grads: Vec<Tensor> = out.by_ref().take(n_params).collect();
             if first_model_states.is_none() {
@@ -169,35 +183,104 @@ impl<'p> Parallel<'p> {
             partials.push(Some(Ok(Partial { loss, grads })));
         }
         let mine = tree_sum(partials, &mut Partial::add).transpose()?;
-        let model_state_types: Vec<TensorType> = model_states.iter().map(Tensor::ty).collect();
-        let grad_types: Vec<TensorType> = params.iter().map(Tensor::ty).collect();
-        let message = encode(mine.as_ref(), &grad_types, first_model_states.as_deref().unwrap_or(model_states));
+        let t_grad = started.elapsed();
+        let (total, model_states) = match size {
+            // One process: nothing to exchange.
+            1 => (mine, first_model_states.unwrap_or_default()),
+            _ => self.exchange(mine, first_model_states, number)?,
+        };
+        let Some(total) = total else {
+            return Err(Diagnostic::internal(format!("runtime: step {number} has no examples")));
+        };
+        let mut head = total.grads;
+        head.extend(model_states);
+        head.push(step);
+        let t_exchange = started.elapsed();
+        ex.run_carrying(&self.update, &head, carry)?;
+        let took = started.elapsed();
+        self.watchdog.slowest.set(self.watchdog.slowest.get().max(took));
+        self.times.borrow_mut().push([t_grad, t_exchange - t_grad, took - t_exchange]);
+        Ok(total.loss / shards as f64)
+    }
+
+    /// Sends this rank's sum (and, from rank 0, the first shard's model
+    /// states) and returns the total over all ranks with those states.
+    fn exchange(
+        &self,
+        mine: Option<Partial>,
+        first_model_states: Option<Vec<Tensor>>,
+        number: u64,
+    ) -> Result<(Option<Partial>, Vec<Tensor>), Diagnostic> {
+        let grad_types = &self.grad_types;
+        let model_states = match first_model_states {
+            Some(states) => states,
+            // A rank whose shards are all empty sends zeros in their place.
+            None => self.model_state_types.iter().map(zeros).collect::<Result<_, _>>()?,
+        };
+        let message = encode(mine.as_ref(), grad_types, &model_states);
+        // Rank 0 sums the messages' gradient bytes where they lie (turning
+        // them into tensors first took longer than the transfer).
+        let grads_end = 16 + grad_types.iter().map(wire::size_of).sum::<usize>();
         let mut combine = |all: &[&[u8]]| {
-            let parts = all.iter().map(|m| decode(m, &grad_types).map(|(p, _)| p)).collect::<Result<Vec<_>, _>>()?;
-            let total = tree_sum(parts, &mut Partial::add).transpose()?;
+            let parts = all
+                .iter()
+                .map(|m| {
+                    let (flag, loss) = (word(m, 0)?, f64::from_bits(word(m, 8)?));
+                    let grads = m.get(16..grads_end).ok_or_else(|| Diagnostic::internal("dist: a short message"))?;
+                    Ok((flag == 1).then_some(Ok((loss, Cow::Borrowed(grads)))))
+                })
+                .collect::<Result<Vec<_>, Diagnostic>>()?;
+            // A sum is a copy of its left part with the right one added.
+            let mut add = |a: Result<(f64, Cow<[u8]>), Diagnostic>, b: Result<(f64, Cow<[u8]>), Diagnostic>| {
+                let ((la, ga), (lb, gb)) = (a?, b?);
+                let mut ga = ga.into_owned();
+                let mut at = 0;
+                for ty in grad_types {
+                    let n = wire::size_of(ty);
+                    wire::add_into(ty.dtype, &mut ga[at..at + n], &gb[at..at + n])?;
+                    at += n;
+                }
+                Ok((la + lb, Cow::Owned(ga)))
+            };
+            let mut reply = Vec::with_capacity(all[0].len());
+            match tree_sum(parts, &mut add).transpose()? {
+                Some((loss, grads)) => {
+                    reply.extend(1u64.to_le_bytes());
+                    reply.extend(loss.to_le_bytes());
+                    reply.extend_from_slice(&grads);
+                }
+                None => reply.resize(grads_end, 0),
+            }
             // The first shard's model states, which rank 0 computed.
-            let (_, states_at) = decode(all[0], &grad_types)?;
-            let mut reply = encode(total.as_ref(), &grad_types, &[]);
-            reply.extend_from_slice(&all[0][states_at..]);
+            reply.extend_from_slice(&all[0][grads_end..]);
             Ok(reply)
         };
         let timeout = self.watchdog.timeout();
-        let reply = self.world.exchange(&message, &mut combine, timeout, &format!("the gradients of step {number}"))?;
-        let (total, mut at) = decode(&reply, &grad_types)?;
-        let new_model_states =
-            model_state_types.iter().map(|ty| wire::take(ty, &reply, &mut at)).collect::<Result<Vec<_>, _>>()?;
-        let Some(total) = total.transpose()? else {
-            return Err(Diagnostic::internal(format!("runtime: step {number} has no examples")));
+        let what = format!("the gradients of step {number}");
+        let reply = self.world.exchange(&message, &mut combine, timeout, &what)?;
+        let (total, mut at) = decode(&reply, grad_types)?;
+        let states =
+            self.model_state_types.iter().map(|ty| wire::take(ty, &reply, &mut at)).collect::<Result<_, _>>()?;
+        Ok((total.transpose()?, states))
+    }
+
+    /// One line for `--verbose`: the median time of each part of a step.
+    pub(super) fn summary(&self) -> String {
+        let times = self.times.borrow();
+        let median = |part: usize| {
+            let mut t: Vec<Duration> = times.iter().map(|s| s[part]).collect();
+            t.sort_unstable();
+            t.get(t.len() / 2).copied().unwrap_or_default().as_secs_f64() * 1e3
         };
-        let mut inputs = total.grads;
-        inputs.push(step);
-        inputs.extend(params.iter().cloned());
-        inputs.extend(states.iter().cloned());
-        let mut next = ex.run_region(&self.update, &inputs)?;
-        next.extend(new_model_states);
-        carry.replace(next);
-        self.watchdog.slowest = self.watchdog.slowest.max(started.elapsed());
-        Ok(total.loss / shards as f64)
+        format!(
+            "data-parallel steps on {} rank(s), {} shards: median gradients {:.3} ms, exchange {:.3} ms, update {:.3} ms ({} steps)",
+            self.world.size(),
+            self.step.shards,
+            median(0),
+            median(1),
+            median(2),
+            times.len()
+        )
     }
 
     fn gradients_for(&self, rows: usize) -> Result<&CompiledRegion, Diagnostic> {
@@ -237,22 +320,26 @@ fn encode(partial: Option<&Partial>, grad_types: &[TensorType], model_states: &[
     out
 }
 
+/// The little-endian word at `at` of a message.
+fn word(message: &[u8], at: usize) -> Result<u64, Diagnostic> {
+    let bytes = message.get(at..at + 8).and_then(|w| w.try_into().ok());
+    bytes.map(u64::from_le_bytes).ok_or_else(|| Diagnostic::internal("dist: a short message"))
+}
+
 /// The sum a message holds, and where its model states start.
 fn decode(
     message: &[u8],
     grad_types: &[TensorType],
 ) -> Result<(Option<Result<Partial, Diagnostic>>, usize), Diagnostic> {
-    let word = |at: usize| -> Result<[u8; 8], Diagnostic> {
-        message
-            .get(at..at + 8)
-            .and_then(|w| w.try_into().ok())
-            .ok_or_else(|| Diagnostic::internal("dist: a short message"))
-    };
-    let has = u64::from_le_bytes(word(0)?) == 1;
-    let loss = f64::from_le_bytes(word(8)?);
+    let has = word(message, 0)? == 1;
+    let loss = f64::from_bits(word(message, 8)?);
     let mut at = 16;
     let grads = grad_types.iter().map(|ty| wire::take(ty, message, &mut at)).collect::<Result<Vec<_>, _>>()?;
     Ok((has.then_some(Ok(Partial { loss, grads })), at))
+}
+
+fn zeros(ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    Tensor::from_literal(&Literal::Float(vec![0.0; ty.numel()]), ty)
 }
 
 fn scalar(x: f64) -> Result<Tensor, Diagnostic> {

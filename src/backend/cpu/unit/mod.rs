@@ -416,9 +416,21 @@ impl JitUnit {
 
     /// The carried values, as the last run left them.
     pub fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
+        let all: Vec<usize> = (0..self.residents.len()).collect();
+        self.read_carried_some(&all)
+    }
+
+    /// The carried values at positions `which`, as the last run left them.
+    pub fn read_carried_some(&self, which: &[usize]) -> Result<Vec<Tensor>, Diagnostic> {
         let mut st = self.state()?;
         let mem = Mem::of(&mut st, &[], &self.fixed);
-        self.residents.iter().map(|r| read(mem, r.home, &r.ty)).collect()
+        which
+            .iter()
+            .map(|&i| match self.residents.get(i) {
+                Some(r) => read(mem, r.home, &r.ty),
+                None => Err(internal(format!("no carried value {i} of {}", self.residents.len()))),
+            })
+            .collect()
     }
 
     /// The value at `r` as a tensor of type `ty`.
