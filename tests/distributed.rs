@@ -211,3 +211,23 @@ fn three_ranks_cannot_share_eight_shards_and_are_told_what_to_change() {
     assert!(r.stderr.contains("3 workers cannot share the 8 virtual shards"), "{}", r.stderr);
     assert!(r.stderr.contains("on rank"), "{}", r.stderr);
 }
+
+#[test]
+fn batch_norm_states_are_the_first_shards_on_any_number_of_ranks() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-batchnorm");
+    let program = digits_trained(2, "")
+        .replace("use std.nn.{Dense}", "use std.nn.{Dense, BatchNorm}")
+        .replace("l1 = Dense(64, 128, act = relu)", "l1 = Dense(64, 128)\n    bn = BatchNorm(128)")
+        .replace("x |> l1 |> l2", "relu(bn(l1(x))) |> l2")
+        + "save(net, \"w.safetensors\")\nprint(accuracy(net, test_set |> batch(256)))\n";
+    let alone = trained(&dir, &program, &["--shards", "8", "--threads", "1"]);
+    let text = String::from_utf8_lossy(&alone[..alone.len().min(4096)]).into_owned();
+    assert!(text.contains("bn.running_mean"), "the checkpoint holds the running statistics: {text}");
+    for workers in ["2", "4"] {
+        let spread = trained(&dir, &program, &["--workers", workers, "--threads", "1"]);
+        assert!(spread == alone, "{workers} ranks end with other weights or statistics than one process");
+    }
+}
