@@ -231,3 +231,119 @@ fn batch_norm_states_are_the_first_shards_on_any_number_of_ranks() {
         assert!(spread == alone, "{workers} ranks end with other weights or statistics than one process");
     }
 }
+
+/// Two "hosts" on this machine: network namespaces on a bridge, each with
+/// its own address and host name; removed when dropped.
+struct TwoHosts {
+    names: [String; 2],
+    bridge: String,
+    subnet: String,
+}
+
+impl TwoHosts {
+    /// `None` (with a note) where namespaces cannot be made: not root, or
+    /// no `ip` (under CI both must work).
+    fn make() -> Option<TwoHosts> {
+        let ip = |args: &[&str]| Command::new("ip").args(args).status().is_ok_and(|s| s.success());
+        let id = std::process::id() % 200 + 20;
+        let hosts = TwoHosts {
+            names: [format!("tfc{id}h1"), format!("tfc{id}h2")],
+            bridge: format!("tfc{id}br"),
+            subnet: format!("10.77.{id}"),
+        };
+        let mut ok = ip(&["netns", "add", &hosts.names[0]]) && ip(&["netns", "add", &hosts.names[1]]);
+        ok = ok && ip(&["link", "add", &hosts.bridge, "type", "bridge"]);
+        ok = ok && ip(&["addr", "add", &format!("{}.254/24", hosts.subnet), "dev", &hosts.bridge]);
+        ok = ok && ip(&["link", "set", &hosts.bridge, "up"]);
+        for (i, ns) in hosts.names.iter().enumerate() {
+            let veth = format!("{}v{i}", hosts.bridge);
+            ok = ok && ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", ns]);
+            ok = ok && ip(&["link", "set", &veth, "master", &hosts.bridge, "up"]);
+            let address = format!("{}/24", hosts.address(i));
+            ok = ok && ip(&["netns", "exec", ns, "ip", "addr", "add", &address, "dev", "eth0"]);
+            ok = ok && ip(&["netns", "exec", ns, "ip", "link", "set", "eth0", "up"]);
+            ok = ok && ip(&["netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
+        }
+        if !ok {
+            assert!(
+                std::env::var("CI").is_err(),
+                "CI=true but network namespaces cannot be made (root and iproute2 are needed)"
+            );
+            eprintln!("skipped: cannot make network namespaces here (not root, or no iproute2)");
+            return None;
+        }
+        Some(hosts)
+    }
+
+    fn address(&self, i: usize) -> String {
+        format!("{}.{}", self.subnet, i + 1)
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
+    }
+}
+
+#[test]
+fn two_hosts_joined_by_a_network_train_to_the_bits_of_one_process() {
+    if !has_mpirun() {
+        return;
+    }
+    let Some(hosts) = TwoHosts::make() else { return };
+    let dir = scratch("dp-two-hosts");
+    // Open MPI's launch agent (instead of ssh): runs the remote command in
+    // that host's namespace, under its own host name, and notes where.
+    let ran = dir.join("ran");
+    let agent = format!(
+        "#!/bin/sh\nhost=$1; shift\ncase \"$host\" in\n  {}) ns={} ;;\n  {}) ns={} ;;\n  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\necho \"$ns\" >> {}\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns; $*\"\n",
+        hosts.address(0),
+        hosts.names[0],
+        hosts.address(1),
+        hosts.names[1],
+        ran.display()
+    );
+    let agent_path = put(&dir, "agent.sh", agent.as_bytes());
+    assert!(Command::new("chmod").args(["+x"]).arg(&agent_path).status().expect("chmod").success());
+    let program = digits(2, "");
+    let alone = trained(&dir, &program, &["--shards", "8", "--threads", "1"]);
+    let subnet = format!("{}.0/24", hosts.subnet);
+    let spec = format!("{}:1,{}:1", hosts.address(0), hosts.address(1));
+    let agent_text = agent_path.display().to_string();
+    // Over TCP between the namespaces (no shared memory between hosts).
+    let env = [
+        ("OMPI_MCA_plm_rsh_agent", agent_text.as_str()),
+        ("OMPI_MCA_oob_tcp_if_include", subnet.as_str()),
+        ("OMPI_MCA_btl_tcp_if_include", subnet.as_str()),
+        ("OMPI_MCA_btl", "tcp,self"),
+    ];
+    std::fs::remove_file(dir.join("w.safetensors")).expect("remove the weights");
+    let r = run_with(&dir, &program, &["--hosts", &spec, "--threads", "1"], &env);
+    assert_eq!(r.code, Some(0), "the two-host run failed:\n{}", r.stderr);
+    let mut where_ran: Vec<String> =
+        std::fs::read_to_string(&ran).expect("the agent ran").lines().map(String::from).collect();
+    where_ran.sort();
+    assert_eq!(where_ran, hosts.names.to_vec(), "one rank per host");
+    let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+    assert!(spread == alone, "two hosts end with other weights than one process");
+}
+
+#[test]
+fn a_tf_config_cluster_spec_starts_its_workers() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-tf-config");
+    let program = digits(2, "");
+    let alone = trained(&dir, &program, &["--shards", "8", "--threads", "1"]);
+    let config =
+        r#"{"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 0}}"#;
+    let r = run_with(&dir, &program, &["--threads", "1"], &[("TF_CONFIG", config)]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+    assert!(spread == alone, "TF_CONFIG's two workers end with other weights than one process");
+}
