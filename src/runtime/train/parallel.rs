@@ -40,8 +40,11 @@ pub(super) struct Parallel<'p> {
     read: Vec<usize>,
     grad_types: Vec<TensorType>,
     model_state_types: Vec<TensorType>,
-    /// Each step's time in its three parts: gradients, exchange, update.
-    times: std::cell::RefCell<Vec<[Duration; 3]>>,
+    /// Each step's time in its three parts — gradients, exchange, update —
+    /// and the time since the previous step ended (input, metrics, logs).
+    times: std::cell::RefCell<Vec<[Duration; 4]>>,
+    /// When the previous step ended.
+    last_end: std::cell::Cell<Option<Instant>>,
 }
 
 /// How long an exchange may wait for the other ranks.
@@ -87,9 +90,20 @@ impl<'p> Parallel<'p> {
         let read = (0..n_params).chain(scale_states..plan.carried_len()).collect();
         let grad_types = initial[..n_params].iter().map(Tensor::ty).collect();
         let model_state_types = initial[n_params + n_states..].iter().map(Tensor::ty).collect();
-        let times = Default::default();
-        let parallel =
-            Parallel { plan, step, gradients, update, world, watchdog, read, grad_types, model_state_types, times };
+        let (times, last_end) = Default::default();
+        let parallel = Parallel {
+            plan,
+            step,
+            gradients,
+            update,
+            world,
+            watchdog,
+            read,
+            grad_types,
+            model_state_types,
+            times,
+            last_end,
+        };
         parallel.agree(ex, initial)?;
         Ok(parallel)
     }
@@ -199,7 +213,8 @@ impl<'p> Parallel<'p> {
         ex.run_carrying(&self.update, &head, carry)?;
         let took = started.elapsed();
         self.watchdog.slowest.set(self.watchdog.slowest.get().max(took));
-        self.times.borrow_mut().push([t_grad, t_exchange - t_grad, took - t_exchange]);
+        let between = self.last_end.replace(Some(Instant::now())).map_or(Duration::ZERO, |end| started - end);
+        self.times.borrow_mut().push([t_grad, t_exchange - t_grad, took - t_exchange, between]);
         Ok(total.loss / shards as f64)
     }
 
@@ -273,12 +288,13 @@ impl<'p> Parallel<'p> {
             t.get(t.len() / 2).copied().unwrap_or_default().as_secs_f64() * 1e3
         };
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median gradients {:.3} ms, exchange {:.3} ms, update {:.3} ms ({} steps)",
+            "data-parallel steps on {} rank(s), {} shards: median gradients {:.3} ms, exchange {:.3} ms, update {:.3} ms, between steps {:.3} ms ({} steps)",
             self.world.size(),
             self.step.shards,
             median(0),
             median(1),
             median(2),
+            median(3),
             times.len()
         )
     }
