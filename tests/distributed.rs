@@ -347,3 +347,15 @@ fn a_tf_config_cluster_spec_starts_its_workers() {
     let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
     assert!(spread == alone, "TF_CONFIG's two workers end with other weights than one process");
 }
+
+#[test]
+fn a_host_that_cannot_be_reached_fails_with_a_message() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-unreachable");
+    let r = run_with(&dir, &digits(1, ""), &["--hosts", "nosuchhost.invalid:1", "--threads", "1"], &[]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stderr.contains("E0410") && r.stderr.contains("the job of 1 ranks failed"), "{}", r.stderr);
+    assert!(!dir.join("w.safetensors").exists());
+}

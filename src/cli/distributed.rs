@@ -84,11 +84,21 @@ pub(super) fn launch_if_asked(spread: &Spread) -> Result<Option<ExitCode>, Diagn
         .env_remove("TF_CONFIG")
         .status()
         .map_err(|e| Diagnostic::new(Code::Launch, format!("cannot start `{}`: {e}", command.program.display())))?;
-    Ok(Some(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1).max(1)),
-        None => ExitCode::from(1),
-    }))
+    match status.code() {
+        Some(0) => Ok(Some(ExitCode::SUCCESS)),
+        // The ranks' own errors (or mpirun's, for a host it could not
+        // reach) are above; this says how the job as a whole ended.
+        code => Err(Diagnostic::new(
+            Code::Launch,
+            format!(
+                "the job of {} ranks failed: `{}` exited with {}",
+                cluster.ranks(),
+                command.program.display(),
+                code.map_or("a signal".to_string(), |c| format!("status {c}"))
+            ),
+        )
+        .help("the messages above say which rank failed and why; a host must be reachable by `ssh` (or Open MPI's `plm_rsh_agent`) and hold tfc and the program at the same paths")),
+    }
 }
 
 /// The arguments each rank runs with: this command's, less the options
