@@ -134,17 +134,26 @@ fn finish(child: std::process::Child, limit: Duration) -> (Run, Duration) {
     (run, started.elapsed())
 }
 
+/// Starts a long 2-rank job (with `args`), sends rank 1 `signal` once it
+/// trains, and waits for the job to end (at most `limit`).
+fn signal_rank_one(test: &str, signal: &str, args: &[&str], limit: Duration) -> (Run, Duration) {
+    let dir = scratch(test);
+    let mark = format!("{test}-{}", std::process::id());
+    let job = long_job(&dir, &mark, args);
+    let pid = rank_pid(&mark, 1).to_string();
+    assert!(Command::new("kill").args([signal, &pid]).status().expect("kill").success());
+    let ended = finish(job, limit);
+    // A stopped rank is still there: end it.
+    let _ = Command::new("kill").args(["-9", &pid]).status();
+    ended
+}
+
 #[test]
 fn a_killed_rank_stops_the_job_within_seconds_naming_it() {
     if !has_mpirun() {
         return;
     }
-    let dir = scratch("dp-killed");
-    let mark = format!("killed-{}", std::process::id());
-    let job = long_job(&dir, &mark, &[]);
-    let pid = rank_pid(&mark, 1);
-    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill").success());
-    let (r, took) = finish(job, Duration::from_secs(30));
+    let (r, took) = signal_rank_one("dp-killed", "-9", &[], Duration::from_secs(30));
     assert!(took < Duration::from_secs(10), "the job took {took:?} to stop");
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains("rank 1"), "the error does not name rank 1:\n{}", r.stderr);
@@ -155,14 +164,8 @@ fn a_stuck_rank_is_named_by_the_watchdog() {
     if !has_mpirun() {
         return;
     }
-    let dir = scratch("dp-stuck");
-    let mark = format!("stuck-{}", std::process::id());
-    let job = long_job(&dir, &mark, &["--step-timeout", "2"]);
-    let pid = rank_pid(&mark, 1);
     // Alive but not answering: stopped.
-    assert!(Command::new("kill").args(["-STOP", &pid.to_string()]).status().expect("kill").success());
-    let (r, took) = finish(job, Duration::from_secs(60));
-    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    let (r, took) = signal_rank_one("dp-stuck", "-STOP", &["--step-timeout", "2"], Duration::from_secs(60));
     assert!(took < Duration::from_secs(30), "the job took {took:?} to stop");
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains("rank 1 of 2 stopped answering"), "{}", r.stderr);

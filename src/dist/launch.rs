@@ -245,11 +245,13 @@ pub fn mpirun_command(mpirun: &Path, cluster: &Cluster, exe: &Path, args: &[OsSt
     command.extend(["--bind-to", "none"].map(OsString::from));
     match cluster {
         Cluster::Local(_) => {}
-        Cluster::Hosts(hosts) => {
+        // A hostfile goes to mpirun as the host list tfc read from it: Open
+        // MPI would give a host without `slots=` as many slots as it has
+        // cores, and the ranks would not land where the file says.
+        Cluster::Hosts(hosts) | Cluster::Hostfile(_, hosts) => {
             let list: Vec<String> = hosts.iter().map(|h| format!("{}:{}", h.name, h.slots)).collect();
             command.extend(["--host".into(), list.join(",").into()]);
         }
-        Cluster::Hostfile(path, _) => command.extend(["--hostfile".into(), path.clone().into_os_string()]),
     }
     command.push(exe.as_os_str().to_owned());
     command.extend(args.iter().cloned());
@@ -434,7 +436,7 @@ mod tests {
         assert_eq!(words, format!("{flags} --host h1:2,h2:2 /bin/tfc run train.tfl"));
         assert_eq!(env, [("TFC_LAUNCHED_BY_TFC".to_string(), "1".to_string())]);
         let (words, env) = line(&Cluster::Hostfile("hosts.txt".into(), vec![host("h1", 4)]), &[], true);
-        assert_eq!(words, format!("{flags} --hostfile hosts.txt /bin/tfc"));
+        assert_eq!(words, format!("{flags} --host h1:4 /bin/tfc"));
         let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
         assert_eq!(names, ["TFC_LAUNCHED_BY_TFC", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"]);
         assert_eq!(line(&Cluster::Local(4), &[], false).0, format!("{flags} /bin/tfc"));

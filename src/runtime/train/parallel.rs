@@ -136,21 +136,19 @@ impl<'p> Parallel<'p> {
         let reply = self.world.exchange(&mine, &mut combine, timeout, "the fingerprints of the training step")?;
         let rank_at = |at: usize| u64::from_le_bytes(reply[at..at + 8].try_into().unwrap_or_default());
         let size = self.world.size();
-        if let Some(r) = Some(rank_at(0)).filter(|&r| r > 0) {
-            return Err(Diagnostic::new(
-                Code::RankMismatch,
-                format!("rank {} of {size} compiled a different training step than rank 0", r - 1),
-            )
-            .label(self.plan.span, "this train block")
-            .help("every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)"));
-        }
-        if let Some(r) = Some(rank_at(8)).filter(|&r| r > 0) {
-            return Err(Diagnostic::new(
-                Code::RankMismatch,
-                format!("rank {} of {size} starts training from other parameters or states than rank 0", r - 1),
-            )
-            .label(self.plan.span, "this train block")
-            .help("a data file or checkpoint (`resume`) differs between the hosts: give every rank the same files"));
+        let checks = [
+            (0, "compiled a different training step", "every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)"),
+            (8, "starts training from other parameters or states", "a data file or checkpoint (`resume`) differs between the hosts: give every rank the same files"),
+        ];
+        for (at, what, help) in checks {
+            if let Some(r) = Some(rank_at(at)).filter(|&r| r > 0) {
+                return Err(Diagnostic::new(
+                    Code::RankMismatch,
+                    format!("rank {} of {size} {what} than rank 0", r - 1),
+                )
+                .label(self.plan.span, "this train block")
+                .help(help));
+            }
         }
         Ok(())
     }
