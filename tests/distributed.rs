@@ -362,3 +362,18 @@ fn a_host_that_cannot_be_reached_fails_with_a_message() {
     assert!(r.stderr.contains("E0410") && r.stderr.contains("the job of 1 ranks failed"), "{}", r.stderr);
     assert!(!dir.join("w.safetensors").exists());
 }
+
+#[test]
+fn f16_loss_scaling_and_clipping_see_the_global_gradient_on_any_number_of_ranks() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-f16-clip");
+    let program = digits(2, "precision = \"f16\"\n    clip_grad_norm = 0.5");
+    let alone = trained(&dir, &program, &["--shards", "8", "--threads", "1"]);
+    let text = String::from_utf8_lossy(&alone[..alone.len().min(4096)]).into_owned();
+    for workers in ["2", "4"] {
+        let spread = trained(&dir, &program, &["--workers", workers, "--threads", "1"]);
+        assert!(spread == alone, "{workers} ranks end with other weights than one process ({text})");
+    }
+}
