@@ -16,6 +16,7 @@
 //! wall_time, &[("loss", 0.25), ("accuracy", 0.9)])` appends one event
 //! with two values at step 20.
 
+use super::loaders::masked_crc;
 use super::proto::Message;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -94,33 +95,6 @@ fn record(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// TFRecord's masked CRC: rotated and offset so that a CRC stored inside
-/// checksummed data does not checksum to a fixed value.
-fn masked_crc(data: &[u8]) -> u32 {
-    crc32c(data).rotate_right(15).wrapping_add(0xa282_ead8)
-}
-
-/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), bytewise with a
-/// table built at compile time; event files are small, so no SIMD.
-pub fn crc32c(data: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut t = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 { (c >> 1) ^ 0x82F6_3B78 } else { c >> 1 };
-                k += 1;
-            }
-            t[i] = c;
-            i += 1;
-        }
-        t
-    };
-    !data.iter().fold(!0u32, |c, b| TABLE[((c ^ u32::from(*b)) & 0xff) as usize] ^ (c >> 8))
-}
-
 /// The machine's name for the file name, as TensorFlow's writers use it.
 fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -141,15 +115,6 @@ fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn crc32c_matches_the_standard_check_values() {
-        // RFC 3720 B.4 and the usual "123456789" check value.
-        assert_eq!(crc32c(b"123456789"), 0xE306_9283);
-        assert_eq!(crc32c(&[0u8; 32]), 0x8A91_36AA);
-        assert_eq!(crc32c(&[0xffu8; 32]), 0x62A8_AB43);
-        assert_eq!(crc32c(b""), 0);
-    }
 
     #[test]
     fn a_record_frames_its_data_with_checked_lengths() {

@@ -79,12 +79,15 @@ pub enum Source {
     File(Arc<FileSource>),
 }
 
-/// The binary formats `load_idx`, `load_npy` and `load_safetensors` read.
+/// The binary formats `load_idx`, `load_npy`, `load_safetensors` and
+/// `load_tfrecord` read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileFormat {
     Idx,
     Npy,
     Safetensors,
+    /// TFRecord shards of `tf.train.Example`s, read in order.
+    TfRecord,
 }
 
 /// A data file (or, for IDX, an images file and a labels file) and the

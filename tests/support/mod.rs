@@ -341,3 +341,75 @@ train net on train_set |> shuffle(1024, seed = 1) |> batch(64) {{
         digits_model()
     )
 }
+
+/// A feature of a `tf.train.Example`, for `tfrecord`.
+pub enum Feature {
+    Floats(Vec<f32>),
+    Ints(Vec<i64>),
+    Bytes(Vec<Vec<u8>>),
+}
+
+/// TFRecord bytes of one `tf.train.Example` per entry of `examples`
+/// (features by name), with correct masked CRC-32Cs. Floats and ints are
+/// written packed, as TensorFlow writes them.
+pub fn tfrecord(examples: &[Vec<(&str, Feature)>]) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    /// A length-delimited field (wire type 2).
+    fn field(out: &mut Vec<u8>, number: u64, payload: &[u8]) {
+        varint(out, (number << 3) | 2);
+        varint(out, payload.len() as u64);
+        out.extend_from_slice(payload);
+    }
+    fn masked_crc32c(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for &b in data {
+            crc ^= u32::from(b);
+            for _ in 0..8 {
+                crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            }
+        }
+        (!crc).rotate_right(15).wrapping_add(0xa282_ead8)
+    }
+    let mut out = Vec::new();
+    for example in examples {
+        let mut features = Vec::new();
+        for (name, feature) in example {
+            let (mut list, mut values) = (Vec::new(), Vec::new());
+            let kind = match feature {
+                Feature::Bytes(items) => {
+                    items.iter().for_each(|b| field(&mut list, 1, b));
+                    1
+                }
+                Feature::Floats(v) => {
+                    v.iter().for_each(|x| values.extend(x.to_le_bytes()));
+                    field(&mut list, 1, &values);
+                    2
+                }
+                Feature::Ints(v) => {
+                    v.iter().for_each(|&x| varint(&mut values, x as u64));
+                    field(&mut list, 1, &values);
+                    3
+                }
+            };
+            let (mut value, mut entry) = (Vec::new(), Vec::new());
+            field(&mut value, kind, &list);
+            field(&mut entry, 1, name.as_bytes());
+            field(&mut entry, 2, &value);
+            field(&mut features, 1, &entry);
+        }
+        let mut record = Vec::new();
+        field(&mut record, 1, &features);
+        let len = (record.len() as u64).to_le_bytes();
+        out.extend(len);
+        out.extend(masked_crc32c(&len).to_le_bytes());
+        out.extend(&record);
+        out.extend(masked_crc32c(&record).to_le_bytes());
+    }
+    out
+}

@@ -1,5 +1,6 @@
 //! Data-file sources of §8 besides CSV: `load_idx` (MNIST's IDX format),
-//! `load_npy` (NumPy `.npy`, and `.npz` archives) and `load_safetensors`.
+//! `load_npy` (NumPy `.npy`, and `.npz` archives), `load_safetensors` and
+//! `load_tfrecord` (TFRecord shards of `tf.train.Example`s).
 //! Each format has a header that gives the element types and count, so the
 //! tracer calls [`probe`] while checking (a wrong shape is a check error)
 //! and the runtime calls [`load`] for the data.
@@ -17,6 +18,7 @@
 mod idx;
 mod npy;
 mod raw;
+mod tfrecord;
 mod zip;
 
 use crate::diag::{Code, Diagnostic};
@@ -27,6 +29,7 @@ use std::io::Read;
 use std::path::Path;
 
 pub use raw::{decode, Scalar};
+pub use tfrecord::{crc32c, masked_crc};
 
 /// An E0001 error about `path`, at byte `at` when given.
 pub fn fail(path: &Path, at: Option<usize>, msg: impl Into<String>) -> Diagnostic {
@@ -183,6 +186,12 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
                 cols.push(Column { path: p.to_path_buf(), ty, tensor });
             }
         }
+        FileFormat::TfRecord => {
+            let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
+            for (ty, tensor) in tfrecord::read(paths, keys, data)? {
+                cols.push(Column { path: p.to_path_buf(), ty, tensor });
+            }
+        }
     }
     check_counts(&cols)?;
     Ok(cols)
@@ -228,6 +237,7 @@ pub fn decode_bytes(format: FileFormat, bytes: &[u8]) -> Result<Vec<Tensor>, Dia
             let file = super::checkpoint::SafeFile::parse(p, bytes.to_vec())?;
             safetensors_arrays(p, &file, &[], true)?
         }
+        FileFormat::TfRecord => tfrecord::decode(p, bytes)?,
     };
     arrays
         .into_iter()

@@ -50,7 +50,7 @@ impl Tracer<'_> {
                 }
             }
             "split" => self.split(a),
-            "load_npy" | "load_idx" | "load_safetensors" => self.load_file(a),
+            "load_npy" | "load_idx" | "load_safetensors" | "load_tfrecord" => self.load_file(a),
             _ => self.transform(a),
         }
     }
@@ -142,24 +142,14 @@ impl Tracer<'_> {
             _ => Err(a.bad(i, "a file path string")),
         };
         let (format, paths, keys) = match a.name {
-            "load_idx" => (FileFormat::Idx, [path_arg(0)?, path_arg(1)?].into_iter().flatten().collect(), vec![]),
-            "load_npy" => (FileFormat::Npy, path_arg(0)?.into_iter().collect::<Vec<_>>(), vec![]),
-            _ => {
-                let keys = match a.get(1) {
-                    None => vec![],
-                    Some((Value::Tuple(items), _)) => items
-                        .iter()
-                        .map(|v| match v {
-                            Value::Str(s) => Ok(s.clone()),
-                            _ => Err(a.bad(1, "tensor names (strings)")),
-                        })
-                        .collect::<TResult<Vec<_>>>()?,
-                    Some(_) => return Err(a.bad(1, "tensor names (strings)")),
-                };
-                (FileFormat::Safetensors, path_arg(0)?.into_iter().collect(), keys)
+            "load_idx" => (FileFormat::Idx, self.joined([path_arg(0)?, path_arg(1)?].into_iter().flatten()), vec![]),
+            "load_npy" => (FileFormat::Npy, self.joined(path_arg(0)?), vec![]),
+            // Expanded against the base directory already.
+            "load_tfrecord" => {
+                (FileFormat::TfRecord, self.shard_paths(a)?, string_args(a, 1, "feature names (strings)")?)
             }
+            _ => (FileFormat::Safetensors, self.joined(path_arg(0)?), string_args(a, 1, "tensor names (strings)")?),
         };
-        let paths: Vec<std::path::PathBuf> = paths.iter().map(|p| self.base_dir.join(p)).collect();
         let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
         let columns = crate::io::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
         let n = columns.first().map(|t| t.shape[0]).unwrap_or(0);
@@ -171,6 +161,34 @@ impl Tracer<'_> {
             len: Some(n),
             batch_sizes: vec![],
         }))
+    }
+
+    /// `paths` relative to the program's directory.
+    fn joined(&self, paths: impl IntoIterator<Item = String>) -> Vec<std::path::PathBuf> {
+        paths.into_iter().map(|p| self.base_dir.join(p)).collect()
+    }
+
+    /// `load_tfrecord`'s shards: a path, a pattern (`data/train-*.tfrecord`,
+    /// expanded now, sorted) or a tuple of paths and patterns.
+    fn shard_paths(&self, a: &BuiltinArgs) -> TResult<Vec<std::path::PathBuf>> {
+        let given: Vec<String> = match a.get(0) {
+            Some((Value::Str(s), _)) => vec![s.clone()],
+            Some((Value::Tuple(items), _)) if !items.is_empty() => items
+                .iter()
+                .map(|v| match v {
+                    Value::Str(s) => Ok(s.clone()),
+                    _ => Err(a.bad(0, "shard file paths (strings)")),
+                })
+                .collect::<TResult<_>>()?,
+            _ => return Err(a.bad(0, "a shard file path or pattern, or a tuple of them")),
+        };
+        let mut paths = Vec::new();
+        for pattern in &given {
+            let found =
+                crate::io::glob::expand(&self.base_dir, pattern).map_err(|d| d.label(a.span_of(0), "these shards"))?;
+            paths.extend(found);
+        }
+        Ok(paths)
     }
 
     fn tensors_source(&mut self, a: &BuiltinArgs) -> TResult<Value> {
@@ -586,4 +604,20 @@ fn types_text(types: &[TensorType]) -> String {
 pub fn elements_text(d: &Dataset) -> String {
     let n = d.len.map(|n| n.to_string()).unwrap_or_else(|| "?".into());
     format!("{n} elements {}", types_text(&d.element))
+}
+
+/// Argument `i` of `a` and the rest as strings (`load_safetensors`'s tensor
+/// names, `load_tfrecord`'s features), or none.
+fn string_args(a: &BuiltinArgs, i: usize, what: &str) -> TResult<Vec<String>> {
+    match a.get(i) {
+        None => Ok(vec![]),
+        Some((Value::Tuple(items), _)) => items
+            .iter()
+            .map(|v| match v {
+                Value::Str(s) => Ok(s.clone()),
+                _ => Err(a.bad(i, what)),
+            })
+            .collect(),
+        Some(_) => Err(a.bad(i, what)),
+    }
 }

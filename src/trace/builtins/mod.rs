@@ -113,6 +113,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load_npy", &["path"]),
     ("load_idx", &["images", "labels="]),
     ("load_safetensors", &["path", "keys.."]),
+    ("load_tfrecord", &["paths", "features.."]),
     ("load_text", &["path", "window=", "stride="]),
     ("load_onnx", &["path"]),
     ("quantize", &["model"]),
