@@ -4,9 +4,9 @@
 //! Every process runs the whole program; a train block's steps are split
 //! into virtual shards of each global batch (`ir::plan::ParallelStep`),
 //! each process computes the gradients of its shards, and the processes
-//! meet once per step in [`Communicator::exchange`]: every one sends its
-//! partial sum to the others, and each combines them in one fixed order
-//! (`tree`), so all hold the same total. The rest is
+//! meet once per step in [`Communicator::exchange`]: their partial sums
+//! are combined over a binary tree of the ranks in order (`tree`), by
+//! recursive doubling, so all hold the same total. The rest is
 //! bookkeeping for that one call: how the job was launched (`launch`),
 //! how tensors travel (`wire`), and the watchdog every exchange runs under
 //! (a rank that does not answer in time stops the whole job with an error
@@ -30,9 +30,13 @@ pub mod wire;
 use crate::diag::{Code, Diagnostic};
 use std::time::Duration;
 
-/// Combines every rank's message (in rank order) into the result every
-/// rank gets; runs on every rank.
-pub type Combine<'a> = &'a mut dyn FnMut(&[&[u8]]) -> Result<Vec<u8>, Diagnostic>;
+/// Combines the messages of two adjacent blocks of ranks into one, in
+/// place: `combine(into, other, other_is_lower)` merges `other` into
+/// `into`, where `other_is_lower` says which is the lower block's (whose
+/// parts win where the two are not summed). Sums must be commutative
+/// (floating-point `+` of two operands is), so that both sides of a round
+/// get the same bytes. Runs on every rank.
+pub type Combine<'a> = &'a mut dyn FnMut(&mut [u8], &[u8], bool) -> Result<(), Diagnostic>;
 
 /// One process's view of the processes of a run.
 pub trait Communicator: Send + Sync {
@@ -40,11 +44,14 @@ pub trait Communicator: Send + Sync {
     fn rank(&self) -> usize;
     /// How many processes the run has.
     fn size(&self) -> usize;
-    /// Sends `mine` to every rank and returns `combine` of every rank's
-    /// message (in rank order); `combine` must be a pure function of them,
-    /// so every rank returns the same bytes. A rank that sends nothing
-    /// for `timeout` aborts the job with an error naming it (`what` says
-    /// what was exchanged, e.g. `the gradients of step 12`).
+    /// Combines every rank's `mine` over a balanced binary tree of the
+    /// ranks in order — `(m0 ∘ m1) ∘ (m2 ∘ m3)` for four — and returns the
+    /// result on every rank (by recursive doubling: in round k each rank
+    /// swaps its block's result with the rank 2^k away; both combine the
+    /// two in rank order, so all get the same bytes). The number of ranks
+    /// must be a power of two. A rank that sends nothing for `timeout`
+    /// aborts the job with an error naming it (`what` says what was
+    /// exchanged, e.g. `the gradients of step 12`).
     fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic>;
 }
 
@@ -60,8 +67,8 @@ impl Communicator for Local {
         1
     }
 
-    fn exchange(&self, mine: &[u8], combine: Combine, _: Duration, _: &str) -> Result<Vec<u8>, Diagnostic> {
-        combine(&[mine])
+    fn exchange(&self, mine: &[u8], _: Combine, _: Duration, _: &str) -> Result<Vec<u8>, Diagnostic> {
+        Ok(mine.to_vec())
     }
 }
 
@@ -93,13 +100,17 @@ pub fn without_mpi(what: String) -> Diagnostic {
 
 /// The message and exit of a job whose rank `silent` stopped answering:
 /// printed by the rank that noticed, which then aborts every rank.
-pub fn silent_rank_error(silent: &[usize], size: usize, what: &str, timeout: Duration) -> Diagnostic {
-    let who = match silent {
-        [one] => format!("rank {one} of {size}"),
-        many => format!("ranks {many:?} of {size}"),
-    };
-    Diagnostic::new(Code::RankSilent, format!("{who} stopped answering: no reply within {:.1} s while exchanging {what}", timeout.as_secs_f64()))
-        .help("the rank is stuck or too slow; `--step-timeout SECONDS` sets the watchdog (default: from the measured step time)")
+pub fn silent_rank_error(silent: usize, size: usize, what: &str, timeout: Duration) -> Diagnostic {
+    let d = Diagnostic::new(
+        Code::RankSilent,
+        format!("rank {silent} of {size} stopped answering: no reply within {:.1} s while exchanging {what}", timeout.as_secs_f64()),
+    )
+    .help("the rank is stuck or too slow; `--step-timeout SECONDS` sets the watchdog (default: from the measured step time)");
+    match size > 2 {
+        // With more than two ranks, it may itself be waiting for another.
+        true => d.note("or it waits for a rank that stopped answering it"),
+        false => d,
+    }
 }
 
 impl std::fmt::Debug for dyn Communicator {

@@ -2,8 +2,8 @@
 //! MPI): the `Communicator` of a run that a launcher started on several
 //! processes.
 //!
-//! Contract: `exchange` is point-to-point (each rank sends its message to
-//! every other, and each combines them), with every request polled under a
+//! Contract: `exchange` is point-to-point (recursive doubling: log2 of the
+//! ranks rounds of one swap each), with every request polled under a
 //! deadline: MPI's own collectives cannot be given up on, and a rank
 //! that is alive but stuck would hang the others forever. Past the
 //! deadline the rank that noticed prints which ranks did not answer and
@@ -73,39 +73,51 @@ impl Communicator for Mpi {
     }
 
     fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic> {
+        if !self.size.is_power_of_two() {
+            return Err(Diagnostic::internal(format!(
+                "dist: an exchange among {} ranks (not a power of two)",
+                self.size
+            )));
+        }
         let universe = self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))?;
         let world = universe.world();
         let deadline = Instant::now() + timeout;
-        // Every rank sends its message to every other (an all-gather), so
-        // that each combines them itself: one transfer's latency instead of
-        // a gather and a broadcast around rank 0's combining.
-        let mut inboxes: Vec<Vec<u8>> = (0..self.size).map(|_| Vec::new()).collect();
-        for (r, inbox) in inboxes.iter_mut().enumerate() {
-            if r != self.rank {
-                inbox.resize(mine.len(), 0);
-            }
+        // Recursive doubling: in round k this rank's block (the 2^k ranks
+        // that agree with it above bit k) swaps its result with the block
+        // next to it, and both sides combine the two, lower block first.
+        // The partner's block arrives in `theirs`, ours is merged into it
+        // (no copy of a large message), and it becomes ours.
+        let mut acc: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(mine);
+        let mut theirs = vec![0u8; mine.len()];
+        let mut distance = 1;
+        while distance < self.size {
+            let partner = self.rank ^ distance;
+            let peer = world.process_at_rank(partner as i32);
+            mpi::request::scope(|scope| {
+                let pending = vec![
+                    (partner, peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG)),
+                    (partner, peer.immediate_send_with_tag(scope, &acc[..], TAG)),
+                ];
+                if poll(pending, deadline).is_err() {
+                    abort_silent(&world, partner, self.size, what, timeout)
+                }
+            });
+            combine(&mut theirs, &acc, self.rank < partner)?;
+            let spare = std::mem::replace(&mut acc, std::borrow::Cow::Owned(theirs)).into_owned();
+            theirs = spare;
+            distance *= 2;
         }
-        mpi::request::scope(|scope| {
-            let mut pending = Vec::with_capacity(2 * self.size);
-            for (r, inbox) in inboxes.iter_mut().enumerate().filter(|(r, _)| *r != self.rank) {
-                let peer = world.process_at_rank(r as i32);
-                pending.push((r, peer.immediate_receive_into_with_tag(scope, &mut inbox[..], TAG)));
-                pending.push((r, peer.immediate_send_with_tag(scope, mine, TAG)));
-            }
-            if let Err(silent) = poll(pending, deadline) {
-                abort_silent(&world, &silent, self.size, what, timeout)
-            }
-        });
-        let all: Vec<&[u8]> =
-            inboxes.iter().enumerate().map(|(r, b)| if r == self.rank { mine } else { &b[..] }).collect();
-        combine(&all)
+        Ok(acc.into_owned())
     }
 }
 
 /// Prints which ranks did not answer and ends every process of the job.
-fn abort_silent(world: &SimpleCommunicator, silent: &[usize], size: usize, what: &str, timeout: Duration) -> ! {
+fn abort_silent(world: &SimpleCommunicator, silent: usize, size: usize, what: &str, timeout: Duration) -> ! {
     let d = silent_rank_error(silent, size, what, timeout);
     eprintln!("error[{}]: {}", d.code.as_str(), d.message);
+    for note in &d.notes {
+        eprintln!("  note: {note}");
+    }
     if let Some(help) = &d.help {
         eprintln!("  help: {help}");
     }

@@ -6,16 +6,18 @@
 //! Contract: the new parameters, optimizer states and model states, and
 //! the step's mean loss, are bit-identical on every rank and for any
 //! number of ranks that divides the shards: each rank sums its aligned
-//! block of shards with `dist::tree::tree_sum`, rank 0 sums the blocks'
-//! sums the same way (so the rounding is that of one process summing all
-//! shards), and the update is the same compiled code on the same inputs.
+//! block of shards with `dist::tree::tree_sum`, the exchange sums the
+//! blocks' sums over the same balanced tree (so the rounding is that of
+//! one process summing all shards), and the update is the same compiled
+//! code on the same inputs.
 //! The new model states (a BatchNorm's running statistics) are the first
 //! shard's. Before the first step the ranks compare a fingerprint of the
 //! program, the shards, the kernels' instruction set and the initial
 //! values: a rank that differs stops every rank with E0412.
 //!
 //! Example: 8 shards on 2 ranks — rank 0 computes `(g0+g1)+(g2+g3)`,
-//! rank 1 `(g4+g5)+(g6+g7)`, rank 0 adds the two, as one process would.
+//! rank 1 `(g4+g5)+(g6+g7)`, both add the two in that order, as one
+//! process would.
 
 use super::super::exec::{Carry, CompiledRegion, Executor};
 use crate::diag::{Code, Diagnostic};
@@ -23,7 +25,6 @@ use crate::dist::{tree::tree_sum, wire, Communicator, Local};
 use crate::ir::plan::{ParallelStep, TrainPlan, LOSS_SCALE_STATES};
 use crate::ir::{DType, Literal, TensorType};
 use crate::tensor::Tensor;
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -122,32 +123,51 @@ impl<'p> Parallel<'p> {
             wire::put(t, &mut bytes);
             bytes.hash(&mut values);
         }
-        let mine = [program.finish().to_le_bytes(), values.finish().to_le_bytes()].concat();
-        // Rank 0 replies with the first rank that differs (+1) in the
-        // program and in the values, or zeros.
-        let mut combine = |all: &[&[u8]]| {
-            let first = |range: std::ops::Range<usize>| {
-                let differs = all.iter().position(|m| m[range.clone()] != all[0][range.clone()]);
-                differs.map_or(0, |r| r as u64 + 1).to_le_bytes()
+        // A block's message: its lowest rank, that rank's two hashes, and
+        // for each hash the first pair found to differ (rank + 1, 0 if none).
+        let words = |m: &[u8]| -> Vec<u64> {
+            m.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())).collect()
+        };
+        let rank = self.world.rank() as u64;
+        let mine: Vec<u8> =
+            [rank, program.finish(), values.finish(), 0, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut combine = |into: &mut [u8], other: &[u8], other_is_lower: bool| {
+            let (lo, up) = match other_is_lower {
+                true => (words(other), words(into)),
+                false => (words(into), words(other)),
             };
-            Ok([first(0..8), first(8..16)].concat())
+            let mut out = lo.clone();
+            for h in 0..2 {
+                let (bad, other) = (3 + 2 * h, 4 + 2 * h);
+                if lo[bad] == 0 {
+                    if up[bad] != 0 {
+                        (out[bad], out[other]) = (up[bad], up[other]);
+                    } else if up[1 + h] != lo[1 + h] {
+                        (out[bad], out[other]) = (up[0] + 1, lo[0]);
+                    }
+                }
+            }
+            into.copy_from_slice(&out.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+            Ok(())
         };
         let timeout = self.watchdog.fixed.unwrap_or(Duration::from_secs(120)).max(Duration::from_secs(120));
-        let reply = self.world.exchange(&mine, &mut combine, timeout, "the fingerprints of the training step")?;
-        let rank_at = |at: usize| u64::from_le_bytes(reply[at..at + 8].try_into().unwrap_or_default());
+        let reply =
+            words(&self.world.exchange(&mine, &mut combine, timeout, "the fingerprints of the training step")?);
         let size = self.world.size();
         let checks = [
-            (0, "compiled a different training step", "every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)"),
-            (8, "starts training from other parameters or states", "a data file or checkpoint (`resume`) differs between the hosts: give every rank the same files"),
+            (3, "compiled a different training step", "every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)"),
+            (5, "starts training from other parameters or states", "a data file or checkpoint (`resume`) differs between the hosts: give every rank the same files"),
         ];
         for (at, what, help) in checks {
-            if let Some(r) = Some(rank_at(at)).filter(|&r| r > 0) {
-                return Err(Diagnostic::new(
-                    Code::RankMismatch,
-                    format!("rank {} of {size} {what} than rank 0", r - 1),
-                )
-                .label(self.plan.span, "this train block")
-                .help(help));
+            if let (Some(&bad), Some(&other)) = (reply.get(at), reply.get(at + 1)) {
+                if bad > 0 {
+                    return Err(Diagnostic::new(
+                        Code::RankMismatch,
+                        format!("rank {} of {size} {what} than rank {other}", bad - 1),
+                    )
+                    .label(self.plan.span, "this train block")
+                    .help(help));
+                }
             }
         }
         Ok(())
@@ -231,42 +251,32 @@ impl<'p> Parallel<'p> {
             None => self.model_state_types.iter().map(zeros).collect::<Result<_, _>>()?,
         };
         let message = encode(mine.as_ref(), grad_types, &model_states);
-        // Rank 0 sums the messages' gradient bytes where they lie (turning
-        // them into tensors first took longer than the transfer).
+        // Each round adds the other block's gradient bytes to ours where
+        // they lie (turning them into tensors first took longer than the
+        // transfer); the lower block's model states (finally rank 0's, the
+        // first shard's) are kept.
         let grads_end = 16 + grad_types.iter().map(wire::size_of).sum::<usize>();
-        let mut combine = |all: &[&[u8]]| {
-            let parts = all
-                .iter()
-                .map(|m| {
-                    let (flag, loss) = (word(m, 0)?, f64::from_bits(word(m, 8)?));
-                    let grads = m.get(16..grads_end).ok_or_else(|| Diagnostic::internal("dist: a short message"))?;
-                    Ok((flag == 1).then_some(Ok((loss, Cow::Borrowed(grads)))))
-                })
-                .collect::<Result<Vec<_>, Diagnostic>>()?;
-            // A sum is a copy of its left part with the right one added.
-            let mut add = |a: Result<(f64, Cow<[u8]>), Diagnostic>, b: Result<(f64, Cow<[u8]>), Diagnostic>| {
-                let ((la, ga), (lb, gb)) = (a?, b?);
-                let mut ga = ga.into_owned();
-                let mut at = 0;
-                for ty in grad_types {
-                    let n = wire::size_of(ty);
-                    wire::add_into(ty.dtype, &mut ga[at..at + n], &gb[at..at + n])?;
-                    at += n;
+        let mut combine = |into: &mut [u8], other: &[u8], other_is_lower: bool| {
+            let (flag_into, flag_other) = (word(into, 0)?, word(other, 0)?);
+            match (flag_into, flag_other) {
+                (_, 0) => {}
+                (0, _) => into[..grads_end].copy_from_slice(&other[..grads_end]),
+                _ => {
+                    // Two operands: the same bits in either order.
+                    let loss = f64::from_bits(word(into, 8)?) + f64::from_bits(word(other, 8)?);
+                    into[8..16].copy_from_slice(&loss.to_le_bytes());
+                    let mut at = 16;
+                    for ty in grad_types {
+                        let n = wire::size_of(ty);
+                        wire::add_into(ty.dtype, &mut into[at..at + n], &other[at..at + n])?;
+                        at += n;
+                    }
                 }
-                Ok((la + lb, Cow::Owned(ga)))
-            };
-            let mut reply = Vec::with_capacity(all[0].len());
-            match tree_sum(parts, &mut add).transpose()? {
-                Some((loss, grads)) => {
-                    reply.extend(1u64.to_le_bytes());
-                    reply.extend(loss.to_le_bytes());
-                    reply.extend_from_slice(&grads);
-                }
-                None => reply.resize(grads_end, 0),
             }
-            // The first shard's model states, which rank 0 computed.
-            reply.extend_from_slice(&all[0][grads_end..]);
-            Ok(reply)
+            if other_is_lower {
+                into[grads_end..].copy_from_slice(&other[grads_end..]);
+            }
+            Ok(())
         };
         let timeout = self.watchdog.timeout();
         let what = format!("the gradients of step {number}");
