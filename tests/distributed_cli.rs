@@ -93,15 +93,30 @@ fn workers_in_a_build_without_mpi_say_how_to_build_it() {
 fn one_process_with_shards_trains_to_the_accuracy_of_a_plain_run() {
     let dir = scratch("dp-one-process");
     let program = digits_trained(5, "") + "print(accuracy(net, test_set |> batch(256)))\n";
-    let read = |r: Run| -> f64 {
+    let printed = |args: &[&str]| -> String {
+        let r = run_with(&dir, &program, args, &[]);
         assert_eq!(r.code, Some(0), "{}", r.stderr);
-        r.stdout.trim().trim_start_matches("f32 ").parse().expect("an accuracy")
+        r.stdout.trim().to_string()
     };
-    let plain = read(run_with(&dir, &program, &[], &[]));
-    let sharded = read(run_with(&dir, &program, &["--shards", "8"], &[]));
-    assert!((plain - sharded).abs() < 0.02, "plain {plain}, 8 shards {sharded}");
+    let accuracy = |text: &str| -> f64 { text.trim_start_matches("f32 ").parse().expect("an accuracy") };
+    let plain = printed(&[]);
+    let sharded = printed(&["--shards", "8"]);
+    assert!((accuracy(&plain) - accuracy(&sharded)).abs() < 0.02, "plain {plain}, 8 shards {sharded}");
     // One shard is the plain step, bit for bit.
-    let one = run_with(&dir, &program, &["--shards", "1"], &[]);
-    assert_eq!(one.code, Some(0), "{}", one.stderr);
-    assert_eq!(one.stdout.trim(), format!("f32 {plain}").trim_end_matches(".0"));
+    assert_eq!(printed(&["--shards", "1"]), plain);
+}
+
+#[test]
+fn verbose_reports_where_a_data_parallel_step_goes() {
+    let dir = scratch("dp-verbose");
+    let r = run_with(&dir, &digits_trained(1, ""), &["--shards", "2", "--verbose"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("data-parallel steps on 1 rank(s), 2 shards"))
+        .unwrap_or_else(|| panic!("no summary:\n{}", r.stderr));
+    for part in ["gradients", "exchange", "update", "between steps", "(23 steps)"] {
+        assert!(line.contains(part), "{line}");
+    }
 }

@@ -95,10 +95,10 @@ impl Communicator for Mpi {
             let peer = world.process_at_rank(partner as i32);
             mpi::request::scope(|scope| {
                 let pending = vec![
-                    (partner, peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG)),
-                    (partner, peer.immediate_send_with_tag(scope, &acc[..], TAG)),
+                    peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG),
+                    peer.immediate_send_with_tag(scope, &acc[..], TAG),
                 ];
-                if poll(pending, deadline).is_err() {
+                if !poll(pending, deadline) {
                     abort_silent(&world, partner, self.size, what, timeout)
                 }
             });
@@ -124,28 +124,20 @@ fn abort_silent(world: &SimpleCommunicator, silent: usize, size: usize, what: &s
     world.abort(1)
 }
 
-/// Waits for every request (tagged with its peer's rank); at `deadline`,
-/// returns the peers still pending (their requests must not be dropped:
-/// the caller aborts). Polls with `sched_yield` between tests (ranks
-/// sharing a core must not busy-wait), sleeping only after 100 ms.
-fn poll<'a, B: ?Sized>(
-    mut pending: Vec<(usize, Request<'a, B, &LocalScope<'a>>)>,
-    deadline: Instant,
-) -> Result<(), Vec<usize>> {
+/// Waits for every request; `false` if some are still pending at
+/// `deadline` (they must not be dropped: the caller aborts). Polls with
+/// `sched_yield` between tests (ranks sharing a core must not busy-wait),
+/// sleeping only after 100 ms.
+fn poll<'a, B: ?Sized>(mut pending: Vec<Request<'a, B, &LocalScope<'a>>>, deadline: Instant) -> bool {
     let started = Instant::now();
     while !pending.is_empty() {
-        pending = pending
-            .into_iter()
-            .filter_map(|(peer, request)| request.test().err().map(|request| (peer, request)))
-            .collect();
+        pending = pending.into_iter().filter_map(|request| request.test().err()).collect();
         if pending.is_empty() {
             break;
         }
         if Instant::now() > deadline {
-            let mut silent: Vec<usize> = pending.iter().map(|(peer, _)| *peer).collect();
-            silent.dedup();
             std::mem::forget(pending);
-            return Err(silent);
+            return false;
         }
         // MPI moves a large message in fragments, only while it is called:
         // keep calling (yielding the core to any rank that needs it), and
@@ -156,5 +148,5 @@ fn poll<'a, B: ?Sized>(
             false => std::thread::sleep(Duration::from_millis(1)),
         }
     }
-    Ok(())
+    true
 }

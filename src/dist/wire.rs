@@ -3,8 +3,9 @@
 //!
 //! Contract: `put` then `take` with the same type gives back the same
 //! tensor bit for bit (each storage's raw little-endian elements; `f16`
-//! and `bf16` travel as the `f32` values that hold them exactly). `add`
-//! rounds like the interpreter's `+` of two tensors of their dtype.
+//! and `bf16` travel as the `f32` values that hold them exactly).
+//! `add_into` sums such bytes in place, rounding like the interpreter's
+//! `+` of two tensors of their dtype.
 //!
 //! Example: `put(&t, &mut bytes); take(&t.ty(), &bytes, &mut 0)` is `t`.
 
@@ -113,7 +114,7 @@ pub fn take(ty: &TensorType, bytes: &[u8], at: &mut usize) -> Result<Tensor, Dia
 }
 
 /// Adds the elements of a tensor of type `dtype` that `put` wrote to
-/// `src` into those at `dst`, rounding like `add`.
+/// `src` into those at `dst`, rounding like the interpreter's `+`.
 pub fn add_into(dtype: crate::ir::DType, dst: &mut [u8], src: &[u8]) -> Result<(), Diagnostic> {
     use crate::half::{round_bf16, round_f16};
     use crate::ir::DType::*;
@@ -156,27 +157,6 @@ pub fn add_into(dtype: crate::ir::DType, dst: &mut [u8], src: &[u8]) -> Result<(
     Ok(())
 }
 
-/// `a + b` for two float tensors of one type (gradients).
-pub fn add(a: Tensor, b: &Tensor) -> Result<Tensor, Diagnostic> {
-    let dtype = a.dtype();
-    if b.ty() != a.ty() {
-        return Err(Diagnostic::internal(format!("dist: adding {} and {}", a.ty(), b.ty())));
-    }
-    let data = match (a.into_data(), b.data()) {
-        (Data::F32(mut x), Data::F32(y)) => {
-            x += y;
-            Data::F32(x)
-        }
-        (Data::F64(mut x), Data::F64(y)) => {
-            x += y;
-            Data::F64(x)
-        }
-        _ => return Err(Diagnostic::internal(format!("dist: gradients of {dtype} cannot be summed"))),
-    };
-    // Rounds f16 and bf16 sums to their type, as the interpreter does.
-    Tensor::new(dtype, data)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn sums_of_bytes_equal_sums_of_tensors() {
+    fn sums_of_bytes_equal_the_interpreters_sums() {
         for dtype in [DType::F32, DType::BF16, DType::F16, DType::F64] {
             let ty = TensorType::new(dtype, vec![3]);
             let a = Tensor::from_literal(&Literal::Float(vec![1.0, 1e-3, -2.5]), &ty).unwrap();
@@ -214,17 +194,21 @@ mod tests {
             put(&a, &mut x);
             put(&b, &mut y);
             add_into(dtype, &mut x, &y).unwrap();
-            assert_eq!(take(&ty, &x, &mut 0).unwrap(), add(a, &b).unwrap(), "{dtype}");
+            let sum = crate::tensor::eval_node(&crate::ir::Op::Binary(crate::ir::BinaryOp::Add), &[&a, &b], &ty);
+            assert_eq!(take(&ty, &x, &mut 0).unwrap(), sum.unwrap(), "{dtype}");
         }
     }
 
     #[test]
     fn sums_round_to_the_gradient_dtype() {
         let ty = TensorType::new(DType::BF16, vec![1]);
-        let one = Tensor::from_literal(&Literal::Float(vec![1.0]), &ty).unwrap();
-        let tiny = Tensor::from_literal(&Literal::Float(vec![1.0 / 512.0]), &ty).unwrap();
-        assert_eq!(add(one.clone(), &tiny).unwrap(), one);
-        let i = Tensor::from_literal(&Literal::Int(vec![1]), &TensorType::new(DType::I32, vec![1])).unwrap();
-        assert!(add(i.clone(), &i).is_err());
+        let scalar = |v: f64| Tensor::from_literal(&Literal::Float(vec![v]), &ty).unwrap();
+        let (one, tiny) = (scalar(1.0), scalar(1.0 / 512.0));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        put(&one, &mut x);
+        put(&tiny, &mut y);
+        add_into(DType::BF16, &mut x, &y).unwrap();
+        assert_eq!(take(&ty, &x, &mut 0).unwrap(), one);
+        assert!(add_into(DType::I32, &mut x, &y).is_err());
     }
 }

@@ -588,11 +588,6 @@ impl Tensor {
         &self.data
     }
 
-    /// The storage, given up (to compute in place).
-    pub fn into_data(self) -> Data {
-        self.data
-    }
-
     /// The elements in row-major order as `f64` (bools as 0/1; `i64` beyond
     /// 2^53 rounds).
     pub fn to_f64_vec(&self) -> Vec<f64> {

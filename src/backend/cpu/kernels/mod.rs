@@ -17,6 +17,27 @@
 //! those tiers this machine runs, picked once per process or forced with
 //! `TFC_ISA`).
 
+/// `$body!(r)` for each row `r` of a 12-row micro-kernel (bf16 and int8
+/// products), written out so that its 24 accumulators stay in registers
+/// whatever the optimization level: a loop over rows indexes the
+/// accumulator array at run time, which keeps it in memory.
+macro_rules! each_of_12_rows {
+    ($body:ident) => {
+        $body!(0);
+        $body!(1);
+        $body!(2);
+        $body!(3);
+        $body!(4);
+        $body!(5);
+        $body!(6);
+        $body!(7);
+        $body!(8);
+        $body!(9);
+        $body!(10);
+        $body!(11);
+    };
+}
+
 pub(super) mod adam;
 pub(super) mod bf16_gemm;
 pub(super) mod conv;

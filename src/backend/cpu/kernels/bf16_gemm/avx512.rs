@@ -84,26 +84,9 @@ unsafe fn tile(
     load: bool,
 ) {
     let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
+    // 24 accumulators in registers, one row at a time through
+    // `each_of_12_rows!`.
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    // Written out row by row (`each_row!`) so that the accumulators are 24
-    // registers whatever the optimization level: a loop over rows indexes
-    // the array at run time, which keeps it in memory.
-    macro_rules! each_row {
-        ($body:ident) => {
-            $body!(0);
-            $body!(1);
-            $body!(2);
-            $body!(3);
-            $body!(4);
-            $body!(5);
-            $body!(6);
-            $body!(7);
-            $body!(8);
-            $body!(9);
-            $body!(10);
-            $body!(11);
-        };
-    }
     if load {
         macro_rules! load_row {
             ($r:literal) => {
@@ -115,7 +98,7 @@ unsafe fn tile(
                 }
             };
         }
-        each_row!(load_row);
+        each_of_12_rows!(load_row);
     }
     for p in 0..pairs {
         // SAFETY: pair `p` of the panel: two vectors.
@@ -130,7 +113,7 @@ unsafe fn tile(
                 acc[$r][1] = _mm512_dpbf16_ps(acc[$r][1], av, b1);
             };
         }
-        each_row!(step_row);
+        each_of_12_rows!(step_row);
     }
     macro_rules! store_row {
         ($r:literal) => {
@@ -142,7 +125,7 @@ unsafe fn tile(
             }
         };
     }
-    each_row!(store_row);
+    each_of_12_rows!(store_row);
 }
 
 /// 32 bf16 values from their bits.

@@ -214,27 +214,10 @@ unsafe fn tile<const ROWS: usize>(
     quants: &[RowQuant],
     edge: &Edge,
 ) {
+    // 24 accumulators in registers, one row at a time through
+    // `each_of_12_rows!`; `$r < ROWS` is a constant, so the rows past
+    // `ROWS` are not compiled.
     let mut acc = [[_mm512_setzero_si512(); 2]; MR];
-    // Written out row by row (`each_row!`) so that the accumulators are 24
-    // registers whatever the optimization level: a loop over rows indexes
-    // the array at run time, which keeps it in memory. `$r < ROWS` is a
-    // constant: the rows past `ROWS` are not compiled.
-    macro_rules! each_row {
-        ($body:ident) => {
-            $body!(0);
-            $body!(1);
-            $body!(2);
-            $body!(3);
-            $body!(4);
-            $body!(5);
-            $body!(6);
-            $body!(7);
-            $body!(8);
-            $body!(9);
-            $body!(10);
-            $body!(11);
-        };
-    }
     for q in 0..quads {
         // SAFETY: step `q` of the panel: two vectors.
         let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * q)), _mm512_loadu_si512(b.add(2 * q + 1))) };
@@ -249,7 +232,7 @@ unsafe fn tile<const ROWS: usize>(
                 }
             };
         }
-        each_row!(step_row);
+        each_of_12_rows!(step_row);
     }
     // The epilogue, as `RowQuant::output`: `f32(acc − zero · col_sum)`
     // (wrapping), times `scale · w_scale[j]` (rounded first).
@@ -276,7 +259,7 @@ unsafe fn tile<const ROWS: usize>(
             }
         };
     }
-    each_row!(store_row);
+    each_of_12_rows!(store_row);
 }
 
 /// The mask of the first `min(count, 16)` lanes.
