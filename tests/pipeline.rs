@@ -239,7 +239,7 @@ fn epochs_started_ahead_are_the_epochs_run_alone() {
     for epoch in 0..4u64 {
         let mut got = Vec::new();
         // Epochs 1..3 were started ahead, while the one before was consumed.
-        for_each_ahead(&mut ex, &plan.data, epoch, Some(epoch + 1), &mut ahead, |_, _, e| {
+        for_each_ahead(&mut ex, &plan.data, epoch, Some(epoch + 1), &mut ahead, None, |_, _, e| {
             got.push(e);
             Ok(true)
         })
@@ -265,7 +265,7 @@ fn a_pass_started_ahead_stops_promptly_when_dropped() {
     let start = Instant::now();
     // Epoch 0's first batch waits for its 200000-element shuffle buffer;
     // then epoch 1 starts filling its own, and the loop stops at the second.
-    for_each_ahead(&mut ex, &plan.data, 0, Some(1), &mut ahead, |_, i, _| Ok(i == 0)).expect("the epoch runs");
+    for_each_ahead(&mut ex, &plan.data, 0, Some(1), &mut ahead, None, |_, i, _| Ok(i == 0)).expect("the epoch runs");
     let fill = start.elapsed();
     let start = Instant::now();
     drop(ahead);

@@ -90,16 +90,22 @@ pub enum FileFormat {
     TfRecord,
 }
 
-/// A data file (or, for IDX, an images file and a labels file) and the
-/// columns found in it while checking; each column's first axis enumerates
-/// the elements.
+/// Data files read as one sequence of elements: shards in order, each one
+/// file (or, for IDX, an images file and a labels file), and the columns
+/// found in them while checking; each column's first axis enumerates the
+/// elements of all shards.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FileSource {
     pub format: FileFormat,
-    pub paths: Vec<std::path::PathBuf>,
-    /// For safetensors: the tensors to read, in order (empty: all, by name).
+    /// Each shard's files, in the order their elements come.
+    pub shards: Vec<Vec<std::path::PathBuf>>,
+    /// For safetensors: the tensors to read, in order (empty: all, by name);
+    /// for TFRecord: the features.
     pub keys: Vec<String>,
     pub columns: Vec<TensorType>,
+    /// The number of elements of each shard (they add up to the columns'
+    /// first axis).
+    pub counts: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -56,6 +56,27 @@ pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
     };
     let mut shape = vec![parts.len()];
     shape.extend_from_slice(first.shape());
+    joined(parts, shape, |s| s == first.shape())
+}
+
+/// Joins tensors along their first axis (their other axes must agree): a
+/// batch assembled from runs of rows read separately.
+pub fn concat_rows(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
+    let Some(first) = parts.first() else {
+        return Err(Diagnostic::internal("runtime: joining no tensors"));
+    };
+    let rest = first.shape().get(1..).unwrap_or(&[]);
+    let mut shape = vec![parts.iter().map(|p| p.shape().first().copied().unwrap_or(0)).sum()];
+    shape.extend_from_slice(rest);
+    joined(parts, shape, |s| !s.is_empty() && &s[1..] == rest)
+}
+
+/// The values of `parts` one after another, as a tensor of `shape`; each
+/// part's shape must satisfy `fits`.
+fn joined(parts: &[&Tensor], shape: Vec<usize>, fits: impl Fn(&[usize]) -> bool) -> Result<Tensor, Diagnostic> {
+    let Some(first) = parts.first() else {
+        return Err(Diagnostic::internal("runtime: joining no tensors"));
+    };
     macro_rules! gather {
         ($variant:ident) => {{
             let mut flat = Vec::with_capacity(shape.iter().product());
@@ -63,16 +84,14 @@ pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
                 match p.data() {
                     // A contiguous part (the usual case) is one copy, not an
                     // element-by-element walk over dynamic dimensions.
-                    Data::$variant(a) if a.shape() == first.shape() => match a.as_slice() {
+                    Data::$variant(a) if fits(a.shape()) => match a.as_slice() {
                         Some(s) => flat.extend_from_slice(s),
                         None => flat.extend(a.iter().cloned()),
                     },
-                    _ => return Err(Diagnostic::internal("runtime: stacking tensors of different types or shapes")),
+                    _ => return Err(Diagnostic::internal("runtime: joining tensors of different types or shapes")),
                 }
             }
-            Data::$variant(
-                ArrayD::from_shape_vec(shape.clone(), flat).map_err(|e| Diagnostic::internal(e.to_string()))?,
-            )
+            Data::$variant(ArrayD::from_shape_vec(shape, flat).map_err(|e| Diagnostic::internal(e.to_string()))?)
         }};
     }
     let data = match first.data() {
@@ -83,4 +102,9 @@ pub fn stack(parts: &[&Tensor]) -> Result<Tensor, Diagnostic> {
         Data::Bool(_) => gather!(Bool),
     };
     Tensor::new(first.dtype(), data)
+}
+
+/// A tensor of zeros (`false` for bool).
+pub fn zeros(ty: &crate::ir::TensorType) -> Result<Tensor, Diagnostic> {
+    Tensor::from_literal(&crate::ir::Literal::Float(vec![0.0; ty.numel()]), ty)
 }

@@ -7,7 +7,7 @@
 //! wrong magic, an unknown dtype byte, a short or long file is an error at
 //! the byte where the problem is.
 
-use super::raw::{decode, Scalar};
+use super::raw::{decode, Layout, Scalar};
 use super::{fail, Path};
 use crate::diag::Diagnostic;
 use crate::ir::{DType, TensorType};
@@ -23,6 +23,15 @@ pub fn read(
     dtype: DType,
     data: bool,
 ) -> Result<(TensorType, Option<Tensor>), Diagnostic> {
+    let layout = header(path, b, total, dtype)?;
+    let tensor =
+        if data { Some(decode(&b[layout.offset..], layout.scalar, true, dtype, &layout.ty.shape)?) } else { None };
+    Ok((layout.ty, tensor))
+}
+
+/// Where the values of the IDX file `b` (a prefix holding the header; the
+/// file is `total` bytes long) lie, read as `dtype`.
+pub fn header(path: &Path, b: &[u8], total: usize, dtype: DType) -> Result<Layout, Diagnostic> {
     if b.len() < 4 {
         return Err(fail(
             path,
@@ -84,7 +93,5 @@ pub fn read(
             ),
         ));
     }
-    let ty = TensorType::new(dtype, shape);
-    let tensor = if data { Some(decode(&b[start..], scalar, true, dtype, &ty.shape)?) } else { None };
-    Ok((ty, tensor))
+    Ok(Layout { ty: TensorType::new(dtype, shape), scalar, big: true, offset: start, fortran: false })
 }

@@ -18,6 +18,7 @@
 mod idx;
 mod npy;
 mod raw;
+mod rows;
 mod tfrecord;
 mod zip;
 
@@ -26,9 +27,10 @@ use crate::ir::plan::{FileFormat, FileSource};
 use crate::ir::{DType, TensorType};
 use crate::tensor::Tensor;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use raw::{decode, Scalar};
+pub use rows::{MemoryRows, RowSource};
 pub use tfrecord::{crc32c, masked_crc};
 
 /// An E0001 error about `path`, at byte `at` when given.
@@ -118,39 +120,87 @@ fn gz_head(path: &Path, n: usize) -> Result<Option<(Vec<u8>, usize)>, Diagnostic
     Ok(Some((head, total.max(n))))
 }
 
-/// The types of the columns (first axis: the elements) of a data file
-/// source, checking that every column holds the same number of elements.
-pub fn probe(format: FileFormat, paths: &[&Path], keys: &[String]) -> Result<Vec<TensorType>, Diagnostic> {
-    Ok(read(format, paths, keys, false)?.into_iter().map(|c| c.ty).collect())
+/// What checking a file source finds: each column's type over all shards
+/// (first axis: the elements) and each shard's number of elements.
+pub struct Probed {
+    pub columns: Vec<TensorType>,
+    pub counts: Vec<usize>,
 }
 
-/// The columns of `src`, which must still have the types found while checking.
-pub fn load(src: &FileSource) -> Result<Vec<Tensor>, Diagnostic> {
-    let paths: Vec<&Path> = src.paths.iter().map(|p| p.as_path()).collect();
-    let cols = read(src.format, &paths, &src.keys, true)?;
-    let mut out = Vec::with_capacity(cols.len());
-    for (c, want) in cols.into_iter().zip(&src.columns) {
-        if c.ty != *want {
-            return Err(fail(
-                &c.path,
-                None,
-                format!("the file changed since the program was checked: it now holds {}, not {want}", c.ty),
-            ));
+/// The columns of the shards of a data file source, from their headers
+/// alone where the format allows (the data is read when running): every
+/// shard's columns need the same element types and, within a shard, the
+/// same count.
+pub fn probe(format: FileFormat, shards: &[Vec<PathBuf>], keys: &[String]) -> Result<Probed, Diagnostic> {
+    let mut first: Option<(Vec<TensorType>, &Path)> = None;
+    let mut counts = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let refs: Vec<&Path> = shard.iter().map(|p| p.as_path()).collect();
+        let cols = read(format, &refs, keys, false)?;
+        let Some(head) = cols.first() else {
+            // An empty TFRecord shard, which has no first record to type it.
+            counts.push(0);
+            continue;
+        };
+        counts.push(head.ty.shape[0]);
+        let rows: Vec<TensorType> = cols.iter().map(|c| element_of(&c.ty)).collect();
+        match &first {
+            None => first = Some((rows, refs[0])),
+            Some((want, path)) if *want != rows => {
+                let text = |t: &[TensorType]| t.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                return Err(fail(
+                    refs[0],
+                    None,
+                    format!(
+                        "holds elements of ({}), but the first shard `{}` holds ({}): every shard of a dataset must hold the same",
+                        text(&rows),
+                        path.display(),
+                        text(want)
+                    ),
+                ));
+            }
+            _ => {}
         }
-        out.push(c.tensor.ok_or_else(|| Diagnostic::internal("loaders: data requested but not decoded"))?);
     }
-    Ok(out)
+    let total: usize = counts.iter().sum();
+    let Some((rows, _)) = first else {
+        let what = if shards.len() == 1 { "the file holds" } else { "the files hold" };
+        let path = shards.first().and_then(|s| s.first()).map_or(Path::new(""), |p| p.as_path());
+        return Err(fail(path, None, format!("{what} no records")));
+    };
+    let columns = rows
+        .into_iter()
+        .map(|t| {
+            let mut shape = vec![total];
+            shape.extend(t.shape);
+            TensorType::new(t.dtype, shape)
+        })
+        .collect();
+    Ok(Probed { columns, counts })
 }
 
-/// One column of a source: its type and, when decoded, its values.
+/// One element's type: `ty` without its first axis.
+fn element_of(ty: &TensorType) -> TensorType {
+    TensorType::new(ty.dtype, ty.shape[1..].to_vec())
+}
+
+/// The source's rows, read as they are asked for.
+pub fn open(src: std::sync::Arc<FileSource>) -> rows::FileRows {
+    rows::open(src)
+}
+
+/// One column of a shard: its type and, when decoded, its values.
 struct Column {
     path: std::path::PathBuf,
     ty: TensorType,
     tensor: Option<Tensor>,
 }
 
+/// The columns of one shard (its files `paths`); only the types, from the
+/// headers, unless `data`.
 fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Result<Vec<Column>, Diagnostic> {
     let mut cols = Vec::new();
+    let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
     match format {
         FileFormat::Idx => {
             // The first file holds the features (f32), a second the class labels (i32).
@@ -158,13 +208,16 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
                 let dtype = if i == 0 { DType::F32 } else { DType::I32 };
                 // Checking needs only the header and the length; MNIST's
                 // gzipped files would take most of a second to inflate.
-                let (bytes, total) =
-                    if data { whole(p)? } else { gz_head(p, IDX_HEADER_MAX)?.map_or_else(|| whole(p), Ok)? };
+                let (bytes, total) = match (data, gz_head(p, IDX_HEADER_MAX)?) {
+                    (true, _) => whole(p)?,
+                    (false, Some(head)) => head,
+                    (false, None) => rows::head(p, &rows::open_file(p)?)?,
+                };
                 let probed = idx::read(p, &bytes, total, dtype, data);
                 // A gzip trailer gives the length modulo 4 GiB: confirm a
                 // mismatch on the whole file before reporting it.
                 let (ty, tensor) = match probed {
-                    Err(_) if !data && bytes.len() < total.max(1) => {
+                    Err(_) if !data && is_gz(p) && bytes.len() < total.max(1) => {
                         let (bytes, total) = whole(p)?;
                         idx::read(p, &bytes, total, dtype, data)?
                     }
@@ -174,27 +227,66 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
             }
         }
         FileFormat::Npy => {
-            let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
-            for (ty, tensor) in npy_arrays(p, &read_bytes(p)?, data)? {
-                cols.push(Column { path: p.to_path_buf(), ty, tensor });
+            // An uncompressed array is checked from its header and length.
+            let header = match (data || is_gz(p), rows::head(p, &rows::open_file(p)?)?) {
+                (false, (bytes, total)) if !bytes.starts_with(b"PK") => {
+                    npy::header(p, "", &bytes, total).ok().filter(|_| bytes.len() == total || total > bytes.len())
+                }
+                _ => None,
+            };
+            match header {
+                Some(layout) => cols.push(Column { path: p.to_path_buf(), ty: layout.ty, tensor: None }),
+                None => {
+                    for (ty, tensor) in npy_arrays(p, &read_bytes(p)?, data)? {
+                        cols.push(Column { path: p.to_path_buf(), ty, tensor });
+                    }
+                }
             }
         }
         FileFormat::Safetensors => {
-            let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
             let file = super::checkpoint::SafeFile::read(p)?;
             for (ty, tensor) in safetensors_arrays(p, &file, keys, data)? {
                 cols.push(Column { path: p.to_path_buf(), ty, tensor });
             }
         }
         FileFormat::TfRecord => {
-            let p = paths.first().ok_or_else(|| Diagnostic::internal("loaders: no path"))?;
-            for (ty, tensor) in tfrecord::read(paths, keys, data)? {
-                cols.push(Column { path: p.to_path_buf(), ty, tensor });
+            let probed = if data || is_gz(p) { None } else { Some(tfrecord_types(p, keys)?) };
+            match probed {
+                Some(types) => cols.extend(types.into_iter().map(|ty| Column { path: p.to_path_buf(), ty, tensor: None })),
+                None => {
+                    for (ty, tensor) in tfrecord::read(paths, keys, data)? {
+                        cols.push(Column { path: p.to_path_buf(), ty, tensor });
+                    }
+                }
             }
         }
     }
     check_counts(&cols)?;
     Ok(cols)
+}
+
+/// The columns' types of an uncompressed TFRecord file: its records from
+/// the framing, the features from its first record.
+fn tfrecord_types(p: &Path, keys: &[String]) -> Result<Vec<TensorType>, Diagnostic> {
+    let file = rows::open_file(p)?;
+    let total = file.metadata().map_err(|e| fail(p, None, format!("cannot read the file: {e}")))?.len();
+    let records = tfrecord::index(p, &file, total)?;
+    let Some(&first) = records.first() else {
+        // An empty shard: the other shards give the columns.
+        return Ok(Vec::new());
+    };
+    let mut bytes = vec![0u8; first.framed_len()];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut bytes, first.at)
+        .map_err(|e| fail(p, None, format!("cannot read the file: {e}")))?;
+    let features = tfrecord::features(p, (0, first.at), &bytes, keys)?;
+    Ok(features
+        .into_iter()
+        .map(|(_, t)| {
+            let mut shape = vec![records.len()];
+            shape.extend(t.shape);
+            TensorType::new(t.dtype, shape)
+        })
+        .collect())
 }
 
 /// The arrays of a `.npy` file or an `.npz` archive (a zip of `.npy`

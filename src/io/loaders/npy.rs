@@ -9,7 +9,7 @@
 //! dtype. Fortran-ordered arrays are reordered to row-major. The data must
 //! have exactly the size the header announces.
 
-use super::raw::{decode, Scalar};
+use super::raw::{decode, Layout, Scalar};
 use super::{fail, Path};
 use crate::diag::Diagnostic;
 use crate::ir::TensorType;
@@ -17,6 +17,22 @@ use crate::tensor::Tensor;
 
 /// The array in `b` (`what` prefixes positions: "`x.npy` in " for an archive member).
 pub fn read(path: &Path, what: &str, b: &[u8], data: bool) -> Result<(TensorType, Option<Tensor>), Diagnostic> {
+    let layout = header(path, what, b, b.len())?;
+    if !data {
+        return Ok((layout.ty, None));
+    }
+    let (ty, payload) = (&layout.ty, &b[layout.offset..]);
+    let tensor = if layout.fortran {
+        decode(&to_row_major(payload, &ty.shape, layout.scalar.size()), layout.scalar, layout.big, ty.dtype, &ty.shape)?
+    } else {
+        decode(payload, layout.scalar, layout.big, ty.dtype, &ty.shape)?
+    };
+    Ok((layout.ty, Some(tensor)))
+}
+
+/// Where the values of the array in `b` (a prefix holding the header; the
+/// array's bytes are `total` long) lie.
+pub fn header(path: &Path, what: &str, b: &[u8], total: usize) -> Result<Layout, Diagnostic> {
     let err = |at: usize, msg: String| fail(path, Some(at), format!("{what}{msg}"));
     if b.len() < 10 || &b[..6] != b"\x93NUMPY" {
         return Err(err(0, "not a .npy file: it does not start with the magic `\\x93NUMPY`".into()));
@@ -37,25 +53,16 @@ pub fn read(path: &Path, what: &str, b: &[u8], data: bool) -> Result<(TensorType
     let want = super::element_count(&dict.shape)
         .and_then(|n| n.checked_mul(scalar.size()))
         .ok_or_else(|| err(start, format!("the shape {:?} is too large", dict.shape)))?;
-    let have = b.len() - end;
+    let have = total.saturating_sub(end);
     if have != want {
         let how = if have < want { "truncated" } else { "longer than its header says" };
         return Err(err(
-            b.len().min(end + want),
+            total.min(end + want),
             format!("the data is {how}: shape {:?} of `{}` needs {want} bytes, found {have}", dict.shape, dict.descr),
         ));
     }
-    let ty = TensorType::new(scalar.natural(), dict.shape.clone());
-    if !data {
-        return Ok((ty, None));
-    }
-    let payload = &b[end..];
-    let tensor = if dict.fortran && dict.shape.len() > 1 {
-        decode(&to_row_major(payload, &dict.shape, scalar.size()), scalar, big, ty.dtype, &ty.shape)?
-    } else {
-        decode(payload, scalar, big, ty.dtype, &ty.shape)?
-    };
-    Ok((ty, Some(tensor)))
+    let fortran = dict.fortran && dict.shape.len() > 1;
+    Ok(Layout { ty: TensorType::new(scalar.natural(), dict.shape), scalar, big, offset: end, fortran })
 }
 
 /// Reorders column-major values of `shape` into row-major order.

@@ -8,8 +8,30 @@
 //! gives the pixel values as floats.
 
 use crate::diag::Diagnostic;
-use crate::ir::DType;
+use crate::ir::{DType, TensorType};
 use crate::tensor::Tensor;
+
+/// Where an array's values lie in its file and how they are stored: what a
+/// file's header says, enough to read any of its rows later.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Layout {
+    /// The array as tfc reads it (stored values converted to `ty.dtype`).
+    pub ty: TensorType,
+    pub scalar: Scalar,
+    /// Big-endian values.
+    pub big: bool,
+    /// The byte position of the first value.
+    pub offset: usize,
+    /// Column-major values (a Fortran-ordered npy array of rank ≥ 2).
+    pub fortran: bool,
+}
+
+impl Layout {
+    /// The bytes of one element (one index of the first axis).
+    pub fn row_bytes(&self) -> usize {
+        self.ty.shape[1..].iter().product::<usize>() * self.scalar.size()
+    }
+}
 
 /// A stored number type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -71,15 +71,7 @@ pub(super) fn records(
         };
         let payload = &rest[HEADER..HEADER + len];
         if check_data {
-            let stored = u32::from_le_bytes(le_bytes(&rest[HEADER + len..HEADER + len + FOOTER]));
-            let actual = masked_crc(payload);
-            if stored != actual {
-                let msg = format!(
-                    "record {index}: the data's CRC is {actual:#010x}, the record says {stored:#010x}: \
-                     the file is corrupted"
-                );
-                return Err(fail(path, Some(at + HEADER + len), msg));
-            }
+            checked_payload(path, index, (at + HEADER) as u64, &rest[HEADER..HEADER + len + FOOTER])?;
         }
         each(index, payload)?;
         at += HEADER + len + FOOTER;
@@ -412,6 +404,147 @@ fn take(col: &mut Column, entries: &[Entry<'_>], values: &mut Values, keep: bool
         _ => {}
     }
     Ok(())
+}
+
+/// One record of a file: where its data starts and how long it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Record {
+    pub at: u64,
+    pub len: usize,
+}
+
+impl Record {
+    /// The bytes to read for it: its data and the data's CRC.
+    pub fn framed_len(self) -> usize {
+        self.len + FOOTER
+    }
+}
+
+/// Where every record of the uncompressed TFRecord file `file` (`total`
+/// bytes, at `path`) lies, from its framing alone: each length and its CRC
+/// is read and checked, the data is skipped (its CRC is checked when the
+/// record is read). A file of a million records takes a million small
+/// reads through one buffer, not a read of the data.
+pub(super) fn index(path: &Path, file: &std::fs::File, total: u64) -> Result<Vec<Record>, Diagnostic> {
+    use std::io::{Read, Seek};
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    reader.rewind().map_err(|e| fail(path, None, format!("cannot read the file: {e}")))?;
+    let (mut at, mut out) = (0u64, Vec::new());
+    while at < total {
+        let index = out.len();
+        let mut head = [0u8; HEADER];
+        let left = total - at;
+        if left < HEADER as u64 || reader.read_exact(&mut head).is_err() {
+            let msg = format!(
+                "record {index}: the file ends {left} bytes into the record's {HEADER}-byte header: the file is truncated"
+            );
+            return Err(fail(path, Some(at as usize), msg));
+        }
+        let length = u64::from_le_bytes(le_bytes(&head[..8]));
+        let (stored, actual) = (u32::from_le_bytes(le_bytes(&head[8..])), masked_crc(&head[..8]));
+        if stored != actual {
+            let msg = format!(
+                "record {index}: the length's CRC is {actual:#010x}, the record says {stored:#010x}: \
+                 the file is corrupted or not a TFRecord file"
+            );
+            return Err(fail(path, Some(at as usize + 8), msg));
+        }
+        let room = left - HEADER as u64;
+        let Some(len) = usize::try_from(length).ok().filter(|&n| (n as u64) <= room.saturating_sub(FOOTER as u64)) else {
+            let msg = format!(
+                "record {index}: the header announces {length} bytes of data, but only {room} bytes \
+                 (for the data and its {FOOTER}-byte CRC) are left: the file is truncated"
+            );
+            return Err(fail(path, Some(at as usize), msg));
+        };
+        let data = at + HEADER as u64;
+        out.push(Record { at: data, len });
+        let skip = (len + FOOTER) as i64;
+        reader.seek_relative(skip).map_err(|e| fail(path, Some(data as usize), format!("cannot read the file: {e}")))?;
+        at = data + skip as u64;
+    }
+    Ok(out)
+}
+
+/// The element type of each feature `keys` names (every feature, by name,
+/// when empty) as the record `framed` (its data and CRC; record `index`
+/// of `path`, data at byte `at`) fixes them, with the names.
+pub(super) fn features(
+    path: &Path,
+    (index, at): (usize, u64),
+    framed: &[u8],
+    keys: &[String],
+) -> Result<Vec<(String, TensorType)>, Diagnostic> {
+    let payload = checked_payload(path, index, at, framed)?;
+    let record = |msg: String| fail(path, Some(at as usize), format!("record {index}: {msg}"));
+    let entries = entries(payload).map_err(|e| record(format!("not a tf.train.Example: {e}")))?;
+    let columns = schema(&entries, keys, &mut Values::default()).map_err(record)?;
+    Ok(columns
+        .into_iter()
+        .map(|c| {
+            let dtype = if c.kind == Kind::Float { DType::F32 } else { DType::I32 };
+            let shape = if c.len == 1 { vec![] } else { vec![c.len] };
+            (c.key, TensorType::new(dtype, shape))
+        })
+        .collect())
+}
+
+/// The records `framed` (each its index in the file, the position of its
+/// data, and its data and CRC, as [`Record::framed_len`] gives), decoded
+/// into one tensor per feature of `features` (`[records, …]`): each data
+/// CRC is checked and every feature must have the kind and length given.
+pub(super) fn decode_records(
+    path: &Path,
+    framed: &[(usize, u64, &[u8])],
+    features: &[(String, TensorType)],
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let mut columns: Vec<Column> = features
+        .iter()
+        .map(|(key, ty)| Column {
+            key: key.clone(),
+            kind: if ty.dtype == DType::F32 { Kind::Float } else { Kind::Int64 },
+            len: ty.shape.iter().product(),
+            floats: Vec::new(),
+            ints: Vec::new(),
+        })
+        .collect();
+    let mut values = Values::default();
+    for &(index, at, bytes) in framed {
+        let payload = checked_payload(path, index, at, bytes)?;
+        let record = |msg: String| fail(path, Some(at as usize), format!("record {index}: {msg}"));
+        let entries = entries(payload).map_err(|e| record(format!("not a tf.train.Example: {e}")))?;
+        for col in columns.iter_mut() {
+            take(col, &entries, &mut values, true).map_err(|msg| record(format!("feature `{}`: {msg}", col.key)))?;
+        }
+    }
+    columns
+        .into_iter()
+        .zip(features)
+        .map(|(col, (_, ty))| {
+            let mut shape = vec![framed.len()];
+            shape.extend(&ty.shape);
+            match col.kind {
+                Kind::Float => Tensor::from_vec(DType::F32, &shape, col.floats),
+                _ => Tensor::from_vec(DType::I32, &shape, col.ints),
+            }
+        })
+        .collect()
+}
+
+/// A record's data after checking its CRC (`framed` is the data and the CRC).
+fn checked_payload<'a>(path: &Path, index: usize, at: u64, framed: &'a [u8]) -> Result<&'a [u8], Diagnostic> {
+    let Some(len) = framed.len().checked_sub(FOOTER) else {
+        return Err(Diagnostic::internal("tfrecord: a record without its CRC"));
+    };
+    let (payload, crc) = framed.split_at(len);
+    let (stored, actual) = (u32::from_le_bytes(le_bytes(crc)), masked_crc(payload));
+    if stored != actual {
+        let msg = format!(
+            "record {index}: the data's CRC is {actual:#010x}, the record says {stored:#010x}: the file is corrupted"
+        );
+        return Err(fail(path, Some(at as usize + len), msg));
+    }
+    Ok(payload)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 //! first batch, epoch `epoch + 1` starts filling its shuffle buffer.
 
 use super::queue::Queue;
-use super::{prepare_source, Ctx, Element, Item};
+use super::{prepare_source, Ctx, Element, Item, Share};
 use crate::diag::Diagnostic;
 use crate::ir::plan::{Dataset, Transform};
 use crate::ir::{Effect, Program};
@@ -116,18 +116,19 @@ pub fn for_each_ahead(
     epoch: u64,
     next: Option<u64>,
     ahead: &mut Ahead,
+    share: Option<Share>,
     mut f: impl FnMut(&mut Executor, usize, Element) -> Result<bool, Diagnostic>,
 ) -> Result<(), Diagnostic> {
     let data = d as *const Dataset as usize;
     let started = ahead.pending.take().filter(|p| p.data == data && p.epoch == epoch);
     let cached = d.transforms.iter().any(|t| matches!(t, Transform::Cache(_)));
     let Some(place) = place(ex.program, d).filter(|_| !cached) else {
-        return super::for_each(ex, d, epoch, f);
+        return super::for_each_shared(ex, d, epoch, share, f);
     };
     let waiting = Instant::now();
     let current = match started {
         Some(p) => p,
-        None => start(ex, place, d, epoch, ahead)?,
+        None => start(ex, place, d, epoch, ahead, share)?,
     };
     let mut i = 0;
     while let Some(item) = current.queue.pop() {
@@ -143,7 +144,7 @@ pub fn for_each_ahead(
         }
         if i == 0 {
             if let Some(n) = next {
-                ahead.pending = Some(start(ex, place, d, n, ahead)?);
+                ahead.pending = Some(start(ex, place, d, n, ahead, share)?);
             }
         }
         i += 1;
@@ -160,7 +161,14 @@ pub fn for_each_ahead(
 }
 
 /// Starts the pass of epoch `epoch` over `d` on a thread of its own.
-fn start(ex: &mut Executor, place: Place, d: &Dataset, epoch: u64, ahead: &mut Ahead) -> Result<Pending, Diagnostic> {
+fn start(
+    ex: &mut Executor,
+    place: Place,
+    d: &Dataset,
+    epoch: u64,
+    ahead: &mut Ahead,
+    share: Option<Share>,
+) -> Result<Pending, Diagnostic> {
     prepare_source(ex, &d.source)?;
     let program = ahead.program.get_or_insert_with(|| Arc::new(ex.program.clone())).clone();
     let queue = Arc::new(Queue::new(HANDOFF));
@@ -175,7 +183,7 @@ fn start(ex: &mut Executor, place: Place, d: &Dataset, epoch: u64, ahead: &mut A
                 q.finish();
                 return;
             };
-            let ctx = Ctx { program: &program, options, slots, store, epoch, cancel: c.clone() };
+            let ctx = Ctx { program: &program, options, slots, store, epoch, cancel: c.clone(), share };
             std::thread::scope(|s| {
                 super::stages::feed(&q, super::stages::stream(s, &ctx, d, d.transforms.len()));
                 // As in `for_each`: every exit stops the sources.

@@ -39,7 +39,8 @@ pub use ahead::{for_each_ahead, Ahead};
 
 use super::exec::{Executor, RunOptions};
 use crate::diag::Diagnostic;
-use crate::ir::plan::{Dataset, Source};
+use crate::io::loaders::{MemoryRows, RowSource};
+use crate::ir::plan::{Dataset, Source, Transform};
 use crate::ir::Program;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -55,7 +56,7 @@ type Iter<'a> = Box<dyn Iterator<Item = Item> + 'a>;
 /// passes, shared by every thread.
 #[derive(Default)]
 pub struct Store {
-    sources: Mutex<HashMap<String, Arc<Vec<Tensor>>>>,
+    sources: Mutex<HashMap<String, Arc<dyn RowSource>>>,
     caches: Mutex<HashMap<String, Arc<Vec<Element>>>>,
 }
 
@@ -72,6 +73,65 @@ struct Ctx<'p> {
     epoch: u64,
     /// Set when the consumer stops: sources end early.
     cancel: Arc<AtomicBool>,
+    /// A data-parallel rank's share of the training batches.
+    share: Option<Share>,
+}
+
+/// The part of every batch of transform `batch` (a `Batch`) that one rank of
+/// a data-parallel training reads: the rows of its aligned block of the
+/// batch's `shards` virtual shards. The other rows are zeros, never read;
+/// the rank's step uses only its own shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    batch: usize,
+    shards: usize,
+    world: usize,
+    rank: usize,
+}
+
+impl Share {
+    /// This rank's share of `d`'s batches, or why every rank reads whole
+    /// batches instead: the transforms after the last `batch` must keep
+    /// each row apart (a `map` moved behind the batch by map vectorization
+    /// computes each row on its own; a user's `map` over batches need not).
+    pub fn of(d: &Dataset, shards: usize, world: usize, rank: usize) -> Result<Share, String> {
+        let Some(batch) = d.transforms.iter().rposition(|t| matches!(t, Transform::Batch { .. })) else {
+            return Err("the training data has no `batch`".into());
+        };
+        if let Some(t) = d.transforms[batch + 1..].iter().find(|t| {
+            !matches!(
+                t,
+                Transform::BatchedMap { .. }
+                    | Transform::Parallel(_)
+                    | Transform::Prefetch(_)
+                    | Transform::Shuffle { .. }
+                    | Transform::Take(_)
+                    | Transform::Skip(_)
+                    | Transform::Repeat(None)
+            )
+        }) {
+            let what = match t {
+                Transform::Map(_) | Transform::BySize { filter: false, .. } => "a `map` over whole batches",
+                Transform::Filter(_) | Transform::BySize { .. } => "a `filter` of batches",
+                Transform::Cache(_) => "a `cache` of batches",
+                _ => "a transform of batches",
+            };
+            return Err(format!("{what} follows the `batch`"));
+        }
+        if !d.transforms[..batch].iter().all(|t| matches!(t, Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_))) {
+            return Err("the elements are transformed before the `batch`".into());
+        }
+        Ok(Share { batch, shards, world, rank })
+    }
+
+    /// The positions of a batch of `m` elements this rank reads.
+    fn rows(&self, m: usize) -> std::ops::Range<usize> {
+        let rows = crate::ir::plan::ParallelStep::shard_rows(m, self.shards);
+        let per_rank = self.shards / self.world;
+        let start: usize = rows[..self.rank * per_rank].iter().sum();
+        let len: usize = rows[self.rank * per_rank..(self.rank + 1) * per_rank].iter().sum();
+        start..start + len
+    }
 }
 
 impl Ctx<'_> {
@@ -90,6 +150,17 @@ pub fn for_each(
     ex: &mut Executor,
     d: &Dataset,
     epoch: u64,
+    f: impl FnMut(&mut Executor, usize, Element) -> Result<bool, Diagnostic>,
+) -> Result<(), Diagnostic> {
+    for_each_shared(ex, d, epoch, None, f)
+}
+
+/// [`for_each`] over a data-parallel rank's `share` of the batches.
+fn for_each_shared(
+    ex: &mut Executor,
+    d: &Dataset,
+    epoch: u64,
+    share: Option<Share>,
     mut f: impl FnMut(&mut Executor, usize, Element) -> Result<bool, Diagnostic>,
 ) -> Result<(), Diagnostic> {
     prepare_source(ex, &d.source)?;
@@ -100,6 +171,7 @@ pub fn for_each(
         store: ex.data_cache.clone(),
         epoch,
         cancel: Arc::new(AtomicBool::new(false)),
+        share,
     };
     let cancel = ctx.cancel.clone();
     std::thread::scope(|s| {
@@ -139,7 +211,8 @@ fn prepare_source(ex: &mut Executor, s: &Source) -> Result<(), Diagnostic> {
         }
         ex.demand(ids)?;
         let cols = ids.iter().map(|id| ex.value(*id).cloned()).collect::<Result<Vec<_>, _>>()?;
-        ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Arc::new(cols));
+        let rows: Arc<dyn RowSource> = Arc::new(MemoryRows(cols));
+        ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, rows);
     }
     Ok(())
 }
@@ -156,7 +229,14 @@ fn source_key(s: &Source) -> String {
 /// The 1-based position of transform `i` as the user wrote it (the
 /// `Parallel` markers are part of their `map`).
 fn position(d: &Dataset, i: usize) -> usize {
-    1 + d.transforms[..i].iter().filter(|t| !matches!(t, crate::ir::plan::Transform::Parallel(_))).count()
+    1 + d.transforms[..i].iter().filter(|t| !matches!(t, Transform::Parallel(_))).count()
+}
+
+/// How many elements of `d`'s source were read from files so far in this
+/// run (`None` before its first pass, or for a source in memory: 0).
+pub fn rows_read(ex: &Executor, d: &Dataset) -> Option<usize> {
+    let key = source_key(&d.source);
+    ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).get(&key).map(|s| s.rows_read())
 }
 
 /// A fresh executor for running regions on this thread. Its output sink is

@@ -14,7 +14,8 @@ use super::{executor, position, source_key, Ctx, Element, Item, Iter};
 use crate::diag::Diagnostic;
 use crate::ir::plan::{Dataset, Source, Transform};
 use crate::ir::{DType, Literal, TensorType};
-use crate::tensor::host::{index_first, stack, take_rows};
+use crate::io::loaders::{MemoryRows, RowSource};
+use crate::tensor::host::{index_first, stack};
 use crate::tensor::Tensor;
 use std::sync::Arc;
 use std::thread::Scope;
@@ -28,10 +29,10 @@ pub(super) fn stream<'s, 'p: 's>(
 ) -> Result<Iter<'s>, Diagnostic> {
     // Up to here only rows of the source are picked: build each element
     // when it leaves, not before (a shuffle buffer then holds row numbers).
-    if let Some((columns, rows)) = rows(ctx, d, k)? {
+    if let Some((source, rows)) = rows(ctx, d, k)? {
         return Ok(Box::new(rows.map(move |r| {
             let r = r?;
-            columns.iter().map(|c| index_first(c, r)).collect()
+            source.gather(&[r], 0..1)?.iter().map(|c| index_first(c, 0)).collect()
         })));
     }
     let t = &d.transforms[k - 1];
@@ -52,13 +53,20 @@ pub(super) fn stream<'s, 'p: 's>(
             Box::new(Shuffle::new(stream(s, ctx, d, k - 1)?, *buffer, *seed, ctx.epoch))
         }
         Transform::Batch { n, drop_remainder } => match rows(ctx, d, k - 1)? {
-            // A batch of source rows is gathered in one copy per column.
-            Some((columns, rows)) => Box::new(Batch::new(
-                rows,
-                *n,
-                *drop_remainder,
-                Box::new(move |picked: Vec<usize>| columns.iter().map(|c| take_rows(c, &picked)).collect()),
-            )),
+            // A batch of source rows is gathered in one read per column
+            // (of a rank's share of it, in data-parallel training).
+            Some((source, rows)) => {
+                let share = ctx.share.filter(|s| s.batch == k - 1);
+                Box::new(Batch::new(
+                    rows,
+                    *n,
+                    *drop_remainder,
+                    Box::new(move |picked: Vec<usize>| {
+                        let real = share.map_or(0..picked.len(), |s| s.rows(picked.len()));
+                        source.gather(&picked, real)
+                    }),
+                ))
+            }
             None => Box::new(Batch::new(
                 stream(s, ctx, d, k - 1)?,
                 *n,
@@ -94,32 +102,34 @@ pub(super) fn stream<'s, 'p: 's>(
     })
 }
 
-/// The source's columns, loaded once per run.
-fn columns(ctx: &Ctx<'_>, src: &Source) -> Result<Arc<Vec<Tensor>>, Diagnostic> {
+/// The source's rows, opened once per run (a file source reads them as
+/// they are asked for).
+fn source_rows(ctx: &Ctx<'_>, src: &Source) -> Result<Arc<dyn RowSource>, Diagnostic> {
     let key = source_key(src);
     let cached = ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
     if let Some(c) = cached {
         return Ok(c);
     }
-    let cols: Vec<Tensor> = match src {
-        Source::Host(h) => h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?,
-        Source::File(f) => crate::io::loaders::load(f)?,
+    let rows: Arc<dyn RowSource> = match src {
+        Source::Host(h) => Arc::new(MemoryRows(
+            h.columns.iter().map(|(ty, lit)| Tensor::from_literal(lit, ty)).collect::<Result<_, _>>()?,
+        )),
+        Source::File(f) => Arc::new(crate::io::loaders::open(f.clone())),
         Source::Range(n) => {
             let lit = Literal::Int((0..*n as i64).collect());
-            vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]
+            Arc::new(MemoryRows(vec![Tensor::from_literal(&lit, &TensorType::new(DType::I32, vec![*n]))?]))
         }
         Source::Nodes(_) => return Err(Diagnostic::internal("pipeline: a graph source was not prepared")),
     };
-    let cols = Arc::new(cols);
-    ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, cols.clone());
-    Ok(cols)
+    ctx.store.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, rows.clone());
+    Ok(rows)
 }
 
 /// Row numbers of the source, in the order the pipeline's elements have.
 type Rows<'a> = Box<dyn Iterator<Item = Result<usize, Diagnostic>> + 'a>;
 
-/// A source's columns and the rows picked from them.
-type Picked<'a> = (Arc<Vec<Tensor>>, Rows<'a>);
+/// A source and the rows picked from it.
+type Picked<'a> = (Arc<dyn RowSource>, Rows<'a>);
 
 /// When the first `k` transforms only pick and reorder elements (`shuffle`,
 /// `take`, `skip`), the source's columns and the rows those transforms
@@ -127,8 +137,8 @@ type Picked<'a> = (Arc<Vec<Tensor>>, Rows<'a>);
 /// transforms would give, as each reads its input only by position.
 fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, Diagnostic> {
     if k == 0 {
-        let columns = columns(ctx, &d.source)?;
-        let n = columns.first().and_then(|c| c.shape().first().copied()).unwrap_or(0);
+        let source = source_rows(ctx, &d.source)?;
+        let n = source.len();
         let cancel = ctx.cancel.clone();
         let rows = (0..n).map_while(move |i| {
             if cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -136,10 +146,10 @@ fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, 
             }
             Some(crate::interrupt::check().map(|()| i))
         });
-        return Ok(Some((columns, Box::new(rows))));
+        return Ok(Some((source, Box::new(rows))));
     }
     let picked =
-        |up: Option<(Arc<Vec<Tensor>>, Rows<'a>)>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
+        |up: Option<Picked<'a>>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
     Ok(match &d.transforms[k - 1] {
         Transform::Shuffle { buffer, seed } => {
             let (buffer, seed, epoch) = (*buffer, *seed, ctx.epoch);

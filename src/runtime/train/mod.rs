@@ -22,6 +22,8 @@
 mod checkpoint;
 mod log;
 mod parallel;
+
+use super::pipeline::Share;
 mod progress;
 
 use super::dataset::reduce_mean;
@@ -82,13 +84,26 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     };
     // The next epoch's input pipeline, started while this one trains.
     let mut ahead = super::pipeline::Ahead::default();
+    // A rank of several reads only its share of each batch.
+    let share = match (&plan.parallel, &ex.options.world) {
+        (Some(p), Some(w)) if w.size() > 1 => match Share::of(&plan.data, p.shards, w.size(), w.rank()) {
+            Ok(share) => Some(share),
+            Err(why) => {
+                if ex.options.verbose && primary {
+                    eprintln!("pipeline: every rank reads whole batches: {why}");
+                }
+                None
+            }
+        },
+        _ => None,
+    };
     let mut stopped = false;
     while !stopped && plan.epochs.is_none_or(|e| at.epoch < e as u64) {
         // Batches a resumed run already trained on in this epoch.
         let done = at.batch;
         let total = plan.data.len.unwrap_or(0) as u64;
         let next = Some(at.epoch + 1).filter(|n| plan.epochs.is_none_or(|e| *n < e as u64));
-        super::pipeline::for_each_ahead(ex, &plan.data, at.epoch, next, &mut ahead, |ex, i, batch| {
+        super::pipeline::for_each_ahead(ex, &plan.data, at.epoch, next, &mut ahead, share, |ex, i, batch| {
             if (i as u64) < done {
                 return Ok(true);
             }

@@ -248,7 +248,7 @@ impl<'p> Parallel<'p> {
         let model_states = match first_model_states {
             Some(states) => states,
             // A rank whose shards are all empty sends zeros in their place.
-            None => self.model_state_types.iter().map(zeros).collect::<Result<_, _>>()?,
+            None => self.model_state_types.iter().map(crate::tensor::host::zeros).collect::<Result<_, _>>()?,
         };
         let message = encode(mine.as_ref(), grad_types, &model_states);
         // Each round adds the other block's gradient bytes to ours where
@@ -363,10 +363,6 @@ fn decode(
     let mut at = 16;
     let grads = grad_types.iter().map(|ty| wire::take(ty, message, &mut at)).collect::<Result<Vec<_>, _>>()?;
     Ok((has.then_some(Ok(Partial { loss, grads })), at))
-}
-
-fn zeros(ty: &TensorType) -> Result<Tensor, Diagnostic> {
-    Tensor::from_literal(&Literal::Float(vec![0.0; ty.numel()]), ty)
 }
 
 fn scalar(x: f64) -> Result<Tensor, Diagnostic> {

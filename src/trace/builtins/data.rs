@@ -133,29 +133,51 @@ impl Tracer<'_> {
         }))
     }
 
-    /// `load_idx(images, labels)`, `load_npy(path)`, `load_safetensors(path, keys…)`:
-    /// the header is read now (element types and count), the data when running.
+    /// `load_idx(images, labels)`, `load_npy(path)`, `load_safetensors(path,
+    /// keys…)`, `load_tfrecord(paths, features…)`: the headers are read now
+    /// (element types and counts), the data when running. Every path but
+    /// safetensors' may be a pattern or a tuple of paths and patterns: the
+    /// shards, read one after another.
     fn load_file(&mut self, a: &BuiltinArgs) -> TResult<Value> {
-        let path_arg = |i: usize| match a.get(i) {
-            Some((Value::Str(s), _)) => Ok(Some(s.clone())),
-            None => Ok(None),
-            _ => Err(a.bad(i, "a file path string")),
-        };
-        let (format, paths, keys) = match a.name {
-            "load_idx" => (FileFormat::Idx, self.joined([path_arg(0)?, path_arg(1)?].into_iter().flatten()), vec![]),
-            "load_npy" => (FileFormat::Npy, self.joined(path_arg(0)?), vec![]),
-            // Expanded against the base directory already.
-            "load_tfrecord" => {
-                (FileFormat::TfRecord, self.shard_paths(a)?, string_args(a, 1, "feature names (strings)")?)
+        let (format, shards, keys) = match a.name {
+            "load_idx" => {
+                let images = self.shard_paths(a, 0)?;
+                let labels = match a.get(1) {
+                    Some(_) => Some(self.shard_paths(a, 1)?),
+                    None => None,
+                };
+                if let Some(labels) = labels.as_ref().filter(|l| l.len() != images.len()) {
+                    return Err(Diagnostic::new(
+                        Code::Io,
+                        format!("{} images files but {} labels files: each images file needs its labels file", images.len(), labels.len()),
+                    )
+                    .label(a.span, "loaded here")
+                    .into());
+                }
+                let shards = images
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, p)| std::iter::once(p).chain(labels.as_ref().map(|l| l[i].clone())).collect())
+                    .collect();
+                (FileFormat::Idx, shards, vec![])
             }
-            _ => (FileFormat::Safetensors, self.joined(path_arg(0)?), string_args(a, 1, "tensor names (strings)")?),
+            "load_npy" => (FileFormat::Npy, self.shard_paths(a, 0)?.into_iter().map(|p| vec![p]).collect(), vec![]),
+            "load_tfrecord" => (
+                FileFormat::TfRecord,
+                self.shard_paths(a, 0)?.into_iter().map(|p| vec![p]).collect(),
+                string_args(a, 1, "feature names (strings)")?,
+            ),
+            _ => {
+                let Some((Value::Str(path), _)) = a.get(0) else { return Err(a.bad(0, "a file path string")) };
+                (FileFormat::Safetensors, vec![vec![self.base_dir.join(path)]], string_args(a, 1, "tensor names (strings)")?)
+            }
         };
-        let refs: Vec<&std::path::Path> = paths.iter().map(|p| p.as_path()).collect();
-        let columns = crate::io::loaders::probe(format, &refs, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
-        let n = columns.first().map(|t| t.shape[0]).unwrap_or(0);
-        let element = columns.iter().map(|t| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
+        let probed = crate::io::loaders::probe(format, &shards, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
+        let n = probed.columns.first().map(|t| t.shape[0]).unwrap_or(0);
+        let element = probed.columns.iter().map(|t| TensorType::new(t.dtype, t.shape[1..].to_vec())).collect();
+        let source = FileSource { format, shards, keys, columns: probed.columns, counts: probed.counts };
         Ok(dataset(Dataset {
-            source: Source::File(std::sync::Arc::new(FileSource { format, paths, keys, columns })),
+            source: Source::File(std::sync::Arc::new(source)),
             transforms: vec![],
             element,
             len: Some(n),
@@ -163,29 +185,25 @@ impl Tracer<'_> {
         }))
     }
 
-    /// `paths` relative to the program's directory.
-    fn joined(&self, paths: impl IntoIterator<Item = String>) -> Vec<std::path::PathBuf> {
-        paths.into_iter().map(|p| self.base_dir.join(p)).collect()
-    }
-
-    /// `load_tfrecord`'s shards: a path, a pattern (`data/train-*.tfrecord`,
-    /// expanded now, sorted) or a tuple of paths and patterns.
-    fn shard_paths(&self, a: &BuiltinArgs) -> TResult<Vec<std::path::PathBuf>> {
-        let given: Vec<String> = match a.get(0) {
+    /// The files argument `i` names: a path, a pattern
+    /// (`data/train-*.tfrecord`, expanded now, sorted) or a tuple of paths
+    /// and patterns.
+    fn shard_paths(&self, a: &BuiltinArgs, i: usize) -> TResult<Vec<std::path::PathBuf>> {
+        let given: Vec<String> = match a.get(i) {
             Some((Value::Str(s), _)) => vec![s.clone()],
             Some((Value::Tuple(items), _)) if !items.is_empty() => items
                 .iter()
                 .map(|v| match v {
                     Value::Str(s) => Ok(s.clone()),
-                    _ => Err(a.bad(0, "shard file paths (strings)")),
+                    _ => Err(a.bad(i, "file paths (strings)")),
                 })
                 .collect::<TResult<_>>()?,
-            _ => return Err(a.bad(0, "a shard file path or pattern, or a tuple of them")),
+            _ => return Err(a.bad(i, "a file path or pattern, or a tuple of them")),
         };
         let mut paths = Vec::new();
         for pattern in &given {
             let found =
-                crate::io::glob::expand(&self.base_dir, pattern).map_err(|d| d.label(a.span_of(0), "these shards"))?;
+                crate::io::glob::expand(&self.base_dir, pattern).map_err(|d| d.label(a.span_of(i), "these files"))?;
             paths.extend(found);
         }
         Ok(paths)
