@@ -377,3 +377,36 @@ fn f16_loss_scaling_and_clipping_see_the_global_gradient_on_any_number_of_ranks(
         assert!(spread == alone, "{workers} ranks end with other weights than one process ({text})");
     }
 }
+
+#[test]
+fn each_rank_reads_only_its_share_of_a_streamed_dataset() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-share");
+    // 512 examples of 16 features (IDX, f32) and 4 classes, streamed.
+    let features: Vec<u8> = (0..512 * 16)
+        .flat_map(|i: u32| ((i.wrapping_mul(2_654_435_761) >> 20) as f32 / 4096.0).to_be_bytes())
+        .collect();
+    put(&dir, "x.idx", &support::idx(0x0D, &[512, 16], &features));
+    let labels: Vec<u8> = (0..512u32).map(|i| ((i * 7919) % 4) as u8).collect();
+    put(&dir, "y.idx", &support::idx(0x08, &[512], &labels));
+    // The map is moved behind the batch (map vectorization) and computes
+    // each row on its own, so a rank's share stays its own.
+    let program = "use std.nn.{Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+        model M {\n    a = Dense(16, 32, act = relu)\n    b = Dense(32, 4)\n    fn forward(x: f32[B, 16]) -> f32[B, 4] = x |> a |> b\n}\n\
+        let net = M(seed = 0)\n\
+        let data = load_idx(\"x.idx\", \"y.idx\") |> map(fn(x, y) = (x * 2.0 - 1.0, y)) |> shuffle(512, seed = 1) |> batch(64)\n\
+        train net on data {\n    loss(x, y) = softmax_cross_entropy(net(x), y)\n    optimizer = adam(lr = 1e-2)\n    epochs = 2\n}\n\
+        save(net, \"w.safetensors\")\n";
+    let alone = trained(&dir, program, &["--shards", "8", "--threads", "1"]);
+    for (workers, read) in [("2", 512), ("4", 256)] {
+        let r = run_with(&dir, program, &["--workers", workers, "--threads", "1", "--verbose"], &[]);
+        assert_eq!(r.code, Some(0), "{workers} ranks failed:\n{}", r.stderr);
+        let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        assert!(spread == alone, "{workers} ranks end with other weights than one process");
+        // Two epochs of 512 examples: rank 0 of W reads 1024 / W of them.
+        let line = format!("this rank read {read} elements of the training data");
+        assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);
+    }
+}

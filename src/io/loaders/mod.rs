@@ -252,7 +252,9 @@ fn read(format: FileFormat, paths: &[&Path], keys: &[String], data: bool) -> Res
         FileFormat::TfRecord => {
             let probed = if data || is_gz(p) { None } else { Some(tfrecord_types(p, keys)?) };
             match probed {
-                Some(types) => cols.extend(types.into_iter().map(|ty| Column { path: p.to_path_buf(), ty, tensor: None })),
+                Some(types) => {
+                    cols.extend(types.into_iter().map(|ty| Column { path: p.to_path_buf(), ty, tensor: None }))
+                }
                 None => {
                     for (ty, tensor) in tfrecord::read(paths, keys, data)? {
                         cols.push(Column { path: p.to_path_buf(), ty, tensor });

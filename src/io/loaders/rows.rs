@@ -116,7 +116,13 @@ impl RowSource for FileRows {
             // The longest run from `at` that is one read: zeros outside
             // `real`, else consecutive rows of one shard.
             let inside = real.contains(&at);
-            let end = if inside { real.end.min(rows.len()) } else if at < real.start { real.start } else { rows.len() };
+            let end = if inside {
+                real.end.min(rows.len())
+            } else if at < real.start {
+                real.start
+            } else {
+                rows.len()
+            };
             let run = if inside {
                 let shard = self.shard_of(rows[at])?;
                 let mut stop = at + 1;

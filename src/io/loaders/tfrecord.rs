@@ -450,7 +450,8 @@ pub(super) fn index(path: &Path, file: &std::fs::File, total: u64) -> Result<Vec
             return Err(fail(path, Some(at as usize + 8), msg));
         }
         let room = left - HEADER as u64;
-        let Some(len) = usize::try_from(length).ok().filter(|&n| (n as u64) <= room.saturating_sub(FOOTER as u64)) else {
+        let Some(len) = usize::try_from(length).ok().filter(|&n| (n as u64) <= room.saturating_sub(FOOTER as u64))
+        else {
             let msg = format!(
                 "record {index}: the header announces {length} bytes of data, but only {room} bytes \
                  (for the data and its {FOOTER}-byte CRC) are left: the file is truncated"
@@ -460,7 +461,9 @@ pub(super) fn index(path: &Path, file: &std::fs::File, total: u64) -> Result<Vec
         let data = at + HEADER as u64;
         out.push(Record { at: data, len });
         let skip = (len + FOOTER) as i64;
-        reader.seek_relative(skip).map_err(|e| fail(path, Some(data as usize), format!("cannot read the file: {e}")))?;
+        reader
+            .seek_relative(skip)
+            .map_err(|e| fail(path, Some(data as usize), format!("cannot read the file: {e}")))?;
         at = data + skip as u64;
     }
     Ok(out)

@@ -118,7 +118,10 @@ impl Share {
             };
             return Err(format!("{what} follows the `batch`"));
         }
-        if !d.transforms[..batch].iter().all(|t| matches!(t, Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_))) {
+        if !d.transforms[..batch]
+            .iter()
+            .all(|t| matches!(t, Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_)))
+        {
             return Err("the elements are transformed before the `batch`".into());
         }
         Ok(Share { batch, shards, world, rank })

@@ -12,9 +12,9 @@ use super::mapfn::MapFn;
 use super::queue::Queue;
 use super::{executor, position, source_key, Ctx, Element, Item, Iter};
 use crate::diag::Diagnostic;
+use crate::io::loaders::{MemoryRows, RowSource};
 use crate::ir::plan::{Dataset, Source, Transform};
 use crate::ir::{DType, Literal, TensorType};
-use crate::io::loaders::{MemoryRows, RowSource};
 use crate::tensor::host::{index_first, stack};
 use crate::tensor::Tensor;
 use std::sync::Arc;
@@ -148,8 +148,7 @@ fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, 
         });
         return Ok(Some((source, Box::new(rows))));
     }
-    let picked =
-        |up: Option<Picked<'a>>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
+    let picked = |up: Option<Picked<'a>>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
     Ok(match &d.transforms[k - 1] {
         Transform::Shuffle { buffer, seed } => {
             let (buffer, seed, epoch) = (*buffer, *seed, ctx.epoch);

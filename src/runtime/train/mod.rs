@@ -174,6 +174,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     if let (Some(p), true) = (&parallel, ex.options.verbose && primary) {
         eprintln!("{}", p.summary());
     }
+    if let Some(read) = super::pipeline::rows_read(ex, &plan.data).filter(|n| *n > 0 && ex.options.verbose && primary) {
+        let whose = if share.is_some() { "this rank" } else { "this process" };
+        eprintln!("pipeline: {whose} read {read} elements of the training data from its files");
+    }
     for (slot, t) in plan.result_slots.iter().zip(points.carry.into_values()?) {
         ex.slots.insert(*slot, t);
     }

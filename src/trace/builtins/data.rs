@@ -149,7 +149,11 @@ impl Tracer<'_> {
                 if let Some(labels) = labels.as_ref().filter(|l| l.len() != images.len()) {
                     return Err(Diagnostic::new(
                         Code::Io,
-                        format!("{} images files but {} labels files: each images file needs its labels file", images.len(), labels.len()),
+                        format!(
+                            "{} images files but {} labels files: each images file needs its labels file",
+                            images.len(),
+                            labels.len()
+                        ),
                     )
                     .label(a.span, "loaded here")
                     .into());
@@ -169,7 +173,11 @@ impl Tracer<'_> {
             ),
             _ => {
                 let Some((Value::Str(path), _)) = a.get(0) else { return Err(a.bad(0, "a file path string")) };
-                (FileFormat::Safetensors, vec![vec![self.base_dir.join(path)]], string_args(a, 1, "tensor names (strings)")?)
+                (
+                    FileFormat::Safetensors,
+                    vec![vec![self.base_dir.join(path)]],
+                    string_args(a, 1, "tensor names (strings)")?,
+                )
             }
         };
         let probed = crate::io::loaders::probe(format, &shards, &keys).map_err(|d| d.label(a.span, "loaded here"))?;
