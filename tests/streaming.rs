@@ -165,3 +165,40 @@ fn a_damaged_shard_is_named() {
     put(&d, "s-1.npy", &good[..good.len() - 4]);
     fails(&d, "print(count(load_npy(\"s-*.npy\")))\n", &["s-1.npy", "the data is truncated"]);
 }
+
+#[test]
+fn interleave_reads_shards_in_turn_as_tf_data_does() {
+    let d = scratch("stream_interleave");
+    // Shards of 4, 0, 5 and 1 rows; row r holds [1.5 r, 1.5 r + 0.5, 1.5 r + 1].
+    let values: Vec<f32> = (0..30).map(|v| v as f32 * 0.5).collect();
+    let mut at = 0;
+    for (i, n) in [4usize, 0, 5, 1].iter().enumerate() {
+        put(&d, &format!("part-{i}.npy"), &npy("<f4", &[*n, 3], false, &f32s(&values[at * 3..(at + n) * 3])));
+        at += n;
+    }
+    // The orders TensorFlow 2.21's `interleave` gives for these shard sizes.
+    let program = "\
+        print(collect(load_npy(\"part-*.npy\") |> interleave(2) |> map(fn(x) = x[0] / 1.5)))\n\
+        print(collect(load_npy(\"part-*.npy\") |> interleave(3, block_length = 2) |> map(fn(x) = x[0] / 1.5)))\n";
+    assert_eq!(ok(&d, program), "f32[10] [0, 1, 4, 2, 5, 3, 6, 7, 9, 8]\nf32[10] [0, 1, 4, 5, 2, 3, 9, 6, 7, 8]\n");
+    // Read on several threads, a batch is the same.
+    let rows: Vec<f32> = (0..150 * 8).map(|v| (v % 97) as f32).collect();
+    for (i, (from, to)) in [(0, 50), (50, 120), (120, 150)].iter().enumerate() {
+        put(&d, &format!("big-{i}.npy"), &npy("<f4", &[to - from, 8], false, &f32s(&rows[from * 8..to * 8])));
+    }
+    let program = "\
+        let plain = load_npy(\"big-*.npy\") |> interleave(2) |> batch(75)\n\
+        let threaded = load_npy(\"big-*.npy\") |> interleave(2, parallel = 2) |> batch(75)\n\
+        let auto = load_npy(\"big-*.npy\") |> interleave(2, parallel = auto) |> shuffle(150, seed = 4) |> batch(75)\n\
+        let shuffled = load_npy(\"big-*.npy\") |> interleave(2) |> shuffle(150, seed = 4) |> batch(75)\n\
+        print(all(collect(plain |> map(fn(x) = x[:, 0] * 1.0 + x[:, 7])) == collect(threaded |> map(fn(x) = x[:, 0] * 1.0 + x[:, 7]))))\n\
+        print(all(collect(auto |> map(fn(x) = x[:, 0] * 1.0 + x[:, 7])) == collect(shuffled |> map(fn(x) = x[:, 0] * 1.0 + x[:, 7]))))\n";
+    assert_eq!(ok(&d, program), "bool true\nbool true\n");
+    fails(&d, "print(count(range(10) |> interleave(2)))\n", &["`interleave` reads the shard files of a source"]);
+    fails(
+        &d,
+        "print(count(load_npy(\"big-*.npy\") |> take(3) |> interleave(2)))\n",
+        &["put it right after `load_tfrecord`, `load_npy` or `load_idx`"],
+    );
+    fails(&d, "print(count(load_npy(\"big-*.npy\") |> interleave(0)))\n", &["`cycle_length` must be positive, not 0"]);
+}

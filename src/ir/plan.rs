@@ -145,6 +145,16 @@ pub enum Transform {
     Cache(Option<std::path::PathBuf>),
     /// Overlap input preparation with training (`None` = auto).
     Prefetch(Option<usize>),
+    /// tf.data's `interleave` over the shards of a file source (the first
+    /// transform): `cycle` shards are read at once, `block` elements from
+    /// each in turn, a finished shard's place taken by the next. With
+    /// `parallel`, rows are read on that many threads (`Some(None)`: one
+    /// per core).
+    Interleave {
+        cycle: usize,
+        block: usize,
+        parallel: Option<Option<usize>>,
+    },
     /// A `map` moved behind the `batch(n)` that followed it, by the
     /// `vectorize_maps` pass (tf.data's map vectorization): `batched`
     /// computes the function for a whole batch of `n` elements in one run;

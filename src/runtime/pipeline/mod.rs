@@ -30,6 +30,7 @@
 
 mod ahead;
 mod cache;
+mod interleave;
 mod mapfn;
 mod parallel;
 mod queue;
@@ -118,10 +119,12 @@ impl Share {
             };
             return Err(format!("{what} follows the `batch`"));
         }
-        if !d.transforms[..batch]
-            .iter()
-            .all(|t| matches!(t, Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_)))
-        {
+        if !d.transforms[..batch].iter().all(|t| {
+            matches!(
+                t,
+                Transform::Interleave { .. } | Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_)
+            )
+        }) {
             return Err("the elements are transformed before the `batch`".into());
         }
         Ok(Share { batch, shards, world, rank })

@@ -86,6 +86,10 @@ pub(super) fn stream<'s, 'p: 's>(
             }))
         }
         Transform::Repeat(None) => stream(s, ctx, d, k - 1)?,
+        // Row orders are `rows`' work.
+        Transform::Interleave { .. } => {
+            return Err(Diagnostic::internal("pipeline: `interleave` after a transform of the elements"))
+        }
         Transform::Take(n) => Box::new(stream(s, ctx, d, k - 1)?.take(*n)),
         Transform::Skip(n) => Box::new(Skip { up: stream(s, ctx, d, k - 1)?, left: *n }),
         Transform::Split { seed, count, first } => {
@@ -131,28 +135,46 @@ type Rows<'a> = Box<dyn Iterator<Item = Result<usize, Diagnostic>> + 'a>;
 /// A source and the rows picked from it.
 type Picked<'a> = (Arc<dyn RowSource>, Rows<'a>);
 
-/// When the first `k` transforms only pick and reorder elements (`shuffle`,
-/// `take`, `skip`), the source's columns and the rows those transforms
+/// `rows` until the pass is cancelled; Ctrl-C is an error in their place.
+fn cancellable<'a>(ctx: &Ctx<'_>, rows: impl Iterator<Item = usize> + 'a) -> Rows<'a> {
+    let cancel = ctx.cancel.clone();
+    Box::new(rows.map_while(move |i| {
+        if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        Some(crate::interrupt::check().map(|()| i))
+    }))
+}
+
+/// When the first `k` transforms only pick and reorder elements
+/// (`interleave`, `shuffle`, `take`, `skip`), the source's columns and the rows those transforms
 /// pick, in order; `None` otherwise. The rows are exactly the elements the
 /// transforms would give, as each reads its input only by position.
 fn rows<'a>(ctx: &Ctx<'_>, d: &Dataset, k: usize) -> Result<Option<Picked<'a>>, Diagnostic> {
     if k == 0 {
         let source = source_rows(ctx, &d.source)?;
         let n = source.len();
-        let cancel = ctx.cancel.clone();
-        let rows = (0..n).map_while(move |i| {
-            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
-                return None;
-            }
-            Some(crate::interrupt::check().map(|()| i))
-        });
-        return Ok(Some((source, Box::new(rows))));
+        return Ok(Some((source, cancellable(ctx, 0..n))));
     }
     let picked = |up: Option<Picked<'a>>, f: &dyn Fn(Rows<'a>) -> Rows<'a>| up.map(|(c, r)| (c, f(r)));
     Ok(match &d.transforms[k - 1] {
         Transform::Shuffle { buffer, seed } => {
             let (buffer, seed, epoch) = (*buffer, *seed, ctx.epoch);
             picked(rows(ctx, d, k - 1)?, &|r| Box::new(Shuffle::new(r, buffer, seed, epoch)))
+        }
+        Transform::Interleave { cycle, block, parallel } => {
+            let Source::File(file) = &d.source else {
+                return Err(Diagnostic::internal("pipeline: `interleave` of a source without shards"));
+            };
+            let source = source_rows(ctx, &d.source)?;
+            let source: Arc<dyn RowSource> = match parallel {
+                None => source,
+                Some(threads) => {
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    Arc::new(super::interleave::Threaded { inner: source, threads: threads.unwrap_or(cores) })
+                }
+            };
+            Some((source, cancellable(ctx, super::interleave::order(&file.counts, *cycle, *block).into_iter())))
         }
         Transform::Take(n) => picked(rows(ctx, d, k - 1)?, &|r| Box::new(r.take(*n))),
         Transform::Skip(n) => picked(rows(ctx, d, k - 1)?, &|r| Box::new(Skip { up: r, left: *n })),

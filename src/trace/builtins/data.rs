@@ -405,6 +405,33 @@ impl Tracer<'_> {
                     Transform::Skip(n)
                 }
             }
+            "interleave" => {
+                if !matches!(d.source, Source::File(_)) || !d.transforms.is_empty() {
+                    return Err(Diagnostic::new(
+                        Code::Unsupported,
+                        "`interleave` reads the shard files of a source: put it right after `load_tfrecord`, `load_npy` or `load_idx`",
+                    )
+                    .label(a.span_of(0), "not a file source")
+                    .into());
+                }
+                let positive = |i: usize, what: &str, default: i64| -> TResult<usize> {
+                    let n = if a.get(i).is_some() { a.int(i)? } else { default };
+                    if n <= 0 {
+                        return Err(a.bad_value(i, format!("`{what}` must be positive, not {n}")));
+                    }
+                    Ok(n as usize)
+                };
+                let parallel = match a.get(3) {
+                    None => None,
+                    Some((Value::Str(s), _)) if s == "auto" => Some(None),
+                    Some(_) => Some(Some(positive(3, "parallel", 1)?)),
+                };
+                Transform::Interleave {
+                    cycle: positive(1, "cycle_length", 1)?,
+                    block: positive(2, "block_length", 1)?,
+                    parallel,
+                }
+            }
             "cache" => match a.get(1) {
                 None => Transform::Cache(None),
                 Some((Value::Str(s), _)) => Transform::Cache(Some(self.base_dir.join(s))),

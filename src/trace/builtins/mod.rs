@@ -128,6 +128,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("skip", &["ds", "n"]),
     ("cache", &["ds", "path="]),
     ("prefetch", &["ds", "k="]),
+    ("interleave", &["ds", "cycle_length", "block_length=", "parallel="]),
     ("split", &["ds", "fraction", "seed="]),
     ("first", &["ds"]),
     ("evaluate", &["ds", "f"]),
