@@ -33,6 +33,9 @@ fn write_big(dir: &std::path::Path, rows: usize) {
 
 /// Runs `tfc run main.tfl` and returns the run and its peak resident set in
 /// KiB (the kernel's `ru_maxrss` of the child, measured from outside).
+// The child is reaped by `wait4`, which also gives its own peak (the
+// process-wide `RUSAGE_CHILDREN` would mix in other tests' children).
+#[allow(clippy::zombie_processes)]
 fn run_measured(dir: &std::path::Path, program: &str) -> (Run, u64) {
     use std::io::Read;
     put(dir, "main.tfl", program.as_bytes());
