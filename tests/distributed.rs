@@ -410,3 +410,40 @@ fn each_rank_reads_only_its_share_of_a_streamed_dataset() {
         assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);
     }
 }
+
+#[test]
+fn a_checkpoint_that_only_rank_0_can_read_resumes_every_rank() {
+    if !has_mpirun() {
+        return;
+    }
+    let settings = "checkpoint \"ck.safetensors\" every 1 epochs\n    resume = \"ck.safetensors\"";
+    let whole = scratch("dp-bcast-whole");
+    let uninterrupted = trained(&whole, &digits(4, settings), &["--workers", "2", "--threads", "1"]);
+    // Rank 0's "host" has the checkpoint of two epochs, rank 1's has none.
+    let (host0, host1) = (scratch("dp-bcast-0"), scratch("dp-bcast-1"));
+    trained(&host0, &digits(2, settings), &["--workers", "2", "--threads", "1"]);
+    let program = digits(4, settings);
+    put(&host0, "main.tfl", program.as_bytes());
+    put(&host1, "main.tfl", program.as_bytes());
+    let (a, b) = (host0.join("main.tfl"), host1.join("main.tfl"));
+    let tfc = env!("CARGO_BIN_EXE_tfc");
+    let job = Command::new("mpirun")
+        .current_dir(&*host0)
+        .args(["--oversubscribe", "-n", "1", tfc, "run", "--threads", "1"])
+        .arg(&a)
+        .args([":", "-n", "1", tfc, "run", "--threads", "1"])
+        .arg(&b)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mpirun");
+    let (r, _) = finish(job, Duration::from_secs(120));
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stderr.contains("resuming from"), "{}", r.stderr);
+    assert!(!host1.join("w.safetensors").exists(), "rank 1 saved weights");
+    let resumed = std::fs::read(host0.join("w.safetensors")).expect("rank 0's saved weights");
+    assert!(resumed == uninterrupted, "rank 1 did not start from rank 0's checkpoint");
+}

@@ -30,8 +30,16 @@ pub fn index_first(t: &Tensor, i: usize) -> Result<Tensor, Diagnostic> {
 /// The elements `rows` of `t` along the first axis, stacked: a batch
 /// gathered straight from a source's columns.
 pub fn take_rows(t: &Tensor, rows: &[usize]) -> Result<Tensor, Diagnostic> {
+    take_rows_within(t, rows, 0..rows.len())
+}
+
+/// [`take_rows`] where only the positions in `real` are copied and the
+/// others are zeros: a data-parallel rank's share of a batch. The zeros
+/// are fresh zeroed memory, which costs nothing until touched.
+pub fn take_rows_within(t: &Tensor, rows: &[usize], real: std::ops::Range<usize>) -> Result<Tensor, Diagnostic> {
     let n = t.shape().first().copied().unwrap_or(0);
-    if let Some(i) = rows.iter().find(|&&i| i >= n) {
+    let real = real.start.min(rows.len())..real.end.min(rows.len());
+    if let Some(i) = rows[real.clone()].iter().find(|&&i| i >= n) {
         return Err(Diagnostic::internal(format!("runtime: element {i} of a tensor of shape {:?}", t.shape())));
     }
     let mut shape = t.shape().to_vec();
@@ -40,11 +48,20 @@ pub fn take_rows(t: &Tensor, rows: &[usize]) -> Result<Tensor, Diagnostic> {
     // A contiguous column (the usual case) is one copy per row.
     let data = each_data!(t.data(), a => match a.as_slice() {
         Some(flat) => {
-            let mut out = Vec::with_capacity(rows.len() * row);
-            rows.iter().for_each(|&r| out.extend_from_slice(&flat[r * row..(r + 1) * row]));
+            let mut out = vec![Default::default(); rows.len() * row];
+            for (p, &r) in rows.iter().enumerate().take(real.end).skip(real.start) {
+                out[p * row..(p + 1) * row].copy_from_slice(&flat[r * row..(r + 1) * row]);
+            }
             ArrayD::from_shape_vec(shape.clone(), out).map_err(|e| Diagnostic::internal(e.to_string()))?
         }
-        None => a.select(Axis(0), rows),
+        None => {
+            let picked: Vec<usize> = rows.iter().enumerate().map(|(p, &r)| if real.contains(&p) { r } else { 0 }).collect();
+            let mut all = a.select(Axis(0), &picked);
+            for p in (0..rows.len()).filter(|p| !real.contains(p)) {
+                all.index_axis_mut(Axis(0), p).fill(Default::default());
+            }
+            all
+        }
     });
     Tensor::new(t.dtype(), data)
 }

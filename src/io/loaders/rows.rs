@@ -25,7 +25,7 @@ use super::{fail, idx, npy, tfrecord};
 use crate::diag::Diagnostic;
 use crate::ir::plan::{FileFormat, FileSource};
 use crate::ir::{DType, TensorType};
-use crate::tensor::host::{concat_rows, take_rows, zeros};
+use crate::tensor::host::{concat_rows, take_rows, take_rows_within, zeros};
 use crate::tensor::Tensor;
 use std::fs::File;
 use std::ops::Range;
@@ -61,9 +61,8 @@ impl RowSource for MemoryRows {
         self.0.first().and_then(|c| c.shape().first().copied()).unwrap_or(0)
     }
 
-    /// Memory costs nothing to read: every position is filled.
-    fn gather(&self, rows: &[usize], _: Range<usize>) -> Result<Vec<Tensor>, Diagnostic> {
-        self.0.iter().map(|c| take_rows(c, rows)).collect()
+    fn gather(&self, rows: &[usize], real: Range<usize>) -> Result<Vec<Tensor>, Diagnostic> {
+        self.0.iter().map(|c| take_rows_within(c, rows, real.clone())).collect()
     }
 }
 

@@ -71,6 +71,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         Some(p) => Some(parallel::Parallel::new(ex, plan, p, &values)?),
         None => None,
     };
+    // Every rank starts where rank 0 does (which read the checkpoint).
+    if let Some(p) = &parallel {
+        p.broadcast(&mut values, &mut at)?;
+    }
     let primary = ex.options.is_primary();
     let mut points = Points {
         plan,
@@ -167,6 +171,10 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
         // resumes at the start of the next one.
         at.epoch += 1;
         at.batch = 0;
+        // Before a checkpoint can save a copy that diverged.
+        if let Some(p) = &parallel {
+            p.check_replicas(&points.carry, at.epoch)?;
+        }
         let epoch_loss = std::mem::take(&mut at.epoch_loss).value();
         points.after_epoch(ex, &mut at, epoch_loss)?;
     }

@@ -12,14 +12,17 @@
 //! code on the same inputs.
 //! The new model states (a BatchNorm's running statistics) are the first
 //! shard's. Before the first step the ranks compare a fingerprint of the
-//! program, the shards, the kernels' instruction set and the initial
-//! values: a rank that differs stops every rank with E0412.
+//! program, the shards and the kernels' instruction set (a rank that
+//! differs stops every rank with E0412), then take rank 0's parameters,
+//! states and data position; after every epoch they compare checksums of
+//! their parameters and states (E0412 naming a rank that diverged).
 //!
 //! Example: 8 shards on 2 ranks — rank 0 computes `(g0+g1)+(g2+g3)`,
 //! rank 1 `(g4+g5)+(g6+g7)`, both add the two in that order, as one
 //! process would.
 
 use super::super::exec::{Carry, CompiledRegion, Executor};
+use super::checkpoint::Position;
 use crate::diag::{Code, Diagnostic};
 use crate::dist::{tree::tree_sum, wire, Communicator, Local};
 use crate::ir::plan::{ParallelStep, TrainPlan, LOSS_SCALE_STATES};
@@ -105,72 +108,120 @@ impl<'p> Parallel<'p> {
             times,
             last_end,
         };
-        parallel.agree(ex, initial)?;
+        parallel.agree(ex)?;
         Ok(parallel)
     }
 
-    /// Checks that every rank runs the same step from the same values.
-    fn agree(&self, ex: &Executor, initial: &[Tensor]) -> Result<(), Diagnostic> {
+    /// Checks that every rank runs the same step.
+    fn agree(&self, ex: &Executor) -> Result<(), Diagnostic> {
         use std::hash::{Hash, Hasher};
         let mut program = std::hash::DefaultHasher::new();
         crate::ir::print::print_program(ex.program).hash(&mut program);
         (self.step.shards, self.world.size(), format!("{:?}", crate::backend::cpu::isa::active())).hash(&mut program);
         format!("{:?}", ex.options.backend).hash(&mut program);
-        let mut values = std::hash::DefaultHasher::new();
-        let mut bytes = Vec::new();
-        for t in initial {
-            bytes.clear();
-            wire::put(t, &mut bytes);
-            bytes.hash(&mut values);
+        let timeout = self.watchdog.fixed.unwrap_or(Duration::from_secs(120)).max(Duration::from_secs(120));
+        match self.first_difference(program.finish(), timeout, "the fingerprints of the training step")? {
+            None => Ok(()),
+            Some((bad, other)) => Err(Diagnostic::new(
+                Code::RankMismatch,
+                format!("rank {bad} of {} compiled a different training step than rank {other}", self.world.size()),
+            )
+            .label(self.plan.span, "this train block")
+            .help("every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)")),
         }
-        // A block's message: its lowest rank, that rank's two hashes, and
-        // for each hash the first pair found to differ (rank + 1, 0 if none).
+    }
+
+    /// Gives every rank rank 0's starting point — the parameters, optimizer
+    /// and model states and the position in the data — as DDP broadcasts
+    /// its module at start: only rank 0 needs to read a `resume`
+    /// checkpoint (the other hosts may not have it), and ranks whose data
+    /// files differ start from the same weights all the same.
+    pub(super) fn broadcast(&self, values: &mut [Tensor], at: &mut Position) -> Result<(), Diagnostic> {
+        if self.world.size() == 1 {
+            return Ok(());
+        }
+        let mut message: Vec<u8> = [at.epoch, at.step, at.batch].iter().flat_map(|w| w.to_le_bytes()).collect();
+        values.iter().for_each(|t| wire::put(t, &mut message));
+        // After every round each side holds the lower block's bytes: in
+        // the end, rank 0's.
+        let mut lowest = |into: &mut [u8], other: &[u8], other_is_lower: bool| {
+            if other_is_lower {
+                into.copy_from_slice(other);
+            }
+            Ok(())
+        };
+        let timeout = self.watchdog.fixed.unwrap_or(Duration::from_secs(120)).max(Duration::from_secs(120));
+        let reply = self.world.exchange(&message, &mut lowest, timeout, "rank 0's parameters")?;
+        (at.epoch, at.step, at.batch) = (word(&reply, 0)?, word(&reply, 8)?, word(&reply, 16)?);
+        let mut offset = 24;
+        for t in values.iter_mut() {
+            *t = wire::take(&t.ty(), &reply, &mut offset)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that every rank still holds the same parameters and states
+    /// (`carry`), as the fixed order of the sums promises: a rank whose
+    /// hardware or memory corrupted its copy is named instead of silently
+    /// training a model that differs from the others.
+    pub(super) fn check_replicas(&self, carry: &Carry<'_>, epoch: u64) -> Result<(), Diagnostic> {
+        use std::hash::{Hash, Hasher};
+        if self.world.size() == 1 {
+            return Ok(());
+        }
+        let all: Vec<usize> = (0..self.plan.carried_len()).collect();
+        let mut hash = std::hash::DefaultHasher::new();
+        let mut bytes = Vec::new();
+        for t in carry.some(&all)? {
+            bytes.clear();
+            wire::put(&t, &mut bytes);
+            bytes.hash(&mut hash);
+        }
+        match self.first_difference(hash.finish(), self.watchdog.timeout(), "the checksums of the parameters")? {
+            None => Ok(()),
+            Some((bad, other)) => Err(Diagnostic::new(
+                Code::RankMismatch,
+                format!(
+                    "rank {bad} of {} holds other parameters than rank {other} after epoch {epoch}",
+                    self.world.size()
+                ),
+            )
+            .label(self.plan.span, "this train block")
+            .help("the ranks' copies of the model diverged, which the fixed order of the gradient sums rules out: a fault in that rank's host (memory, a changed binary) is likely")),
+        }
+    }
+
+    /// Compares `hash` across the ranks: the lowest rank whose hash
+    /// differs from a lower rank's, with that rank, or `None`.
+    fn first_difference(&self, hash: u64, timeout: Duration, what: &str) -> Result<Option<(u64, u64)>, Diagnostic> {
+        // A block's message: its lowest rank, that rank's hash, and the
+        // first pair found to differ (rank + 1, 0 if none).
         let words = |m: &[u8]| -> Vec<u64> {
             m.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())).collect()
         };
         let rank = self.world.rank() as u64;
-        let mine: Vec<u8> =
-            [rank, program.finish(), values.finish(), 0, 0, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mine: Vec<u8> = [rank, hash, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
         let mut combine = |into: &mut [u8], other: &[u8], other_is_lower: bool| {
             let (lo, up) = match other_is_lower {
                 true => (words(other), words(into)),
                 false => (words(into), words(other)),
             };
             let mut out = lo.clone();
-            for h in 0..2 {
-                let (bad, other) = (3 + 2 * h, 4 + 2 * h);
-                if lo[bad] == 0 {
-                    if up[bad] != 0 {
-                        (out[bad], out[other]) = (up[bad], up[other]);
-                    } else if up[1 + h] != lo[1 + h] {
-                        (out[bad], out[other]) = (up[0] + 1, lo[0]);
-                    }
+            if lo[2] == 0 {
+                if up[2] != 0 {
+                    (out[2], out[3]) = (up[2], up[3]);
+                } else if up[1] != lo[1] {
+                    (out[2], out[3]) = (up[0] + 1, lo[0]);
                 }
             }
             into.copy_from_slice(&out.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
             Ok(())
         };
-        let timeout = self.watchdog.fixed.unwrap_or(Duration::from_secs(120)).max(Duration::from_secs(120));
-        let reply =
-            words(&self.world.exchange(&mine, &mut combine, timeout, "the fingerprints of the training step")?);
-        let size = self.world.size();
-        let checks = [
-            (3, "compiled a different training step", "every rank must run the same program on data of the same shapes, with the same `--shards`, `--precision` and `TFC_ISA` (the kernels' instruction set)"),
-            (5, "starts training from other parameters or states", "a data file or checkpoint (`resume`) differs between the hosts: give every rank the same files"),
-        ];
-        for (at, what, help) in checks {
-            if let (Some(&bad), Some(&other)) = (reply.get(at), reply.get(at + 1)) {
-                if bad > 0 {
-                    return Err(Diagnostic::new(
-                        Code::RankMismatch,
-                        format!("rank {} of {size} {what} than rank {other}", bad - 1),
-                    )
-                    .label(self.plan.span, "this train block")
-                    .help(help));
-                }
-            }
-        }
-        Ok(())
+        let reply = words(&self.world.exchange(&mine, &mut combine, timeout, what)?);
+        Ok(match (reply.get(2), reply.get(3)) {
+            (Some(&bad), Some(&other)) if bad > 0 => Some((bad - 1, other)),
+            _ => None,
+        })
     }
 
     /// Runs step `number` on the global `batch`: updates `carry` (held by
@@ -295,14 +346,20 @@ impl<'p> Parallel<'p> {
             t.sort_unstable();
             t.get(t.len() / 2).copied().unwrap_or_default().as_secs_f64() * 1e3
         };
+        let mean =
+            |part: usize| times.iter().map(|s| s[part].as_secs_f64()).sum::<f64>() * 1e3 / times.len().max(1) as f64;
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median gradients {:.3} ms, exchange {:.3} ms, update {:.3} ms, between steps {:.3} ms ({} steps)",
+            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps)",
             self.world.size(),
             self.step.shards,
             median(0),
+            mean(0),
             median(1),
+            mean(1),
             median(2),
+            mean(2),
             median(3),
+            mean(3),
             times.len()
         )
     }
