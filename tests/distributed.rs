@@ -379,7 +379,7 @@ fn f16_loss_scaling_and_clipping_see_the_global_gradient_on_any_number_of_ranks(
 }
 
 #[test]
-fn each_rank_reads_only_its_share_of_a_streamed_dataset() {
+fn each_rank_reads_only_its_share_of_the_batches_and_of_the_metrics_batches() {
     if !has_mpirun() {
         return;
     }
@@ -397,14 +397,31 @@ fn each_rank_reads_only_its_share_of_a_streamed_dataset() {
         model M {\n    a = Dense(16, 32, act = relu)\n    b = Dense(32, 4)\n    fn forward(x: f32[B, 16]) -> f32[B, 4] = x |> a |> b\n}\n\
         let net = M(seed = 0)\n\
         let data = load_idx(\"x.idx\", \"y.idx\") |> map(fn(x, y) = (x * 2.0 - 1.0, y)) |> shuffle(512, seed = 1) |> batch(64)\n\
-        train net on data {\n    loss(x, y) = softmax_cross_entropy(net(x), y)\n    optimizer = adam(lr = 1e-2)\n    epochs = 2\n}\n\
-        save(net, \"w.safetensors\")\n";
-    let alone = trained(&dir, program, &["--shards", "8", "--threads", "1"]);
+        let test = load_idx(\"x.idx\", \"y.idx\") |> take(300) |> batch(50)\n\
+        train net on data {\n    loss(x, y) = softmax_cross_entropy(net(x), y)\n    optimizer = adam(lr = 1e-2)\n    epochs = 2\n    eval accuracy on test every 1 epochs\n    log \"log.jsonl\" every 1 epochs\n}\n\
+        save(net, \"w.safetensors\")\n\
+        print(accuracy(net, test))\n";
+    let program = program.replace("use std.optim.adam", "use std.optim.adam\nuse std.metrics.accuracy");
+    let program = program.as_str();
+    let alone_run = run_with(&dir, program, &["--shards", "8", "--threads", "1"], &[]);
+    assert_eq!(alone_run.code, Some(0), "one process failed:\n{}", alone_run.stderr);
+    let alone = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+    let alone_log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
     for (workers, read) in [("2", 512), ("4", 256)] {
         let r = run_with(&dir, program, &["--workers", workers, "--threads", "1", "--verbose"], &[]);
         assert_eq!(r.code, Some(0), "{workers} ranks failed:\n{}", r.stderr);
         let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
         assert!(spread == alone, "{workers} ranks end with other weights than one process");
+        // The metric's batches are shared among the ranks, and its value
+        // is one process's, bit for bit (the log writes every digit).
+        let log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
+        let strip = |l: &str| {
+            l.lines().map(|l| l.split("\"examples_per_sec\"").next().unwrap_or("").to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(strip(&log), strip(&alone_log), "{workers} ranks logged other metrics");
+        assert_eq!(r.stdout, alone_run.stdout, "{workers} ranks printed another metric");
+        let shared = format!("metric: {} of 6 batches computed here", 6usize.div_ceil(workers.parse().unwrap()));
+        assert!(r.stderr.contains(&shared), "expected `{shared}`:\n{}", r.stderr);
         // Two epochs of 512 examples: rank 0 of W reads 1024 / W of them.
         let line = format!("this rank read {read} elements of the training data");
         assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);

@@ -123,7 +123,7 @@ pub fn for_each_ahead(
     let started = ahead.pending.take().filter(|p| p.data == data && p.epoch == epoch);
     let cached = d.transforms.iter().any(|t| matches!(t, Transform::Cache(_)));
     let Some(place) = place(ex.program, d).filter(|_| !cached) else {
-        return super::for_each_shared(ex, d, epoch, share, f);
+        return super::for_each_share(ex, d, epoch, share, f);
     };
     let waiting = Instant::now();
     let current = match started {

@@ -78,66 +78,87 @@ struct Ctx<'p> {
     share: Option<Share>,
 }
 
-/// The part of every batch of transform `batch` (a `Batch`) that one rank of
-/// a data-parallel training reads: the rows of its aligned block of the
-/// batch's `shards` virtual shards. The other rows are zeros, never read;
-/// the rank's step uses only its own shards.
+/// What one rank of a data-parallel run reads of the batches of transform
+/// `batch` (a `Batch`): the rows of its aligned block of each batch's
+/// virtual shards (training), or every `world`-th whole batch (a metric).
+/// The rest are zeros, never read, which the rank does not use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Share {
     batch: usize,
-    shards: usize,
     world: usize,
     rank: usize,
+    /// `Some(shards)`: rows of every batch; `None`: whole batches.
+    shards: Option<usize>,
 }
 
 impl Share {
-    /// This rank's share of `d`'s batches, or why every rank reads whole
-    /// batches instead: the transforms after the last `batch` must keep
-    /// each row apart (a `map` moved behind the batch by map vectorization
-    /// computes each row on its own; a user's `map` over batches need not).
-    pub fn of(d: &Dataset, shards: usize, world: usize, rank: usize) -> Result<Share, String> {
-        let Some(batch) = d.transforms.iter().rposition(|t| matches!(t, Transform::Batch { .. })) else {
-            return Err("the training data has no `batch`".into());
-        };
-        if let Some(t) = d.transforms[batch + 1..].iter().find(|t| {
-            !matches!(
-                t,
-                Transform::BatchedMap { .. }
-                    | Transform::Parallel(_)
-                    | Transform::Prefetch(_)
-                    | Transform::Shuffle { .. }
-                    | Transform::Take(_)
-                    | Transform::Skip(_)
-                    | Transform::Repeat(None)
-            )
-        }) {
-            let what = match t {
-                Transform::Map(_) | Transform::BySize { filter: false, .. } => "a `map` over whole batches",
-                Transform::Filter(_) | Transform::BySize { .. } => "a `filter` of batches",
-                Transform::Cache(_) => "a `cache` of batches",
-                _ => "a transform of batches",
-            };
-            return Err(format!("{what} follows the `batch`"));
-        }
-        if !d.transforms[..batch].iter().all(|t| {
-            matches!(
-                t,
-                Transform::Interleave { .. } | Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_)
-            )
-        }) {
-            return Err("the elements are transformed before the `batch`".into());
-        }
-        Ok(Share { batch, shards, world, rank })
+    /// This rank's rows of each of `d`'s batches, or why every rank reads
+    /// whole batches instead: the transforms after the last `batch` must
+    /// keep each row apart (a `map` moved behind the batch by map
+    /// vectorization computes each row on its own; a user's `map` over
+    /// batches need not).
+    pub fn rows(d: &Dataset, shards: usize, world: usize, rank: usize) -> Result<Share, String> {
+        let batch = last_batch(d, true)?;
+        Ok(Share { batch, world, rank, shards: Some(shards) })
     }
 
-    /// The positions of a batch of `m` elements this rank reads.
-    fn rows(&self, m: usize) -> std::ops::Range<usize> {
-        let rows = crate::ir::plan::ParallelStep::shard_rows(m, self.shards);
-        let per_rank = self.shards / self.world;
+    /// Every `world`-th batch of `d`, from batch `rank` on, for a metric
+    /// the ranks compute together; `None` when only the row transforms
+    /// (as for [`Share::rows`]) and nothing that moves batches follow the
+    /// last `batch`.
+    pub fn batches(d: &Dataset, world: usize, rank: usize) -> Option<Share> {
+        let batch = last_batch(d, false).ok()?;
+        Some(Share { batch, world, rank, shards: None })
+    }
+
+    /// Whether this rank reads batch `index` (all of them for rows).
+    pub fn owns(&self, index: usize) -> bool {
+        self.shards.is_some() || index % self.world == self.rank
+    }
+
+    /// The positions this rank reads of batch `index`, of `m` elements.
+    fn real(&self, index: usize, m: usize) -> std::ops::Range<usize> {
+        let Some(shards) = self.shards else {
+            return if self.owns(index) { 0..m } else { 0..0 };
+        };
+        let rows = crate::ir::plan::ParallelStep::shard_rows(m, shards);
+        let per_rank = shards / self.world;
         let start: usize = rows[..self.rank * per_rank].iter().sum();
         let len: usize = rows[self.rank * per_rank..(self.rank + 1) * per_rank].iter().sum();
         start..start + len
     }
+}
+
+/// The last `batch` of `d`, when what follows it keeps rows apart (and,
+/// unless `moves`, keeps batches where they are) and what precedes it only
+/// picks source rows.
+fn last_batch(d: &Dataset, moves: bool) -> Result<usize, String> {
+    let Some(batch) = d.transforms.iter().rposition(|t| matches!(t, Transform::Batch { .. })) else {
+        return Err("the training data has no `batch`".into());
+    };
+    let keeps = |t: &Transform| match t {
+        Transform::BatchedMap { .. } | Transform::Parallel(_) | Transform::Prefetch(_) | Transform::Repeat(None) => {
+            true
+        }
+        Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_) => moves,
+        _ => false,
+    };
+    if let Some(t) = d.transforms[batch + 1..].iter().find(|t| !keeps(t)) {
+        let what = match t {
+            Transform::Map(_) | Transform::BySize { filter: false, .. } => "a `map` over whole batches",
+            Transform::Filter(_) | Transform::BySize { .. } => "a `filter` of batches",
+            Transform::Cache(_) => "a `cache` of batches",
+            _ => "a transform of batches",
+        };
+        return Err(format!("{what} follows the `batch`"));
+    }
+    let picks = |t: &Transform| {
+        matches!(t, Transform::Interleave { .. } | Transform::Shuffle { .. } | Transform::Take(_) | Transform::Skip(_))
+    };
+    if !d.transforms[..batch].iter().all(picks) {
+        return Err("the elements are transformed before the `batch`".into());
+    }
+    Ok(batch)
 }
 
 impl Ctx<'_> {
@@ -158,11 +179,11 @@ pub fn for_each(
     epoch: u64,
     f: impl FnMut(&mut Executor, usize, Element) -> Result<bool, Diagnostic>,
 ) -> Result<(), Diagnostic> {
-    for_each_shared(ex, d, epoch, None, f)
+    for_each_share(ex, d, epoch, None, f)
 }
 
 /// [`for_each`] over a data-parallel rank's `share` of the batches.
-fn for_each_shared(
+pub fn for_each_share(
     ex: &mut Executor,
     d: &Dataset,
     epoch: u64,

@@ -57,12 +57,14 @@ pub(super) fn stream<'s, 'p: 's>(
             // (of a rank's share of it, in data-parallel training).
             Some((source, rows)) => {
                 let share = ctx.share.filter(|s| s.batch == k - 1);
+                let index = std::cell::Cell::new(0);
                 Box::new(Batch::new(
                     rows,
                     *n,
                     *drop_remainder,
                     Box::new(move |picked: Vec<usize>| {
-                        let real = share.map_or(0..picked.len(), |s| s.rows(picked.len()));
+                        let real = share.map_or(0..picked.len(), |s| s.real(index.get(), picked.len()));
+                        index.set(index.get() + 1);
                         source.gather(&picked, real)
                     }),
                 ))

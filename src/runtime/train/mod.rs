@@ -90,7 +90,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     let mut ahead = super::pipeline::Ahead::default();
     // A rank of several reads only its share of each batch.
     let share = match (&plan.parallel, &ex.options.world) {
-        (Some(p), Some(w)) if w.size() > 1 => match Share::of(&plan.data, p.shards, w.size(), w.rank()) {
+        (Some(p), Some(w)) if w.size() > 1 => match Share::rows(&plan.data, p.shards, w.size(), w.rank()) {
             Ok(share) => Some(share),
             Err(why) => {
                 if ex.options.verbose && primary {
