@@ -391,40 +391,44 @@ fn each_rank_reads_only_its_share_of_the_batches_and_of_the_metrics_batches() {
     put(&dir, "x.idx", &support::idx(0x0D, &[512, 16], &features));
     let labels: Vec<u8> = (0..512u32).map(|i| ((i * 7919) % 4) as u8).collect();
     put(&dir, "y.idx", &support::idx(0x08, &[512], &labels));
-    // The map is moved behind the batch (map vectorization) and computes
-    // each row on its own, so a rank's share stays its own.
-    let program = "use std.nn.{Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
-        model M {\n    a = Dense(16, 32, act = relu)\n    b = Dense(32, 4)\n    fn forward(x: f32[B, 16]) -> f32[B, 4] = x |> a |> b\n}\n\
-        let net = M(seed = 0)\n\
-        let data = load_idx(\"x.idx\", \"y.idx\") |> map(fn(x, y) = (x * 2.0 - 1.0, y)) |> shuffle(512, seed = 1) |> batch(64)\n\
-        let test = load_idx(\"x.idx\", \"y.idx\") |> take(300) |> batch(50)\n\
-        train net on data {\n    loss(x, y) = softmax_cross_entropy(net(x), y)\n    optimizer = adam(lr = 1e-2)\n    epochs = 2\n    eval accuracy on test every 1 epochs\n    log \"log.jsonl\" every 1 epochs\n}\n\
-        save(net, \"w.safetensors\")\n\
-        print(accuracy(net, test))\n";
-    let program = program.replace("use std.optim.adam", "use std.optim.adam\nuse std.metrics.accuracy");
-    let program = program.as_str();
-    let alone_run = run_with(&dir, program, &["--shards", "8", "--threads", "1"], &[]);
-    assert_eq!(alone_run.code, Some(0), "one process failed:\n{}", alone_run.stderr);
-    let alone = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
-    let alone_log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
-    for (workers, read) in [("2", 512), ("4", 256)] {
-        let r = run_with(&dir, program, &["--workers", workers, "--threads", "1", "--verbose"], &[]);
-        assert_eq!(r.code, Some(0), "{workers} ranks failed:\n{}", r.stderr);
-        let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
-        assert!(spread == alone, "{workers} ranks end with other weights than one process");
-        // The metric's batches are shared among the ranks, and its value
-        // is one process's, bit for bit (the log writes every digit).
-        let log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
-        let strip = |l: &str| {
-            l.lines().map(|l| l.split("\"examples_per_sec\"").next().unwrap_or("").to_string()).collect::<Vec<_>>()
-        };
-        assert_eq!(strip(&log), strip(&alone_log), "{workers} ranks logged other metrics");
-        assert_eq!(r.stdout, alone_run.stdout, "{workers} ranks printed another metric");
-        let shared = format!("metric: {} of 6 batches computed here", 6usize.div_ceil(workers.parse().unwrap()));
-        assert!(r.stderr.contains(&shared), "expected `{shared}`:\n{}", r.stderr);
-        // Two epochs of 512 examples: rank 0 of W reads 1024 / W of them.
-        let line = format!("this rank read {read} elements of the training data");
-        assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);
+    // With the map, which is moved behind the batch (map vectorization)
+    // and computes each row on its own, a rank's batch keeps its shape
+    // (zeros around its rows); without it the rank holds its rows alone.
+    // Batches of 48 leave a last batch of 32.
+    for map in ["|> map(fn(x, y) = (x * 2.0 - 1.0, y)) ", ""] {
+        let program = format!(
+            "use std.nn.{{Dense}}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\nuse std.metrics.accuracy\n\
+            model M {{\n    a = Dense(16, 32, act = relu)\n    b = Dense(32, 4)\n    fn forward(x: f32[B, 16]) -> f32[B, 4] = x |> a |> b\n}}\n\
+            let net = M(seed = 0)\n\
+            let data = load_idx(\"x.idx\", \"y.idx\") {map}|> shuffle(512, seed = 1) |> batch(48)\n\
+            let test = load_idx(\"x.idx\", \"y.idx\") |> take(300) |> batch(50)\n\
+            train net on data {{\n    loss(x, y) = softmax_cross_entropy(net(x), y)\n    optimizer = adam(lr = 1e-2)\n    epochs = 2\n    eval accuracy on test every 1 epochs\n    log \"log.jsonl\" every 1 epochs\n}}\n\
+            save(net, \"w.safetensors\")\n\
+            print(accuracy(net, test))\n"
+        );
+        let alone_run = run_with(&dir, &program, &["--shards", "8", "--threads", "1"], &[]);
+        assert_eq!(alone_run.code, Some(0), "one process failed:\n{}", alone_run.stderr);
+        let alone = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        let alone_log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
+        for (workers, read) in [("2", 512), ("4", 256)] {
+            let r = run_with(&dir, &program, &["--workers", workers, "--threads", "1", "--verbose"], &[]);
+            assert_eq!(r.code, Some(0), "{workers} ranks failed:\n{}", r.stderr);
+            let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+            assert!(spread == alone, "{workers} ranks end with other weights than one process ({map})");
+            // The metric's batches are shared among the ranks, and its value
+            // is one process's, bit for bit (the log writes every digit).
+            let log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
+            let strip = |l: &str| {
+                l.lines().map(|l| l.split("\"examples_per_sec\"").next().unwrap_or("").to_string()).collect::<Vec<_>>()
+            };
+            assert_eq!(strip(&log), strip(&alone_log), "{workers} ranks logged other metrics");
+            assert_eq!(r.stdout, alone_run.stdout, "{workers} ranks printed another metric");
+            let shared = format!("metric: {} of 6 batches computed here", 6usize.div_ceil(workers.parse().unwrap()));
+            assert!(r.stderr.contains(&shared), "expected `{shared}`:\n{}", r.stderr);
+            // Two epochs of 512 examples: rank 0 of W reads 1024 / W of them.
+            let line = format!("this rank read {read} elements of the training data");
+            assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);
+        }
     }
 }
 

@@ -89,6 +89,9 @@ pub struct Share {
     rank: usize,
     /// `Some(shards)`: rows of every batch; `None`: whole batches.
     shards: Option<usize>,
+    /// Rows only, without the zeros around them: nothing after the batch
+    /// needs the whole batch's shape (see [`Share::layout`]).
+    compact: bool,
 }
 
 impl Share {
@@ -99,7 +102,29 @@ impl Share {
     /// batches need not).
     pub fn rows(d: &Dataset, shards: usize, world: usize, rank: usize) -> Result<Share, String> {
         let batch = last_batch(d, true)?;
-        Ok(Share { batch, world, rank, shards: Some(shards) })
+        // A batch that only travels on (no vectorized map traced for the
+        // whole batch's shape, no reordering of batches) can hold just the
+        // rank's rows.
+        let compact = d.transforms[batch + 1..]
+            .iter()
+            .all(|t| matches!(t, Transform::Parallel(_) | Transform::Prefetch(_) | Transform::Repeat(None)));
+        Ok(Share { batch, world, rank, shards: Some(shards), compact })
+    }
+
+    /// For a compact share of `d`'s batches: batch `index`'s number of
+    /// examples and the position of this rank's first row in it; `None`
+    /// when the batches keep their full shape.
+    pub fn layout(&self, d: &Dataset, index: usize) -> Option<(usize, usize)> {
+        if !self.compact {
+            return None;
+        }
+        let last = d.len.is_some_and(|len| index + 1 == len);
+        let m = match d.batch_sizes.as_slice() {
+            [_, ragged] if last => *ragged,
+            [n, ..] => *n,
+            [] => return None,
+        };
+        Some((m, self.real(index, m).start))
     }
 
     /// Every `world`-th batch of `d`, from batch `rank` on, for a metric
@@ -108,7 +133,7 @@ impl Share {
     /// last `batch`.
     pub fn batches(d: &Dataset, world: usize, rank: usize) -> Option<Share> {
         let batch = last_batch(d, false).ok()?;
-        Some(Share { batch, world, rank, shards: None })
+        Some(Share { batch, world, rank, shards: None, compact: false })
     }
 
     /// Whether this rank reads batch `index` (all of them for rows).

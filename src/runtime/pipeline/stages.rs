@@ -65,7 +65,10 @@ pub(super) fn stream<'s, 'p: 's>(
                     Box::new(move |picked: Vec<usize>| {
                         let real = share.map_or(0..picked.len(), |s| s.real(index.get(), picked.len()));
                         index.set(index.get() + 1);
-                        source.gather(&picked, real)
+                        match share {
+                            Some(s) if s.compact => source.gather(&picked[real.clone()], 0..real.len()),
+                            _ => source.gather(&picked, real),
+                        }
                     }),
                 ))
             }

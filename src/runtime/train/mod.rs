@@ -119,13 +119,16 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
             // checkpoint are consistent here.
             crate::interrupt::check()
                 .map_err(|d| d.label(plan.span, format!("stopped before step {}", at.step + 1)))?;
-            let size = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+            // A rank's compact share holds its rows of a batch of `size`.
+            let layout = share.and_then(|s| s.layout(&plan.data, i));
+            let size =
+                layout.map_or_else(|| batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0), |l| l.0);
             at.step += 1;
             // A failure inside the step (e.g. `--check-numerics` finding a
             // NaN) points at an op; say which step it happened in, too.
             let in_step = |d: Diagnostic| d.note(format!("in training step {} (epoch {})", at.step, at.epoch + 1));
             let loss = match parallel.as_ref() {
-                Some(p) => p.run(ex, &batch, at.step, &mut points.carry).map_err(in_step)?,
+                Some(p) => p.run(ex, batch, layout, at.step, &mut points.carry).map_err(in_step)?,
                 None => {
                     let Some((_, region)) = regions.iter().find(|(b, _)| *b == size) else {
                         return Err(Diagnostic::internal(format!(

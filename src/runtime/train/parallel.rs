@@ -224,18 +224,23 @@ impl<'p> Parallel<'p> {
         })
     }
 
-    /// Runs step `number` on the global `batch`: updates `carry` (held by
-    /// the update half's unit) and returns the batch's mean loss.
+    /// Runs step `number` on the global `batch` — or on this rank's rows
+    /// of it, when `layout` gives the batch's size and where those rows
+    /// start — : updates `carry` (held by the update half's unit) and
+    /// returns the batch's mean loss.
     pub(super) fn run<'r>(
         &'r self,
         ex: &Executor,
-        batch: &[Tensor],
+        batch: Vec<Tensor>,
+        layout: Option<(usize, usize)>,
         number: u64,
         carry: &mut Carry<'r>,
     ) -> Result<f64, Diagnostic> {
         let started = Instant::now();
         let (shards, size, rank) = (self.step.shards, self.world.size(), self.world.rank());
-        let examples = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+        let held = batch.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+        let mut batch = batch;
+        let (examples, offset) = layout.unwrap_or((held, 0));
         let rows = ParallelStep::shard_rows(examples, shards);
         let step = scalar(number as f64)?;
         // What the gradient half reads of the carried values.
@@ -250,10 +255,14 @@ impl<'p> Parallel<'p> {
                 partials.push(None);
                 continue;
             }
-            let start: usize = rows[..s].iter().sum();
-            let take: Vec<usize> = (start..start + rows[s]).collect();
-            let mut inputs =
-                batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?;
+            let start = rows[..s].iter().sum::<usize>() - offset;
+            // A shard that is all the rows held is passed as it is.
+            let mut inputs = if start == 0 && rows[s] == held {
+                std::mem::take(&mut batch)
+            } else {
+                let take: Vec<usize> = (start..start + rows[s]).collect();
+                batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?
+            };
             inputs.push(scalar(rows[s] as f64 * shards as f64 / examples as f64)?);
             inputs.push(step.clone());
             inputs.extend(read.iter().cloned());
@@ -393,7 +402,11 @@ impl Partial {
 /// A message: a flag (1: it holds a sum), the loss sum, the gradients (or
 /// zeros: every message has the same length), then `model_states`.
 fn encode(partial: Option<&Partial>, grad_types: &[TensorType], model_states: &[Tensor]) -> Vec<u8> {
-    let mut out = Vec::new();
+    // Sized once: growing a megabyte message by doubling copied it twice.
+    let size = 16
+        + grad_types.iter().map(wire::size_of).sum::<usize>()
+        + model_states.iter().map(|t| wire::size_of(&t.ty())).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
     out.extend(u64::from(partial.is_some()).to_le_bytes());
     out.extend(partial.map_or(0.0, |p| p.loss).to_le_bytes());
     match partial {
