@@ -87,27 +87,35 @@ impl Communicator for Mpi {
         // next to it, and both sides combine the two, lower block first.
         // The partner's block arrives in `theirs`, ours is merged into it
         // (no copy of a large message), and it becomes ours.
-        let mut acc: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(mine);
+        // `None` until the first round: ours is still `mine`.
+        let mut acc: Option<Vec<u8>> = None;
         let mut theirs = vec![0u8; mine.len()];
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
             let peer = world.process_at_rank(partner as i32);
+            let ours = acc.as_deref().unwrap_or(mine);
             mpi::request::scope(|scope| {
                 let pending = vec![
                     peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG),
-                    peer.immediate_send_with_tag(scope, &acc[..], TAG),
+                    peer.immediate_send_with_tag(scope, ours, TAG),
                 ];
                 if !poll(pending, deadline) {
                     abort_silent(&world, partner, self.size, what, timeout)
                 }
             });
-            combine(&mut theirs, &acc, self.rank < partner)?;
-            let spare = std::mem::replace(&mut acc, std::borrow::Cow::Owned(theirs)).into_owned();
-            theirs = spare;
+            combine(&mut theirs, ours, self.rank < partner)?;
             distance *= 2;
+            // The old result is the next round's receive buffer (a fresh
+            // one after the first round, none after the last).
+            let more = distance < self.size;
+            theirs = match acc.replace(theirs) {
+                Some(old) => old,
+                None if more => vec![0u8; mine.len()],
+                None => Vec::new(),
+            };
         }
-        Ok(acc.into_owned())
+        Ok(acc.unwrap_or_else(|| mine.to_vec()))
     }
 }
 

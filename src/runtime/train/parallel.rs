@@ -170,7 +170,8 @@ impl<'p> Parallel<'p> {
             return Ok(());
         }
         let all: Vec<usize> = (0..self.plan.carried_len()).collect();
-        let mut hash = std::hash::DefaultHasher::new();
+        // Megabytes an epoch: a word at a time (SipHash took a step's time).
+        let mut hash = rustc_hash::FxHasher::default();
         let mut bytes = Vec::new();
         for t in carry.some(&all)? {
             bytes.clear();
