@@ -339,6 +339,22 @@ pub fn decode_bytes(format: FileFormat, bytes: &[u8]) -> Result<Vec<Tensor>, Dia
         .collect()
 }
 
+/// The columns of TFRecord bytes read the way a streamed shard is — its
+/// record index from the framing, the features from the first record, each
+/// record decoded on its own — for the fuzz target to hold against
+/// [`decode_bytes`]: both accept the same files and give the same tensors.
+pub fn decode_streamed_tfrecord(bytes: &[u8]) -> Result<Vec<Tensor>, Diagnostic> {
+    let p = Path::new("<bytes>");
+    let records = tfrecord::index(p, std::io::Cursor::new(bytes), bytes.len() as u64)?;
+    let Some(first) = records.first() else {
+        return Err(fail(p, None, "the file holds no records"));
+    };
+    let framed = |r: &tfrecord::Record| &bytes[r.at as usize..r.at as usize + r.framed_len()];
+    let features = tfrecord::features(p, (0, first.at), framed(first), &[])?;
+    let all: Vec<(usize, u64, &[u8])> = records.iter().enumerate().map(|(i, r)| (i, r.at, framed(r))).collect();
+    tfrecord::decode_records(p, &all, &features)
+}
+
 /// Every column needs rank ≥ 1 and the same length along its first axis.
 fn check_counts(cols: &[Column]) -> Result<(), Diagnostic> {
     let mut n = None;

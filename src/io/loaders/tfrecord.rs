@@ -425,7 +425,11 @@ impl Record {
 /// is read and checked, the data is skipped (its CRC is checked when the
 /// record is read). A file of a million records takes a million small
 /// reads through one buffer, not a read of the data.
-pub(super) fn index(path: &Path, file: &std::fs::File, total: u64) -> Result<Vec<Record>, Diagnostic> {
+pub(super) fn index(
+    path: &Path,
+    file: impl std::io::Read + std::io::Seek,
+    total: u64,
+) -> Result<Vec<Record>, Diagnostic> {
     use std::io::{Read, Seek};
     let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
     reader.rewind().map_err(|e| fail(path, None, format!("cannot read the file: {e}")))?;
