@@ -54,14 +54,38 @@ fn two_and_four_ranks_end_with_the_weights_of_one_process_bit_for_bit() {
     assert!(other != alone, "4 and 8 shards gave the same bits");
 }
 
+/// The checkpoint settings of the resume tests, and the weights of four
+/// uninterrupted epochs on 2 ranks with them (trained in `dir`).
+fn uninterrupted_resumable(dir: &str) -> (&'static str, Vec<u8>) {
+    let settings = "checkpoint \"ck.safetensors\" every 1 epochs\n    resume = \"ck.safetensors\"";
+    (settings, trained(&scratch(dir), &digits(4, settings), &["--workers", "2", "--threads", "1"]))
+}
+
+/// One job of two ranks in Open MPI's MPMD form, started in `dir`: rank 0
+/// runs `tfc run` with `first` (a program and flags), rank 1 with `second`.
+fn two_programs(dir: &Path, first: &[&Path], second: &[&Path]) -> std::process::Child {
+    let tfc = env!("CARGO_BIN_EXE_tfc");
+    Command::new("mpirun")
+        .current_dir(dir)
+        .args(["--oversubscribe", "-n", "1", tfc, "run"])
+        .args(first)
+        .args([":", "-n", "1", tfc, "run"])
+        .args(second)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start mpirun")
+}
+
 #[test]
 fn a_two_rank_checkpoint_resumes_on_one_and_on_four_ranks() {
     if !has_mpirun() {
         return;
     }
-    let settings = "checkpoint \"ck.safetensors\" every 1 epochs\n    resume = \"ck.safetensors\"";
-    let whole = scratch("dp-resume-whole");
-    let uninterrupted = trained(&whole, &digits(4, settings), &["--workers", "2", "--threads", "1"]);
+    let (settings, uninterrupted) = uninterrupted_resumable("dp-resume-whole");
     for workers in ["1", "4"] {
         let dir = scratch(&format!("dp-resume-{workers}"));
         trained(&dir, &digits(2, settings), &["--workers", "2", "--threads", "1"]);
@@ -183,18 +207,7 @@ fn ranks_that_compiled_different_programs_all_fail_fast() {
         "b.tfl",
         digits(2, "").replace("Dense(64, 128", "Dense(64, 96").replace("Dense(128", "Dense(96").as_bytes(),
     );
-    let tfc = env!("CARGO_BIN_EXE_tfc");
-    // Open MPI's MPMD form: rank 0 runs a.tfl, rank 1 b.tfl.
-    let job = Command::new("mpirun")
-        .current_dir(&*dir)
-        .args(["--oversubscribe", "-n", "1", tfc, "run", "a.tfl", ":", "-n", "1", tfc, "run", "b.tfl"])
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mpirun");
+    let job = two_programs(&dir, &[Path::new("a.tfl")], &[Path::new("b.tfl")]);
     let (r, took) = finish(job, Duration::from_secs(60));
     assert_ne!(r.code, Some(0));
     assert!(took < Duration::from_secs(30), "took {took:?}");
@@ -437,9 +450,7 @@ fn a_checkpoint_that_only_rank_0_can_read_resumes_every_rank() {
     if !has_mpirun() {
         return;
     }
-    let settings = "checkpoint \"ck.safetensors\" every 1 epochs\n    resume = \"ck.safetensors\"";
-    let whole = scratch("dp-bcast-whole");
-    let uninterrupted = trained(&whole, &digits(4, settings), &["--workers", "2", "--threads", "1"]);
+    let (settings, uninterrupted) = uninterrupted_resumable("dp-bcast-whole");
     // Rank 0's "host" has the checkpoint of two epochs, rank 1's has none.
     let (host0, host1) = (scratch("dp-bcast-0"), scratch("dp-bcast-1"));
     trained(&host0, &digits(2, settings), &["--workers", "2", "--threads", "1"]);
@@ -447,20 +458,11 @@ fn a_checkpoint_that_only_rank_0_can_read_resumes_every_rank() {
     put(&host0, "main.tfl", program.as_bytes());
     put(&host1, "main.tfl", program.as_bytes());
     let (a, b) = (host0.join("main.tfl"), host1.join("main.tfl"));
-    let tfc = env!("CARGO_BIN_EXE_tfc");
-    let job = Command::new("mpirun")
-        .current_dir(&*host0)
-        .args(["--oversubscribe", "-n", "1", tfc, "run", "--threads", "1"])
-        .arg(&a)
-        .args([":", "-n", "1", tfc, "run", "--threads", "1"])
-        .arg(&b)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start mpirun");
+    let job = two_programs(
+        &host0,
+        &[&a, Path::new("--threads"), Path::new("1")],
+        &[&b, Path::new("--threads"), Path::new("1")],
+    );
     let (r, _) = finish(job, Duration::from_secs(120));
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("resuming from"), "{}", r.stderr);
