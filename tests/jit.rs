@@ -544,16 +544,20 @@ fn cumsum_argsort_and_prod_in_a_training_step_run_natively() {
 
 /// An index of `take_along_axis` outside its axis is a run-time error
 /// (E0402) on both backends, not a read of the neighbouring row through
-/// the flat index the gather uses.
+/// the flat index the gather uses; it names the user's index, its position,
+/// the axis and its size (not the flat index).
 #[test]
 fn take_along_axis_refuses_an_index_outside_the_axis() {
     let ok = "let x = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]\nprint(take_along_axis(x, [[2], [0]], axis = 1))\n";
     for backend in [Backend::Interp, Backend::Jit] {
         assert_eq!(run(Path::new("t.tfl"), ok, backend, true).unwrap().trim(), "f32[2, 1] [[3], [4]]");
-        for bad in ["[[0], [3]]", "[[-1], [0]]"] {
+        for (bad, says) in [("[[0], [3]]", "index 3 "), ("[[-1], [0]]", "index -1 ")] {
             let source = ok.replace("[[2], [0]]", bad);
             let e = run(Path::new("t.tfl"), &source, backend, true).expect_err("out of range");
-            assert!(e.contains("Runtime") && e.contains("out of range"), "{backend:?} {bad}: {e}");
+            assert!(e.contains("Runtime") && e.contains(says), "{backend:?} {bad}: {e}");
+            assert!(e.contains("out of range for axis 1 of size 3"), "{backend:?} {bad}: {e}");
+            let at = if bad.starts_with("[[0]") { "at indices[1, 0]" } else { "at indices[0, 0]" };
+            assert!(e.contains(at), "{backend:?} {bad}: {e}");
         }
     }
 }

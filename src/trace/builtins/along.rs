@@ -40,7 +40,7 @@ impl Tracer<'_> {
                 if a.name == "argsort" {
                     return Ok(tensor(order));
                 }
-                Ok(tensor(self.take_along(&x, &order, axis, None, a.span)?))
+                Ok(tensor(self.take_along(&x, &order, axis, a.span)?))
             }
             "top_k" => {
                 let axis = rank - 1;
@@ -54,7 +54,7 @@ impl Tracer<'_> {
                 len[axis] = k;
                 let slice = Op::Slice { start: vec![0; rank], step: vec![1; rank], len };
                 let indices = self.node(slice, &[&order], a.span)?;
-                let values = self.take_along(&x, &indices, axis, None, a.span)?;
+                let values = self.take_along(&x, &indices, axis, a.span)?;
                 Ok(Value::Tuple(vec![tensor(values), tensor(indices)]))
             }
             _ => {
@@ -73,8 +73,8 @@ impl Tracer<'_> {
                         .label(x.span, x.ty.to_string())
                         .into());
                 }
-                let inside = self.in_range(&indices, x.ty.shape[axis], a.span)?;
-                Ok(tensor(self.take_along(&x, &indices, axis, Some(&inside), a.span)?))
+                let indices = self.checked_along(&indices, x.ty.shape[axis], axis, a.span)?;
+                Ok(tensor(self.take_along(&x, &indices, axis, a.span)?))
             }
         }
     }
@@ -82,17 +82,11 @@ impl Tracer<'_> {
     /// `x[.., indices[.., j, ..], ..]` along `axis` (NumPy's
     /// `take_along_axis`) for in-range `indices` shaped like `x` except
     /// along `axis`: one gather of the flattened `x` at
-    /// `indices · stride(axis) + Σ position(d) · stride(d)`. Where the mask
-    /// `inside` is false the flat index is `-1` instead, which the gather
-    /// reports (E0402) rather than reading a neighbouring lane's element.
-    pub(crate) fn take_along(
-        &mut self,
-        x: &Operand,
-        indices: &Operand,
-        axis: usize,
-        inside: Option<&Operand>,
-        span: Span,
-    ) -> TResult<Operand> {
+    /// `indices · stride(axis) + Σ position(d) · stride(d)`. An index
+    /// outside the axis would read a neighbouring lane's element: indices
+    /// that do not come from `argsort` pass through [`Tracer::checked_along`]
+    /// first.
+    pub(crate) fn take_along(&mut self, x: &Operand, indices: &Operand, axis: usize, span: Span) -> TResult<Operand> {
         let shape = &indices.ty.shape;
         let wide = i32::try_from(x.ty.numel()).is_err();
         let itype = if wide { DType::I64 } else { DType::I32 };
@@ -112,25 +106,20 @@ impl Tracer<'_> {
             let offset = scaled(self, &position, strides[d])?;
             flat = self.node(Op::Binary(BinaryOp::Add), &[&flat, &offset], span)?;
         }
-        if let Some(inside) = inside {
-            let invalid = self.int_scalar(-1, itype, span)?;
-            let invalid = self.broadcast_to(&invalid, shape, span)?;
-            flat = self.node(Op::Select, &[inside, &flat, &invalid], span)?;
-        }
         let all = self.node(Op::Reshape { shape: vec![x.ty.numel()] }, &[x], span)?;
         self.node(Op::Gather { axis: 0 }, &[&all, &flat], span)
     }
 
-    /// Whether each of `indices` lies in `0..n`.
-    fn in_range(&mut self, indices: &Operand, n: usize, span: Span) -> TResult<Operand> {
-        let (dtype, shape) = (indices.ty.dtype, &indices.ty.shape);
-        let splat = |t: &mut Self, v: i64| -> TResult<Operand> {
-            let c = t.int_scalar(v, dtype, span)?;
-            t.broadcast_to(&c, shape, span)
-        };
-        let (zero, size) = (splat(self, 0)?, splat(self, n as i64)?);
-        let low = self.node(Op::Binary(BinaryOp::Ge), &[indices, &zero], span)?;
-        let high = self.node(Op::Binary(BinaryOp::Lt), &[indices, &size], span)?;
-        self.node(Op::Binary(BinaryOp::And), &[&low, &high], span)
+    /// `indices` unchanged, read through a gather of `0..n` along `axis`
+    /// (a table shaped `[1, .., 1, n]`): an index outside the axis stops
+    /// the run there (E0402) naming the user's own index, its position in
+    /// `indices`, the axis and its size — what a check of the flat index
+    /// computed from it could not say.
+    fn checked_along(&mut self, indices: &Operand, n: usize, axis: usize, span: Span) -> TResult<Operand> {
+        let mut table_shape = vec![1; axis];
+        table_shape.push(n);
+        let table = self.node(Op::Iota { ty: TensorType::new(indices.ty.dtype, table_shape), axis }, &[], span)?;
+        let read = self.node(Op::Gather { axis }, &[&table, indices], span)?;
+        self.node(Op::Reshape { shape: indices.ty.shape.clone() }, &[&read], span)
     }
 }
