@@ -470,3 +470,29 @@ fn a_checkpoint_that_only_rank_0_can_read_resumes_every_rank() {
     let resumed = std::fs::read(host0.join("w.safetensors")).expect("rank 0's saved weights");
     assert!(resumed == uninterrupted, "rank 1 did not start from rank 0's checkpoint");
 }
+
+/// Models the data-parallel tests were not written around — the example
+/// transformer (attention, LayerNorm, gelu, Adam) and the `scan` LSTM —
+/// print the same bits on 1, 2 and 4 ranks over 4 virtual shards.
+#[test]
+fn held_out_models_print_the_same_bits_on_one_two_and_four_ranks() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-held-out");
+    for example in ["transformer", "rnn_scan"] {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/").to_string() + example + ".tfl";
+        let program = std::fs::read_to_string(&path).expect("the example");
+        let printed = |extra: &[&str]| {
+            let args = [&["--shards", "4", "--threads", "1"], extra].concat();
+            let r = run_with(&dir, &program, &args, &[]);
+            assert_eq!(r.code, Some(0), "{example} {args:?} failed:\n{}", r.stderr);
+            r.stdout
+        };
+        let alone = printed(&[]);
+        assert!(!alone.trim().is_empty(), "{example} printed nothing");
+        for workers in ["2", "4"] {
+            assert_eq!(printed(&["--workers", workers]), alone, "{example} on {workers} ranks");
+        }
+    }
+}
