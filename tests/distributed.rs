@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ fn uninterrupted_resumable(dir: &str) -> (&'static str, Vec<u8>) {
 
 /// One job of two ranks in Open MPI's MPMD form, started in `dir`: rank 0
 /// runs `tfc run` with `first` (a program and flags), rank 1 with `second`.
-fn two_programs(dir: &Path, first: &[&Path], second: &[&Path]) -> std::process::Child {
+fn two_programs(dir: &Path, first: &[&OsStr], second: &[&OsStr]) -> std::process::Child {
     let tfc = env!("CARGO_BIN_EXE_tfc");
     Command::new("mpirun")
         .current_dir(dir)
@@ -207,7 +208,7 @@ fn ranks_that_compiled_different_programs_all_fail_fast() {
         "b.tfl",
         digits(2, "").replace("Dense(64, 128", "Dense(64, 96").replace("Dense(128", "Dense(96").as_bytes(),
     );
-    let job = two_programs(&dir, &[Path::new("a.tfl")], &[Path::new("b.tfl")]);
+    let job = two_programs(&dir, &[OsStr::new("a.tfl")], &[OsStr::new("b.tfl")]);
     let (r, took) = finish(job, Duration::from_secs(60));
     assert_ne!(r.code, Some(0));
     assert!(took < Duration::from_secs(30), "took {took:?}");
@@ -458,11 +459,8 @@ fn a_checkpoint_that_only_rank_0_can_read_resumes_every_rank() {
     put(&host0, "main.tfl", program.as_bytes());
     put(&host1, "main.tfl", program.as_bytes());
     let (a, b) = (host0.join("main.tfl"), host1.join("main.tfl"));
-    let job = two_programs(
-        &host0,
-        &[&a, Path::new("--threads"), Path::new("1")],
-        &[&b, Path::new("--threads"), Path::new("1")],
-    );
+    let threads = [OsStr::new("--threads"), OsStr::new("1")];
+    let job = two_programs(&host0, &[a.as_os_str(), threads[0], threads[1]], &[b.as_os_str(), threads[0], threads[1]]);
     let (r, _) = finish(job, Duration::from_secs(120));
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(r.stderr.contains("resuming from"), "{}", r.stderr);
@@ -481,7 +479,7 @@ fn held_out_models_print_the_same_bits_on_one_two_and_four_ranks() {
     }
     let dir = scratch("dp-held-out");
     for example in ["transformer", "rnn_scan"] {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/").to_string() + example + ".tfl";
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(format!("{example}.tfl"));
         let program = std::fs::read_to_string(&path).expect("the example");
         let printed = |extra: &[&str]| {
             let args = [&["--shards", "4", "--threads", "1"], extra].concat();
