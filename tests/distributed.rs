@@ -494,3 +494,29 @@ fn held_out_models_print_the_same_bits_on_one_two_and_four_ranks() {
         }
     }
 }
+
+#[test]
+fn steps_fused_with_their_all_reduces_give_the_bits_of_the_two_halves() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-fused");
+    // One shard per rank: each rank runs the step as one region whose
+    // all-reduces sum the gradients where they lie. One process with the
+    // same shards runs the two halves and sums them in between. 130
+    // examples in batches of 64 end with a batch of 2, whose 4 shards
+    // leave two empty: on 4 ranks that batch runs as two halves again.
+    let program = digits(2, "").replace("train net on train_set |>", "train net on train_set |> take(130) |>");
+    for backend in ["jit", "interp"] {
+        for shards in ["2", "4"] {
+            let args = ["--shards", shards, "--threads", "1", "--backend", backend];
+            let alone = trained(&dir, &program, &args);
+            let r = run_with(&dir, &program, &[&args[..], &["--workers", shards, "--verbose"]].concat(), &[]);
+            assert_eq!(r.code, Some(0), "{shards} ranks on {backend} failed:\n{}", r.stderr);
+            let fused = if shards == "2" { "6 of 6" } else { "4 of 6" };
+            assert!(r.stderr.contains(&format!("{fused} steps fused")), "{shards} ranks:\n{}", r.stderr);
+            let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+            assert!(spread == alone, "{shards} ranks on {backend} end with other weights than one process");
+        }
+    }
+}

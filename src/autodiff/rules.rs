@@ -26,6 +26,9 @@ pub(crate) fn vjp(
         | Op::ArgSort { .. }
         | Op::OneHot { .. }
         | Op::StopGradient => Ok(vec![None; xs.len()]),
+        // Every process's loss reads the sum, so a process's share gets
+        // the sum of the cotangents (JAX's `psum` transposes to `psum`).
+        Op::AllReduce => one(b.node(Op::AllReduce, &[gy])?),
         // The adjoint of running sums is running sums the other way.
         Op::CumSum { axis, reverse } => one(b.node(Op::CumSum { axis, reverse: !reverse }, &[gy])?),
         Op::Unary(u) => {

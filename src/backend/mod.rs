@@ -106,6 +106,10 @@ pub struct Prepare<'a> {
     /// a part of the main unit (statements computed at once, see
     /// `runtime::statements`).
     pub unit: Option<&'a CompiledUnit>,
+    /// The other processes of a data-parallel run, which the region's
+    /// `all_reduce_sum` nodes sum over; `None`: this process alone, where
+    /// such a node is the identity.
+    pub collectives: Option<&'a std::sync::Arc<dyn Collectives>>,
 }
 
 impl Prepare<'_> {
@@ -118,6 +122,26 @@ impl Prepare<'_> {
         let units = &self.program.compiled.as_ref()?.units;
         units.iter().find(|u| u.region == Some(self.region.id))
     }
+}
+
+/// How a backend reaches the other processes of a data-parallel run: what
+/// runs `Op::AllReduce`. The runtime implements it over `dist` (a later
+/// layer), so that no backend depends on how processes talk.
+///
+/// Contract: `all_reduce_sum` replaces `values` by the sum of every
+/// process's `values` (rounded as the interpreter's `+` of their type),
+/// the same bits on every process; every process calls it for the same
+/// values in the same order. It fails (or ends the job) rather than
+/// return anything else.
+pub trait Collectives: Send + Sync {
+    fn all_reduce_sum(&self, values: Summand<'_>) -> Result<(), Diagnostic>;
+}
+
+/// The elements an all-reduce sums, in place (`Op::AllReduce` sums `f32`
+/// or `f64` values).
+pub enum Summand<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
 }
 
 /// A backend: prepares regions to run.

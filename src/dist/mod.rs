@@ -53,7 +53,25 @@ pub trait Communicator: Send + Sync {
     /// aborts the job with an error naming it (`what` says what was
     /// exchanged, e.g. `the gradients of step 12`).
     fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic>;
+
+    /// `exchange` of a sum, in place: `data` becomes the sum over every
+    /// rank's `data`, combined over the same tree, where `add(into, other)`
+    /// adds `other` into `into` and must be commutative (the two sides of
+    /// a round add the same two blocks in either order). A training step's
+    /// gradients go straight from and back to where the step keeps them.
+    fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic> {
+        let mut combine = |into: &mut [u8], other: &[u8], _: bool| add(into, other);
+        let total = self.exchange(data, &mut combine, timeout, what)?;
+        if total.len() != data.len() {
+            return Err(Diagnostic::internal("dist: an all-reduce came back of another length"));
+        }
+        data.copy_from_slice(&total);
+        Ok(())
+    }
 }
+
+/// Adds a block's sum into another's, in place (`all_reduce_in_place`).
+pub type Add<'a> = &'a mut dyn FnMut(&mut [u8], &[u8]) -> Result<(), Diagnostic>;
 
 /// A run of one process.
 pub struct Local;
@@ -69,6 +87,10 @@ impl Communicator for Local {
 
     fn exchange(&self, mine: &[u8], _: Combine, _: Duration, _: &str) -> Result<Vec<u8>, Diagnostic> {
         Ok(mine.to_vec())
+    }
+
+    fn all_reduce_in_place(&self, _: &mut [u8], _: Add, _: Duration, _: &str) -> Result<(), Diagnostic> {
+        Ok(())
     }
 }
 

@@ -16,7 +16,7 @@
 //! it its rank; `exchange` is their meeting point once per step.
 
 use super::launch::Placement;
-use super::{silent_rank_error, Combine, Communicator};
+use super::{silent_rank_error, Add, Combine, Communicator};
 use crate::diag::{Code, Diagnostic};
 use mpi::request::{LocalScope, Request};
 use mpi::topology::SimpleCommunicator;
@@ -29,7 +29,15 @@ pub struct Mpi {
     size: usize,
     /// Held while MPI is called (the thread level is `SERIALIZED`); dropping
     /// the universe finalizes MPI.
-    lock: Mutex<mpi::environment::Universe>,
+    lock: Mutex<Held>,
+}
+
+/// What `Mpi::lock` guards.
+struct Held {
+    universe: mpi::environment::Universe,
+    /// Where `all_reduce_in_place` receives the partner's block: kept, so
+    /// that a step's all-reduces allocate (and fault in) nothing.
+    scratch: Vec<u8>,
 }
 
 // SAFETY: MPI was initialized with `MPI_THREAD_SERIALIZED`, which allows
@@ -55,7 +63,7 @@ impl Mpi {
             )
             .help("start tfc with the MPI it was built against (`ldd $(which tfc) | grep mpi`)"));
         }
-        Ok(Mpi { rank, size, lock: Mutex::new(universe) })
+        Ok(Mpi { rank, size, lock: Mutex::new(Held { universe, scratch: Vec::new() }) })
     }
 }
 
@@ -73,14 +81,8 @@ impl Communicator for Mpi {
     }
 
     fn exchange(&self, mine: &[u8], combine: Combine, timeout: Duration, what: &str) -> Result<Vec<u8>, Diagnostic> {
-        if !self.size.is_power_of_two() {
-            return Err(Diagnostic::internal(format!(
-                "dist: an exchange among {} ranks (not a power of two)",
-                self.size
-            )));
-        }
-        let universe = self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))?;
-        let world = universe.world();
+        let held = self.held()?;
+        let world = held.universe.world();
         let deadline = Instant::now() + timeout;
         // Recursive doubling: in round k this rank's block (the 2^k ranks
         // that agree with it above bit k) swaps its result with the block
@@ -116,6 +118,50 @@ impl Communicator for Mpi {
             };
         }
         Ok(acc.unwrap_or_else(|| mine.to_vec()))
+    }
+
+    fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic> {
+        let mut held = self.held()?;
+        let Held { universe, scratch } = &mut *held;
+        let world = universe.world();
+        let deadline = Instant::now() + timeout;
+        if scratch.len() < data.len() {
+            scratch.resize(data.len(), 0);
+        }
+        let theirs = &mut scratch[..data.len()];
+        // Recursive doubling as in `exchange`, each round adding the
+        // partner block's sum into ours where it lies.
+        let mut distance = 1;
+        while distance < self.size {
+            let partner = self.rank ^ distance;
+            let peer = world.process_at_rank(partner as i32);
+            let ours: &[u8] = data;
+            mpi::request::scope(|scope| {
+                let pending = vec![
+                    peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG),
+                    peer.immediate_send_with_tag(scope, ours, TAG),
+                ];
+                if !poll(pending, deadline) {
+                    abort_silent(&world, partner, self.size, what, timeout)
+                }
+            });
+            add(data, theirs)?;
+            distance *= 2;
+        }
+        Ok(())
+    }
+}
+
+impl Mpi {
+    /// The lock on MPI, for an exchange among a power of two of ranks.
+    fn held(&self) -> Result<std::sync::MutexGuard<'_, Held>, Diagnostic> {
+        if !self.size.is_power_of_two() {
+            return Err(Diagnostic::internal(format!(
+                "dist: an exchange among {} ranks (not a power of two)",
+                self.size
+            )));
+        }
+        self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))
     }
 }
 

@@ -149,6 +149,10 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         }
         Op::Cast(to) => Ok(TensorType::new(*to, inputs[0].shape.clone())),
         Op::StopGradient => Ok(inputs[0].clone()),
+        Op::AllReduce if !matches!(inputs[0].dtype, DType::F32 | DType::F64) => {
+            err(Code::DtypeMismatch, format!("all_reduce_sum of {}: sums of f32 or f64 only", inputs[0]))
+        }
+        Op::AllReduce => Ok(inputs[0].clone()),
         Op::Reduce { op: r, axes, keepdims } => {
             let t = inputs[0];
             check_axes(axes, t.rank())?;

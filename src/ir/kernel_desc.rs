@@ -148,10 +148,9 @@ pub enum AnchorOp {
         stride: [usize; 2],
         padding: [usize; 4],
     },
-    /// A collective across the workers of data-parallel training: every
-    /// worker's `elements` values combined by `op`. No pass produces it
-    /// yet; it is here so that the plan, the targets and the printers
-    /// already know the kind.
+    /// A collective across the processes of data-parallel training: every
+    /// process's `elements` values combined by `op` (`Op::AllReduce`, a
+    /// fused data-parallel step's gradient and loss sums).
     AllReduce {
         op: ReduceOp,
         elements: usize,
@@ -368,6 +367,7 @@ fn anchor(g: &Graph, n: NodeId) -> Option<Anchor> {
             let input = four(&shape(0)?)?;
             (AnchorOp::Pool { grad, kind: *kind, input, size: *size, stride: *stride, padding: *padding }, dtype_of(0))
         }
+        Op::AllReduce => (AnchorOp::AllReduce { op: ReduceOp::Sum, elements: node.ty.numel() }, dtype_of(0)),
         _ => return None,
     };
     Some(Anchor { node: n, op, dtype })

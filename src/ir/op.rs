@@ -278,6 +278,16 @@ pub enum Op {
     /// through the update. The `autodiff` lowering replaces it by its
     /// operand once the gradients are built (`autodiff::expand_requests`).
     StopGradient,
+    /// The sum of operand 0 over the processes of a data-parallel run, on
+    /// every process: a training step's gradients and loss, where the
+    /// step is one region (`trace::train`'s fused data-parallel step).
+    /// Every process must reach its all-reduces in the same order; they
+    /// combine over a balanced tree of the ranks in order
+    /// (`dist::Communicator`), so every process gets the same bits. In a
+    /// process of its own (and wherever no collectives are given) it is
+    /// the identity. Never folded, merged or moved across another
+    /// all-reduce by a pass: its value depends on the other processes.
+    AllReduce,
     /// The gradient of `Gather`: operands `(indices, updates)`; adds each
     /// update slice into zeros of size `dim` along `axis` at its index.
     ScatterAdd {
@@ -371,6 +381,7 @@ impl Op {
             Op::ScatterAdd { .. } => "scatter_add",
             Op::Gradient => "gradient",
             Op::StopGradient => "stop_gradient",
+            Op::AllReduce => "all_reduce_sum",
             Op::Scan(_) => "scan",
         }
     }

@@ -275,11 +275,26 @@ pub struct DataParallel {
 /// step to step — the parameters, the optimizer states and the model
 /// states; outputs: the new parameters, optimizer states and model states
 /// (the first shard's, as PyTorch's DDP takes rank 0's buffers).
+///
+/// `fused`: where every process computes one shard (`shards` = the
+/// processes) and the model has no states, one region per distinct shard
+/// size does the whole step: the shard's gradients, their
+/// `all_reduce_sum` over the processes (the same balanced tree, so the
+/// same bits), their mean and the update, with the parameters and
+/// optimizer states carried in the region like a plain step's — no copies
+/// between two halves, and the gradients summed where they lie. Inputs:
+/// the shard's batch parts, its weight, the step number, then the carried
+/// parameters and optimizer states; outputs: the loss summed over the
+/// shards (f64, all-reduced like the gradients), then the carried values.
+/// Batches that leave some shard empty (a short last batch) still run the
+/// two halves, which `gradients` and `update` then hold (`update` is
+/// `None` when every batch is fused).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParallelStep {
     pub shards: usize,
     pub gradients: Vec<(usize, Region)>,
-    pub update: Region,
+    pub update: Option<Region>,
+    pub fused: Vec<(usize, Region)>,
 }
 
 impl ParallelStep {
@@ -300,14 +315,21 @@ impl ParallelStep {
         self.gradients.iter().find(|(r, _)| *r == rows).map(|(_, region)| region)
     }
 
+    /// The fused step for a shard of `rows` examples.
+    pub fn fused_for(&self, rows: usize) -> Option<&Region> {
+        self.fused.iter().find(|(r, _)| *r == rows).map(|(_, region)| region)
+    }
+
     /// Every region of the step.
     pub fn regions(&self) -> impl Iterator<Item = &Region> {
-        self.gradients.iter().map(|(_, r)| r).chain([&self.update])
+        let halves = self.gradients.iter().map(|(_, r)| r).chain(self.update.as_ref());
+        halves.chain(self.fused.iter().map(|(_, r)| r))
     }
 
     /// [`ParallelStep::regions`], mutably.
     pub fn regions_mut(&mut self) -> impl Iterator<Item = &mut Region> {
-        self.gradients.iter_mut().map(|(_, r)| r).chain([&mut self.update])
+        let halves = self.gradients.iter_mut().map(|(_, r)| r).chain(self.update.as_mut());
+        halves.chain(self.fused.iter_mut().map(|(_, r)| r))
     }
 }
 

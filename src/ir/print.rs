@@ -186,7 +186,7 @@ pub(crate) fn attributes(op: &Op) -> Vec<String> {
             vec![format!("size={size:?}"), format!("stride={stride:?}"), format!("padding={padding:?}")]
         }
         Op::ScatterAdd { axis, dim } => vec![format!("axis={axis}"), format!("dim={dim}")],
-        Op::Gradient | Op::StopGradient => vec![],
+        Op::Gradient | Op::StopGradient | Op::AllReduce => vec![],
         Op::Scan(body) => body.attributes(),
     }
 }

@@ -53,9 +53,11 @@ pub fn run(p: &mut Program, _: &PassCtx) -> Result<(), Diagnostic> {
 }
 
 /// The regions of a train block that compute its loss (their first
-/// output): the steps, or a data-parallel step's gradient halves.
+/// output): the steps, or a data-parallel step's gradient halves and
+/// fused steps.
 fn loss_regions(t: &crate::ir::plan::TrainPlan) -> impl Iterator<Item = &crate::ir::plan::Region> {
-    t.steps.iter().map(|(_, r)| r).chain(t.parallel.iter().flat_map(|p| p.gradients.iter().map(|(_, r)| r)))
+    let parallel = t.parallel.iter().flat_map(|p| p.gradients.iter().chain(&p.fused).map(|(_, r)| r));
+    t.steps.iter().map(|(_, r)| r).chain(parallel)
 }
 
 /// Whether `n` is a product the policy puts in the low type: a matmul or

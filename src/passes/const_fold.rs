@@ -22,6 +22,7 @@
 //!
 //! What never folds: `slot`s (runtime values) and anything that reads them;
 //! `scan`s (their work grows with their length, not their sizes);
+//! `all_reduce_sum` (its value is a sum over other processes);
 //! splats themselves (a scalar-constant `broadcast_to` costs nothing, and
 //! backends read it as a scalar); a node whose evaluation fails (integer
 //! division by zero, an out-of-range gather index): it stays, so the error
@@ -119,7 +120,7 @@ fn fold(p: &Program, id: NodeId) -> Option<Folded> {
     let node = p.graph.node(id);
     // A scan's work is its length times its body's, which no size limit
     // on its operands bounds: it is left to run time.
-    if matches!(node.op, Op::Slot { .. } | Op::Constant { .. } | Op::Scan(_)) || is_splat(p, id) {
+    if matches!(node.op, Op::Slot { .. } | Op::Constant { .. } | Op::Scan(_) | Op::AllReduce) || is_splat(p, id) {
         return None;
     }
     let inputs = p.graph.inputs(id);

@@ -190,7 +190,8 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::ScatterAdd { .. }
         | Op::Scan(_)
         | Op::Gradient
-        | Op::StopGradient => KernelKind::Layout,
+        | Op::StopGradient
+        | Op::AllReduce => KernelKind::Layout,
     }
 }
 

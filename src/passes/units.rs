@@ -67,7 +67,7 @@ pub struct NamedRegion<'a> {
 }
 
 /// Every region of the program with a readable name.
-pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
+pub fn regions<'a>(p: &'a Program) -> Vec<NamedRegion<'a>> {
     fn plain(name: String, region: &Region) -> NamedRegion<'_> {
         NamedRegion { name, region, updates: Vec::new(), export: false }
     }
@@ -93,18 +93,15 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
         match effect {
             Effect::Train(t) => {
                 data(&t.data, &format!("train {e} data"), &mut out);
-                for (b, r) in &t.steps {
-                    // Inputs end with the parameters and states, outputs
-                    // start with the loss and then their new values.
-                    let carried = t.carried_len();
-                    let first = r.inputs.len().saturating_sub(carried);
+                // Inputs end with the parameters and states, outputs start
+                // with the loss and then their new values.
+                let step = |name: String, r: &'a Region| {
+                    let first = r.inputs.len().saturating_sub(t.carried_len());
                     let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, 1 + j)).collect();
-                    out.push(NamedRegion {
-                        name: format!("train {e} step (batch {b})"),
-                        region: r,
-                        updates,
-                        export: false,
-                    });
+                    NamedRegion { name, region: r, updates, export: false }
+                };
+                for (b, r) in &t.steps {
+                    out.push(step(format!("train {e} step (batch {b})"), r));
                 }
                 if let Some(p) = &t.parallel {
                     for (rows, r) in &p.gradients {
@@ -114,10 +111,19 @@ pub fn regions(p: &Program) -> Vec<NamedRegion<'_>> {
                     // states, the step number, then the carried parameters,
                     // optimizer states and model states, which its outputs
                     // replace.
-                    let r = &p.update;
-                    let first = t.params.len() + t.model_states.len() + 1;
-                    let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, j)).collect();
-                    out.push(NamedRegion { name: format!("train {e} step update"), region: r, updates, export: false });
+                    if let Some(r) = &p.update {
+                        let first = t.params.len() + t.model_states.len() + 1;
+                        let updates = r.inputs[first..].iter().enumerate().map(|(j, (slot, _))| (*slot, j)).collect();
+                        out.push(NamedRegion {
+                            name: format!("train {e} step update"),
+                            region: r,
+                            updates,
+                            export: false,
+                        });
+                    }
+                    for (rows, r) in &p.fused {
+                        out.push(step(format!("train {e} step with all-reduce (shard of {rows})"), r));
+                    }
                 }
                 for (k, ev) in t.evals.iter().enumerate() {
                     data(&ev.reduce.data, &format!("train {e} eval {k} data"), &mut out);

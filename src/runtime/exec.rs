@@ -421,6 +421,7 @@ impl<'p> Executor<'p> {
             check_numerics: false,
             strict: false,
             unit: Some(&segment.unit),
+            collectives: None,
         };
         let unit = self.backend().prepare(&request)?;
         if self.options.verbose {
@@ -474,6 +475,17 @@ impl<'p> Executor<'p> {
     /// `compile_region` for a region whose last `carried` outputs replace
     /// its last `carried` inputs after each run (run it with `run_carrying`).
     pub fn compile_region_carrying(&mut self, region: &Region, carried: usize) -> Result<CompiledRegion, Diagnostic> {
+        self.compile_region_with(region, carried, None)
+    }
+
+    /// `compile_region_carrying` for a region whose all-reduces sum over
+    /// the processes `collectives` reaches (a fused data-parallel step).
+    pub fn compile_region_with(
+        &mut self,
+        region: &Region,
+        carried: usize,
+        collectives: Option<&std::sync::Arc<dyn crate::backend::Collectives>>,
+    ) -> Result<CompiledRegion, Diagnostic> {
         if carried > region.inputs.len() || carried > region.outputs.len() {
             return Err(Diagnostic::internal("runtime: a region carries more values than it takes or gives"));
         }
@@ -502,6 +514,7 @@ impl<'p> Executor<'p> {
             check_numerics: self.options.check_numerics,
             strict: self.options.strict,
             unit: None,
+            collectives,
         };
         Ok(CompiledRegion { unit: self.backend().prepare(&request)? })
     }

@@ -55,7 +55,7 @@ pub use linalg::{conv2d_grad_filter_into, conv2d_grad_input_into, conv2d_into, m
 pub use pool::{pool_grad_slices, pool_slices, PoolParams};
 pub use reduce::{argmax_lanes, mean_error, reduce_combine, reduce_identity};
 pub(crate) use value::with_dtype;
-pub use value::{floor_div, floor_mod, scalar_for, strides, unravel, Data, Elem, FromScalar, Tensor};
+pub use value::{flat, floor_div, floor_mod, scalar_for, strides, unravel, Data, Elem, FromScalar, Tensor};
 
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, NodeId, Op, TensorType};
@@ -89,7 +89,9 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
         Op::Binary(b) => elementwise::binary(*b, inputs[0], inputs[1])?,
         Op::Select => elementwise::select(inputs[0], inputs[1], inputs[2])?,
         Op::Cast(to) => elementwise::cast(inputs[0], *to)?,
-        Op::StopGradient => return Ok(inputs[0].clone()),
+        // One process's sum over the processes (a backend given the
+        // other processes' collectives runs them instead).
+        Op::StopGradient | Op::AllReduce => return Ok(inputs[0].clone()),
         Op::Reduce { op, axes, .. } => reduce::reduce(*op, inputs[0], axes, &ty.shape)?,
         Op::ArgMax { axis, .. } => reduce::argmax(inputs[0], *axis, &ty.shape)?,
         Op::CumSum { axis, reverse } => along::cumsum(inputs[0], *axis, *reverse)?,

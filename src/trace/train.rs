@@ -136,20 +136,36 @@ impl Tracer<'_> {
         match self.data_parallel {
             Some(dp) => {
                 let shards = shards_of(dp, &data, t.data.span)?;
-                let mut rows: Vec<usize> = data
-                    .batch_sizes
-                    .iter()
-                    .flat_map(|&b| ParallelStep::shard_rows(b, shards))
-                    .filter(|&r| r > 0)
-                    .collect();
-                rows.sort_unstable_by(|a, b| b.cmp(a));
-                rows.dedup();
-                let mut gradients = Vec::new();
-                for r in rows {
+                // One shard per process, and nothing but the parameters'
+                // sums to agree on: the step can be one region.
+                let fusable = shards == dp.world
+                    && model_states.is_empty()
+                    && params.iter().all(|p| matches!(p.ty.dtype, DType::F32 | DType::F64));
+                // The shard sizes of the batches that run as one region,
+                // and of those that run as two halves.
+                let (mut fused_rows, mut split_rows) = (Vec::new(), Vec::new());
+                for &b in &data.batch_sizes {
+                    let rows = ParallelStep::shard_rows(b, shards);
+                    let to = if fusable && b >= shards { &mut fused_rows } else { &mut split_rows };
+                    to.extend(rows.into_iter().filter(|&r| r > 0));
+                }
+                let by_size = |rows: &mut Vec<usize>| {
+                    rows.sort_unstable_by(|a, b| b.cmp(a));
+                    rows.dedup();
+                    std::mem::take(rows)
+                };
+                let (mut gradients, mut fused) = (Vec::new(), Vec::new());
+                for r in by_size(&mut split_rows) {
                     gradients.push((r, self.gradient_region(t, &model, &data, r, carried, &fields, env)?));
                 }
-                let update = self.update_region(&carried, &fields, shards, t.span)?;
-                parallel = Some(ParallelStep { shards, gradients, update });
+                for r in by_size(&mut fused_rows) {
+                    fused.push((r, self.fused_region(t, &model, &data, r, carried, &fields, env, shards)?));
+                }
+                let update = match gradients.is_empty() {
+                    true => None,
+                    false => Some(self.update_region(&carried, &fields, shards, t.span)?),
+                };
+                parallel = Some(ParallelStep { shards, gradients, update, fused });
             }
             None => {
                 for &b in &data.batch_sizes {
@@ -256,6 +272,42 @@ impl Tracer<'_> {
         let inputs =
             [io.batch_inputs, io.weight_input, io.step_input, io.param_inputs, scale_states, io.model_state_inputs]
                 .concat();
+        Ok(Region { id: self.new_region(), inputs, outputs })
+    }
+
+    /// A data-parallel step as one region, for a process that computes one
+    /// shard of `rows` examples of the `shards` (`plan::ParallelStep::fused`):
+    /// the shard's gradients, their `all_reduce_sum` over the processes and
+    /// their mean, then the update as `update_region` applies it; the loss
+    /// is all-reduced as an `f64`, as the two halves sum it.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_region(
+        &mut self,
+        t: &ast::TrainDef,
+        model: &Rc<ModelInstance>,
+        data: &Dataset,
+        rows: usize,
+        carried: Carried,
+        fields: &Fields,
+        env: &Rc<Scope>,
+        shards: usize,
+    ) -> TResult<Region> {
+        let span = t.span;
+        let io = self.step_inputs(t, model, data, rows, &carried, true);
+        let traced = self.step_gradients(&io, &carried, fields, env, span)?;
+        let wide = TensorType::scalar(DType::F64);
+        let loss = self.graph.add(Op::Cast(DType::F64), &[traced.loss], wide.clone(), span);
+        let loss = self.graph.add(Op::AllReduce, &[loss], wide, span);
+        let mut means = Vec::with_capacity(traced.gradients.len());
+        for g in traced.gradients {
+            let ty = self.graph.node(g).ty.clone();
+            let sum = Value::Tensor(self.graph.add(Op::AllReduce, &[g], ty.clone(), span), ty);
+            let share = Value::Float(1.0 / shards as f64);
+            means.push(tensor_id(&self.binary(BinaryOp::Mul, (&sum, span), (&share, span), span)?));
+        }
+        let updated = self.step_updates(&io.update, carried.params, means, fields, span)?;
+        let outputs = [vec![loss], updated.params, updated.states].concat();
+        let inputs = [io.batch_inputs, io.weight_input, io.step_input, io.param_inputs, io.state_inputs].concat();
         Ok(Region { id: self.new_region(), inputs, outputs })
     }
 

@@ -118,8 +118,9 @@ impl Backend for CpuBackend {
                 wanted.len()
             )));
         }
+        let parallelism = unit::Parallelism { threads: r.threads, collectives: r.collectives.cloned() };
         let prepared =
-            JitUnit::prepare(r.program, unit, r.slot_pos, r.outside, &r.region.outputs, r.carried, r.threads)?;
+            JitUnit::prepare(r.program, unit, r.slot_pos, r.outside, &r.region.outputs, r.carried, parallelism)?;
         // The plan said ahead of time which kernels the interpreter runs
         // (`host_reason`); a kernel it placed here that the lowering could
         // not compile after all is a disagreement, never a quiet fallback.

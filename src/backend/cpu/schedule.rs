@@ -34,6 +34,9 @@ pub(super) enum Place {
     Cols,
     /// Masks `lo..hi` of the first maxima fused max pools record.
     FirstMax(usize, usize),
+    /// The other processes: every all-reduce writes it, so they run one
+    /// at a time, in order (each process must reach them in one order).
+    Collectives,
 }
 
 impl Place {
@@ -41,7 +44,7 @@ impl Place {
         match (self, other) {
             (Place::Bytes(a, b), Place::Bytes(c, d)) => a < d && c < b && a < b && c < d,
             (Place::Table(a), Place::Table(b)) => a == b,
-            (Place::Cols, Place::Cols) => true,
+            (Place::Cols, Place::Cols) | (Place::Collectives, Place::Collectives) => true,
             (Place::FirstMax(a, b), Place::FirstMax(c, d)) => a < d && c < b,
             _ => false,
         }

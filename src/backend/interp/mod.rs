@@ -9,12 +9,13 @@
 //! region's nodes and returns its outputs; with `check_numerics` the first
 //! NaN or infinity is an error at the op that produced it. Carried values
 //! (a training step's parameters) are held between runs like any backend
-//! holds them.
+//! holds them. An `all_reduce_sum` sums over the processes the region was
+//! prepared with (`Prepare::collectives`), or is the identity without.
 //!
 //! Example: `BackendKind::Interp.get().prepare(&request)?.run(&inputs)?`
 //! (the runtime does this for every region under `--backend interp`).
 
-use super::{Backend, Prepare, PreparedUnit, StepCounts, StepTime};
+use super::{Backend, Collectives, Prepare, PreparedUnit, StepCounts, StepTime, Summand};
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::{NodeId, Op, TensorType};
 use crate::tensor::{eval_node, Tensor};
@@ -53,6 +54,7 @@ pub struct InterpUnit {
     /// The carried values between runs (`run_head`).
     carry: Mutex<Vec<Tensor>>,
     check_numerics: bool,
+    collectives: Option<std::sync::Arc<dyn Collectives>>,
     profiling: AtomicBool,
     node_nanos: Vec<AtomicU64>,
 }
@@ -103,6 +105,7 @@ impl Backend for InterpBackend {
             carried: r.carried,
             carry: Mutex::new(Vec::new()),
             check_numerics: r.check_numerics,
+            collectives: r.collectives.cloned(),
             profiling: AtomicBool::new(false),
         }))
     }
@@ -128,6 +131,10 @@ impl PreparedUnit for InterpUnit {
             let start = profiling.then(std::time::Instant::now);
             let value = match (&node.op, node.args.as_slice()) {
                 (Op::Slot { .. }, [input]) => get(&local, *input)?,
+                (Op::AllReduce, [input]) if self.collectives.is_some() => {
+                    let sum = self.collectives.as_deref().map(|c| all_reduce(c, get(&local, *input)?));
+                    sum.unwrap_or_else(|| Err(Diagnostic::internal("interp: an all-reduce lost its collectives")))?
+                }
                 (op, args) => {
                     let args =
                         args.iter()
@@ -203,6 +210,25 @@ impl PreparedUnit for InterpUnit {
 }
 
 /// The value of operand `a`.
+/// `t` summed over the processes `c` reaches.
+fn all_reduce(c: &dyn Collectives, t: Tensor) -> Result<Tensor, Diagnostic> {
+    use crate::tensor::{flat, Data};
+    let (dtype, shape) = (t.dtype(), t.shape().to_vec());
+    match t.data() {
+        Data::F32(a) => {
+            let mut values = flat(a);
+            c.all_reduce_sum(Summand::F32(&mut values))?;
+            Tensor::from_vec(dtype, &shape, values)
+        }
+        Data::F64(a) => {
+            let mut values = flat(a);
+            c.all_reduce_sum(Summand::F64(&mut values))?;
+            Tensor::from_vec(dtype, &shape, values)
+        }
+        _ => Err(Diagnostic::internal(format!("interp: an all-reduce of {dtype}"))),
+    }
+}
+
 fn operand_value<'a>(
     inputs: &'a [Tensor],
     fixed: &'a [Tensor],

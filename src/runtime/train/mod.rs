@@ -20,6 +20,7 @@
 //! a last line for a log of step cadence with steps since its last line.
 
 mod checkpoint;
+mod collectives;
 mod log;
 mod parallel;
 

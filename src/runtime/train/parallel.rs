@@ -17,12 +17,18 @@
 //! states and data position; after every epoch they compare checksums of
 //! their parameters and states (E0412 naming a rank that diverged).
 //!
+//! Where the plan fused the step (`ParallelStep::fused`: one shard per
+//! rank), a rank runs that one region on its shard instead: the
+//! all-reduces inside it sum the gradients over the same tree
+//! (`collectives`), so the bits are the two halves'.
+//!
 //! Example: 8 shards on 2 ranks — rank 0 computes `(g0+g1)+(g2+g3)`,
 //! rank 1 `(g4+g5)+(g6+g7)`, both add the two in that order, as one
 //! process would.
 
 use super::super::exec::{Carry, CompiledRegion, Executor};
 use super::checkpoint::Position;
+use super::collectives::StepCollectives;
 use crate::diag::{Code, Diagnostic};
 use crate::dist::{tree::tree_sum, wire, Communicator, Local};
 use crate::ir::plan::{ParallelStep, TrainPlan, LOSS_SCALE_STATES};
@@ -36,7 +42,10 @@ pub(super) struct Parallel<'p> {
     step: &'p ParallelStep,
     /// The gradient half, by shard rows.
     gradients: Vec<(usize, CompiledRegion)>,
-    update: CompiledRegion,
+    update: Option<CompiledRegion>,
+    /// The fused steps, by shard rows, and what their all-reduces call.
+    fused: Vec<(usize, CompiledRegion)>,
+    collectives: Arc<StepCollectives>,
     world: Arc<dyn Communicator>,
     watchdog: Watchdog,
     /// The carried values the gradient half reads (by position): the
@@ -49,6 +58,8 @@ pub(super) struct Parallel<'p> {
     times: std::cell::RefCell<Vec<[Duration; 4]>>,
     /// When the previous step ended.
     last_end: std::cell::Cell<Option<Instant>>,
+    /// How many steps ran fused.
+    fused_steps: std::cell::Cell<usize>,
 }
 
 /// How long an exchange may wait for the other ranks.
@@ -85,8 +96,18 @@ impl<'p> Parallel<'p> {
             .iter()
             .map(|(rows, r)| Ok((*rows, ex.compile_region(r)?)))
             .collect::<Result<_, Diagnostic>>()?;
-        let update = ex.compile_region_carrying(&step.update, plan.carried_len())?;
+        let update = match &step.update {
+            Some(r) => Some(ex.compile_region_carrying(r, plan.carried_len())?),
+            None => None,
+        };
         let world: Arc<dyn Communicator> = ex.options.world.clone().unwrap_or_else(|| Arc::new(Local));
+        let collectives = Arc::new(StepCollectives::new(world.clone()));
+        let reach: Arc<dyn crate::backend::Collectives> = collectives.clone();
+        let fused = step
+            .fused
+            .iter()
+            .map(|(rows, r)| Ok((*rows, ex.compile_region_with(r, plan.carried_len(), Some(&reach))?)))
+            .collect::<Result<_, Diagnostic>>()?;
         let watchdog = Watchdog { fixed: ex.options.step_timeout, slowest: Duration::ZERO.into() };
         let (n_params, n_states) = (plan.params.len(), plan.states.len());
         let scaled = plan.states.iter().any(|(name, _)| name == LOSS_SCALE_STATES[0]);
@@ -94,12 +115,14 @@ impl<'p> Parallel<'p> {
         let read = (0..n_params).chain(scale_states..plan.carried_len()).collect();
         let grad_types = initial[..n_params].iter().map(Tensor::ty).collect();
         let model_state_types = initial[n_params + n_states..].iter().map(Tensor::ty).collect();
-        let (times, last_end) = Default::default();
+        let (times, last_end, fused_steps) = Default::default();
         let parallel = Parallel {
             plan,
             step,
             gradients,
             update,
+            fused,
+            collectives,
             world,
             watchdog,
             read,
@@ -107,6 +130,7 @@ impl<'p> Parallel<'p> {
             model_state_types,
             times,
             last_end,
+            fused_steps,
         };
         parallel.agree(ex)?;
         Ok(parallel)
@@ -244,6 +268,14 @@ impl<'p> Parallel<'p> {
         let (examples, offset) = layout.unwrap_or((held, 0));
         let rows = ParallelStep::shard_rows(examples, shards);
         let step = scalar(number as f64)?;
+        let fused = match (shards == size, rows.iter().all(|&r| r > 0)) {
+            (true, true) => self.fused.iter().find(|(r, _)| *r == rows[rank]).map(|(_, region)| region),
+            _ => None,
+        };
+        if let Some(region) = fused {
+            let start = rows[..rank].iter().sum::<usize>() - offset;
+            return self.run_fused(ex, region, (batch, held, start, rows[rank]), examples, number, carry, started);
+        }
         // What the gradient half reads of the carried values.
         let read = carry.some(&self.read)?;
         let n_params = self.plan.params.len();
@@ -289,12 +321,55 @@ impl<'p> Parallel<'p> {
         head.extend(model_states);
         head.push(step);
         let t_exchange = started.elapsed();
-        ex.run_carrying(&self.update, &head, carry)?;
+        let Some(update) = &self.update else {
+            return Err(Diagnostic::internal(format!("runtime: step {number} has no update half")));
+        };
+        ex.run_carrying(update, &head, carry)?;
         let took = started.elapsed();
+        self.record(started, [t_grad, t_exchange - t_grad, took - t_exchange]);
+        Ok(total.loss / shards as f64)
+    }
+
+    /// Runs the fused step `region` as step `number` on this rank's shard
+    /// — `rows` of the `held` rows of `batch` from `start` — of a global
+    /// batch of `examples`, and returns the batch's mean loss.
+    #[allow(clippy::too_many_arguments)]
+    fn run_fused<'r>(
+        &'r self,
+        ex: &Executor,
+        region: &'r CompiledRegion,
+        (batch, held, start, rows): (Vec<Tensor>, usize, usize, usize),
+        examples: usize,
+        number: u64,
+        carry: &mut Carry<'r>,
+        started: Instant,
+    ) -> Result<f64, Diagnostic> {
+        let shards = self.step.shards;
+        let mut head = match start == 0 && rows == held {
+            true => batch,
+            false => {
+                let take: Vec<usize> = (start..start + rows).collect();
+                batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        head.push(scalar(rows as f64 * shards as f64 / examples as f64)?);
+        head.push(scalar(number as f64)?);
+        self.collectives.start_step(number, self.watchdog.timeout());
+        let out = ex.run_carrying(region, &head, carry)?;
+        let loss = out.first().and_then(|l| l.to_f64_vec().first().copied()).unwrap_or(f64::NAN);
+        let (took, exchange) = (started.elapsed(), self.collectives.spent());
+        self.record(started, [took.saturating_sub(exchange), exchange, Duration::ZERO]);
+        self.fused_steps.set(self.fused_steps.get() + 1);
+        Ok(loss / shards as f64)
+    }
+
+    /// Records a step that began at `started` and took `parts` (gradients,
+    /// exchange, update).
+    fn record(&self, started: Instant, parts: [Duration; 3]) {
+        let took = parts.iter().sum();
         self.watchdog.slowest.set(self.watchdog.slowest.get().max(took));
         let between = self.last_end.replace(Some(Instant::now())).map_or(Duration::ZERO, |end| started - end);
-        self.times.borrow_mut().push([t_grad, t_exchange - t_grad, took - t_exchange, between]);
-        Ok(total.loss / shards as f64)
+        self.times.borrow_mut().push([parts[0], parts[1], parts[2], between]);
     }
 
     /// Sends this rank's sum (and, from rank 0, the first shard's model
@@ -359,7 +434,7 @@ impl<'p> Parallel<'p> {
         let mean =
             |part: usize| times.iter().map(|s| s[part].as_secs_f64()).sum::<f64>() * 1e3 / times.len().max(1) as f64;
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps)",
+            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update)",
             self.world.size(),
             self.step.shards,
             median(0),
@@ -370,6 +445,8 @@ impl<'p> Parallel<'p> {
             mean(2),
             median(3),
             mean(3),
+            times.len(),
+            self.fused_steps.get(),
             times.len()
         )
     }

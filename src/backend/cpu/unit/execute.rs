@@ -26,6 +26,7 @@ use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
 use crate::diag::Diagnostic;
+use crate::ir::DType;
 use crate::tensor::{eval_node, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -352,6 +353,28 @@ impl Step {
                 crate::tensor::index_ops::scatter_add_rows(from, &idx, *dims, to);
                 Ok(())
             })?,
+            Step::AllReduce { src, dst, ty, with } => {
+                use crate::backend::Summand;
+                let n = ty.numel();
+                words!(*dst, W => {
+                    if src != dst {
+                        // SAFETY: the caller's contract.
+                        let (from, to) = unsafe { (mem.elems::<W>(*src, n)?, mem.elems_out::<W>(*dst, n)?) };
+                        to.copy_from_slice(from);
+                    }
+                });
+                let Some(with) = with else { return Ok(()) };
+                // SAFETY (each): the caller's contract.
+                match (ty.dtype, dst) {
+                    (DType::F32, Ref::Arena(_)) => {
+                        with.all_reduce_sum(Summand::F32(unsafe { mem.elems_out::<f32>(*dst, n)? }))?
+                    }
+                    (DType::F64, Ref::Wide(_)) => {
+                        with.all_reduce_sum(Summand::F64(unsafe { mem.elems_out::<f64>(*dst, n)? }))?
+                    }
+                    _ => return Err(internal(format!("an all-reduce of {ty} into {dst:?}"))),
+                }
+            }
             Step::Transpose { src, dst, perm, .. } => words!(*dst, W => {
                 let n = perm.numel();
                 // SAFETY (both slices): the caller's contract.

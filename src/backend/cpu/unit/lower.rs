@@ -50,9 +50,9 @@
 use super::generic::Loop;
 use super::internal;
 use super::recognize::{
-    along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op, is_float_matmul,
-    is_max_pool_2x2, is_quant_matmul, layout_transpose, layout_window, native_reduce, pooled_shape, scan_loop,
-    table_reshape,
+    all_reduce, along_axis, float_conv, float_pool, generic_layout, generic_loop, generic_type, index_op,
+    is_float_matmul, is_max_pool_2x2, is_quant_matmul, layout_transpose, layout_window, native_reduce, pooled_shape,
+    scan_loop, table_reshape,
 };
 use super::step::{place, Arg, Code, ConvPost, Fallible, Int8Weights, InterpNode, Ref, Step};
 use crate::backend::cpu::kernels::int8_gemm::pack_weights;
@@ -328,6 +328,8 @@ pub(super) struct Lowering<'a> {
     /// The kernels of scan bodies run (partly) on the interpreter, as
     /// `JitUnit::interpreted` lists them.
     pub(super) nested_interpreted: Vec<(String, crate::diag::Span, bool)>,
+    /// The other processes the unit's all-reduces sum over.
+    collectives: Option<std::sync::Arc<dyn crate::backend::Collectives>>,
 }
 
 impl<'a> Lowering<'a> {
@@ -340,8 +342,9 @@ impl<'a> Lowering<'a> {
         outputs: &'a [NodeId],
         buffers: &HashMap<NodeId, usize>,
         arena_floats: usize,
-        threads: usize,
+        parallelism: super::Parallelism,
     ) -> Lowering<'a> {
+        let super::Parallelism { threads, collectives } = parallelism;
         let folded = crate::backend::cpu::fold::foldable(b.g, unit, outputs, &b.loc, buffers);
         let plain = unit
             .buffers
@@ -374,6 +377,7 @@ impl<'a> Lowering<'a> {
             threads,
             ordered: unit.export,
             nested_interpreted: Vec::new(),
+            collectives,
         }
     }
 
@@ -437,6 +441,7 @@ impl<'a> Lowering<'a> {
             KernelKind::Layout if along_axis(g, &k.nodes).is_some() => self.along(k),
             KernelKind::Layout if layout_window(g, &k.nodes).is_some() => self.window(k),
             KernelKind::Layout if scan_loop(g, &k.nodes) => self.scan(k),
+            KernelKind::Layout if all_reduce(g, &k.nodes) => self.all_reduce(k),
             _ => self.interpreted(&k.nodes, &k.outputs),
         }
     }
@@ -506,6 +511,11 @@ impl<'a> Lowering<'a> {
 
     /// `nodes` on the interpreter.
     fn interpreted(&mut self, nodes: &[NodeId], outputs: &[NodeId]) -> Result<(), Diagnostic> {
+        // The interpreter's all-reduce is one process's: with other
+        // processes it would quietly leave their shares out.
+        if self.collectives.is_some() && nodes.iter().any(|&n| self.b.g.node(n).op == Op::AllReduce) {
+            return Err(internal("an all-reduce over other processes left to the interpreter"));
+        }
         let step = self.b.interp(nodes, outputs)?;
         self.steps.push(step);
         self.counts.interp += 1;
@@ -1171,6 +1181,23 @@ impl<'a> Lowering<'a> {
         let operands = operands.collect::<Result<Vec<_>, Diagnostic>>()?;
         let dst = self.b.get(n)?;
         self.steps.push(Step::Scan(Box::new(prepared.at(operands, dst, node.ty.clone(), node.span))));
+        Ok(())
+    }
+
+    /// An `all_reduce_sum`: its operand copied into its place, which is then
+    /// summed there over the processes (`Step::AllReduce`).
+    fn all_reduce(&mut self, k: &Kernel) -> Result<(), Diagnostic> {
+        let g = self.b.g;
+        let n = k.nodes[0];
+        let reads = self.outside(&k.nodes);
+        let dst = match self.stored_result(n, &reads)? {
+            Some((dst @ (Ref::Arena(_) | Ref::Wide(_)), None)) => dst,
+            _ => return Err(internal("an all-reduce result outside the arena")),
+        };
+        let src = self.b.get(g.inputs(n)[0])?;
+        let with = self.collectives.clone();
+        self.steps.push(Step::AllReduce { src, dst, ty: g.node(n).ty.clone(), with });
+        self.counts.native += 1;
         Ok(())
     }
 

@@ -119,6 +119,15 @@ unsafe fn f32_values<'a>(mem: Mem<'a>, r: Ref, ty: &TensorType) -> Result<&'a [f
     unsafe { mem.elems::<f32>(r, ty.numel()) }
 }
 
+/// How a unit's work is shared: worker threads in this process (0 or 1:
+/// the calling thread only), and the other processes of a data-parallel
+/// run that its all-reduces sum over (`None`: this process alone).
+#[derive(Clone, Default)]
+pub struct Parallelism {
+    pub threads: usize,
+    pub collectives: Option<std::sync::Arc<dyn crate::backend::Collectives>>,
+}
+
 impl JitUnit {
     /// Prepares `unit` of `program`: `slot_pos` maps each region input slot
     /// to its position in `run`'s inputs; `values` holds every value the
@@ -132,8 +141,9 @@ impl JitUnit {
         values: &Values,
         outputs: &[NodeId],
         carried: usize,
-        threads: usize,
+        parallelism: Parallelism,
     ) -> Result<JitUnit, Diagnostic> {
+        let threads = parallelism.threads;
         let g = &program.graph;
         let in_unit: rustc_hash::FxHashSet<NodeId> =
             unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
@@ -209,7 +219,7 @@ impl JitUnit {
             CarryInputs { slot_at: &slot_at, outputs: &typed_outputs, over_input: &over_input, inputs: slot_pos.len() };
         let residents = super::carry::plan(&carry, carried, &mut b.loc, &mut arena_end, &mut b.tables)?;
         let arena_floats = arena_end.div_ceil(4);
-        let mut lowering = Lowering::new(b, unit, outputs, &buffers, arena_floats, threads);
+        let mut lowering = Lowering::new(b, unit, outputs, &buffers, arena_floats, parallelism);
         // The kernel each step comes from (for its profile label).
         let mut kernel_of: Vec<usize> = Vec::new();
         let mut current = 0;

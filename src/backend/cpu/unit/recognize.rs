@@ -65,6 +65,13 @@ pub(super) fn native_reduce(g: &Graph, head: &[NodeId]) -> bool {
     }
 }
 
+/// A layout kernel that is one `all_reduce_sum` of `f32` or `f64` values
+/// (module `lower`'s `all_reduce`).
+pub(super) fn all_reduce(g: &Graph, nodes: &[NodeId]) -> bool {
+    let dtype = |n: NodeId| g.node(n).ty.dtype;
+    matches!(nodes, [n] if g.node(*n).op == Op::AllReduce && matches!(dtype(*n), DType::F32 | DType::F64))
+}
+
 /// A layout kernel that is one `scan`: the loop runs natively, its body
 /// as a unit of its own (`passes::loops`, module `lower`'s `scan`).
 pub(super) fn scan_loop(g: &Graph, nodes: &[NodeId]) -> bool {
@@ -309,7 +316,8 @@ pub(in crate::backend::cpu) fn host_reason(g: &Graph, k: &Kernel) -> Option<Host
                 || index_op(g, &k.nodes)
                 || along_axis(g, &k.nodes).is_some()
                 || layout_window(g, &k.nodes).is_some()
-                || scan_loop(g, &k.nodes);
+                || scan_loop(g, &k.nodes)
+                || all_reduce(g, &k.nodes);
             (if native { vec![] } else { k.nodes.clone() }, true)
         }
         KernelKind::Contraction => (k.nodes.clone(), true),

@@ -26,7 +26,7 @@
 
 use super::mem::{read, write, Mem};
 use super::step::Ref;
-use super::JitUnit;
+use super::{JitUnit, Parallelism};
 use crate::diag::{Diagnostic, Span};
 use crate::ir::compiled::LoopPlan;
 use crate::ir::scan::ScanBody;
@@ -69,7 +69,15 @@ impl ScanStep {
         };
         let carried = if resident { c } else { 0 };
         let values = crate::tensor::Values::new();
-        let unit = JitUnit::prepare(program, unit, &slot_pos, &values, &outputs, carried, threads)?;
+        let unit = JitUnit::prepare(
+            program,
+            unit,
+            &slot_pos,
+            &values,
+            &outputs,
+            carried,
+            Parallelism { threads, collectives: None },
+        )?;
         Ok(ScanStep {
             body: body.clone(),
             unit,

@@ -228,6 +228,11 @@ pub(super) enum Step {
         axis: usize,
         span: Span,
     },
+    /// `dst = all_reduce_sum(src)` of `ty` (`f32` or `f64`, in the arena): `src` copied to `dst`, which `with` then sums over the
+    /// processes in place (the identity without `with`: one process).
+    /// Every all-reduce also writes `Place::Collectives`, so that they run
+    /// in the order the lowering gave them, the same on every process.
+    AllReduce { src: Ref, dst: Ref, ty: TensorType, with: Option<std::sync::Arc<dyn crate::backend::Collectives>> },
 }
 
 /// A convolution's post-ops, by where their operands live.
@@ -419,6 +424,11 @@ impl Step {
                 writes.extend(place(*dst, n));
                 *cost = (n / 2) as u64;
             }
+            Step::AllReduce { src, dst, ty, .. } => {
+                reads.extend(place(*src, ty.numel()));
+                writes.extend(place(*dst, ty.numel()).into_iter().chain([Place::Collectives]));
+                *cost = ty.numel() as u64;
+            }
         }
         acc
     }
@@ -478,6 +488,8 @@ impl Step {
             Step::ScatterAdd { dims: [outer, dim, inner], ids_ty, .. } => {
                 format!("scatter_add {} rows into {}", ids_ty.numel(), dims(&[*outer, *dim, *inner]))
             }
+            Step::AllReduce { ty, with: Some(_), .. } => format!("all-reduce {ty} over the processes"),
+            Step::AllReduce { ty, with: None, .. } => format!("copy {ty} (an all-reduce in one process)"),
         };
         let mut ops: Vec<&str> = Vec::new();
         for &n in nodes {
