@@ -78,7 +78,8 @@ impl Effect {
                 let parallel = match &t.parallel {
                     Some(p) => {
                         let rows: Vec<usize> = p.gradients.iter().map(|(r, _)| *r).collect();
-                        format!(" shards={} shard_rows={rows:?}", p.shards)
+                        let fused: Vec<usize> = p.fused.iter().map(|(r, _)| *r).collect();
+                        format!(" shards={} shard_rows={rows:?} fused_rows={fused:?}", p.shards)
                     }
                     None => String::new(),
                 };
