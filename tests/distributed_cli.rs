@@ -121,3 +121,29 @@ fn verbose_reports_where_a_data_parallel_step_goes() {
         assert!(line.contains(part), "{line}");
     }
 }
+
+#[test]
+fn the_plan_shows_a_fused_step_with_one_all_reduce_per_gradient_and_the_loss() {
+    let dir = scratch("dp-plan");
+    put(&dir, "mlp.tfl", digits_trained(1, "").as_bytes());
+    let plan = |extra: &[&str]| {
+        let args: Vec<std::ffi::OsString> =
+            [&["build", "mlp.tfl", "--emit", "plan"], extra].concat().iter().map(Into::into).collect();
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let r = support::tfc(&dir, &args);
+        assert_eq!(r.code, Some(0), "{extra:?}:\n{}", r.stderr);
+        r.stdout
+    };
+    // One shard per process: the step is one unit; its four gradients
+    // (two layers' weights and biases) and the f64 loss are summed over
+    // the processes on the CPU.
+    let fused = plan(&["--workers", "2", "--shards", "2"]);
+    assert!(fused.contains("step with all-reduce (shard of 32)"), "{fused}");
+    let sums: Vec<&str> = fused.lines().filter(|l| l.contains("all_reduce_sum")).collect();
+    assert_eq!(sums.len(), 2 * 5, "two shard sizes of five sums each:\n{fused}");
+    assert!(sums.iter().all(|l| l.contains("on Cpu")), "{sums:?}");
+    assert_eq!(sums.iter().filter(|l| l.ends_with("all_reduce_sum 1 f64")).count(), 2, "{sums:?}");
+    // Eight shards on two processes: the two halves, no all-reduce.
+    let halves = plan(&["--workers", "2"]);
+    assert!(halves.contains("step update") && !halves.contains("all_reduce_sum"), "{halves}");
+}

@@ -170,6 +170,12 @@ struct BuildArgs {
     /// Mixed precision for every training step, over the train blocks' `precision`: bf16, f16 or f32 (none).
     #[arg(long, value_name = "TYPE")]
     precision: Option<String>,
+    /// Plan the data-parallel training steps of N processes, as `tfc run --workers N` runs them (nothing is launched).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=4096))]
+    workers: Option<u16>,
+    /// Plan data-parallel training steps with N virtual shards per global batch, as `tfc run --shards N`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    shards: Option<u16>,
 }
 
 /// Runs the CLI with the process arguments.
@@ -299,6 +305,11 @@ pub fn main() -> ExitCode {
             let mut args = args.clone();
             args.no_opt = args.opt_level.is_some();
             args.report_json = args.report.is_some();
+            if args.workers.is_some() || args.shards.is_some() {
+                let world = args.workers.map_or(1, usize::from);
+                let shards = args.shards.map(usize::from);
+                session.data_parallel = Some(crate::ir::plan::DataParallel { shards, world });
+            }
             build::build(&mut session, &args)
         }
         Command::Plot(args) => plot::plot(args),
