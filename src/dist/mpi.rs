@@ -95,17 +95,9 @@ impl Communicator for Mpi {
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
-            let peer = world.process_at_rank(partner as i32);
             let ours = acc.as_deref().unwrap_or(mine);
-            mpi::request::scope(|scope| {
-                let pending = vec![
-                    peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG),
-                    peer.immediate_send_with_tag(scope, ours, TAG),
-                ];
-                if !poll(pending, deadline) {
-                    abort_silent(&world, partner, self.size, what, timeout)
-                }
-            });
+            let wait = Wait { deadline, timeout, what, size: self.size };
+            swap(&world, partner, ours, &mut theirs, &wait);
             combine(&mut theirs, ours, self.rank < partner)?;
             distance *= 2;
             // The old result is the next round's receive buffer (a fresh
@@ -134,17 +126,8 @@ impl Communicator for Mpi {
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
-            let peer = world.process_at_rank(partner as i32);
-            let ours: &[u8] = data;
-            mpi::request::scope(|scope| {
-                let pending = vec![
-                    peer.immediate_receive_into_with_tag(scope, &mut theirs[..], TAG),
-                    peer.immediate_send_with_tag(scope, ours, TAG),
-                ];
-                if !poll(pending, deadline) {
-                    abort_silent(&world, partner, self.size, what, timeout)
-                }
-            });
+            let wait = Wait { deadline, timeout, what, size: self.size };
+            swap(&world, partner, data, theirs, &wait);
             add(data, theirs)?;
             distance *= 2;
         }
@@ -163,6 +146,30 @@ impl Mpi {
         }
         self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))
     }
+}
+
+/// How long a swap may wait, and what its error says (`silent_rank_error`).
+struct Wait<'a> {
+    deadline: Instant,
+    timeout: Duration,
+    what: &'a str,
+    size: usize,
+}
+
+/// Sends `ours` to rank `partner` while receiving its block into `theirs`
+/// (of the same length); ends the job, naming the partner, if that takes
+/// past the deadline.
+fn swap(world: &SimpleCommunicator, partner: usize, ours: &[u8], theirs: &mut [u8], wait: &Wait) {
+    let peer = world.process_at_rank(partner as i32);
+    mpi::request::scope(|scope| {
+        let pending = vec![
+            peer.immediate_receive_into_with_tag(scope, theirs, TAG),
+            peer.immediate_send_with_tag(scope, ours, TAG),
+        ];
+        if !poll(pending, wait.deadline) {
+            abort_silent(world, partner, wait.size, wait.what, wait.timeout)
+        }
+    });
 }
 
 /// Prints which ranks did not answer and ends every process of the job.

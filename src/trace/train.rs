@@ -132,6 +132,7 @@ impl Tracer<'_> {
         }
         let model_states = carried_states(&model);
         let carried = Carried { params: &params, states: &states, model_states: &model_states };
+        let source = StepSource { t, model: &model, data: &data, carried, fields: &fields, env };
         let (mut steps, mut parts, mut parallel) = (Vec::new(), Vec::new(), None);
         match self.data_parallel {
             Some(dp) => {
@@ -156,10 +157,10 @@ impl Tracer<'_> {
                 };
                 let (mut gradients, mut fused) = (Vec::new(), Vec::new());
                 for r in by_size(&mut split_rows) {
-                    gradients.push((r, self.gradient_region(t, &model, &data, r, carried, &fields, env)?));
+                    gradients.push((r, self.gradient_region(source, r)?));
                 }
                 for r in by_size(&mut fused_rows) {
-                    fused.push((r, self.fused_region(t, &model, &data, r, carried, &fields, env, shards)?));
+                    fused.push((r, self.fused_region(source, r, shards)?));
                 }
                 let update = match gradients.is_empty() {
                     true => None,
@@ -169,7 +170,7 @@ impl Tracer<'_> {
             }
             None => {
                 for &b in &data.batch_sizes {
-                    let (region, step_parts) = self.step_region(t, &model, &data, b, carried, &fields, env)?;
+                    let (region, step_parts) = self.step_region(source, b)?;
                     steps.push((b, region));
                     parts.push(step_parts);
                 }
@@ -220,17 +221,8 @@ impl Tracer<'_> {
 
     /// The monolithic step for batches of `b`: loss, gradients and
     /// updates in one region (module header).
-    #[allow(clippy::too_many_arguments)]
-    fn step_region(
-        &mut self,
-        t: &ast::TrainDef,
-        model: &Rc<ModelInstance>,
-        data: &Dataset,
-        b: usize,
-        carried: Carried,
-        fields: &Fields,
-        env: &Rc<Scope>,
-    ) -> TResult<(Region, StepParts)> {
+    fn step_region(&mut self, source: StepSource, b: usize) -> TResult<(Region, StepParts)> {
+        let StepSource { t, model, data, carried, fields, env } = source;
         let io = self.step_inputs(t, model, data, b, &carried, false);
         let traced = self.step_gradients(&io, &carried, fields, env, t.span)?;
         let updated = self.step_updates(&io.update, carried.params, traced.gradients, fields, t.span)?;
@@ -248,17 +240,8 @@ impl Tracer<'_> {
     /// parts, its weight, the step number, the parameters, optimizer states
     /// and model states; outputs the weighted loss, each parameter's
     /// gradient of it (scaled when the loss is) and the new model states.
-    #[allow(clippy::too_many_arguments)]
-    fn gradient_region(
-        &mut self,
-        t: &ast::TrainDef,
-        model: &Rc<ModelInstance>,
-        data: &Dataset,
-        rows: usize,
-        carried: Carried,
-        fields: &Fields,
-        env: &Rc<Scope>,
-    ) -> TResult<Region> {
+    fn gradient_region(&mut self, source: StepSource, rows: usize) -> TResult<Region> {
+        let StepSource { t, model, data, carried, fields, env } = source;
         let io = self.step_inputs(t, model, data, rows, &carried, true);
         let traced = self.step_gradients(&io, &carried, fields, env, t.span)?;
         let mut outputs = vec![traced.loss];
@@ -280,18 +263,8 @@ impl Tracer<'_> {
     /// the shard's gradients, their `all_reduce_sum` over the processes and
     /// their mean, then the update as `update_region` applies it; the loss
     /// is all-reduced as an `f64`, as the two halves sum it.
-    #[allow(clippy::too_many_arguments)]
-    fn fused_region(
-        &mut self,
-        t: &ast::TrainDef,
-        model: &Rc<ModelInstance>,
-        data: &Dataset,
-        rows: usize,
-        carried: Carried,
-        fields: &Fields,
-        env: &Rc<Scope>,
-        shards: usize,
-    ) -> TResult<Region> {
+    fn fused_region(&mut self, source: StepSource, rows: usize, shards: usize) -> TResult<Region> {
+        let StepSource { t, model, data, carried, fields, env } = source;
         let span = t.span;
         let io = self.step_inputs(t, model, data, rows, &carried, true);
         let traced = self.step_gradients(&io, &carried, fields, env, span)?;
@@ -730,6 +703,18 @@ impl Tracer<'_> {
             every,
         })
     }
+}
+
+/// What every step region of a train block is traced from: the block, its
+/// model and data, what the step carries, the block's settings and scope.
+#[derive(Clone, Copy)]
+struct StepSource<'a> {
+    t: &'a ast::TrainDef,
+    model: &'a Rc<ModelInstance>,
+    data: &'a Dataset,
+    carried: Carried<'a>,
+    fields: &'a Fields,
+    env: &'a Rc<Scope>,
 }
 
 /// What a step carries from one step to the next, in the order of its
