@@ -1,8 +1,9 @@
-//! What `tfc run` says about a bad request for data-parallel training —
-//! a hostfile that does not parse, a host list or `TF_CONFIG` it cannot
-//! use, shards that do not fit the batch — each before anything starts,
-//! with a non-zero exit and no panic. (tests/distributed.rs runs the
-//! ranks themselves, with feature `mpi`.)
+//! Data-parallel training in any build: what `tfc run` says about a bad
+//! request — a hostfile that does not parse, a host list or `TF_CONFIG` it
+//! cannot use, shards that do not fit the batch — each before anything
+//! starts, with a non-zero exit and no panic; and the step it plans (the
+//! `all_reduce` pass, the plan's all-reduce kernels). (tests/distributed.rs
+//! runs the ranks themselves, with feature `mpi`.)
 
 mod support;
 
@@ -146,4 +147,62 @@ fn the_plan_shows_a_fused_step_with_one_all_reduce_per_gradient_and_the_loss() {
     // Eight shards on two processes: the two halves, no all-reduce.
     let halves = plan(&["--workers", "2"]);
     assert!(halves.contains("step update") && !halves.contains("all_reduce_sum"), "{halves}");
+}
+
+/// A two-parameter model's program lowered (`Session::check`, which ends
+/// with the `all_reduce` pass) for `shards` shards on `world` processes.
+fn lowered(world: usize, shards: usize) -> tfc::ir::Program {
+    let mut session = tfc::driver::Session::new();
+    session.data_parallel = Some(tfc::ir::plan::DataParallel { shards: Some(shards), world });
+    let source = "use std.optim.sgd
+model M { param w: f32[3, 2] = ones()
+ param b: f32[2] = zeros()
+ fn forward(x) = x @ w + b }
+let net = M()
+let xs = [[1.0, 2.0, 3.0], [0.5, -1.0, 2.0], [0.0, 1.0, 1.0], [2.0, 0.0, -1.0]]
+train net on from_tensors(xs) |> batch(4) {
+    loss(x) = mean(square(net(x)))
+    optimizer = sgd(lr = 0.1)
+    clip_grad_norm = 1.0
+    steps = 1
+}
+";
+    let file = session.add_source("case.tfl", source);
+    session.check(file).unwrap_or_else(|d| panic!("{d:?}"))
+}
+
+fn all_reduces(p: &tfc::ir::Program) -> Vec<tfc::ir::NodeId> {
+    p.graph.node_ids().into_iter().filter(|&n| p.graph.node(n).op == tfc::ir::Op::AllReduce).collect()
+}
+
+#[test]
+fn the_all_reduce_pass_sums_every_gradient_and_the_loss_before_anything_reads_them() {
+    let p = lowered(2, 2);
+    let step = p
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            tfc::ir::Effect::Train(t) => t.parallel.clone(),
+            _ => None,
+        })
+        .expect("a data-parallel step");
+    assert_eq!(step.fused.len(), 1);
+    assert!(step.to_sum.iter().all(Vec::is_empty), "the records are used up");
+    let sums = all_reduces(&p);
+    // The loss, `w`'s gradient and `b`'s.
+    assert_eq!(sums.len(), 3, "{}", tfc::ir::print::print_program(&p));
+    assert!(sums.contains(&step.fused[0].1.outputs[0]), "the step's loss is the sum over the processes");
+    for &s in &sums {
+        let summed = p.graph.inputs(s)[0];
+        assert_eq!(p.graph.users(summed), vec![s], "node {} is read around its sum", summed.index());
+    }
+    let mut again = p.clone();
+    tfc::passes::all_reduce::run(&mut again, &Default::default()).expect("the pass");
+    assert_eq!(all_reduces(&again).len(), 3, "a second run inserts nothing");
+}
+
+#[test]
+fn without_one_shard_per_process_no_step_sums_over_the_processes() {
+    assert!(all_reduces(&lowered(2, 4)).is_empty());
+    assert!(all_reduces(&lowered(1, 2)).is_empty());
 }

@@ -63,6 +63,7 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
     if let Some(required) = args.disable_pass.iter().find(|n| crate::passes::REQUIRED.contains(&n.as_str())) {
         let why = match required.as_str() {
             "autocast" => "it puts a training step in the precision its program asks for",
+            "all_reduce" => "it sums a fused data-parallel step's gradients over the processes",
             _ => "it builds the training steps' gradients, without which they cannot run",
         };
         return Err(vec![

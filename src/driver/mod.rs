@@ -84,8 +84,9 @@ impl Session {
     }
 
     /// Parses and traces a file into a checked IR program, its training
-    /// steps in their precision (the `autocast` pass) and its gradients
-    /// built (the `autodiff` pass).
+    /// steps in their precision (the `autocast` pass), its gradients built
+    /// (the `autodiff` pass) and summed over the processes where a step
+    /// asks for it (the `all_reduce` pass).
     pub fn check(&mut self, file: FileId) -> Result<Program, Vec<Diagnostic>> {
         let mut program = self.trace(file)?;
         // The lowering ends with the `autocast` and `autodiff` passes, so
@@ -94,6 +95,7 @@ impl Session {
         let ctx = crate::passes::PassCtx::default();
         crate::passes::autocast::run(&mut program, &ctx).map_err(|d| vec![d])?;
         crate::autodiff::expand_requests(&mut program).map_err(|d| vec![d])?;
+        crate::passes::all_reduce::run(&mut program, &ctx).map_err(|d| vec![d])?;
         Ok(program)
     }
 

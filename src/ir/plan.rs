@@ -286,6 +286,9 @@ pub struct DataParallel {
 /// the shard's batch parts, its weight, the step number, then the carried
 /// parameters and optimizer states; outputs: the loss summed over the
 /// shards (f64, all-reduced like the gradients), then the carried values.
+/// The tracer records in `to_sum` (one list per fused region) what the
+/// `all_reduce` pass sums: the loss as an `f64`, then each parameter's
+/// gradient; the pass inserts the sums and empties the lists.
 /// Batches that leave some shard empty (a short last batch) still run the
 /// two halves, which `gradients` and `update` then hold (`update` is
 /// `None` when every batch is fused).
@@ -295,6 +298,7 @@ pub struct ParallelStep {
     pub gradients: Vec<(usize, Region)>,
     pub update: Option<Region>,
     pub fused: Vec<(usize, Region)>,
+    pub to_sum: Vec<Vec<NodeId>>,
 }
 
 impl ParallelStep {

@@ -224,6 +224,9 @@ impl Program {
                 for parts in &mut t.parts {
                     parts.gradients.iter_mut().chain(parts.global_norm.as_mut()).for_each(&mut renamed);
                 }
+                for sums in t.parallel.iter_mut().flat_map(|p| &mut p.to_sum) {
+                    sums.iter_mut().for_each(&mut renamed);
+                }
             }
         }
     }

@@ -10,16 +10,17 @@
 //! optimized program computes the same values as the unoptimized one (the
 //! reference interpreter runs both in the differential tests).
 //!
-//! Order: `autocast → autodiff → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
+//! Order: `autocast → autodiff → all_reduce → vectorize_maps → const_fold → simplify → cse → dce → pool_mask → splat_copies →
 //! fuse → partition → conv_pool → adam_update → schedule → memory_plan`. `autocast` (a training step's mixed
-//! precision) and `autodiff` complete the lowering (they run even on an unoptimized program: `Session::check`, and
-//! cannot be disabled). The rewriting passes change the graph;
+//! precision), `autodiff` and `all_reduce` (a fused data-parallel step's gradient sums) complete the lowering (they
+//! run even on an unoptimized program: `Session::check`, and cannot be disabled). The rewriting passes change the graph;
 //! the last six annotate it (`Program::compiled`) with kernels (described as data, `ir::kernel_desc`), devices, the
 //! named fusions the target runs, an order and a memory plan that backends follow.
 
 pub mod autocast;
 pub mod autodiff;
 pub mod adam_update;
+pub mod all_reduce;
 pub mod const_fold;
 pub mod conv_pool;
 pub mod cse;
@@ -61,6 +62,7 @@ pub struct Pass {
 pub const PIPELINE: &[Pass] = &[
     Pass { name: "autocast", run: autocast::run, postcondition: autocast::postcondition },
     Pass { name: "autodiff", run: autodiff::run, postcondition: autodiff::postcondition },
+    Pass { name: "all_reduce", run: all_reduce::run, postcondition: all_reduce::postcondition },
     Pass { name: "vectorize_maps", run: vectorize_maps::run, postcondition: vectorize_maps::postcondition },
     Pass { name: "const_fold", run: const_fold::run, postcondition: const_fold::postcondition },
     Pass { name: "simplify", run: simplify::run, postcondition: simplify::postcondition },
@@ -77,9 +79,10 @@ pub const PIPELINE: &[Pass] = &[
 ];
 
 /// The passes that always run: they complete the lowering (a step runs in
-/// the precision its program asks for, and no program runs with gradient
-/// requests in it). The last of them ends the lowering.
-pub const REQUIRED: &[&str] = &["autocast", "autodiff"];
+/// the precision its program asks for, no program runs with gradient
+/// requests in it, and a fused data-parallel step sums its gradients over
+/// the processes). The last of them ends the lowering.
+pub const REQUIRED: &[&str] = &["autocast", "autodiff", "all_reduce"];
 
 /// Options of one optimizer run.
 #[derive(Clone, Debug, Default)]

@@ -155,18 +155,20 @@ impl Tracer<'_> {
                     rows.dedup();
                     std::mem::take(rows)
                 };
-                let (mut gradients, mut fused) = (Vec::new(), Vec::new());
+                let (mut gradients, mut fused, mut to_sum) = (Vec::new(), Vec::new(), Vec::new());
                 for r in by_size(&mut split_rows) {
                     gradients.push((r, self.gradient_region(source, r)?));
                 }
                 for r in by_size(&mut fused_rows) {
-                    fused.push((r, self.fused_region(source, r, shards)?));
+                    let (region, sums) = self.fused_region(source, r, shards)?;
+                    fused.push((r, region));
+                    to_sum.push(sums);
                 }
                 let update = match gradients.is_empty() {
                     true => None,
                     false => Some(self.update_region(&carried, &fields, shards, t.span)?),
                 };
-                parallel = Some(ParallelStep { shards, gradients, update, fused });
+                parallel = Some(ParallelStep { shards, gradients, update, fused, to_sum });
             }
             None => {
                 for &b in &data.batch_sizes {
@@ -260,28 +262,29 @@ impl Tracer<'_> {
 
     /// A data-parallel step as one region, for a process that computes one
     /// shard of `rows` examples of the `shards` (`plan::ParallelStep::fused`):
-    /// the shard's gradients, their `all_reduce_sum` over the processes and
-    /// their mean, then the update as `update_region` applies it; the loss
-    /// is all-reduced as an `f64`, as the two halves sum it.
-    fn fused_region(&mut self, source: StepSource, rows: usize, shards: usize) -> TResult<Region> {
+    /// the shard's gradients, their mean, then the update as `update_region`
+    /// applies it; the loss goes out as an `f64`, as the two halves sum it.
+    /// Also returns what the `all_reduce` pass sums over the processes (the
+    /// loss, then each gradient: `ParallelStep::to_sum`).
+    fn fused_region(&mut self, source: StepSource, rows: usize, shards: usize) -> TResult<(Region, Vec<NodeId>)> {
         let StepSource { t, model, data, carried, fields, env } = source;
         let span = t.span;
         let io = self.step_inputs(t, model, data, rows, &carried, true);
         let traced = self.step_gradients(&io, &carried, fields, env, span)?;
         let wide = TensorType::scalar(DType::F64);
-        let loss = self.graph.add(Op::Cast(DType::F64), &[traced.loss], wide.clone(), span);
-        let loss = self.graph.add(Op::AllReduce, &[loss], wide, span);
+        let loss = self.graph.add(Op::Cast(DType::F64), &[traced.loss], wide, span);
         let mut means = Vec::with_capacity(traced.gradients.len());
-        for g in traced.gradients {
-            let ty = self.graph.node(g).ty.clone();
-            let sum = Value::Tensor(self.graph.add(Op::AllReduce, &[g], ty.clone(), span), ty);
+        for &g in &traced.gradients {
+            // The sum the `all_reduce` pass puts between them.
+            let sum = Value::Tensor(g, self.graph.node(g).ty.clone());
             let share = Value::Float(1.0 / shards as f64);
             means.push(tensor_id(&self.binary(BinaryOp::Mul, (&sum, span), (&share, span), span)?));
         }
         let updated = self.step_updates(&io.update, carried.params, means, fields, span)?;
         let outputs = [vec![loss], updated.params, updated.states].concat();
         let inputs = [io.batch_inputs, io.weight_input, io.step_input, io.param_inputs, io.state_inputs].concat();
-        Ok(Region { id: self.new_region(), inputs, outputs })
+        let to_sum = [vec![loss], traced.gradients].concat();
+        Ok((Region { id: self.new_region(), inputs, outputs }, to_sum))
     }
 
     /// A data-parallel step's second half (`plan::ParallelStep::update`):
