@@ -274,7 +274,8 @@ impl<'p> Parallel<'p> {
         };
         if let Some(region) = fused {
             let start = rows[..rank].iter().sum::<usize>() - offset;
-            return self.run_fused(ex, region, (batch, held, start, rows[rank]), examples, number, carry, started);
+            let shard = Shard { batch, held, start, rows: rows[rank], examples };
+            return self.run_fused(ex, region, shard, number, carry, started);
         }
         // What the gradient half reads of the carried values.
         let read = carry.some(&self.read)?;
@@ -330,21 +331,19 @@ impl<'p> Parallel<'p> {
         Ok(total.loss / shards as f64)
     }
 
-    /// Runs the fused step `region` as step `number` on this rank's shard
-    /// — `rows` of the `held` rows of `batch` from `start` — of a global
-    /// batch of `examples`, and returns the batch's mean loss.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs the fused step `region` as step `number` on this rank's
+    /// `shard` and returns the batch's mean loss.
     fn run_fused<'r>(
         &'r self,
         ex: &Executor,
         region: &'r CompiledRegion,
-        (batch, held, start, rows): (Vec<Tensor>, usize, usize, usize),
-        examples: usize,
+        shard: Shard,
         number: u64,
         carry: &mut Carry<'r>,
         started: Instant,
     ) -> Result<f64, Diagnostic> {
         let shards = self.step.shards;
+        let Shard { batch, held, start, rows, examples } = shard;
         let mut head = match start == 0 && rows == held {
             true => batch,
             false => {
@@ -458,6 +457,17 @@ impl<'p> Parallel<'p> {
             .map(|(_, region)| region)
             .ok_or_else(|| Diagnostic::internal(format!("runtime: no gradient step was compiled for shards of {rows}")))
     }
+}
+
+/// A rank's shard of a global batch of `examples`: `rows` of the `held`
+/// rows of `batch` (the rank's part of the batch, or all of it), from
+/// `start`.
+struct Shard {
+    batch: Vec<Tensor>,
+    held: usize,
+    start: usize,
+    rows: usize,
+    examples: usize,
 }
 
 /// A sum over shards: of their weighted losses (in f64) and gradients.
