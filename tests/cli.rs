@@ -263,7 +263,8 @@ fn the_plan_names_a_training_steps_loss_gradients_and_updates() {
 
 /// The traced IR (`--emit ir`) shows a training step's gradient requests;
 /// the `autodiff` pass, the optimizer's first, replaces them (its dump has
-/// none left) and cannot be disabled, not even by `-O0`.
+/// none left) and cannot be disabled, not even by `-O0`; nor can the other
+/// passes that complete the lowering (`autocast`, `all_reduce`).
 #[test]
 fn autodiff_is_a_pass_that_turns_gradient_requests_into_gradients() {
     let program = "use std.optim.sgd\nmodel M { param w: f32[3] = ones()\n fn forward(x) = sum(x * w) }\n\
@@ -278,12 +279,12 @@ fn autodiff_is_a_pass_that_turns_gradient_requests_into_gradients() {
     assert!(dump.status.success(), "{}", stderr(&dump));
     let text = stderr(&dump);
     assert!(text.contains("--- after autodiff") && !text.contains("gradient %"), "{text}");
-    let off = tfc(&["build", path, "--disable-pass", "autodiff"]);
-    assert_eq!(off.status.code(), Some(1));
-    assert!(stderr(&off).contains("the `autodiff` pass cannot be disabled"), "{}", stderr(&off));
-    let off = tfc(&["build", path, "--disable-pass", "autocast"]);
-    assert_eq!(off.status.code(), Some(1));
-    assert!(stderr(&off).contains("the `autocast` pass cannot be disabled"), "{}", stderr(&off));
+    for required in ["autodiff", "autocast", "all_reduce"] {
+        let off = tfc(&["build", path, "--disable-pass", required]);
+        assert_eq!(off.status.code(), Some(1));
+        let said = format!("the `{required}` pass cannot be disabled");
+        assert!(stderr(&off).contains(&said), "{}", stderr(&off));
+    }
     let run = tfc(&["run", "-O0", path]);
     assert!(run.status.success(), "{}", stderr(&run));
     assert!(String::from_utf8_lossy(&run.stdout).starts_with("f32[3]"));

@@ -59,15 +59,7 @@ pub trait Communicator: Send + Sync {
     /// adds `other` into `into` and must be commutative (the two sides of
     /// a round add the same two blocks in either order). A training step's
     /// gradients go straight from and back to where the step keeps them.
-    fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic> {
-        let mut combine = |into: &mut [u8], other: &[u8], _: bool| add(into, other);
-        let total = self.exchange(data, &mut combine, timeout, what)?;
-        if total.len() != data.len() {
-            return Err(Diagnostic::internal("dist: an all-reduce came back of another length"));
-        }
-        data.copy_from_slice(&total);
-        Ok(())
-    }
+    fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic>;
 }
 
 /// Adds a block's sum into another's, in place (`all_reduce_in_place`).

@@ -92,11 +92,11 @@ impl Communicator for Mpi {
         // `None` until the first round: ours is still `mine`.
         let mut acc: Option<Vec<u8>> = None;
         let mut theirs = vec![0u8; mine.len()];
+        let wait = Wait { deadline, timeout, what, size: self.size };
         let mut distance = 1;
         while distance < self.size {
             let partner = self.rank ^ distance;
             let ours = acc.as_deref().unwrap_or(mine);
-            let wait = Wait { deadline, timeout, what, size: self.size };
             swap(&world, partner, ours, &mut theirs, &wait);
             combine(&mut theirs, ours, self.rank < partner)?;
             distance *= 2;

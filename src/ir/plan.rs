@@ -319,11 +319,6 @@ impl ParallelStep {
         self.gradients.iter().find(|(r, _)| *r == rows).map(|(_, region)| region)
     }
 
-    /// The fused step for a shard of `rows` examples.
-    pub fn fused_for(&self, rows: usize) -> Option<&Region> {
-        self.fused.iter().find(|(r, _)| *r == rows).map(|(_, region)| region)
-    }
-
     /// Every region of the step.
     pub fn regions(&self) -> impl Iterator<Item = &Region> {
         let halves = self.gradients.iter().map(|(_, r)| r).chain(self.update.as_ref());

@@ -273,18 +273,27 @@ impl Tracer<'_> {
         let traced = self.step_gradients(&io, &carried, fields, env, span)?;
         let wide = TensorType::scalar(DType::F64);
         let loss = self.graph.add(Op::Cast(DType::F64), &[traced.loss], wide, span);
-        let mut means = Vec::with_capacity(traced.gradients.len());
-        for &g in &traced.gradients {
-            // The sum the `all_reduce` pass puts between them.
-            let sum = Value::Tensor(g, self.graph.node(g).ty.clone());
-            let share = Value::Float(1.0 / shards as f64);
-            means.push(tensor_id(&self.binary(BinaryOp::Mul, (&sum, span), (&share, span), span)?));
-        }
+        // The `all_reduce` pass puts each gradient's sum before its mean.
+        let gradients = traced.gradients.iter().map(|&g| Value::Tensor(g, self.graph.node(g).ty.clone()));
+        let gradients: Vec<Value> = gradients.collect();
+        let means = self.mean_over_shards(gradients.into_iter(), shards, span)?;
         let updated = self.step_updates(&io.update, carried.params, means, fields, span)?;
         let outputs = [vec![loss], updated.params, updated.states].concat();
         let inputs = [io.batch_inputs, io.weight_input, io.step_input, io.param_inputs, io.state_inputs].concat();
         let to_sum = [vec![loss], traced.gradients].concat();
         Ok((Region { id: self.new_region(), inputs, outputs }, to_sum))
+    }
+
+    /// The mean of each of `sums` over the `shards` virtual shards (a
+    /// product with `1 / shards`, the same in both forms of the step).
+    fn mean_over_shards(
+        &mut self,
+        sums: impl Iterator<Item = Value>,
+        shards: usize,
+        span: Span,
+    ) -> TResult<Vec<NodeId>> {
+        let share = Value::Float(1.0 / shards as f64);
+        sums.map(|sum| Ok(tensor_id(&self.binary(BinaryOp::Mul, (&sum, span), (&share, span), span)?))).collect()
     }
 
     /// A data-parallel step's second half (`plan::ParallelStep::update`):
@@ -310,11 +319,7 @@ impl Tracer<'_> {
         // shard's (given as inputs).
         let (model_state_inputs, _) = self.slots_for(&model_state_types, span);
         inputs.extend(model_state_inputs);
-        let mut means = Vec::with_capacity(sums.len());
-        for (sum, _) in &sums {
-            let share = Value::Float(1.0 / shards as f64);
-            means.push(tensor_id(&self.binary(BinaryOp::Mul, (sum, span), (&share, span), span)?));
-        }
+        let means = self.mean_over_shards(sums.into_iter().map(|(sum, _)| sum), shards, span)?;
         let io = UpdateInputs { step: step[0].0.clone(), params, states };
         let updated = self.step_updates(&io, carried.params, means, fields, span)?;
         let mut outputs = updated.params;

@@ -131,10 +131,11 @@ impl PreparedUnit for InterpUnit {
             let start = profiling.then(std::time::Instant::now);
             let value = match (&node.op, node.args.as_slice()) {
                 (Op::Slot { .. }, [input]) => get(&local, *input)?,
-                (Op::AllReduce, [input]) if self.collectives.is_some() => {
-                    let sum = self.collectives.as_deref().map(|c| all_reduce(c, get(&local, *input)?));
-                    sum.unwrap_or_else(|| Err(Diagnostic::internal("interp: an all-reduce lost its collectives")))?
-                }
+                (Op::AllReduce, [input]) => match self.collectives.as_deref() {
+                    Some(c) => all_reduce(c, get(&local, *input)?)?,
+                    // One process: the identity, as `eval_node` has it.
+                    None => get(&local, *input)?,
+                },
                 (op, args) => {
                     let args =
                         args.iter()
@@ -209,7 +210,6 @@ impl PreparedUnit for InterpUnit {
     }
 }
 
-/// The value of operand `a`.
 /// `t` summed over the processes `c` reaches.
 fn all_reduce(c: &dyn Collectives, t: Tensor) -> Result<Tensor, Diagnostic> {
     use crate::tensor::{flat, Data};
@@ -229,6 +229,7 @@ fn all_reduce(c: &dyn Collectives, t: Tensor) -> Result<Tensor, Diagnostic> {
     }
 }
 
+/// The value of operand `a`.
 fn operand_value<'a>(
     inputs: &'a [Tensor],
     fixed: &'a [Tensor],

@@ -27,7 +27,7 @@ pub(super) struct StepCollectives {
     timeout: AtomicU64,
     /// The step under way, for the message naming a silent rank.
     step: AtomicU64,
-    /// Nanoseconds spent in all-reduces since the last `take_spent`.
+    /// Nanoseconds spent in all-reduces since the step started.
     spent: AtomicU64,
 }
 

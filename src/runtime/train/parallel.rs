@@ -290,13 +290,7 @@ impl<'p> Parallel<'p> {
                 continue;
             }
             let start = rows[..s].iter().sum::<usize>() - offset;
-            // A shard that is all the rows held is passed as it is.
-            let mut inputs = if start == 0 && rows[s] == held {
-                std::mem::take(&mut batch)
-            } else {
-                let take: Vec<usize> = (start..start + rows[s]).collect();
-                batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?
-            };
+            let mut inputs = shard_rows_of(&mut batch, held, start, rows[s])?;
             inputs.push(scalar(rows[s] as f64 * shards as f64 / examples as f64)?);
             inputs.push(step.clone());
             inputs.extend(read.iter().cloned());
@@ -343,14 +337,8 @@ impl<'p> Parallel<'p> {
         started: Instant,
     ) -> Result<f64, Diagnostic> {
         let shards = self.step.shards;
-        let Shard { batch, held, start, rows, examples } = shard;
-        let mut head = match start == 0 && rows == held {
-            true => batch,
-            false => {
-                let take: Vec<usize> = (start..start + rows).collect();
-                batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect::<Result<Vec<_>, _>>()?
-            }
-        };
+        let Shard { mut batch, held, start, rows, examples } = shard;
+        let mut head = shard_rows_of(&mut batch, held, start, rows)?;
         head.push(scalar(rows as f64 * shards as f64 / examples as f64)?);
         head.push(scalar(number as f64)?);
         self.collectives.start_step(number, self.watchdog.timeout());
@@ -468,6 +456,16 @@ struct Shard {
     start: usize,
     rows: usize,
     examples: usize,
+}
+
+/// The `rows` rows from `start` of the `held` rows of `batch`: the batch
+/// itself (taken, not copied) when they are all of it.
+fn shard_rows_of(batch: &mut Vec<Tensor>, held: usize, start: usize, rows: usize) -> Result<Vec<Tensor>, Diagnostic> {
+    if start == 0 && rows == held {
+        return Ok(std::mem::take(batch));
+    }
+    let take: Vec<usize> = (start..start + rows).collect();
+    batch.iter().map(|t| crate::tensor::host::take_rows(t, &take)).collect()
 }
 
 /// A sum over shards: of their weighted losses (in f64) and gradients.

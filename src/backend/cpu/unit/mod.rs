@@ -122,7 +122,6 @@ unsafe fn f32_values<'a>(mem: Mem<'a>, r: Ref, ty: &TensorType) -> Result<&'a [f
 /// How a unit's work is shared: worker threads in this process (0 or 1:
 /// the calling thread only), and the other processes of a data-parallel
 /// run that its all-reduces sum over (`None`: this process alone).
-#[derive(Clone, Default)]
 pub struct Parallelism {
     pub threads: usize,
     pub collectives: Option<std::sync::Arc<dyn crate::backend::Collectives>>,

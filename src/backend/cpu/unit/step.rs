@@ -228,7 +228,8 @@ pub(super) enum Step {
         axis: usize,
         span: Span,
     },
-    /// `dst = all_reduce_sum(src)` of `ty` (`f32` or `f64`, in the arena): `src` copied to `dst`, which `with` then sums over the
+    /// `dst = all_reduce_sum(src)` of `ty` (`f32` or `f64`, in the
+    /// arena): `src` copied to `dst`, which `with` then sums over the
     /// processes in place (the identity without `with`: one process).
     /// Every all-reduce also writes `Place::Collectives`, so that they run
     /// in the order the lowering gave them, the same on every process.
