@@ -29,11 +29,15 @@ pub(super) struct StepCollectives {
     step: AtomicU64,
     /// Nanoseconds spent in all-reduces since the step started.
     spent: AtomicU64,
+    /// Nanoseconds the step's first all-reduce took: where a rank that
+    /// finished its first gradient early waits for the slower ranks.
+    first: AtomicU64,
 }
 
 impl StepCollectives {
     pub(super) fn new(world: Arc<dyn Communicator>) -> StepCollectives {
-        StepCollectives { world, timeout: AtomicU64::new(0), step: AtomicU64::new(0), spent: AtomicU64::new(0) }
+        let zero = || AtomicU64::new(0);
+        StepCollectives { world, timeout: zero(), step: zero(), spent: zero(), first: zero() }
     }
 
     /// Before step `number`, whose all-reduces may each wait `timeout`.
@@ -41,11 +45,17 @@ impl StepCollectives {
         self.step.store(number, Ordering::Relaxed);
         self.timeout.store(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         self.spent.store(0, Ordering::Relaxed);
+        self.first.store(0, Ordering::Relaxed);
     }
 
     /// The time spent in all-reduces since the step started.
     pub(super) fn spent(&self) -> Duration {
         Duration::from_nanos(self.spent.load(Ordering::Relaxed))
+    }
+
+    /// The time the step's first all-reduce took (zero before it).
+    pub(super) fn first(&self) -> Duration {
+        Duration::from_nanos(self.first.load(Ordering::Relaxed))
     }
 }
 
@@ -60,7 +70,10 @@ impl Collectives for StepCollectives {
         };
         let mut add = |into: &mut [u8], other: &[u8]| wire::add_into(dtype, into, other);
         let result = self.world.all_reduce_in_place(bytes, &mut add, timeout, &what);
-        self.spent.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let took = started.elapsed().as_nanos() as u64;
+        // Calls are serialized (one schedule place): a zero is the first.
+        let _ = self.first.compare_exchange(0, took.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        self.spent.fetch_add(took, Ordering::Relaxed);
         result
     }
 }

@@ -54,8 +54,10 @@ pub(super) struct Parallel<'p> {
     grad_types: Vec<TensorType>,
     model_state_types: Vec<TensorType>,
     /// Each step's time in its three parts — gradients, exchange, update —
-    /// and the time since the previous step ended (input, metrics, logs).
-    times: std::cell::RefCell<Vec<[Duration; 4]>>,
+    /// the time since the previous step ended (input, metrics, logs), and
+    /// of the exchange, a fused step's first all-reduce (a faster rank
+    /// waiting for the slower ones).
+    times: std::cell::RefCell<Vec<[Duration; 5]>>,
     /// When the previous step ended.
     last_end: std::cell::Cell<Option<Instant>>,
     /// How many steps ran fused.
@@ -321,7 +323,7 @@ impl<'p> Parallel<'p> {
         };
         ex.run_carrying(update, &head, carry)?;
         let took = started.elapsed();
-        self.record(started, [t_grad, t_exchange - t_grad, took - t_exchange]);
+        self.record(started, [t_grad, t_exchange - t_grad, took - t_exchange], Duration::ZERO);
         Ok(total.loss / shards as f64)
     }
 
@@ -345,18 +347,19 @@ impl<'p> Parallel<'p> {
         let out = ex.run_carrying(region, &head, carry)?;
         let loss = out.first().and_then(|l| l.to_f64_vec().first().copied()).unwrap_or(f64::NAN);
         let (took, exchange) = (started.elapsed(), self.collectives.spent());
-        self.record(started, [took.saturating_sub(exchange), exchange, Duration::ZERO]);
+        self.record(started, [took.saturating_sub(exchange), exchange, Duration::ZERO], self.collectives.first());
         self.fused_steps.set(self.fused_steps.get() + 1);
         Ok(loss / shards as f64)
     }
 
     /// Records a step that began at `started` and took `parts` (gradients,
-    /// exchange, update).
-    fn record(&self, started: Instant, parts: [Duration; 3]) {
+    /// exchange, update), of whose exchange the first all-reduce took
+    /// `first`.
+    fn record(&self, started: Instant, parts: [Duration; 3], first: Duration) {
         let took = parts.iter().sum();
         self.watchdog.slowest.set(self.watchdog.slowest.get().max(took));
         let between = self.last_end.replace(Some(Instant::now())).map_or(Duration::ZERO, |end| started - end);
-        self.times.borrow_mut().push([parts[0], parts[1], parts[2], between]);
+        self.times.borrow_mut().push([parts[0], parts[1], parts[2], between, first]);
     }
 
     /// Sends this rank's sum (and, from rank 0, the first shard's model
@@ -421,7 +424,7 @@ impl<'p> Parallel<'p> {
         let mean =
             |part: usize| times.iter().map(|s| s[part].as_secs_f64()).sum::<f64>() * 1e3 / times.len().max(1) as f64;
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update)",
+            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update; their first all-reduce, where a rank waits for the slower ones, {:.3} ({:.3}) ms)",
             self.world.size(),
             self.step.shards,
             median(0),
@@ -434,7 +437,9 @@ impl<'p> Parallel<'p> {
             mean(3),
             times.len(),
             self.fused_steps.get(),
-            times.len()
+            times.len(),
+            median(4),
+            mean(4)
         )
     }
 
