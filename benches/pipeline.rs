@@ -75,10 +75,7 @@ fn args() -> Args {
 }
 
 fn name(b: Backend) -> &'static str {
-    match b {
-        Backend::Interp => "interp",
-        Backend::Jit => "jit",
-    }
+    b.name()
 }
 
 /// Runs the program in `text` (written to `dir`), returns the seconds each

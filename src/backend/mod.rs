@@ -8,6 +8,8 @@
 //!   other backend and every optimization is compared with.
 //! - `cpu` — the CPU backend (`--backend jit`): the optimizer's kernels as native code
 //!   (Cranelift loops, `gemm`, AVX-512 kernels) over one arena per unit.
+//! - `gpu` — the GPU backend (`--device gpu`, feature `gpu`): the kernels as
+//!   WGSL compute shaders through wgpu.
 //!
 //! Contract: a backend finds the optimizer's plan for a region by the
 //! region's id (`Region::id` = `CompiledUnit::region`); a backend that needs
@@ -21,6 +23,8 @@
 
 pub mod interp;
 pub mod cpu;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 
 use crate::diag::Diagnostic;
 use crate::ir::compiled::CompiledUnit;
@@ -39,6 +43,9 @@ pub enum BackendKind {
     Interp,
     /// Compiled kernels (Cranelift, gemm) over the memory plan's arena.
     Jit,
+    /// Compute shaders on a GPU (`--device gpu`; a build with feature `gpu`).
+    #[cfg(feature = "gpu")]
+    Gpu,
 }
 
 impl BackendKind {
@@ -47,6 +54,8 @@ impl BackendKind {
         match self {
             BackendKind::Interp => &interp::InterpBackend,
             BackendKind::Jit => &cpu::CpuBackend,
+            #[cfg(feature = "gpu")]
+            BackendKind::Gpu => &gpu::GpuBackend,
         }
     }
 
@@ -68,6 +77,8 @@ impl BackendKind {
                 ..crate::ir::target::Target::ANY
             },
             BackendKind::Jit => cpu::TARGET,
+            #[cfg(feature = "gpu")]
+            BackendKind::Gpu => gpu::TARGET,
         }
     }
 }

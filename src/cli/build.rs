@@ -70,8 +70,18 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
             Diagnostic::new(Code::BadValue, format!("the `{required}` pass cannot be disabled")).help(why)
         ]);
     }
-    // Planned for the default backend (the CPU's).
-    let target = crate::backend::BackendKind::Jit.target();
+    // Planned for the CPU unless `--device gpu` (planning needs no GPU).
+    let target = match args.device {
+        #[cfg(feature = "gpu")]
+        Some(super::DeviceArg::Gpu) => crate::backend::BackendKind::Gpu.target(),
+        #[cfg(not(feature = "gpu"))]
+        Some(super::DeviceArg::Gpu) => {
+            return Err(vec![super::backend_for(args.device, crate::backend::BackendKind::Jit)
+                .err()
+                .unwrap_or_else(|| Diagnostic::internal("no GPU backend"))])
+        }
+        _ => crate::backend::BackendKind::Jit.target(),
+    };
     let mut opts = crate::passes::Options { disabled: args.disable_pass.clone(), verify: false, target };
     if args.no_opt {
         opts.disabled = crate::passes::names().iter().map(|s| s.to_string()).collect();

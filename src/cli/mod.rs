@@ -59,6 +59,9 @@ enum Command {
         /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
         #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
         backend: crate::backend::BackendKind,
+        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
+        #[arg(long, value_enum, value_name = "DEVICE")]
+        device: Option<DeviceArg>,
         /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
         #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
@@ -108,6 +111,9 @@ enum Command {
         /// Which backend runs the steps.
         #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
         backend: crate::backend::BackendKind,
+        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
+        #[arg(long, value_enum, value_name = "DEVICE")]
+        device: Option<DeviceArg>,
         /// Print one JSON object per train block (else one line of text).
         #[arg(long)]
         json: bool,
@@ -176,6 +182,55 @@ struct BuildArgs {
     /// Plan data-parallel training steps with N virtual shards per global batch, as `tfc run --shards N`.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     shards: Option<u16>,
+    /// Plan for this device (`--emit plan`, `--emit wgsl`): `cpu` or `gpu` [default: cpu].
+    #[arg(long, value_enum, value_name = "DEVICE")]
+    device: Option<DeviceArg>,
+}
+
+/// `--device`: where the compiled regions run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceArg {
+    /// The CPU backend (`--backend` picks jit or interp).
+    Cpu,
+    /// The GPU backend (wgpu compute shaders; a build with feature `gpu`).
+    Gpu,
+    /// The GPU when one is there (the adapter is named on stderr), else the CPU.
+    Auto,
+}
+
+/// The backend `--device` asks for, over `--backend`: `gpu` needs an
+/// adapter (an error naming what is missing, never a quiet CPU run), and
+/// `auto` says on stderr which device it picked.
+pub(crate) fn backend_for(
+    device: Option<DeviceArg>,
+    backend: crate::backend::BackendKind,
+) -> Result<crate::backend::BackendKind, Diagnostic> {
+    match device {
+        None | Some(DeviceArg::Cpu) => Ok(backend),
+        #[cfg(feature = "gpu")]
+        Some(DeviceArg::Gpu) => crate::backend::gpu::device::gpu().map(|_| crate::backend::BackendKind::Gpu),
+        #[cfg(feature = "gpu")]
+        Some(DeviceArg::Auto) => Ok(match crate::backend::gpu::device::gpu() {
+            Ok(gpu) => {
+                eprintln!("tfc: --device auto: running on the GPU {}", gpu.describe());
+                crate::backend::BackendKind::Gpu
+            }
+            Err(d) => {
+                eprintln!("tfc: --device auto: running on the CPU ({})", d.message);
+                backend
+            }
+        }),
+        #[cfg(not(feature = "gpu"))]
+        Some(DeviceArg::Gpu) => {
+            Err(Diagnostic::new(crate::diag::Code::Unsupported, "this tfc was built without the GPU backend")
+                .help("build it with `cargo build --release --features gpu`, or run with `--device cpu`"))
+        }
+        #[cfg(not(feature = "gpu"))]
+        Some(DeviceArg::Auto) => {
+            eprintln!("tfc: --device auto: running on the CPU (this tfc was built without the GPU backend)");
+            Ok(backend)
+        }
+    }
 }
 
 /// Runs the CLI with the process arguments.
@@ -230,6 +285,7 @@ pub fn main() -> ExitCode {
             verbose,
             opt_level,
             backend,
+            device,
             threads,
             strict,
             workers,
@@ -264,11 +320,18 @@ pub fn main() -> ExitCode {
                 let world = placement.map_or(1, |p| p.size);
                 session.data_parallel = Some(crate::ir::plan::DataParallel { shards: shards.map(usize::from), world });
             }
+            let backend = match backend_for(*device, *backend) {
+                Ok(b) => b,
+                Err(d) => {
+                    report(&session, &[d]);
+                    return ExitCode::from(1);
+                }
+            };
             let options = crate::runtime::exec::RunOptions {
                 check_numerics: *check_numerics,
                 // Rank 0 reports for all.
                 verbose: *verbose && placement.is_none_or(|p| p.rank == 0),
-                backend: *backend,
+                backend,
                 threads: threads_or_cores(*threads),
                 strict: *strict,
                 world: world.clone(),
@@ -288,13 +351,20 @@ pub fn main() -> ExitCode {
                 (result, _) => result,
             }
         }
-        Command::Bench { file, steps, warmup, threads, backend, json, profile, strict, .. } => {
+        Command::Bench { file, steps, warmup, threads, backend, device, json, profile, strict, .. } => {
+            let backend = match backend_for(*device, *backend) {
+                Ok(b) => b,
+                Err(d) => {
+                    report(&session, &[d]);
+                    return ExitCode::from(1);
+                }
+            };
             let args = bench::BenchArgs {
                 file,
                 steps: *steps,
                 warmup: *warmup,
                 threads: threads_or_cores(*threads),
-                backend: *backend,
+                backend,
                 json: *json,
                 profile: *profile,
                 strict: *strict,
@@ -332,8 +402,11 @@ pub fn main() -> ExitCode {
 fn run_passes(optimize: bool, backend: crate::backend::BackendKind) -> crate::passes::Options {
     let mut opts = crate::passes::Options { target: backend.target(), ..crate::passes::Options::default() };
     if !optimize {
-        let keep: &[&str] =
-            if backend == crate::backend::BackendKind::Jit { &["partition", "schedule", "memory_plan"] } else { &[] };
+        let keep: &[&str] = if backend != crate::backend::BackendKind::Interp {
+            &["partition", "schedule", "memory_plan"]
+        } else {
+            &[]
+        };
         opts.disabled = crate::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
     }
     opts

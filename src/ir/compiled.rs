@@ -8,12 +8,15 @@ use super::program::Program;
 use super::{DType, Op, PoolKind};
 use std::collections::HashMap;
 
-/// Where a kernel runs. The GPU backend adds a variant, and `partition`
-/// places kernels and inserts transfers.
+/// Where a kernel runs: the target's device (`ir::target::Target::device`)
+/// or the host interpreter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Device {
     /// The target's own code (the CPU backend's native kernels).
     Cpu,
+    /// A GPU's compute shaders (`backend::gpu`): its own memory, so the
+    /// host kernels of a GPU unit read their operands back from it.
+    Gpu,
     /// The host interpreter, node by node: a kernel the target has no code
     /// for (`ir::target::Target::host_reason`), or a statement of the main
     /// unit. It shares the CPU's memory, so no transfer is needed.
@@ -26,12 +29,21 @@ impl Device {
     pub fn arena(self) -> Device {
         match self {
             Device::Cpu | Device::Host => Device::Cpu,
+            Device::Gpu => Device::Gpu,
         }
     }
 
     /// Whether values move between `self` and `other` without a transfer.
     pub fn shares_memory_with(self, other: Device) -> bool {
         self.arena() == other.arena()
+    }
+
+    /// Whether a kernel on `self` may read a value a kernel on `producer`
+    /// computed: in the same memory, or between a GPU and the host
+    /// interpreter, whose operands and results the GPU unit moves itself.
+    pub fn reads_from(self, producer: Device) -> bool {
+        self.shares_memory_with(producer)
+            || matches!((self, producer), (Device::Gpu, Device::Host) | (Device::Host, Device::Gpu))
     }
 }
 

@@ -45,6 +45,9 @@ use super::types::DType;
 pub struct Target {
     /// Its name in plans and diagnostics (`cpu`).
     pub name: &'static str,
+    /// The device of the kernels it runs itself (`Device::Cpu`, or
+    /// `Device::Gpu`).
+    pub device: super::compiled::Device,
     /// Which part of a kernel cannot run on the target's device, and why
     /// (see the module docs).
     pub host_reason: fn(&Graph, &Kernel) -> Option<HostPart>,
@@ -87,6 +90,7 @@ impl Target {
     /// backend in mind (library callers, the pass tests) assumes.
     pub const ANY: Target = Target {
         name: "any",
+        device: super::compiled::Device::Cpu,
         host_reason: |_, _| None,
         statements_on_host: false,
         views: CompiledUnit::read_through_views,

@@ -11,16 +11,15 @@
 //! the kernels of the body that the target leaves to the host make the
 //! scan's kernel partly interpreted (its `why_host` names the first).
 //!
-//! Devices: today only `Device::Cpu` exists, so placement is "everything on
-//! the CPU" and no value crosses devices. With a second device, placement
-//! picks a device per kernel and a value read on another device than the one
-//! that produced it gets an explicit transfer: a kernel of its own (a
-//! `Transfer` kind) on the *reading* device whose `nodes` and `outputs` are
-//! the transferred node. Readers on that device then depend on the transfer
-//! kernel instead of the producer (the [`KernelGraph`] maps a node to the
-//! kernel that provides it per device), the transfer's buffer lives in the
-//! reading device's arena, and the edge producer → transfer is the only kind
-//! of edge allowed to cross devices.
+//! Devices: a kernel runs on the target's device (`Target::device`: the
+//! CPU, or a GPU) unless the target leaves it to the host interpreter
+//! (`Device::Host`). On the CPU the host shares the arena, so no value
+//! moves; in a GPU unit, the unit itself reads a host kernel's operands
+//! back from the device and writes its results there
+//! (`backend::gpu::unit`), so those edges need no transfer kernel either
+//! (`Device::reads_from`). Explicit transfer kernels — a `Transfer` kind on
+//! the reading device, with the transferred buffer in that device's arena
+//! — are what a plan over several devices at once will need.
 //!
 //! Descriptions: before asking the target where a kernel runs, the pass
 //! describes it as data (`Kernel::desc`, `ir::kernel_desc::describe`: its
@@ -36,9 +35,8 @@
 //! independent kernels concurrently; `memory_plan` uses [`Reach`] so that
 //! buffers of kernels that may run concurrently never share memory.
 //!
-//! Contract: every kernel of every unit has a device; no kernel reads a value
-//! produced on another device (there are no transfers yet, so every edge
-//! stays on one device); every node is in at most one kernel, and every
+//! Contract: every kernel of every unit has a device; every kernel reads
+//! only values its device reaches (`Device::reads_from`); every node is in at most one kernel, and every
 //! node that computes something (not a slot or constant) is in one.
 //!
 //! Example: `let a = exp(x); let b = log(x); print(a + b)` — the kernels
@@ -76,7 +74,7 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
                 }
                 k.device = match (main && ctx.target.statements_on_host) || host.as_ref().is_some_and(|h| h.whole) {
                     true => Device::Host,
-                    false => Device::Cpu,
+                    false => ctx.target.device,
                 };
                 k.host_node = host.as_ref().map(|h| h.node);
                 k.why_host = host.map(|h| h.why);
@@ -375,7 +373,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
                 }
             }
             for &pred in &g.preds[k] {
-                if !u.kernels[pred].device.shares_memory_with(kernel.device) {
+                if !kernel.device.reads_from(u.kernels[pred].device) {
                     return Err(format!(
                         "kernel {k} of unit `{}` on {:?} reads kernel {pred} on {:?} without a transfer",
                         u.name, kernel.device, u.kernels[pred].device

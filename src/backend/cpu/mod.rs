@@ -74,6 +74,7 @@ pub struct CpuBackend;
 /// What the optimizer plans for when the CPU backend runs the program.
 pub const TARGET: crate::ir::target::Target = crate::ir::target::Target {
     name: "cpu",
+    device: crate::ir::compiled::Device::Cpu,
     host_reason: unit::host_reason,
     statements_on_host: false,
     // Products read transposed operands through strides (module `fold`);

@@ -1,0 +1,120 @@
+//! Which shaders compute a planned kernel on the GPU: one function that
+//! both the target (`host_reason`, when planning) and the unit (when
+//! preparing) call, so that the plan and the backend always agree.
+//!
+//! Contract: `shaders(g, kernel, place)` gives the kernel's shaders in
+//! the order they run — a reduction's prologue, its anchor, its epilogue;
+//! a product or transpose, then its epilogue; an elementwise body — or
+//! the reason there is none (the kernel then runs on the host). A value a
+//! shader reads or writes lies where `place` says; `stored(kernel)` lists
+//! the kernel's values that get a place of their own (its outputs, its
+//! anchor's result, what each part writes), and a part that would read
+//! any other value of the kernel has no shader (it was never stored).
+//!
+//! Example: `sum(exp(x - m), axis = 1)` as a reduction kernel with a
+//! prologue is two shaders: the prologue's loop writing `exp(x - m)`, and
+//! the sum of its rows.
+
+use super::wgsl::{anchors, elementwise, Place, Shader};
+use crate::ir::compiled::{Kernel, KernelKind};
+use crate::ir::kernel_desc::{AnchorOp, Part};
+use crate::ir::{DType, Graph, NodeId};
+
+/// Whether values of `dtype` live on the GPU (one 32-bit word an element).
+pub fn on_device(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::I32 | DType::Bool)
+}
+
+/// The values of `kernel` that get a place: its outputs, its anchor's
+/// result and what each of its parts writes.
+pub fn stored(kernel: &Kernel) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeId> = kernel.outputs.clone();
+    let more =
+        kernel.desc.anchor.iter().map(|a| a.node).chain(kernel.desc.parts.iter().flat_map(|p| p.outputs.clone()));
+    for n in more {
+        if !nodes.contains(&n) {
+            nodes.push(n);
+        }
+    }
+    nodes
+}
+
+/// The shaders of `kernel`, or why there are none (naming the node).
+pub fn shaders(
+    g: &Graph,
+    kernel: &Kernel,
+    place: &dyn Fn(NodeId) -> Option<Place>,
+) -> Result<Vec<Shader>, (String, NodeId)> {
+    let first = kernel.nodes.first().copied().unwrap_or(NodeId::new(0));
+    let refuse = |n: NodeId| {
+        let node = g.node(n);
+        (format!("no GPU kernel for `{}` on {}", node.op.name(), node.ty), n)
+    };
+    if let Some(&n) = stored(kernel).iter().find(|&&n| !on_device(g.node(n).ty.dtype)) {
+        return Err(refuse(n));
+    }
+    // A value of the kernel that is not stored has no place.
+    let inside: Vec<NodeId> = kernel.nodes.clone();
+    let kept = stored(kernel);
+    let place = |n: NodeId| match inside.contains(&n) && !kept.contains(&n) {
+        true => None,
+        false => place(n),
+    };
+    let part = |p: &Part| -> Result<Shader, (String, NodeId)> {
+        let label = format!("{:?} of k{}", p.role, first.index());
+        let spec = p.spec.as_ref().ok_or_else(|| refuse(p.nodes.first().copied().unwrap_or(first)))?;
+        elementwise::shader(spec, &place, &label).ok_or_else(|| refuse(p.nodes.first().copied().unwrap_or(first)))
+    };
+    use crate::ir::kernel_desc::PartRole;
+    let mut out = Vec::new();
+    for p in kernel.desc.parts.iter().filter(|p| p.role == PartRole::Prologue) {
+        out.push(part(p)?);
+    }
+    match (&kernel.kind, &kernel.desc.anchor) {
+        (KernelKind::Source, _) => return Ok(Vec::new()),
+        (KernelKind::Elementwise, _) | (KernelKind::Reduction, None) => {}
+        (_, None) => return Err(refuse(first)),
+        (_, Some(anchor)) => out
+            .push(anchor_shader(g, &anchor.op, anchor.node, anchor.dtype, &place).ok_or_else(|| refuse(anchor.node))?),
+    }
+    for p in kernel.desc.parts.iter().filter(|p| p.role != PartRole::Prologue) {
+        out.push(part(p)?);
+    }
+    Ok(out)
+}
+
+fn anchor_shader(
+    g: &Graph,
+    op: &AnchorOp,
+    node: NodeId,
+    dtype: DType,
+    place: &dyn Fn(NodeId) -> Option<Place>,
+) -> Option<Shader> {
+    let inputs = g.inputs(node);
+    let label = format!("{} {}", g.node(node).op.name(), g.node(node).ty);
+    let operand = |i: usize| place(*inputs.get(i)?);
+    let out = place(node)?;
+    match op {
+        AnchorOp::MatMul { batch, m, k, n } if dtype == DType::F32 => {
+            let (a, b) = (&g.node(inputs[0]).ty.shape, &g.node(*inputs.get(1)?).ty.shape);
+            // Each operand's batch dims are the product's, or it has none.
+            let stride = |shape: &[usize], words: usize| match shape.len() {
+                2 => Some(0),
+                r if r >= 2 && shape[..r - 2].iter().product::<usize>() == *batch => Some(words),
+                _ => None,
+            };
+            let words = [stride(a, m * k)?, stride(b, k * n)?];
+            anchors::matmul(*batch, *m, *k, *n, [operand(0)?, operand(1)?, out], words, &label)
+        }
+        AnchorOp::Reduce { op, shape, axes } if dtype == DType::F32 => {
+            anchors::reduce(*op, shape, axes, [operand(0)?, out], &label)
+        }
+        AnchorOp::ArgMax { shape, axis } if dtype == DType::F32 && g.node(node).ty.dtype == DType::I32 => {
+            anchors::argmax(shape, *axis, [operand(0)?, out], &label)
+        }
+        AnchorOp::Transpose { shape, perm } if on_device(dtype) => {
+            anchors::transpose(shape, perm, [operand(0)?, out], &label)
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,727 @@
+//! One region's unit on the GPU: the plan's kernels as compute shaders
+//! over two device buffers, the kernels the plan leaves to the host run by
+//! the reference interpreter between them.
+//!
+//! Contract: `GpuUnit::prepare` lays out every value the unit reads or
+//! computes — the region's inputs and the values it reads from outside in
+//! `io`, each kernel's stored values (`kernels::stored`) in `vals`, one
+//! word an element, without reuse (the memory plan's arena offsets are the
+//! CPU's; planning the device arena is issue 21's next step) — and builds
+//! one pipeline per shader. A run uploads the inputs, records every shader
+//! in order into one compute pass and reads back only the outputs;
+//! carried values (a training step's parameters and optimizer states)
+//! stay in `io` between runs, copied there from where the step computed
+//! them, through scratch words, at the end of each run. A host kernel
+//! (`Device::Host` in the plan, which says why) ends the pass: its
+//! operands are read back, the interpreter computes its nodes and the
+//! values GPU kernels read are written back. Values of dtypes the GPU does
+//! not hold (`kernels::on_device`) live on the host.
+//!
+//! Example: the MLP's training step on the GPU is one pass of ~60 shaders
+//! (products, epilogues, reductions, Adam's update), one upload of the
+//! batch and one read-back of the loss.
+
+use super::device::{gpu, Gpu};
+use super::kernels::{on_device, shaders, stored};
+use super::wgsl::{anchors, Buf, Place, Shader};
+use crate::backend::{StepCounts, StepTime};
+use crate::diag::{Diagnostic, Span};
+use crate::ir::compiled::{CompiledUnit, Device, KernelKind};
+use crate::ir::{DType, NodeId, Op, Program, TensorType};
+use crate::tensor::{eval_node, flat, Data, Tensor};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A unit ready to run on the GPU.
+pub struct GpuUnit {
+    gpu: &'static Gpu,
+    io: wgpu::Buffer,
+    vals: wgpu::Buffer,
+    bind: wgpu::BindGroup,
+    bytes: usize,
+    steps: Vec<Step>,
+    /// Where each value lives, and its type.
+    homes: HashMap<NodeId, Home>,
+    types: HashMap<NodeId, TensorType>,
+    /// Each region input, by position: its node and type.
+    inputs: Vec<(NodeId, TensorType)>,
+    /// The region's outputs.
+    outputs: Vec<(NodeId, TensorType)>,
+    carried: usize,
+    /// After a run that carries: the copies of the carried values to their
+    /// inputs' words (through scratch, so that any permutation is safe).
+    carry: Vec<Arc<wgpu::ComputePipeline>>,
+    carry_shaders: Vec<Shader>,
+    state: Mutex<State>,
+    counts: StepCounts,
+    profiling: AtomicBool,
+    nanos: Vec<AtomicU64>,
+}
+
+/// What a run keeps: the carried values the GPU does not hold.
+#[derive(Default)]
+struct State {
+    host_carried: HashMap<NodeId, Tensor>,
+}
+
+/// Where a value lives.
+#[derive(Clone, Debug)]
+enum Home {
+    Device(Place),
+    /// A value of a dtype the GPU does not hold: a host input by position,
+    /// a value from outside, or one a host kernel computes each run.
+    HostInput,
+    HostFixed(Tensor),
+    HostComputed,
+}
+
+enum Step {
+    Shader { pipeline: Arc<wgpu::ComputePipeline>, shader: Shader, gemm: bool },
+    Host { label: String, nodes: Vec<HostNode> },
+}
+
+struct HostNode {
+    node: NodeId,
+    op: Op,
+    ty: TensorType,
+    span: Span,
+    args: Vec<NodeId>,
+}
+
+/// Allocates words in one buffer.
+struct Words {
+    buf: Buf,
+    next: u32,
+}
+
+impl Words {
+    fn take(&mut self, words: usize) -> Result<Place, Diagnostic> {
+        let place = Place { buf: self.buf, word: self.next };
+        let words = u32::try_from(words.max(1)).ok().and_then(|w| self.next.checked_add(w));
+        self.next = words.ok_or_else(|| Diagnostic::internal("gpu: a unit of more than 2^32 words"))?;
+        Ok(place)
+    }
+}
+
+impl GpuUnit {
+    pub fn prepare(
+        program: &Program,
+        unit: &CompiledUnit,
+        region: &crate::ir::plan::Region,
+        slot_pos: &HashMap<usize, usize>,
+        outside: &HashMap<NodeId, Tensor>,
+        carried: usize,
+    ) -> Result<GpuUnit, Diagnostic> {
+        let gpu = gpu()?;
+        let g = &program.graph;
+        let mut io = Words { buf: Buf::Io, next: 0 };
+        let mut vals = Words { buf: Buf::Vals, next: 0 };
+        let mut homes: HashMap<NodeId, Home> = HashMap::new();
+        let mut uploads: Vec<(Place, Tensor)> = Vec::new();
+        // The region's inputs, by position.
+        let mut inputs: Vec<Option<(NodeId, TensorType)>> = vec![None; region.inputs.len()];
+        let all_nodes: Vec<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        for &n in &all_nodes {
+            let node = g.node(n);
+            if let Op::Slot { slot, .. } = node.op {
+                let &p = slot_pos
+                    .get(&slot)
+                    .ok_or_else(|| Diagnostic::internal(format!("gpu: region input slot {slot} is unbound")))?;
+                let home = match on_device(node.ty.dtype) {
+                    true => Home::Device(io.take(node.ty.numel())?),
+                    false => Home::HostInput,
+                };
+                homes.insert(n, home);
+                if let Some(entry) = inputs.get_mut(p) {
+                    *entry = Some((n, node.ty.clone()));
+                }
+            }
+        }
+        let inputs: Vec<(NodeId, TensorType)> = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(p, i)| {
+                i.ok_or_else(|| Diagnostic::internal(format!("gpu: region input {p} has no slot in the unit")))
+            })
+            .collect::<Result<_, _>>()?;
+        // Values from outside the unit, and constants: uploaded once.
+        let mut fixed = |n: NodeId, homes: &mut HashMap<NodeId, Home>| -> Result<(), Diagnostic> {
+            if homes.contains_key(&n) {
+                return Ok(());
+            }
+            let node = g.node(n);
+            let value = match outside.get(&n) {
+                Some(v) => v.clone(),
+                None => eval_node(&node.op, &[], &node.ty)
+                    .map_err(|_| Diagnostic::internal(format!("gpu: value {n:?} read by the unit was not computed")))?,
+            };
+            let home = match on_device(node.ty.dtype) {
+                true => {
+                    let place = io.take(node.ty.numel())?;
+                    uploads.push((place, value));
+                    Home::Device(place)
+                }
+                false => Home::HostFixed(value),
+            };
+            homes.insert(n, home);
+            Ok(())
+        };
+        let in_unit: std::collections::HashSet<NodeId> = all_nodes.iter().copied().collect();
+        for &n in &all_nodes {
+            let node = g.node(n);
+            if !matches!(node.op, Op::Slot { .. })
+                && unit.kernels.iter().any(|k| k.kind == KernelKind::Source && k.nodes.contains(&n))
+            {
+                fixed(n, &mut homes)?;
+            }
+            for i in g.inputs(n) {
+                if !in_unit.contains(&i) {
+                    fixed(i, &mut homes)?;
+                }
+            }
+        }
+        // A part reads a broadcast made outside the unit from its source
+        // (`kernel_desc::part_spec`).
+        let loads =
+            unit.kernels.iter().flat_map(|k| &k.desc.parts).filter_map(|p| p.spec.as_ref()).flat_map(|s| &s.loads);
+        let read = loads.map(|l| l.node).chain(region.outputs.iter().copied());
+        for n in read.collect::<Vec<_>>() {
+            if !in_unit.contains(&n) {
+                fixed(n, &mut homes)?;
+            }
+        }
+        // Every kernel's stored values.
+        let order: Vec<usize> =
+            if unit.order.is_empty() { (0..unit.kernels.len()).collect() } else { unit.order.clone() };
+        for &k in &order {
+            let kernel = &unit.kernels[k];
+            if kernel.kind == KernelKind::Source {
+                continue;
+            }
+            let on_host = kernel.device == Device::Host;
+            let values = if on_host { kernel.outputs.clone() } else { stored(kernel) };
+            for n in values {
+                let ty = &g.node(n).ty;
+                let home = match on_device(ty.dtype) {
+                    true => Home::Device(vals.take(ty.numel())?),
+                    false => Home::HostComputed,
+                };
+                homes.entry(n).or_insert(home);
+            }
+        }
+        // The carried values' scratch words.
+        let outputs: Vec<(NodeId, TensorType)> = region.outputs.iter().map(|&o| (o, g.node(o).ty.clone())).collect();
+        let place_of = |homes: &HashMap<NodeId, Home>, n: NodeId| match homes.get(&n) {
+            Some(Home::Device(p)) => Some(*p),
+            _ => None,
+        };
+        let mut carry_shaders = Vec::new();
+        let first_carried = outputs.len().saturating_sub(carried);
+        let input_base = inputs.len().saturating_sub(carried);
+        let mut second = Vec::new();
+        for j in 0..carried {
+            let (out, ty) = &outputs[first_carried + j];
+            let (input, _) = &inputs[input_base + j];
+            let (Some(from), Some(to)) = (place_of(&homes, *out), place_of(&homes, *input)) else { continue };
+            if from == to {
+                continue;
+            }
+            let scratch = vals.take(ty.numel())?;
+            carry_shaders.push(anchors::copy(ty.numel(), [from, scratch], "carry to scratch"));
+            second.push(anchors::copy(ty.numel(), [scratch, to], "carry to input"));
+        }
+        carry_shaders.extend(second);
+        // The steps.
+        let mut steps = Vec::new();
+        let mut counts = StepCounts::default();
+        for &k in &order {
+            let kernel = &unit.kernels[k];
+            if kernel.kind == KernelKind::Source {
+                continue;
+            }
+            if kernel.device == Device::Host {
+                let nodes = kernel
+                    .nodes
+                    .iter()
+                    .map(|&n| {
+                        let node = g.node(n);
+                        HostNode {
+                            node: n,
+                            op: node.op.clone(),
+                            ty: node.ty.clone(),
+                            span: node.span,
+                            args: g.inputs(n),
+                        }
+                    })
+                    .collect();
+                let why = kernel.why_host.clone().unwrap_or_default();
+                steps.push(Step::Host { label: format!("host k{k}: {why}"), nodes });
+                counts.interp += 1;
+                continue;
+            }
+            let place = |n: NodeId| place_of(&homes, n);
+            let kernel_shaders = shaders(g, kernel, &place).map_err(|(why, n)| {
+                Diagnostic::internal(format!("gpu: the plan has kernel k{k} of `{}` on the GPU, but {why}", unit.name))
+                    .label(g.node(n).span, "here")
+            })?;
+            for shader in kernel_shaders {
+                let gemm = shader.label.starts_with("matmul");
+                match gemm {
+                    true => counts.gemm += 1,
+                    false => counts.jit += 1,
+                }
+                steps.push(Step::Shader { pipeline: pipeline(gpu, &shader)?, shader, gemm });
+            }
+        }
+        let carry = carry_shaders.iter().map(|s| pipeline(gpu, s)).collect::<Result<_, _>>()?;
+        let (io_bytes, vals_bytes) = (io.next as u64 * 4, vals.next as u64 * 4);
+        let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
+        if io_bytes.max(vals_bytes) > limit {
+            return Err(Diagnostic::new(
+                crate::diag::Code::Unsupported,
+                format!(
+                    "`{}` needs {} MiB of GPU memory in one buffer, but `{}` binds at most {} MiB",
+                    unit.name,
+                    io_bytes.max(vals_bytes) >> 20,
+                    gpu.info.name,
+                    limit >> 20
+                ),
+            )
+            .help("use a smaller batch, or `--device cpu` (the GPU backend does not yet split a unit's values over several buffers)"));
+        }
+        let buffer = |label: &str, bytes: u64| {
+            gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: bytes.max(16).next_multiple_of(16),
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        };
+        let (io_buf, vals_buf) = (buffer("tfc io", io_bytes), buffer("tfc vals", vals_bytes));
+        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some("tfc unit"),
+            layout: &gpu.layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: io_buf.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: vals_buf.as_entire_binding() },
+            ],
+        });
+        let nanos = (0..steps.len()).map(|_| AtomicU64::new(0)).collect();
+        let types = homes.keys().map(|&n| (n, g.node(n).ty.clone())).collect();
+        let unit = GpuUnit {
+            gpu,
+            io: io_buf,
+            vals: vals_buf,
+            bind,
+            bytes: (io_bytes + vals_bytes) as usize,
+            steps,
+            homes,
+            types,
+            inputs,
+            outputs,
+            carried,
+            carry,
+            carry_shaders,
+            state: Mutex::new(State::default()),
+            counts,
+            profiling: AtomicBool::new(false),
+            nanos,
+        };
+        for (place, value) in &uploads {
+            unit.upload(*place, value)?;
+        }
+        Ok(unit)
+    }
+
+    /// The shaders of the unit, in run order (`tfc build --emit wgsl`).
+    pub fn shaders(&self) -> Vec<&Shader> {
+        let steps = self.steps.iter().filter_map(|s| match s {
+            Step::Shader { shader, .. } => Some(shader),
+            Step::Host { .. } => None,
+        });
+        steps.chain(&self.carry_shaders).collect()
+    }
+
+    fn buffer(&self, buf: Buf) -> &wgpu::Buffer {
+        match buf {
+            Buf::Io => &self.io,
+            Buf::Vals => &self.vals,
+        }
+    }
+
+    fn upload(&self, place: Place, value: &Tensor) -> Result<(), Diagnostic> {
+        let words = to_words(value)?;
+        self.gpu.queue.write_buffer(self.buffer(place.buf), place.word as u64 * 4, &words);
+        Ok(())
+    }
+
+    /// Reads back values (each a place and a type), waiting for the GPU.
+    fn download(&self, values: &[(Place, &TensorType)]) -> Result<Vec<Tensor>, Diagnostic> {
+        if values.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sizes: Vec<u64> = values.iter().map(|(_, ty)| ty.numel().max(1) as u64 * 4).collect();
+        let total: u64 = sizes.iter().sum();
+        let staging = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tfc read-back"),
+            size: total,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+        let mut at = 0;
+        for ((place, _), &size) in values.iter().zip(&sizes) {
+            encoder.copy_buffer_to_buffer(self.buffer(place.buf), place.word as u64 * 4, &staging, at, size);
+            at += size;
+        }
+        self.gpu.queue.submit([encoder.finish()]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.gpu
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Diagnostic::internal(format!("gpu: waiting for the device failed: {e}")))?;
+        rx.recv()
+            .map_err(|_| Diagnostic::internal("gpu: the read-back was dropped"))?
+            .map_err(|e| Diagnostic::internal(format!("gpu: the read-back failed: {e}")))?;
+        let mapped = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Diagnostic::internal(format!("gpu: the read-back could not be mapped: {e}")))?;
+        let mut out = Vec::with_capacity(values.len());
+        let mut at = 0usize;
+        for ((_, ty), &size) in values.iter().zip(&sizes) {
+            let words = &mapped[at..at + (ty.numel() * 4)];
+            out.push(from_words(words, ty)?);
+            at += size as usize;
+        }
+        Ok(out)
+    }
+
+    /// Records `shaders` into one compute pass and submits it.
+    fn dispatch(&self, pipelines: &[(&wgpu::ComputePipeline, [u32; 3])]) {
+        if pipelines.is_empty() {
+            return;
+        }
+        let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_bind_group(0, &self.bind, &[]);
+            for (pipeline, [x, y, z]) in pipelines {
+                pass.set_pipeline(pipeline);
+                pass.dispatch_workgroups(*x, *y, *z);
+            }
+        }
+        self.gpu.queue.submit([encoder.finish()]);
+    }
+
+    /// Runs the steps on `inputs` (all of them, or the head with the
+    /// carried values in place) and returns the outputs `wanted`.
+    fn execute(&self, head: &[Tensor], all: bool, wanted: std::ops::Range<usize>) -> Result<Vec<Tensor>, Diagnostic> {
+        let mut state = self.state.lock().map_err(|_| Diagnostic::internal("gpu: a previous run panicked"))?;
+        let given = if all { self.inputs.len() } else { self.inputs.len() - self.carried };
+        // (A caller may bind more inputs than the region reads.)
+        if head.len() < given || (!all && head.len() != given) {
+            return Err(Diagnostic::internal(format!("gpu: {} inputs for {given}", head.len())));
+        }
+        let mut host: HashMap<NodeId, Tensor> = HashMap::new();
+        for ((node, _), value) in self.inputs.iter().zip(head) {
+            match self.homes.get(node) {
+                Some(Home::Device(place)) => self.upload(*place, value)?,
+                _ => {
+                    host.insert(*node, value.clone());
+                }
+            }
+        }
+        if !all {
+            for (node, _) in &self.inputs[given..] {
+                if let Some(value) = state.host_carried.get(node) {
+                    host.insert(*node, value.clone());
+                }
+            }
+        }
+        let profiling = self.profiling.load(Ordering::Relaxed);
+        let mut pending: Vec<(&wgpu::ComputePipeline, [u32; 3])> = Vec::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            crate::interrupt::check()?;
+            let started = std::time::Instant::now();
+            match step {
+                Step::Shader { pipeline, shader, .. } => {
+                    pending.push((pipeline, shader.groups));
+                    if profiling {
+                        self.dispatch(&std::mem::take(&mut pending));
+                        self.wait()?;
+                    }
+                }
+                Step::Host { nodes, .. } => {
+                    self.dispatch(&std::mem::take(&mut pending));
+                    self.run_host(nodes, &mut host)?;
+                }
+            }
+            if profiling {
+                self.nanos[i].fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+        }
+        if !all {
+            pending.extend(self.carry.iter().zip(&self.carry_shaders).map(|(p, s)| (p.as_ref(), s.groups)));
+        }
+        // Outputs are read before the carried copies overwrite inputs they
+        // may be (an output that is a carried input passed through).
+        let read: Vec<usize> = wanted.collect();
+        let mut from_device: Vec<(Place, &TensorType)> = Vec::new();
+        for &o in &read {
+            let (node, ty) = &self.outputs[o];
+            if let (Some(Home::Device(place)), false) = (self.homes.get(node), host.contains_key(node)) {
+                from_device.push((*place, ty));
+            }
+        }
+        let mut device_values = match pending.is_empty() {
+            true => self.download(&from_device)?,
+            false if self.carry.is_empty() => {
+                self.dispatch(&pending);
+                self.download(&from_device)?
+            }
+            false => {
+                let before = &pending[..pending.len() - self.carry.len()];
+                self.dispatch(before);
+                let values = self.download(&from_device)?;
+                self.dispatch(&pending[pending.len() - self.carry.len()..]);
+                values
+            }
+        }
+        .into_iter();
+        // The carried values the GPU does not hold stay here.
+        let first_carried = self.outputs.len() - self.carried;
+        let base = self.inputs.len() - self.carried;
+        for j in 0..self.carried {
+            let (out, _) = &self.outputs[first_carried + j];
+            if let Some(value) = host.get(out).cloned().or_else(|| match self.homes.get(out) {
+                Some(Home::HostFixed(t)) => Some(t.clone()),
+                _ => None,
+            }) {
+                state.host_carried.insert(self.inputs[base + j].0, value);
+            }
+        }
+        let mut out = Vec::with_capacity(read.len());
+        for &o in &read {
+            let (node, _) = &self.outputs[o];
+            let value = match (host.get(node), self.homes.get(node)) {
+                (Some(v), _) => v.clone(),
+                (None, Some(Home::Device(_))) => {
+                    device_values.next().ok_or_else(|| Diagnostic::internal("gpu: an output was not read back"))?
+                }
+                (None, Some(Home::HostFixed(t))) => t.clone(),
+                _ => return Err(Diagnostic::internal(format!("gpu: output {o} was not computed"))),
+            };
+            out.push(value);
+        }
+        Ok(out)
+    }
+
+    fn wait(&self) -> Result<(), Diagnostic> {
+        self.gpu
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map(|_| ())
+            .map_err(|e| Diagnostic::internal(format!("gpu: waiting for the device failed: {e}")))
+    }
+
+    /// A host kernel: reads back what it needs, evaluates its nodes and
+    /// writes back what the GPU reads.
+    fn run_host(&self, nodes: &[HostNode], host: &mut HashMap<NodeId, Tensor>) -> Result<(), Diagnostic> {
+        let mut missing: Vec<NodeId> = Vec::new();
+        for n in nodes {
+            for &a in &n.args {
+                if !host.contains_key(&a) && !missing.contains(&a) && !nodes.iter().any(|m| m.node == a) {
+                    missing.push(a);
+                }
+            }
+        }
+        let mut from_device = Vec::new();
+        for a in missing {
+            match self.homes.get(&a) {
+                Some(Home::Device(place)) => from_device.push((*place, a)),
+                Some(Home::HostFixed(t)) => {
+                    host.insert(a, t.clone());
+                }
+                _ => {
+                    return Err(Diagnostic::internal(format!("gpu: a host kernel reads {a:?}, which no step computed")))
+                }
+            }
+        }
+        let places =
+            from_device.iter().map(|(p, a)| Ok((*p, self.type_of(*a)?))).collect::<Result<Vec<_>, Diagnostic>>()?;
+        for ((_, a), value) in from_device.iter().zip(self.download(&places)?) {
+            host.insert(*a, value);
+        }
+        for n in nodes {
+            let args = n
+                .args
+                .iter()
+                .map(|a| host.get(a).ok_or_else(|| Diagnostic::internal(format!("gpu: operand {a:?} is missing"))))
+                .collect::<Result<Vec<&Tensor>, _>>()?;
+            let value = eval_node(&n.op, &args, &n.ty)
+                .map_err(|d| d.label(n.span, format!("while computing this `{}`", n.op.name())))?;
+            if let Some(Home::Device(place)) = self.homes.get(&n.node) {
+                self.upload(*place, &value)?;
+            }
+            host.insert(n.node, value);
+        }
+        Ok(())
+    }
+
+    fn type_of(&self, n: NodeId) -> Result<&TensorType, Diagnostic> {
+        self.types.get(&n).ok_or_else(|| Diagnostic::internal(format!("gpu: value {n:?} has no type")))
+    }
+
+    /// The carried inputs: each one's node and where it lives.
+    fn carried_inputs(&self) -> &[(NodeId, TensorType)] {
+        &self.inputs[self.inputs.len() - self.carried..]
+    }
+}
+
+impl crate::backend::PreparedUnit for GpuUnit {
+    fn backend(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        self.execute(inputs, true, 0..self.outputs.len())
+    }
+
+    fn run_head(&self, head: &[Tensor]) -> Result<Vec<Tensor>, Diagnostic> {
+        self.execute(head, false, 0..self.outputs.len() - self.carried)
+    }
+
+    fn load_carried(&self, values: &[Tensor]) -> Result<(), Diagnostic> {
+        if values.len() != self.carried {
+            return Err(Diagnostic::internal(format!("gpu: {} carried values for {}", values.len(), self.carried)));
+        }
+        let mut state = self.state.lock().map_err(|_| Diagnostic::internal("gpu: a previous run panicked"))?;
+        for ((node, _), value) in self.carried_inputs().iter().zip(values) {
+            match self.homes.get(node) {
+                Some(Home::Device(place)) => self.upload(*place, value)?,
+                _ => {
+                    state.host_carried.insert(*node, value.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
+        let state = self.state.lock().map_err(|_| Diagnostic::internal("gpu: a previous run panicked"))?;
+        let carried = self.carried_inputs();
+        let on_device: Vec<(Place, &TensorType)> = carried
+            .iter()
+            .filter_map(|(n, ty)| match self.homes.get(n) {
+                Some(Home::Device(p)) => Some((*p, ty)),
+                _ => None,
+            })
+            .collect();
+        let mut read = self.download(&on_device)?.into_iter();
+        carried
+            .iter()
+            .map(|(n, _)| match self.homes.get(n) {
+                Some(Home::Device(_)) => {
+                    read.next().ok_or_else(|| Diagnostic::internal("gpu: a carried value was not read back"))
+                }
+                _ => state
+                    .host_carried
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| Diagnostic::internal("gpu: a carried value was never loaded")),
+            })
+            .collect()
+    }
+
+    fn counts(&self) -> StepCounts {
+        self.counts
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn is_threaded(&self) -> bool {
+        false
+    }
+
+    fn set_profiling(&self, on: bool) {
+        if on {
+            self.nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
+        }
+        self.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// With profiling on, every shader is submitted and waited for alone:
+    /// its time is the device's for it plus one submission.
+    fn profile(&self) -> Vec<StepTime> {
+        let steps = self.steps.iter().zip(&self.nanos).enumerate();
+        steps
+            .map(|(index, (step, n))| StepTime {
+                index,
+                label: match step {
+                    Step::Shader { shader, gemm: true, .. } => format!("gpu product: {}", shader.label),
+                    Step::Shader { shader, .. } => format!("gpu: {}", shader.label),
+                    Step::Host { label, .. } => label.clone(),
+                },
+                seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
+                within: None,
+            })
+            .collect()
+    }
+}
+
+/// The pipeline of `shader`, compiled once per process for each source.
+fn pipeline(gpu: &Gpu, shader: &Shader) -> Result<Arc<wgpu::ComputePipeline>, Diagnostic> {
+    static CACHE: Mutex<Option<HashMap<String, Arc<wgpu::ComputePipeline>>>> = Mutex::new(None);
+    let mut cache = CACHE.lock().map_err(|_| Diagnostic::internal("gpu: the pipeline cache is poisoned"))?;
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(p) = cache.get(&shader.source) {
+        return Ok(p.clone());
+    }
+    let scope = gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let module = gpu.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(&shader.label),
+        source: wgpu::ShaderSource::Wgsl(shader.source.as_str().into()),
+    });
+    let made = gpu.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&shader.label),
+        layout: Some(&gpu.pipeline_layout),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    if let Some(error) = pollster::block_on(scope.pop()) {
+        return Err(Diagnostic::internal(format!("gpu: the shader of `{}` did not compile: {error}", shader.label)));
+    }
+    let made = Arc::new(made);
+    cache.insert(shader.source.clone(), made.clone());
+    Ok(made)
+}
+
+/// The words of a value the GPU holds (`kernels::on_device`).
+fn to_words(t: &Tensor) -> Result<Vec<u8>, Diagnostic> {
+    Ok(match t.data() {
+        Data::F32(a) => flat(a).iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::I32(a) => flat(a).iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Data::Bool(a) => flat(a).iter().flat_map(|&x| u32::from(x).to_le_bytes()).collect(),
+        _ => return Err(Diagnostic::internal(format!("gpu: {} values are not kept on the GPU", t.dtype()))),
+    })
+}
+
+/// A value of type `ty` from its words.
+fn from_words(bytes: &[u8], ty: &TensorType) -> Result<Tensor, Diagnostic> {
+    let words = bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+    match ty.dtype {
+        DType::F32 => Tensor::from_vec(ty.dtype, &ty.shape, words.map(f32::from_bits).collect::<Vec<f32>>()),
+        DType::I32 => Tensor::from_vec(ty.dtype, &ty.shape, words.map(|w| w as i32).collect::<Vec<i32>>()),
+        DType::Bool => Tensor::from_vec(ty.dtype, &ty.shape, words.map(|w| w != 0).collect::<Vec<bool>>()),
+        d => Err(Diagnostic::internal(format!("gpu: {d} values are not kept on the GPU"))),
+    }
+}

@@ -1,0 +1,144 @@
+//! The shaders of kernel anchors: matrix products (workgroup-memory tiles),
+//! reductions and argmax (one thread per output, in index order),
+//! transposes, and word copies (a training step's carried values).
+//!
+//! Contract: each returns `None` for what it has no template for (the
+//! target then leaves the kernel to the host); values are `f32` unless a
+//! function says otherwise. A product sums `k` in ascending order per
+//! output; a reduction its reduced elements in row-major order; argmax
+//! takes the first maximum, a NaN counting as the maximum (the first NaN
+//! wins), as the interpreter's `argmax_lanes`.
+//!
+//! Example: `matmul(16, 64, 784, 256, …)` is a grid of 16 x 4 x 1
+//! workgroups of 16 x 16 threads, each stepping through `k` by tiles of 16.
+
+use super::{element_entry, element_groups, Place, Shader, PRELUDE};
+use crate::ir::ReduceOp;
+use std::fmt::Write;
+
+/// The side of a product's square tile.
+const TILE: usize = 16;
+
+/// Row-major strides of `shape`.
+fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+/// `batch` products `[m, k] @ [k, n]` of `f32` values; `a_batch` and
+/// `b_batch` are each operand's words between products (0: one matrix for
+/// every product).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    [a, b, c]: [Place; 3],
+    [a_batch, b_batch]: [usize; 2],
+    label: &str,
+) -> Option<Shader> {
+    if batch > 65535 {
+        return None;
+    }
+    let a_at = a.at(&format!("bz * {a_batch}u + row * {k}u + ka"));
+    let b_at = b.at(&format!("bz * {b_batch}u + kb * {n}u + col"));
+    let c_at = c.at(&format!("bz * {}u + row * {n}u + col", m * n));
+    let source = format!(
+        "{PRELUDE}var<workgroup> ta: array<f32, {area}>;\nvar<workgroup> tb: array<f32, {area}>;\n\
+@compute @workgroup_size({TILE}, {TILE})\n\
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {{\n\
+  let row = wg.y * {TILE}u + l.y;\n  let col = wg.x * {TILE}u + l.x;\n  let bz = wg.z;\n  var acc = 0.0;\n\
+  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{\n\
+    let ka = t + l.x;\n    var x = 0.0;\n    if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}\n\
+    ta[l.y * {TILE}u + l.x] = x;\n\
+    let kb = t + l.y;\n    var y = 0.0;\n    if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}\n\
+    tb[l.y * {TILE}u + l.x] = y;\n\
+    workgroupBarrier();\n\
+    let last = min({TILE}u, {k}u - t);\n\
+    for (var q = 0u; q < last; q = q + 1u) {{ acc = acc + ta[l.y * {TILE}u + q] * tb[q * {TILE}u + l.x]; }}\n\
+    workgroupBarrier();\n  }}\n\
+  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>(acc); }}\n}}\n",
+        area = TILE * TILE
+    );
+    let groups = [n.div_ceil(TILE).max(1) as u32, m.div_ceil(TILE).max(1) as u32, batch.max(1) as u32];
+    Some(Shader { label: label.to_string(), source, groups })
+}
+
+/// `op` over `axes` of an `f32` value of `shape` at `x`, into `out`.
+pub fn reduce(op: ReduceOp, shape: &[usize], axes: &[usize], [x, out]: [Place; 2], label: &str) -> Option<Shader> {
+    let s = strides(shape);
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+    let outputs: usize = kept.iter().map(|&d| shape[d]).product();
+    let count: usize = axes.iter().map(|&d| shape[d]).product();
+    let mut body = element_entry(outputs);
+    // The output's coordinates (kept dims, last first) give the base.
+    let _ = writeln!(body, "  var r = i;\n  var base = 0u;");
+    for &d in kept.iter().rev() {
+        let _ = writeln!(body, "  base = base + (r % {}u) * {}u; r = r / {}u;", shape[d].max(1), s[d], shape[d].max(1));
+    }
+    let (init, step) = match op {
+        ReduceOp::Sum | ReduceOp::Mean => ("0.0", "acc = acc + v;"),
+        ReduceOp::Prod => ("1.0", "acc = acc * v;"),
+        ReduceOp::Max => ("bitcast<f32>(0xff800000u)", "acc = max_nan(acc, v);"),
+        ReduceOp::Min => ("bitcast<f32>(0x7f800000u)", "acc = min_nan(acc, v);"),
+    };
+    let _ = writeln!(body, "  var acc: f32 = {init};\n  for (var q = 0u; q < {count}u; q = q + 1u) {{\n    var rq = q;\n    var at = base;");
+    for &d in axes.iter().rev() {
+        let _ =
+            writeln!(body, "    at = at + (rq % {}u) * {}u; rq = rq / {}u;", shape[d].max(1), s[d], shape[d].max(1));
+    }
+    let _ = writeln!(body, "    let v = bitcast<f32>({});\n    {step}\n  }}", x.at("at"));
+    if op == ReduceOp::Mean {
+        let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
+    }
+    let _ = writeln!(body, "  {} = bitcast<u32>(acc);\n}}", out.at("i"));
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outputs) })
+}
+
+/// The first maximum's index (`i32`) along `axis` of an `f32` value of
+/// `shape` at `x`, into `out`.
+pub fn argmax(shape: &[usize], axis: usize, [x, out]: [Place; 2], label: &str) -> Option<Shader> {
+    let n = *shape.get(axis)?;
+    if n == 0 || i32::try_from(n).is_err() {
+        return None;
+    }
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let mut body = element_entry(outer * inner);
+    let _ = writeln!(
+        body,
+        "  let base = (i / {inner}u) * {n}u * {inner}u + i % {inner}u;\n  var best = 0u;\n  var top = bitcast<f32>({});\n  for (var q = 1u; q < {n}u; q = q + 1u) {{\n    if (is_nan(top)) {{ break; }}\n    let v = bitcast<f32>({});\n    if (is_nan(v) || v > top) {{ best = q; top = v; }}\n  }}\n  {} = bitcast<u32>(i32(best));\n}}",
+        x.at("base"),
+        x.at(&format!("base + q * {inner}u")),
+        out.at("i")
+    );
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outer * inner) })
+}
+
+/// The transpose of a one-word-per-element value of `shape` at `x`
+/// (output axis `d` is input axis `perm[d]`), into `out`.
+pub fn transpose(shape: &[usize], perm: &[usize], [x, out]: [Place; 2], label: &str) -> Option<Shader> {
+    if perm.len() != shape.len() {
+        return None;
+    }
+    let s = strides(shape);
+    let n: usize = shape.iter().product();
+    let mut body = element_entry(n);
+    let _ = writeln!(body, "  var r = i;\n  var at = 0u;");
+    for d in (0..perm.len()).rev() {
+        let size = shape[perm[d]].max(1);
+        let _ = writeln!(body, "  at = at + (r % {size}u) * {}u; r = r / {size}u;", s[perm[d]]);
+    }
+    let _ = writeln!(body, "  {} = {};\n}}", out.at("i"), x.at("at"));
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+}
+
+/// Copies `words` words from `from` to `to` (which must not overlap).
+pub fn copy(words: usize, [from, to]: [Place; 2], label: &str) -> Shader {
+    let source = format!("{PRELUDE}{}  {} = {};\n}}\n", element_entry(words), to.at("i"), from.at("i"));
+    Shader { label: label.to_string(), source, groups: element_groups(words) }
+}
