@@ -4,6 +4,8 @@
 //! every pipeline test builds exactly the (possibly corrupted) file it needs.
 #![allow(dead_code)]
 
+pub mod backends;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -44,8 +44,8 @@ pub struct GpuUnit {
     /// Where each value lives, and its type.
     homes: HashMap<NodeId, Home>,
     types: HashMap<NodeId, TensorType>,
-    /// Each region input, by position: its node and type.
-    inputs: Vec<(NodeId, TensorType)>,
+    /// Each region input, by position.
+    inputs: Vec<Input>,
     /// The region's outputs.
     outputs: Vec<(NodeId, TensorType)>,
     carried: usize,
@@ -59,10 +59,19 @@ pub struct GpuUnit {
     nanos: Vec<AtomicU64>,
 }
 
-/// What a run keeps: the carried values the GPU does not hold.
+/// A region input: its slot node (none when the unit does not read it),
+/// type and where it lives.
+struct Input {
+    node: Option<NodeId>,
+    ty: TensorType,
+    home: Home,
+}
+
+/// What a run keeps: the carried values the GPU does not hold, by input
+/// position.
 #[derive(Default)]
 struct State {
-    host_carried: HashMap<NodeId, Tensor>,
+    host_carried: HashMap<usize, Tensor>,
 }
 
 /// Where a value lives.
@@ -119,32 +128,31 @@ impl GpuUnit {
         let mut vals = Words { buf: Buf::Vals, next: 0 };
         let mut homes: HashMap<NodeId, Home> = HashMap::new();
         let mut uploads: Vec<(Place, Tensor)> = Vec::new();
-        // The region's inputs, by position.
-        let mut inputs: Vec<Option<(NodeId, TensorType)>> = vec![None; region.inputs.len()];
+        // The region's inputs, by position; one the unit does not read gets
+        // words all the same when it is carried (it is kept for the next run).
         let all_nodes: Vec<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let mut slot_nodes: HashMap<usize, NodeId> = HashMap::new();
         for &n in &all_nodes {
-            let node = g.node(n);
-            if let Op::Slot { slot, .. } = node.op {
+            if let Op::Slot { slot, .. } = g.node(n).op {
                 let &p = slot_pos
                     .get(&slot)
                     .ok_or_else(|| Diagnostic::internal(format!("gpu: region input slot {slot} is unbound")))?;
-                let home = match on_device(node.ty.dtype) {
-                    true => Home::Device(io.take(node.ty.numel())?),
-                    false => Home::HostInput,
-                };
-                homes.insert(n, home);
-                if let Some(entry) = inputs.get_mut(p) {
-                    *entry = Some((n, node.ty.clone()));
-                }
+                slot_nodes.insert(p, n);
             }
         }
-        let inputs: Vec<(NodeId, TensorType)> = inputs
-            .into_iter()
-            .enumerate()
-            .map(|(p, i)| {
-                i.ok_or_else(|| Diagnostic::internal(format!("gpu: region input {p} has no slot in the unit")))
-            })
-            .collect::<Result<_, _>>()?;
+        let mut inputs = Vec::with_capacity(region.inputs.len());
+        for (p, (_, ty)) in region.inputs.iter().enumerate() {
+            let node = slot_nodes.get(&p).copied();
+            let is_carried = p + carried >= region.inputs.len();
+            let home = match on_device(ty.dtype) && (node.is_some() || is_carried) {
+                true => Home::Device(io.take(ty.numel())?),
+                false => Home::HostInput,
+            };
+            if let Some(n) = node {
+                homes.insert(n, home.clone());
+            }
+            inputs.push(Input { node, ty: ty.clone(), home });
+        }
         // Values from outside the unit, and constants: uploaded once.
         let mut fixed = |n: NodeId, homes: &mut HashMap<NodeId, Home>| -> Result<(), Diagnostic> {
             if homes.contains_key(&n) {
@@ -222,8 +230,11 @@ impl GpuUnit {
         let mut second = Vec::new();
         for j in 0..carried {
             let (out, ty) = &outputs[first_carried + j];
-            let (input, _) = &inputs[input_base + j];
-            let (Some(from), Some(to)) = (place_of(&homes, *out), place_of(&homes, *input)) else { continue };
+            let to = match inputs[input_base + j].home {
+                Home::Device(place) => Some(place),
+                _ => None,
+            };
+            let (Some(from), Some(to)) = (place_of(&homes, *out), to) else { continue };
             if from == to {
                 continue;
             }
@@ -428,18 +439,19 @@ impl GpuUnit {
             return Err(Diagnostic::internal(format!("gpu: {} inputs for {given}", head.len())));
         }
         let mut host: HashMap<NodeId, Tensor> = HashMap::new();
-        for ((node, _), value) in self.inputs.iter().zip(head) {
-            match self.homes.get(node) {
-                Some(Home::Device(place)) => self.upload(*place, value)?,
-                _ => {
-                    host.insert(*node, value.clone());
+        for (input, value) in self.inputs.iter().zip(head) {
+            match (&input.home, input.node) {
+                (Home::Device(place), _) => self.upload(*place, value)?,
+                (_, Some(node)) => {
+                    host.insert(node, value.clone());
                 }
+                (_, None) => {}
             }
         }
         if !all {
-            for (node, _) in &self.inputs[given..] {
-                if let Some(value) = state.host_carried.get(node) {
-                    host.insert(*node, value.clone());
+            for (p, input) in self.inputs.iter().enumerate().skip(given) {
+                if let (Some(node), Some(value)) = (input.node, state.host_carried.get(&p)) {
+                    host.insert(node, value.clone());
                 }
             }
         }
@@ -502,7 +514,9 @@ impl GpuUnit {
                 Some(Home::HostFixed(t)) => Some(t.clone()),
                 _ => None,
             }) {
-                state.host_carried.insert(self.inputs[base + j].0, value);
+                if !matches!(self.inputs[base + j].home, Home::Device(_)) {
+                    state.host_carried.insert(base + j, value);
+                }
             }
         }
         let mut out = Vec::with_capacity(read.len());
@@ -577,9 +591,9 @@ impl GpuUnit {
         self.types.get(&n).ok_or_else(|| Diagnostic::internal(format!("gpu: value {n:?} has no type")))
     }
 
-    /// The carried inputs: each one's node and where it lives.
-    fn carried_inputs(&self) -> &[(NodeId, TensorType)] {
-        &self.inputs[self.inputs.len() - self.carried..]
+    /// The position of the first carried input.
+    fn carried_base(&self) -> usize {
+        self.inputs.len() - self.carried
     }
 }
 
@@ -601,11 +615,12 @@ impl crate::backend::PreparedUnit for GpuUnit {
             return Err(Diagnostic::internal(format!("gpu: {} carried values for {}", values.len(), self.carried)));
         }
         let mut state = self.state.lock().map_err(|_| Diagnostic::internal("gpu: a previous run panicked"))?;
-        for ((node, _), value) in self.carried_inputs().iter().zip(values) {
-            match self.homes.get(node) {
-                Some(Home::Device(place)) => self.upload(*place, value)?,
+        let base = self.carried_base();
+        for (j, value) in values.iter().enumerate() {
+            match self.inputs[base + j].home {
+                Home::Device(place) => self.upload(place, value)?,
                 _ => {
-                    state.host_carried.insert(*node, value.clone());
+                    state.host_carried.insert(base + j, value.clone());
                 }
             }
         }
@@ -614,26 +629,23 @@ impl crate::backend::PreparedUnit for GpuUnit {
 
     fn read_carried(&self) -> Result<Vec<Tensor>, Diagnostic> {
         let state = self.state.lock().map_err(|_| Diagnostic::internal("gpu: a previous run panicked"))?;
-        let carried = self.carried_inputs();
+        let base = self.carried_base();
+        let carried = &self.inputs[base..];
         let on_device: Vec<(Place, &TensorType)> = carried
             .iter()
-            .filter_map(|(n, ty)| match self.homes.get(n) {
-                Some(Home::Device(p)) => Some((*p, ty)),
+            .filter_map(|i| match i.home {
+                Home::Device(p) => Some((p, &i.ty)),
                 _ => None,
             })
             .collect();
         let mut read = self.download(&on_device)?.into_iter();
+        let lost = || Diagnostic::internal("gpu: a carried value was never loaded");
         carried
             .iter()
-            .map(|(n, _)| match self.homes.get(n) {
-                Some(Home::Device(_)) => {
-                    read.next().ok_or_else(|| Diagnostic::internal("gpu: a carried value was not read back"))
-                }
-                _ => state
-                    .host_carried
-                    .get(n)
-                    .cloned()
-                    .ok_or_else(|| Diagnostic::internal("gpu: a carried value was never loaded")),
+            .enumerate()
+            .map(|(j, i)| match i.home {
+                Home::Device(_) => read.next().ok_or_else(lost),
+                _ => state.host_carried.get(&(base + j)).cloned().ok_or_else(lost),
             })
             .collect()
     }

@@ -1,0 +1,200 @@
+//! The GPU backend (feature `gpu`) against the reference interpreter on
+//! whole programs — every run case and every example prints the same
+//! values on `--device gpu` — and what a user sees of it: the plan's
+//! placement, `--strict`, `--device auto`, the error without a GPU, the
+//! same bits on every run.
+//!
+//! Tolerance: numbers agree to 1e-3 relative in the run cases (as the CPU
+//! backend's, `support::backends`) and to 1e-2 in the examples, which
+//! train for two epochs: lavapipe's `exp` and `log` are LLVM's fast
+//! approximations, a few ulps further from libm than the CPU backend's
+//! polynomials, and a half-trained classifier's test accuracy then moves
+//! by whole examples (2 of 359 digits: 0.6%).
+//!
+//! Where it runs: CI installs Mesa's software Vulkan driver (lavapipe,
+//! `.ci/run`), so these tests execute real shaders on every run. On a
+//! machine without any Vulkan device they say so and pass, except under
+//! `CI=true`, where a missing device fails them: a lost install step must
+//! not turn the GPU tests into no-ops.
+#![cfg(feature = "gpu")]
+
+mod support;
+
+use std::path::PathBuf;
+use support::backends::{root, run, same_values, same_values_within, shorten, tfl_files};
+use tfc::backend::BackendKind as Backend;
+use tfc::ir::compiled::Device;
+
+/// Whether a GPU is here; fails under `CI=true` when none is.
+fn gpu_here() -> bool {
+    match tfc::backend::gpu::device::gpu() {
+        Ok(gpu) => {
+            eprintln!("GPU: {}", gpu.describe());
+            true
+        }
+        Err(d) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI must run the GPU tests (apt-get install mesa-vulkan-drivers libvulkan1): {}", d.message)
+        }
+        Err(d) => {
+            eprintln!("skipped: no GPU on this machine ({})", d.message);
+            false
+        }
+    }
+}
+
+fn compare_all(files: &[(PathBuf, String)], rel: f64) {
+    let mut failures = Vec::new();
+    for (path, source) in files {
+        let interp = run(path, source, Backend::Interp, true);
+        let gpu = run(path, source, Backend::Gpu, true);
+        let verdict = match (&gpu, &interp) {
+            (Ok(a), Ok(b)) => same_values_within(a, b, rel),
+            (Err(a), Err(b)) => same_values_within(a, b, rel),
+            (a, b) => Err(format!("gpu: {a:?}\ninterp: {b:?}")),
+        };
+        if let Err(why) = verdict {
+            failures.push(format!("=== {}: {why}", path.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+#[test]
+fn every_run_case_prints_the_same_values_on_gpu_and_interp() {
+    if !gpu_here() {
+        return;
+    }
+    let files: Vec<(PathBuf, String)> = tfl_files(&root().join("tests/cases/run"))
+        .into_iter()
+        .map(|p| {
+            let s = std::fs::read_to_string(&p).unwrap();
+            (p, s)
+        })
+        .collect();
+    assert!(files.len() > 20, "run cases not found");
+    compare_all(&files, 1e-3);
+}
+
+#[test]
+fn every_example_prints_the_same_values_on_gpu_and_interp() {
+    if !gpu_here() {
+        return;
+    }
+    let tmp = std::env::temp_dir().join(format!("tfc-gpu-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let data = tmp.join("data");
+    if !data.exists() {
+        std::os::unix::fs::symlink(root().join("examples/data"), &data).unwrap();
+    }
+    let files: Vec<(PathBuf, String)> = tfl_files(&root().join("examples"))
+        .into_iter()
+        .map(|p| (tmp.join(p.file_name().unwrap()), shorten(&std::fs::read_to_string(&p).unwrap())))
+        .collect();
+    compare_all(&files, 1e-2);
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+/// The plan of `source` for the GPU.
+fn gpu_plan(source: &str) -> tfc::ir::Program {
+    let mut session = tfc::driver::Session::new();
+    let file = session.add_source("plan.tfl", source);
+    let opts = tfc::passes::Options { target: Backend::Gpu.target(), ..Default::default() };
+    session.compile(file, &opts).unwrap_or_else(|d| panic!("{:?}", d[0].message))
+}
+
+/// An MLP trained on random data (no files), printing its final weights'
+/// sum with every digit.
+fn mlp_program(epochs: usize) -> String {
+    format!(
+        r#"use std.nn.{{Dense}}
+use std.loss.softmax_cross_entropy
+use std.optim.adam
+model Mlp {{
+    l1 = Dense(16, 32, act = relu)
+    l2 = Dense(32, 4)
+    fn forward(x: f32[B, 16]) -> f32[B, 4] = x |> l1 |> l2
+}}
+let xs = normal([96, 16], seed = 1)
+let ys = cast(floor(uniform([96], seed = 2) * 4.0), i32)
+let net = Mlp(seed = 0)
+train net on from_tensors(xs, ys) |> batch(32) {{
+    loss(x, y) = softmax_cross_entropy(net(x), y)
+    optimizer = adam(lr = 1e-2)
+    epochs = {epochs}
+}}
+print(sum(net.l1.w))
+print(sum(net.l2.w))
+"#
+    )
+}
+
+#[test]
+fn an_mlp_training_step_runs_wholly_on_the_gpu() {
+    // Planning needs no GPU.
+    let program = gpu_plan(&mlp_program(1));
+    let units = &program.compiled.as_ref().unwrap().units;
+    let step = units.iter().find(|u| u.name.contains("step")).expect("a training step unit");
+    let computing = step.kernels.iter().filter(|k| k.kind != tfc::ir::compiled::KernelKind::Source);
+    for k in computing {
+        assert_eq!(k.device, Device::Gpu, "a step kernel is not on the GPU: {:?}", k.why_host);
+    }
+}
+
+#[test]
+fn the_gpu_gives_the_same_bits_on_every_run() {
+    if !gpu_here() {
+        return;
+    }
+    let dir = support::scratch("gpu-bits");
+    let source = mlp_program(3);
+    let first = support::run(&dir, &source, &["--device", "gpu"]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let second = support::run(&dir, &source, &["--device", "gpu"]);
+    assert_eq!(first.stdout, second.stdout);
+    let cpu = support::run(&dir, &source, &["--backend", "interp"]);
+    same_values(&first.stdout, &cpu.stdout).unwrap();
+}
+
+/// A convolution, which the GPU leaves to the host.
+const CONV: &str = r#"use std.nn.{Conv2d}
+let layer = Conv2d(1, 2, kernel = 3, seed = 0)
+let xs = normal([8, 6, 6, 1], seed = 1)
+print(evaluate(from_tensors(xs) |> batch(4), fn(x) = sum(layer(x))))
+"#;
+
+#[test]
+fn the_plan_says_which_kernels_stay_on_the_host_and_strict_refuses_them() {
+    let dir = support::scratch("gpu-strict");
+    support::put(&dir, "conv.tfl", CONV.as_bytes());
+    let args = ["build", "conv.tfl", "--emit", "plan", "--device", "gpu"].map(std::ffi::OsStr::new);
+    let plan = support::tfc(&dir, &args);
+    assert_eq!(plan.code, Some(0), "{}", plan.stderr);
+    assert!(plan.stdout.contains("on Gpu"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("on Host (no GPU kernel for `conv2d`"), "{}", plan.stdout);
+    if !gpu_here() {
+        return;
+    }
+    let strict = support::run(&dir, CONV, &["--device", "gpu", "--strict"]);
+    assert_eq!(strict.code, Some(1), "{}", strict.stderr);
+    assert!(strict.stderr.contains("would run on the host"), "{}", strict.stderr);
+    let relaxed = support::run(&dir, CONV, &["--device", "gpu"]);
+    let reference = support::run(&dir, CONV, &["--backend", "interp"]);
+    assert_eq!(relaxed.code, Some(0), "{}", relaxed.stderr);
+    same_values(&relaxed.stdout, &reference.stdout).unwrap();
+}
+
+#[test]
+fn without_a_vulkan_driver_gpu_fails_clearly_and_auto_runs_on_the_cpu() {
+    let dir = support::scratch("gpu-missing");
+    // The Vulkan loader finds no driver at all.
+    let no_driver = [("VK_ICD_FILENAMES", "/nonexistent.json"), ("VK_DRIVER_FILES", "/nonexistent.json")];
+    let program = "print(1 + 1)\n";
+    let gpu = support::run_with(&dir, program, &["--device", "gpu"], &no_driver);
+    assert_eq!(gpu.code, Some(1), "{}", gpu.stderr);
+    assert!(gpu.stderr.contains("no GPU to run on"), "{}", gpu.stderr);
+    assert!(!gpu.stderr.contains("panicked"), "{}", gpu.stderr);
+    let auto = support::run_with(&dir, program, &["--device", "auto"], &no_driver);
+    assert_eq!(auto.code, Some(0), "{}", auto.stderr);
+    assert!(auto.stderr.contains("running on the CPU"), "{}", auto.stderr);
+    assert_eq!(auto.stdout.trim(), "2");
+}

@@ -1,0 +1,131 @@
+//! Running whole programs on two backends and comparing what they print
+//! (tests/jit.rs: the CPU backend, tests/gpu.rs: the GPU backend, each
+//! against the reference interpreter).
+//!
+//! Tolerance: printed text must match token by token, except numbers, which
+//! agree when `|a - b| <= 1e-3 * max(|a|, |b|) + 1e-4` (printed values
+//! carry 4–6 significant digits; products sum in another order and
+//! `exp`/`log`/`tanh` are a few ulps from libm, so a training run drifts in
+//! the last printed digit at most).
+
+use std::path::{Path, PathBuf};
+use tfc::backend::BackendKind as Backend;
+use tfc::driver::Session;
+use tfc::runtime::exec::{execute, RunOptions};
+
+/// Prints of `source` (named `name`, so relative paths resolve beside it).
+pub fn run(name: &Path, source: &str, backend: Backend, optimize: bool) -> Result<String, String> {
+    let mut session = Session::new();
+    let file = session.add_source(&name.to_string_lossy(), source);
+    let mut opts = tfc::passes::Options { target: backend.target(), ..Default::default() };
+    if !optimize {
+        let keep: &[&str] = if backend != Backend::Interp { &["partition", "schedule", "memory_plan"] } else { &[] };
+        opts.disabled = tfc::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
+    }
+    let program = session.compile(file, &opts).map_err(|d| format!("{:?}", d[0].code))?;
+    let mut out = Vec::new();
+    let options = RunOptions { base_dir: session.base_dir(file), backend, ..RunOptions::default() };
+    let result = execute(&program, &mut out, options);
+    let text = String::from_utf8_lossy(&out).into_owned();
+    match result {
+        Ok(()) => Ok(text),
+        Err(d) => Err(format!("{text}\nerror {:?}: {}", d.code, d.message)),
+    }
+}
+
+/// Splits text into number and non-number tokens.
+pub fn tokens(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let chars: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let starts_number = c.is_ascii_digit() || (c == '-' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()));
+        if starts_number {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            let mut j = i + 1;
+            while j < chars.len() {
+                let d = chars[j];
+                let exp_sign = (d == '-' || d == '+') && matches!(chars[j - 1], 'e' | 'E');
+                if d.is_ascii_digit() || d == '.' || d == 'e' || d == 'E' || exp_sign {
+                    j += 1;
+                } else {
+                    break;
+                }
+            }
+            out.push(chars[i..j].iter().collect());
+            i = j;
+        } else {
+            cur.push(c);
+            i += 1;
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+pub fn same_values(jit: &str, interp: &str) -> Result<(), String> {
+    same_values_within(jit, interp, 1e-3)
+}
+
+/// `same_values` with numbers agreeing to `rel` relative (plus 1e-4).
+pub fn same_values_within(jit: &str, interp: &str, rel: f64) -> Result<(), String> {
+    let (a, b) = (tokens(jit), tokens(interp));
+    if a.len() != b.len() {
+        return Err(format!("different output shapes:\n--- jit\n{jit}\n--- interp\n{interp}"));
+    }
+    for (x, y) in a.iter().zip(&b) {
+        match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) => {
+                if !((p - q).abs() <= rel * p.abs().max(q.abs()) + 1e-4 || (p.is_nan() && q.is_nan())) {
+                    return Err(format!("{x} (jit) vs {y} (interp)\n--- jit\n{jit}\n--- interp\n{interp}"));
+                }
+            }
+            _ if x == y => {}
+            _ => return Err(format!("`{x}` (jit) vs `{y}` (interp)\n--- jit\n{jit}\n--- interp\n{interp}")),
+        }
+    }
+    Ok(())
+}
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn tfl_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "tfl"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Caps `epochs = N` at 2 and every `load_idx` source (MNIST) at its first
+/// 2000 elements, so the interpreter's side of the comparison stays short.
+pub fn shorten(source: &str) -> String {
+    let epochs = source
+        .lines()
+        .map(|l| match l.trim().strip_prefix("epochs = ").and_then(|n| n.parse::<usize>().ok()) {
+            Some(n) if n > 2 => l.replace(&format!("epochs = {n}"), "epochs = 2"),
+            _ => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = String::new();
+    let mut rest = epochs.as_str();
+    while let Some(at) = rest.find("load_idx(") {
+        let close = at + rest[at..].find(')').expect("a load_idx call closes on its line");
+        out.push_str(&rest[..=close]);
+        out.push_str(" |> take(2000)");
+        rest = &rest[close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
