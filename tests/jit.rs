@@ -14,7 +14,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use support::backends::{root, run, same_values, shorten, tfl_files};
 use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
