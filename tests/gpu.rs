@@ -198,3 +198,27 @@ fn without_a_vulkan_driver_gpu_fails_clearly_and_auto_runs_on_the_cpu() {
     assert!(auto.stderr.contains("running on the CPU"), "{}", auto.stderr);
     assert_eq!(auto.stdout.trim(), "2");
 }
+
+/// What `tfc build --emit wgsl` prints for a dense layer's inference with
+/// a bias and a weighted sum: the product's tiles, its fused epilogue
+/// (bias, ReLU, the weights along the columns) and the sum, each value at
+/// its words in `io` or `vals` (the snapshot is the shaders' documentation;
+/// read any change).
+#[test]
+fn emit_wgsl_shows_the_shaders_of_each_gpu_kernel() {
+    let dir = support::scratch("gpu-emit");
+    let program = r#"let w = normal([4, 3], seed = 3)
+let b = normal([3], seed = 4)
+let xs = normal([8, 4], seed = 1)
+print(evaluate(from_tensors(xs) |> batch(8), fn(x) = sum(relu(x @ w + b) * cast(arange(3), f32))))
+"#;
+    support::put(&dir, "dense.tfl", program.as_bytes());
+    let listing = support::tfc(&dir, &["build", "dense.tfl", "--emit", "wgsl"].map(std::ffi::OsStr::new));
+    assert_eq!(listing.code, Some(0), "{}", listing.stderr);
+    insta::assert_snapshot!(listing.stdout);
+    if gpu_here() {
+        let gpu = support::run(&dir, program, &["--device", "gpu"]);
+        let interp = support::run(&dir, program, &["--backend", "interp"]);
+        same_values(&gpu.stdout, &interp.stdout).unwrap();
+    }
+}

@@ -26,6 +26,8 @@ pub enum Emit {
     Clif,
     /// The x64 machine code Cranelift emits for every such kernel.
     Asm,
+    /// The WGSL compute shaders of every kernel the GPU runs (plans for `--device gpu`).
+    Wgsl,
     /// An `export fn` as an ONNX model (runs the program first for its weights; needs `-o`).
     Onnx,
     /// The `export fn`s as a C library: `-o DIR/NAME` writes NAME.o and NAME.h (runs the program first).
@@ -71,9 +73,10 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         ]);
     }
     // Planned for the CPU unless `--device gpu` (planning needs no GPU).
+    let gpu_wanted = args.device == Some(super::DeviceArg::Gpu) || args.emit == Some(Emit::Wgsl);
     let target = match args.device {
         #[cfg(feature = "gpu")]
-        Some(super::DeviceArg::Gpu) => crate::backend::BackendKind::Gpu.target(),
+        _ if gpu_wanted => crate::backend::BackendKind::Gpu.target(),
         #[cfg(not(feature = "gpu"))]
         Some(super::DeviceArg::Gpu) => {
             return Err(vec![super::backend_for(args.device, crate::backend::BackendKind::Jit)
@@ -126,6 +129,8 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
                     .help("`--emit clif` and `--emit asm` need the optimizer's kernels; drop `-O0`")]
             })?
         }
+        #[cfg(feature = "gpu")]
+        (false, Some(Emit::Wgsl)) => crate::backend::gpu::kernels::listing(&program),
         (false, _) => summary(&program, &args.file, total),
     };
     write(args.output.as_deref(), &text)

@@ -61,7 +61,7 @@ pub fn shaders(
         false => place(n),
     };
     let part = |p: &Part| -> Result<Shader, (String, NodeId)> {
-        let label = format!("{:?} of k{}", p.role, first.index());
+        let label = format!("{:?} of {}", p.role, g.node(first).op.name()).to_lowercase();
         let spec = p.spec.as_ref().ok_or_else(|| refuse(p.nodes.first().copied().unwrap_or(first)))?;
         elementwise::shader(spec, &place, &label).ok_or_else(|| refuse(p.nodes.first().copied().unwrap_or(first)))
     };
@@ -117,4 +117,73 @@ fn anchor_shader(
         }
         _ => None,
     }
+}
+
+/// Every shader of every GPU kernel of `program`'s regions, unit by unit
+/// (`tfc build --emit wgsl`): the shaders the unit would compile, with each
+/// value placed in order of first use (a unit's inputs and the values it
+/// reads from outside in `io`, what it computes in `vals`); the words a
+/// prepared unit uses differ only in those offsets.
+pub fn listing(program: &crate::ir::Program) -> String {
+    use super::wgsl::Buf;
+    use std::cell::RefCell;
+    use std::collections::{HashMap, HashSet};
+    use std::fmt::Write;
+    let g = &program.graph;
+    let mut out = String::new();
+    let units = program.compiled.iter().flat_map(|c| &c.units).filter(|u| u.region.is_some());
+    for unit in units {
+        let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let placed: RefCell<(HashMap<NodeId, Place>, [u32; 2])> = RefCell::new((HashMap::new(), [0, 0]));
+        let place = |n: NodeId| {
+            let mut placed = placed.borrow_mut();
+            let (known, next) = &mut *placed;
+            if let Some(p) = known.get(&n) {
+                return Some(*p);
+            }
+            let outside = !in_unit.contains(&n) || matches!(g.node(n).op, crate::ir::Op::Slot { .. });
+            let (buf, at) = if outside { (Buf::Io, 0) } else { (Buf::Vals, 1) };
+            let p = Place { buf, word: next[at] };
+            next[at] += g.node(n).ty.numel().max(1) as u32;
+            known.insert(n, p);
+            Some(p)
+        };
+        let _ = writeln!(out, "// unit {}", unit.name);
+        let order: Vec<usize> =
+            if unit.order.is_empty() { (0..unit.kernels.len()).collect() } else { unit.order.clone() };
+        for k in order {
+            let kernel = &unit.kernels[k];
+            if kernel.device != crate::ir::compiled::Device::Gpu {
+                continue;
+            }
+            // What the kernel stores is placed first, in its order.
+            stored(kernel).into_iter().for_each(|n| {
+                place(n);
+            });
+            match shaders(g, kernel, &place) {
+                Ok(list) => {
+                    for s in list {
+                        let _ = writeln!(
+                            out,
+                            "// k{k}: {} ({} x {} x {} workgroups)\n{}",
+                            s.label,
+                            s.groups[0],
+                            s.groups[1],
+                            s.groups[2],
+                            body(&s.source)
+                        );
+                    }
+                }
+                Err((why, _)) => {
+                    let _ = writeln!(out, "// k{k}: {why}");
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A shader without the prelude every shader shares (`wgsl::PRELUDE`).
+fn body(source: &str) -> &str {
+    source.strip_prefix(super::wgsl::PRELUDE).unwrap_or(source)
 }

@@ -47,23 +47,34 @@ pub fn matmul(
     let a_at = a.at(&format!("bz * {a_batch}u + row * {k}u + ka"));
     let b_at = b.at(&format!("bz * {b_batch}u + kb * {n}u + col"));
     let c_at = c.at(&format!("bz * {}u + row * {n}u + col", m * n));
-    let source = format!(
-        "{PRELUDE}var<workgroup> ta: array<f32, {area}>;\nvar<workgroup> tb: array<f32, {area}>;\n\
-@compute @workgroup_size({TILE}, {TILE})\n\
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {{\n\
-  let row = wg.y * {TILE}u + l.y;\n  let col = wg.x * {TILE}u + l.x;\n  let bz = wg.z;\n  var acc = 0.0;\n\
-  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{\n\
-    let ka = t + l.x;\n    var x = 0.0;\n    if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}\n\
-    ta[l.y * {TILE}u + l.x] = x;\n\
-    let kb = t + l.y;\n    var y = 0.0;\n    if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}\n\
-    tb[l.y * {TILE}u + l.x] = y;\n\
-    workgroupBarrier();\n\
-    let last = min({TILE}u, {k}u - t);\n\
-    for (var q = 0u; q < last; q = q + 1u) {{ acc = acc + ta[l.y * {TILE}u + q] * tb[q * {TILE}u + l.x]; }}\n\
-    workgroupBarrier();\n  }}\n\
-  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>(acc); }}\n}}\n",
-        area = TILE * TILE
-    );
+    let area = TILE * TILE;
+    let lines = [
+        format!("var<workgroup> ta: array<f32, {area}>;"),
+        format!("var<workgroup> tb: array<f32, {area}>;"),
+        format!("@compute @workgroup_size({TILE}, {TILE})"),
+        "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {".into(),
+        format!("  let row = wg.y * {TILE}u + l.y;"),
+        format!("  let col = wg.x * {TILE}u + l.x;"),
+        "  let bz = wg.z;".into(),
+        "  var acc = 0.0;".into(),
+        format!("  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{"),
+        "    let ka = t + l.x;".into(),
+        "    var x = 0.0;".into(),
+        format!("    if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}"),
+        format!("    ta[l.y * {TILE}u + l.x] = x;"),
+        "    let kb = t + l.y;".into(),
+        "    var y = 0.0;".into(),
+        format!("    if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}"),
+        format!("    tb[l.y * {TILE}u + l.x] = y;"),
+        "    workgroupBarrier();".into(),
+        format!("    let last = min({TILE}u, {k}u - t);"),
+        format!("    for (var q = 0u; q < last; q = q + 1u) {{ acc = acc + ta[l.y * {TILE}u + q] * tb[q * {TILE}u + l.x]; }}"),
+        "    workgroupBarrier();".into(),
+        "  }".into(),
+        format!("  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>(acc); }}"),
+        "}".into(),
+    ];
+    let source = format!("{PRELUDE}{}\n", lines.join("\n"));
     let groups = [n.div_ceil(TILE).max(1) as u32, m.div_ceil(TILE).max(1) as u32, batch.max(1) as u32];
     Some(Shader { label: label.to_string(), source, groups })
 }
