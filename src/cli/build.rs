@@ -78,10 +78,9 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         #[cfg(feature = "gpu")]
         _ if gpu_wanted => crate::backend::BackendKind::Gpu.target(),
         #[cfg(not(feature = "gpu"))]
-        Some(super::DeviceArg::Gpu) => {
-            return Err(vec![super::backend_for(args.device, crate::backend::BackendKind::Jit)
-                .err()
-                .unwrap_or_else(|| Diagnostic::internal("no GPU backend"))])
+        _ if gpu_wanted => {
+            let gpu = super::backend_for(Some(super::DeviceArg::Gpu), crate::backend::BackendKind::Jit);
+            return Err(vec![gpu.err().unwrap_or_else(|| Diagnostic::internal("no GPU backend"))]);
         }
         _ => crate::backend::BackendKind::Jit.target(),
     };
