@@ -331,3 +331,23 @@ fn a_long_flat_chain_of_operators_runs_and_one_past_the_limit_is_e0102() {
     let err = stderr(&o);
     assert!(err.contains("E0102") && err.contains(&format!("limit {limit} binary operators")), "{err}");
 }
+
+/// A build without feature `gpu` says how to get the GPU backend, for
+/// `--device gpu` and `--emit wgsl`, and `--device auto` runs on the CPU.
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn a_build_without_the_gpu_backend_says_how_to_get_it() {
+    let file = scratch("no-gpu.tfl", b"print(1 + 1)\n");
+    let path = file.to_str().unwrap();
+    for args in [vec!["run", path, "--device", "gpu"], vec!["build", path, "--emit", "wgsl"]] {
+        let o = tfc(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains("built without the GPU backend"), "{}", stderr(&o));
+        assert!(stderr(&o).contains("--features gpu"), "{}", stderr(&o));
+        assert_no_panic(&o);
+    }
+    let auto = tfc(&["run", path, "--device", "auto"]);
+    assert_eq!(auto.status.code(), Some(0), "{}", stderr(&auto));
+    assert_eq!(String::from_utf8_lossy(&auto.stdout).trim(), "2");
+    assert!(stderr(&auto).contains("running on the CPU"), "{}", stderr(&auto));
+}
