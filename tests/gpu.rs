@@ -21,7 +21,7 @@
 mod support;
 
 use std::path::PathBuf;
-use support::backends::{root, run, same_values, same_values_within, shorten, tfl_files};
+use support::backends::{compare_all, root, same_values, shorten, tfl_files};
 use tfc::backend::BackendKind as Backend;
 use tfc::ir::compiled::Device;
 
@@ -42,23 +42,6 @@ fn gpu_here() -> bool {
     }
 }
 
-fn compare_all(files: &[(PathBuf, String)], rel: f64) {
-    let mut failures = Vec::new();
-    for (path, source) in files {
-        let interp = run(path, source, Backend::Interp, true);
-        let gpu = run(path, source, Backend::Gpu, true);
-        let verdict = match (&gpu, &interp) {
-            (Ok(a), Ok(b)) => same_values_within(a, b, rel),
-            (Err(a), Err(b)) => same_values_within(a, b, rel),
-            (a, b) => Err(format!("gpu: {a:?}\ninterp: {b:?}")),
-        };
-        if let Err(why) = verdict {
-            failures.push(format!("=== {}: {why}", path.display()));
-        }
-    }
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
-}
-
 #[test]
 fn every_run_case_prints_the_same_values_on_gpu_and_interp() {
     if !gpu_here() {
@@ -72,7 +55,7 @@ fn every_run_case_prints_the_same_values_on_gpu_and_interp() {
         })
         .collect();
     assert!(files.len() > 20, "run cases not found");
-    compare_all(&files, 1e-3);
+    compare_all(&files, Backend::Gpu, false, 1e-3);
 }
 
 #[test]
@@ -90,7 +73,7 @@ fn every_example_prints_the_same_values_on_gpu_and_interp() {
         .into_iter()
         .map(|p| (tmp.join(p.file_name().unwrap()), shorten(&std::fs::read_to_string(&p).unwrap())))
         .collect();
-    compare_all(&files, 1e-2);
+    compare_all(&files, Backend::Gpu, false, 1e-2);
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

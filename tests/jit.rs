@@ -15,29 +15,10 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use support::backends::{root, run, same_values, shorten, tfl_files};
+use support::backends::{compare_all, root, run, same_values, shorten, tfl_files};
 use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
 use tfc::runtime::exec::{execute, RunOptions};
-
-fn compare_all(files: &[(PathBuf, String)]) {
-    let mut failures = Vec::new();
-    for (path, source) in files {
-        let interp = run(path, source, Backend::Interp, true);
-        for optimize in [true, false] {
-            let jit = run(path, source, Backend::Jit, optimize);
-            let verdict = match (&jit, &interp) {
-                (Ok(a), Ok(b)) => same_values(a, b),
-                (Err(a), Err(b)) => same_values(a, b),
-                (a, b) => Err(format!("jit: {a:?}\ninterp: {b:?}")),
-            };
-            if let Err(why) = verdict {
-                failures.push(format!("=== {} (optimized: {optimize}): {why}", path.display()));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
-}
 
 #[test]
 fn every_run_case_prints_the_same_values_on_jit_and_interp() {
@@ -49,7 +30,7 @@ fn every_run_case_prints_the_same_values_on_jit_and_interp() {
         })
         .collect();
     assert!(files.len() > 20, "run cases not found");
-    compare_all(&files);
+    compare_all(&files, Backend::Jit, true, 1e-3);
 }
 
 #[test]
@@ -69,7 +50,7 @@ fn every_example_prints_the_same_values_on_jit_and_interp() {
             files.push((scratch.join(p.file_name().unwrap()), source));
         }
     }
-    compare_all(&files);
+    compare_all(&files, Backend::Jit, true, 1e-3);
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

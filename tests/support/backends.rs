@@ -129,3 +129,25 @@ pub fn shorten(source: &str) -> String {
     out.push_str(rest);
     out
 }
+
+/// Runs every file on `backend` (optimized, and also at `-O0` with
+/// `unoptimized`) and on the interpreter, and fails listing every program
+/// whose prints differ beyond `rel` (`same_values_within`).
+pub fn compare_all(files: &[(PathBuf, String)], backend: Backend, unoptimized: bool, rel: f64) {
+    let mut failures = Vec::new();
+    for (path, source) in files {
+        let interp = run(path, source, Backend::Interp, true);
+        for optimize in [true, false].into_iter().filter(|&o| o || unoptimized) {
+            let compiled = run(path, source, backend, optimize);
+            let verdict = match (&compiled, &interp) {
+                (Ok(a), Ok(b)) => same_values_within(a, b, rel),
+                (Err(a), Err(b)) => same_values_within(a, b, rel),
+                (a, b) => Err(format!("{}: {a:?}\ninterp: {b:?}", backend.name())),
+            };
+            if let Err(why) = verdict {
+                failures.push(format!("=== {} (optimized: {optimize}): {why}", path.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
+}
