@@ -15,7 +15,7 @@
 //! prologue is two shaders: the prologue's loop writing `exp(x - m)`, and
 //! the sum of its rows.
 
-use super::wgsl::{anchors, elementwise, Place, Shader};
+use super::wgsl::{anchors, conv, elementwise, Place, Shader};
 use crate::ir::compiled::{Kernel, KernelKind};
 use crate::ir::kernel_desc::{AnchorOp, Part};
 use crate::ir::{DType, Graph, NodeId};
@@ -114,6 +114,53 @@ fn anchor_shader(
         }
         AnchorOp::Transpose { shape, perm } if on_device(dtype) => {
             anchors::transpose(shape, perm, [operand(0)?, out], &label)
+        }
+        AnchorOp::Slice { shape, start, step, len } if on_device(dtype) => {
+            anchors::slice(shape, start, step, len, [operand(0)?, out], &label)
+        }
+        AnchorOp::Pad { shape, low, high, value } if on_device(dtype) => {
+            let fill = match dtype {
+                DType::F32 => (*value as f32).to_bits(),
+                DType::I32 => (*value as i32) as u32,
+                _ => u32::from(*value != 0.0),
+            };
+            anchors::pad(shape, low, high, fill, [operand(0)?, out], &label)
+        }
+        AnchorOp::Concat { shapes, axis } if on_device(dtype) => {
+            let parts = (0..shapes.len()).map(operand).collect::<Option<Vec<_>>>()?;
+            anchors::concat(shapes, *axis, &parts, out, &label)
+        }
+        AnchorOp::Conv { pass, input, filter, output, stride, padding, dilation, groups } if dtype == DType::F32 => {
+            let c = conv::Conv {
+                pass: *pass,
+                input: *input,
+                filter: *filter,
+                output: *output,
+                stride: *stride,
+                padding: *padding,
+                dilation: *dilation,
+                groups: *groups,
+            };
+            conv::conv(&c, [operand(0)?, operand(1)?, out], &label)
+        }
+        AnchorOp::Pool { grad, kind, input, size, stride, padding } if dtype == DType::F32 => {
+            // The pooled size, from the forward result's shape (a gradient
+            // reads it as its second operand).
+            let pooled = match grad {
+                false => g.node(node).ty.shape.clone(),
+                true => g.node(*inputs.get(1)?).ty.shape.clone(),
+            };
+            let q = conv::Pool {
+                grad: *grad,
+                kind: *kind,
+                input: *input,
+                output: [*pooled.get(1)?, *pooled.get(2)?],
+                size: *size,
+                stride: *stride,
+                padding: *padding,
+            };
+            let gy = if *grad { Some(operand(1)?) } else { None };
+            conv::pool(&q, operand(0)?, gy, out, &label)
         }
         _ => None,
     }

@@ -153,3 +153,96 @@ pub fn copy(words: usize, [from, to]: [Place; 2], label: &str) -> Shader {
     let source = format!("{PRELUDE}{}  {} = {};\n}}\n", element_entry(words), to.at("i"), from.at("i"));
     Shader { label: label.to_string(), source, groups: element_groups(words) }
 }
+
+/// Which input element an output element of a layout op reads: WGSL that
+/// sets `at` (and, for `pad` and `concat`, which value) from the output
+/// coordinates `c0, c1, …` of the flat index `i` in `out_shape`.
+fn coordinates(out_shape: &[usize]) -> String {
+    let mut s = String::from("  var r = i;\n");
+    for d in (0..out_shape.len()).rev() {
+        let size = out_shape[d].max(1);
+        let _ = writeln!(s, "  let c{d} = r % {size}u; r = r / {size}u;");
+    }
+    s
+}
+
+/// `x[start + k * step]` of a one-word-per-element value of `shape`, for
+/// output coordinates `k` over `len` (a step may be negative).
+pub fn slice(
+    shape: &[usize],
+    start: &[usize],
+    step: &[i64],
+    len: &[usize],
+    [x, out]: [Place; 2],
+    label: &str,
+) -> Option<Shader> {
+    let s = strides(shape);
+    let n: usize = len.iter().product();
+    let mut body = element_entry(n);
+    body.push_str(&coordinates(len));
+    let terms: Vec<String> = (0..shape.len())
+        .map(|d| {
+            let (from, by) = (i32::try_from(start[d]).ok()?, i32::try_from(step[d]).ok()?);
+            Some(format!("u32({from} + i32(c{d}) * {by}) * {}u", s[d]))
+        })
+        .collect::<Option<_>>()?;
+    let at = if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") };
+    let _ = writeln!(body, "  {} = {};\n}}", out.at("i"), x.at(&at));
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+}
+
+/// `x` of `shape` padded by `low` and `high` with the word `fill`.
+pub fn pad(
+    shape: &[usize],
+    low: &[usize],
+    high: &[usize],
+    fill: u32,
+    [x, out]: [Place; 2],
+    label: &str,
+) -> Option<Shader> {
+    let s = strides(shape);
+    let out_shape: Vec<usize> = (0..shape.len()).map(|d| shape[d] + low[d] + high[d]).collect();
+    let n: usize = out_shape.iter().product();
+    let mut body = element_entry(n);
+    body.push_str(&coordinates(&out_shape));
+    let _ = writeln!(body, "  var inside = true;\n  var at = 0u;");
+    for d in 0..shape.len() {
+        let _ = writeln!(
+            body,
+            "  if (c{d} < {}u || c{d} >= {}u) {{ inside = false; }} else {{ at = at + (c{d} - {}u) * {}u; }}",
+            low[d],
+            low[d] + shape[d],
+            low[d],
+            s[d]
+        );
+    }
+    let _ = writeln!(body, "  var v = {fill}u;\n  if (inside) {{ v = {}; }}\n  {} = v;\n}}", x.at("at"), out.at("i"));
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+}
+
+/// The values `parts` (of `shapes`) joined along `axis`.
+pub fn concat(shapes: &[Vec<usize>], axis: usize, parts: &[Place], out: Place, label: &str) -> Option<Shader> {
+    let first = shapes.first()?;
+    let mut out_shape = first.clone();
+    *out_shape.get_mut(axis)? = shapes.iter().map(|s| s.get(axis).copied().unwrap_or(0)).sum();
+    let n: usize = out_shape.iter().product();
+    let mut body = element_entry(n);
+    body.push_str(&coordinates(&out_shape));
+    let mut offset = 0;
+    for (k, (shape, part)) in shapes.iter().zip(parts).enumerate() {
+        let s = strides(shape);
+        let at: Vec<String> = (0..shape.len())
+            .map(|d| match d == axis {
+                true => format!("(c{d} - {offset}u) * {}u", s[d]),
+                false => format!("c{d} * {}u", s[d]),
+            })
+            .collect();
+        let at = if at.is_empty() { "0u".to_string() } else { at.join(" + ") };
+        let end = offset + shape[axis];
+        let keyword = if k == 0 { "if" } else { "else if" };
+        let _ = writeln!(body, "  {keyword} (c{axis} < {end}u) {{ {} = {}; }}", out.at("i"), part.at(&at));
+        offset = end;
+    }
+    body.push_str("}\n");
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+}

@@ -17,13 +17,15 @@
 //! (`super::target`), so the plan says so before anything runs.
 //!
 //! Layout: `elementwise` (a `Spec`'s loop nest), `anchors` (products,
-//! reductions, argmax, transposes, copies).
+//! reductions, argmax, transposes, slices, pads, concatenations, copies),
+//! `conv` (convolutions and pooling, with their gradients).
 //!
 //! Example: the epilogue `relu(p + b)` of a `64x784 @ 784x256` product is
 //! one shader of 16384 threads loading `p` from `vals` and `b` (a splat
 //! along the rows) from `io`, and storing `bitcast<u32>(max)` to `vals`.
 
 pub mod anchors;
+pub mod conv;
 pub mod elementwise;
 
 /// Which buffer of the unit holds a value.
