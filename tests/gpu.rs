@@ -174,30 +174,28 @@ fn the_gpu_gives_the_same_bits_on_every_run() {
     same_values(&first.stdout, &cpu.stdout).unwrap();
 }
 
-/// A gather (an embedding lookup), which the GPU leaves to the host: an
-/// index out of range is an error the interpreter reports.
-const GATHER: &str = r#"let table = normal([10, 3], seed = 0)
-let ids = cast(floor(uniform([8, 2], seed = 1) * 10.0), i32)
-print(evaluate(from_tensors(ids) |> batch(4), fn(i) = sum(relu(gather(table, i)))))
+/// Arithmetic in f64, which the GPU leaves to the host (WGSL has no f64).
+const F64: &str = r#"let xs = normal([8, 3], seed = 1)
+print(evaluate(from_tensors(xs) |> batch(4), fn(x) = cast(sum(exp(cast(x, f64)) * 2.0), f32)))
 "#;
 
 #[test]
 fn the_plan_says_which_kernels_stay_on_the_host_and_strict_refuses_them() {
     let dir = support::scratch("gpu-strict");
-    support::put(&dir, "gather.tfl", GATHER.as_bytes());
-    let args = ["build", "gather.tfl", "--emit", "plan", "--device", "gpu"].map(std::ffi::OsStr::new);
+    support::put(&dir, "f64.tfl", F64.as_bytes());
+    let args = ["build", "f64.tfl", "--emit", "plan", "--device", "gpu"].map(std::ffi::OsStr::new);
     let plan = support::tfc(&dir, &args);
     assert_eq!(plan.code, Some(0), "{}", plan.stderr);
     assert!(plan.stdout.contains("on Gpu"), "{}", plan.stdout);
-    assert!(plan.stdout.contains("on Host (no GPU kernel for `gather`"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("on Host (no GPU kernel for `reduce_sum` on f64"), "{}", plan.stdout);
     if !gpu_here() {
         return;
     }
-    let strict = support::run(&dir, GATHER, &["--device", "gpu", "--strict"]);
+    let strict = support::run(&dir, F64, &["--device", "gpu", "--strict"]);
     assert_eq!(strict.code, Some(1), "{}", strict.stderr);
     assert!(strict.stderr.contains("would run on the host"), "{}", strict.stderr);
-    let relaxed = support::run(&dir, GATHER, &["--device", "gpu"]);
-    let reference = support::run(&dir, GATHER, &["--backend", "interp"]);
+    let relaxed = support::run(&dir, F64, &["--device", "gpu"]);
+    let reference = support::run(&dir, F64, &["--backend", "interp"]);
     assert_eq!(relaxed.code, Some(0), "{}", relaxed.stderr);
     same_values(&relaxed.stdout, &reference.stdout).unwrap();
 }
@@ -239,5 +237,30 @@ print(evaluate(from_tensors(xs) |> batch(8), fn(x) = sum(relu(x @ w + b) * cast(
         let gpu = support::run(&dir, program, &["--device", "gpu"]);
         let interp = support::run(&dir, program, &["--backend", "interp"]);
         same_values(&gpu.stdout, &interp.stdout).unwrap();
+    }
+}
+
+/// An embedding lookup: on the GPU, and an index out of range is the
+/// interpreter's error (its shader flags it, the unit asks the interpreter).
+#[test]
+fn gathers_run_on_the_gpu_and_a_bad_index_is_the_interpreters_error() {
+    let program = |scale: &str| {
+        format!(
+            "let table = normal([10, 3], seed = 0)\nlet ids = cast(floor(uniform([8, 2], seed = 1) * {scale}), i32)\nprint(evaluate(from_tensors(ids) |> batch(4), fn(i) = sum(relu(gather(table, i)))))\n"
+        )
+    };
+    let plan = gpu_plan(&program("10.0"));
+    let kernels = plan.compiled.as_ref().unwrap().units.iter().flat_map(|u| &u.kernels);
+    assert!(kernels.filter(|k| k.kind == tfc::ir::compiled::KernelKind::Layout).all(|k| k.device == Device::Gpu));
+    if !gpu_here() {
+        return;
+    }
+    let dir = support::scratch("gpu-gather");
+    for scale in ["10.0", "12.0"] {
+        let gpu = support::run(&dir, &program(scale), &["--device", "gpu"]);
+        let interp = support::run(&dir, &program(scale), &["--backend", "interp"]);
+        assert_eq!(gpu.code, interp.code, "{}\n{}", gpu.stderr, interp.stderr);
+        assert_eq!(gpu.stdout, interp.stdout);
+        assert_eq!(gpu.stderr, interp.stderr);
     }
 }

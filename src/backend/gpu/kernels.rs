@@ -25,6 +25,14 @@ pub fn on_device(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::I32 | DType::Bool)
 }
 
+/// The anchor of `kernel` when it checks its indices (a gather or a
+/// scatter-add): its result gets one more word, the error flag its shader
+/// sets for an index out of range.
+pub fn checked(kernel: &Kernel) -> Option<NodeId> {
+    let anchor = kernel.desc.anchor.as_ref()?;
+    matches!(anchor.op, AnchorOp::Gather { .. } | AnchorOp::ScatterAdd { .. }).then_some(anchor.node)
+}
+
 /// The values of `kernel` that get a place: its outputs, its anchor's
 /// result and what each of its parts writes.
 pub fn stored(kernel: &Kernel) -> Vec<NodeId> {
@@ -93,6 +101,8 @@ fn anchor_shader(
     let inputs = g.inputs(node);
     let label = format!("{} {}", g.node(node).op.name(), g.node(node).ty);
     let operand = |i: usize| place(*inputs.get(i)?);
+    let value_type = |i: usize| inputs.get(i).map(|&n| g.node(n).ty.dtype);
+    let index_type = |i: usize| value_type(i) == Some(DType::I32);
     let out = place(node)?;
     match op {
         AnchorOp::MatMul { batch, m, k, n } if dtype == DType::F32 => {
@@ -129,6 +139,15 @@ fn anchor_shader(
         AnchorOp::Concat { shapes, axis } if on_device(dtype) => {
             let parts = (0..shapes.len()).map(operand).collect::<Option<Vec<_>>>()?;
             anchors::concat(shapes, *axis, &parts, out, &label)
+        }
+        AnchorOp::Gather { table, indices, axis } if on_device(dtype) && index_type(1) => {
+            anchors::gather(table, *axis, indices.iter().product(), [operand(0)?, operand(1)?, out], &label)
+        }
+        AnchorOp::ScatterAdd { indices, updates, axis, dim } if index_type(0) && value_type(1) == Some(DType::F32) => {
+            let outer = updates.get(..*axis)?.iter().product();
+            let inner = updates.get(axis + indices.len()..)?.iter().product();
+            let count = indices.iter().product();
+            anchors::scatter_add([outer, *dim, inner], count, [operand(0)?, operand(1)?, out], &label)
         }
         AnchorOp::Conv { pass, input, filter, output, stride, padding, dilation, groups } if dtype == DType::F32 => {
             let c = conv::Conv {
@@ -181,6 +200,7 @@ pub fn listing(program: &crate::ir::Program) -> String {
     let units = program.compiled.iter().flat_map(|c| &c.units).filter(|u| u.region.is_some());
     for unit in units {
         let in_unit: HashSet<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+        let checks: Vec<NodeId> = unit.kernels.iter().filter_map(checked).collect();
         let placed: RefCell<(HashMap<NodeId, Place>, [u32; 2])> = RefCell::new((HashMap::new(), [0, 0]));
         let place = |n: NodeId| {
             let mut placed = placed.borrow_mut();
@@ -191,7 +211,9 @@ pub fn listing(program: &crate::ir::Program) -> String {
             let outside = !in_unit.contains(&n) || matches!(g.node(n).op, crate::ir::Op::Slot { .. });
             let (buf, at) = if outside { (Buf::Io, 0) } else { (Buf::Vals, 1) };
             let p = Place { buf, word: next[at] };
-            next[at] += g.node(n).ty.numel().max(1) as u32;
+            // A checked anchor's error flag follows its value.
+            let flag = u32::from(checks.contains(&n));
+            next[at] += g.node(n).ty.numel().max(1) as u32 + flag;
             known.insert(n, p);
             Some(p)
         };

@@ -22,7 +22,7 @@
 //! batch and one read-back of the loss.
 
 use super::device::{gpu, Gpu};
-use super::kernels::{on_device, shaders, stored};
+use super::kernels::{checked, on_device, shaders, stored};
 use super::wgsl::{anchors, Buf, Place, Shader};
 use crate::backend::{StepCounts, StepTime};
 use crate::diag::{Diagnostic, Span};
@@ -53,6 +53,9 @@ pub struct GpuUnit {
     /// inputs' words (through scratch, so that any permutation is safe).
     carry: Vec<Arc<wgpu::ComputePipeline>>,
     carry_shaders: Vec<Shader>,
+    /// The kernels that check their indices: each one's error flag, and
+    /// its anchor to evaluate on the host for the interpreter's error.
+    checks: Vec<(Place, HostNode)>,
     state: Mutex<State>,
     counts: StepCounts,
     profiling: AtomicBool,
@@ -200,6 +203,7 @@ impl GpuUnit {
             }
         }
         // Every kernel's stored values.
+        let mut checks = Vec::new();
         let order: Vec<usize> =
             if unit.order.is_empty() { (0..unit.kernels.len()).collect() } else { unit.order.clone() };
         for &k in &order {
@@ -209,12 +213,25 @@ impl GpuUnit {
             }
             let on_host = kernel.device == Device::Host;
             let values = if on_host { kernel.outputs.clone() } else { stored(kernel) };
+            let check = if on_host { None } else { checked(kernel) };
             for n in values {
                 let ty = &g.node(n).ty;
+                let flag = usize::from(check == Some(n));
                 let home = match on_device(ty.dtype) {
-                    true => Home::Device(vals.take(ty.numel())?),
+                    true => Home::Device(vals.take(ty.numel() + flag)?),
                     false => Home::HostComputed,
                 };
+                if let (1, Home::Device(place)) = (flag, &home) {
+                    let node = g.node(n);
+                    let host = HostNode {
+                        node: n,
+                        op: node.op.clone(),
+                        ty: node.ty.clone(),
+                        span: node.span,
+                        args: g.inputs(n),
+                    };
+                    checks.push((Place { buf: place.buf, word: place.word + ty.numel() as u32 }, host));
+                }
                 homes.entry(n).or_insert(home);
             }
         }
@@ -334,6 +351,7 @@ impl GpuUnit {
             carried,
             carry,
             carry_shaders,
+            checks,
             state: Mutex::new(State::default()),
             counts,
             profiling: AtomicBool::new(false),
@@ -455,6 +473,9 @@ impl GpuUnit {
                 }
             }
         }
+        for (flag, _) in &self.checks {
+            self.gpu.queue.write_buffer(self.buffer(flag.buf), flag.word as u64 * 4, &[0; 4]);
+        }
         let profiling = self.profiling.load(Ordering::Relaxed);
         let mut pending: Vec<(&wgpu::ComputePipeline, [u32; 3])> = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
@@ -470,6 +491,7 @@ impl GpuUnit {
                 }
                 Step::Host { nodes, .. } => {
                     self.dispatch(&std::mem::take(&mut pending));
+                    self.check_indices()?;
                     self.run_host(nodes, &mut host)?;
                 }
             }
@@ -491,14 +513,20 @@ impl GpuUnit {
             }
         }
         let mut device_values = match pending.is_empty() {
-            true => self.download(&from_device)?,
+            true => {
+                self.check_indices()?;
+                self.download(&from_device)?
+            }
             false if self.carry.is_empty() => {
                 self.dispatch(&pending);
+                self.check_indices()?;
                 self.download(&from_device)?
             }
             false => {
                 let before = &pending[..pending.len() - self.carry.len()];
                 self.dispatch(before);
+                // A bad index stops the step before its updates land.
+                self.check_indices()?;
                 let values = self.download(&from_device)?;
                 self.dispatch(&pending[pending.len() - self.carry.len()..]);
                 values
@@ -533,6 +561,35 @@ impl GpuUnit {
             out.push(value);
         }
         Ok(out)
+    }
+
+    /// Fails with the interpreter's error when a gather or scatter-add met
+    /// an index out of range (its flag is set): the first such kernel's
+    /// operands, read back, evaluated on the host.
+    fn check_indices(&self) -> Result<(), Diagnostic> {
+        if self.checks.is_empty() {
+            return Ok(());
+        }
+        let flag_type = TensorType::scalar(DType::I32);
+        let flags: Vec<(Place, &TensorType)> = self.checks.iter().map(|(p, _)| (*p, &flag_type)).collect();
+        let set = self.download(&flags)?.iter().position(|f| f.to_f64_vec().first() != Some(&0.0));
+        let Some((_, node)) = set.map(|k| &self.checks[k]) else { return Ok(()) };
+        let mut host = HashMap::new();
+        let reads = node.args.iter().map(|&a| match self.homes.get(&a) {
+            Some(Home::Device(place)) => Ok((*place, self.type_of(a)?)),
+            _ => Err(Diagnostic::internal("gpu: a checked kernel reads a value the GPU does not hold")),
+        });
+        let reads = reads.collect::<Result<Vec<_>, _>>()?;
+        for (&a, value) in node.args.iter().zip(self.download(&reads)?) {
+            host.insert(a, value);
+        }
+        let args: Vec<&Tensor> = node.args.iter().filter_map(|a| host.get(a)).collect();
+        match eval_node(&node.op, &args, &node.ty) {
+            Err(d) => Err(d.label(node.span, format!("while computing this `{}`", node.op.name()))),
+            Ok(_) => {
+                Err(Diagnostic::internal(format!("gpu: `{}` flagged an index the interpreter accepts", node.op.name())))
+            }
+        }
     }
 
     fn wait(&self) -> Result<(), Diagnostic> {

@@ -246,3 +246,54 @@ pub fn concat(shapes: &[Vec<usize>], axis: usize, parts: &[Place], out: Place, l
     body.push_str("}\n");
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
 }
+
+/// `table` (of `shape`, one word an element) indexed along `axis` by the
+/// `i32` `indices` (`count` of them). An index outside `[0, n)` reads as
+/// zero and sets the word after `out` (the kernel's error flag, which the
+/// unit clears before and reads after every run, and then asks the
+/// interpreter for its error).
+pub fn gather(
+    shape: &[usize],
+    axis: usize,
+    count: usize,
+    [table, indices, out]: [Place; 3],
+    label: &str,
+) -> Option<Shader> {
+    let n = *shape.get(axis)?;
+    let inner: usize = shape[axis + 1..].iter().product();
+    let outer: usize = shape[..axis].iter().product();
+    let total = outer * count * inner;
+    let mut body = element_entry(total);
+    let _ = writeln!(
+        body,
+        "  let k = i % {inner}u;\n  let p = (i / {inner}u) % {count}u;\n  let o = i / ({inner}u * {count}u);\n  let at = bitcast<i32>({});\n  if (at < 0 || at >= {n}) {{\n    {} = 1u;\n    {} = 0u;\n    return;\n  }}\n  {} = {};\n}}",
+        indices.at("p"),
+        out.at(&format!("{total}u")),
+        out.at("i"),
+        out.at("i"),
+        table.at(&format!("(o * {n}u + u32(at)) * {inner}u + k"))
+    );
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(total) })
+}
+
+/// Zeros of `[outer, dim, inner]` with every `f32` row of `updates`
+/// (`[outer, count, inner]`) added at its `i32` index, in index order; an
+/// index outside `[0, dim)` sets the word after `out`, as `gather`.
+pub fn scatter_add(
+    [outer, dim, inner]: [usize; 3],
+    count: usize,
+    [indices, updates, out]: [Place; 3],
+    label: &str,
+) -> Option<Shader> {
+    let total = outer * dim * inner;
+    let mut body = element_entry(total);
+    let _ = writeln!(
+        body,
+        "  let k = i % {inner}u;\n  let d = (i / {inner}u) % {dim}u;\n  let o = i / ({inner}u * {dim}u);\n  var acc = 0.0;\n  for (var p = 0u; p < {count}u; p = p + 1u) {{\n    let at = bitcast<i32>({});\n    if (at < 0 || at >= {dim}) {{ {} = 1u; }}\n    if (at == i32(d)) {{ acc = acc + bitcast<f32>({}); }}\n  }}\n  {} = bitcast<u32>(acc);\n}}",
+        indices.at("p"),
+        out.at(&format!("{total}u")),
+        updates.at(&format!("(o * {count}u + p) * {inner}u + k")),
+        out.at("i")
+    );
+    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(total) })
+}
