@@ -56,6 +56,11 @@ pub struct Target {
     /// (the CPU backend runs large statements' kernels itself:
     /// `runtime::statements`).
     pub statements_on_host: bool,
+    /// Whether a loop (`scan`) whose body has kernels the target leaves to
+    /// the host still runs on the target, its body partly interpreted (the
+    /// CPU's scan step), rather than wholly on the host (the GPU, whose
+    /// loops record their steps into one pass).
+    pub loops_partly_on_host: bool,
     /// The values whose readers the target's backend may serve from another
     /// value (`CompiledUnit::views`), which the memory plan then keeps
     /// alive for them.
@@ -93,6 +98,7 @@ impl Target {
         device: super::compiled::Device::Cpu,
         host_reason: |_, _| None,
         statements_on_host: false,
+        loops_partly_on_host: true,
         views: CompiledUnit::read_through_views,
         align: 64,
         memory_bytes: || None,

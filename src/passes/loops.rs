@@ -36,7 +36,10 @@ pub fn plan(node: NodeId, body: &ScanBody, ctx: &PassCtx) -> Result<LoopPlan, Di
     let mut graph = body.graph.clone();
     graph.outputs = body.graph.outputs.clone();
     let mut program = Program { graph, effects: Vec::new(), compiled: None };
-    let opts = crate::passes::Options { disabled: Vec::new(), verify: ctx.verify, target: ctx.target };
+    // The body runs on the target's device whatever the target does with a
+    // program's statements (the GPU leaves those to the host).
+    let target = crate::ir::target::Target { statements_on_host: false, ..ctx.target };
+    let opts = crate::passes::Options { disabled: Vec::new(), verify: ctx.verify, target };
     crate::passes::optimize(&mut program, &opts, &mut |_, _| {})
         .map_err(|d| d.note("while planning the body of a `scan`"))?;
     // Its one unit is the program's main unit; in plans and errors it is

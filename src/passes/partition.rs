@@ -44,6 +44,7 @@
 
 use crate::diag::Diagnostic;
 use crate::ir::compiled::{Compiled, CompiledUnit, Device, Kernel, KernelKind};
+use crate::ir::target::HostPart;
 use crate::ir::{DType, NodeId, Op, Program};
 use crate::passes::PassCtx;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -68,7 +69,8 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
                 if let (false, None, [n]) = (on_host, &host, k.nodes.as_slice()) {
                     if let Op::Scan(body) = &g.node(*n).op {
                         let plan = super::loops::plan(*n, body, ctx)?;
-                        host = super::loops::host_part(&plan);
+                        let partly = ctx.target.loops_partly_on_host;
+                        host = super::loops::host_part(&plan).map(|h| HostPart { whole: !partly, ..h });
                         u.loops.push(plan);
                     }
                 }

@@ -77,6 +77,7 @@ pub const TARGET: crate::ir::target::Target = crate::ir::target::Target {
     device: crate::ir::compiled::Device::Cpu,
     host_reason: unit::host_reason,
     statements_on_host: false,
+    loops_partly_on_host: true,
     // Products read transposed operands through strides (module `fold`);
     // gradients of fused 2x2 max pools read the recorded maxima (`unit`).
     views: crate::ir::compiled::CompiledUnit::read_through_views,

@@ -93,5 +93,24 @@ fn open() -> Result<Gpu, String> {
         bind_group_layouts: &[Some(&layout)],
         immediate_size: 0,
     });
+    // wgpu's default handler panics on an error no scope caught; tfc keeps
+    // it and reports it as an internal error after the submission.
+    device.on_uncaptured_error(std::sync::Arc::new(|e: wgpu::Error| {
+        if let Ok(mut first) = UNCAUGHT.lock() {
+            first.get_or_insert_with(|| e.to_string());
+        }
+    }));
     Ok(Gpu { device, queue, info: adapter.get_info(), limits, layout, pipeline_layout })
+}
+
+/// The first error of the device that no error scope caught.
+static UNCAUGHT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Fails with the device's first uncaught error since the last call.
+pub fn check() -> Result<(), Diagnostic> {
+    let taken = UNCAUGHT.lock().ok().and_then(|mut e| e.take());
+    match taken {
+        Some(why) => Err(Diagnostic::internal(format!("gpu: the device reported an error: {why}"))),
+        None => Ok(()),
+    }
 }

@@ -25,6 +25,14 @@ pub fn on_device(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::I32 | DType::Bool)
 }
 
+/// The node of `kernel` when it is one `scan`.
+pub fn scan_of(g: &Graph, kernel: &Kernel) -> Option<NodeId> {
+    match kernel.nodes.as_slice() {
+        [n] if matches!(g.node(*n).op, crate::ir::Op::Scan(_)) => Some(*n),
+        _ => None,
+    }
+}
+
 /// The anchor of `kernel` when it checks its indices (a gather or a
 /// scatter-add): its result gets one more word, the error flag its shader
 /// sets for an index out of range.
@@ -60,6 +68,14 @@ pub fn shaders(
     };
     if let Some(&n) = stored(kernel).iter().find(|&&n| !on_device(g.node(n).ty.dtype)) {
         return Err(refuse(n));
+    }
+    // A loop has no shaders of its own: the unit records its body's for
+    // every step (the plan puts it on the host when its body needs that).
+    if let Some(n) = scan_of(g, kernel) {
+        return match g.inputs(n).iter().all(|&i| on_device(g.node(i).ty.dtype)) {
+            true => Ok(Vec::new()),
+            false => Err(refuse(n)),
+        };
     }
     // A value of the kernel that is not stored has no place.
     let inside: Vec<NodeId> = kernel.nodes.clone();

@@ -43,6 +43,8 @@ pub const TARGET: Target = Target {
     host_reason,
     // The program's statements run once, on the host.
     statements_on_host: true,
+    // A loop runs wholly on the GPU or wholly on the host.
+    loops_partly_on_host: false,
     // Every value a kernel reads is materialized.
     views: |_, _| Vec::new(),
     align: 16,

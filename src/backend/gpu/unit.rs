@@ -22,7 +22,7 @@
 //! batch and one read-back of the loss.
 
 use super::device::{gpu, Gpu};
-use super::kernels::{checked, on_device, shaders, stored};
+use super::kernels::{checked, on_device, scan_of, shaders, stored};
 use super::wgsl::{anchors, Buf, Place, Shader};
 use crate::backend::{StepCounts, StepTime};
 use crate::diag::{Diagnostic, Span};
@@ -38,6 +38,11 @@ pub struct GpuUnit {
     gpu: &'static Gpu,
     io: wgpu::Buffer,
     vals: wgpu::Buffer,
+    /// Where a copy within one buffer goes through (wgpu copies only
+    /// between two buffers): as large as the largest value of this unit
+    /// and of its loops' bodies.
+    scratch: wgpu::Buffer,
+    scratch_words: u64,
     bind: wgpu::BindGroup,
     bytes: usize,
     steps: Vec<Step>,
@@ -91,6 +96,80 @@ enum Home {
 enum Step {
     Shader { pipeline: Arc<wgpu::ComputePipeline>, shader: Shader, gemm: bool },
     Host { label: String, nodes: Vec<HostNode> },
+    Scan(Box<Loop>),
+}
+
+/// A `scan` on the GPU: its body prepared as a unit of its own (no host
+/// kernels: the plan puts such a loop on the host), run once per step,
+/// with copies between the two units' buffers around it.
+struct Loop {
+    body: GpuUnit,
+    /// The scan's operands in this unit: initial carries, scanned values,
+    /// captured values.
+    operands: Vec<Place>,
+    /// Its packed value in this unit: the current carries (the final ones
+    /// in the end), the stacked outputs, the carries entering each step.
+    packed: Place,
+    /// Words of each carry, each slice of a scanned value, each output.
+    carry_words: Vec<u32>,
+    slice_words: Vec<u32>,
+    output_words: Vec<u32>,
+    length: usize,
+    reverse: bool,
+    saves_carries: bool,
+    label: String,
+}
+
+impl Loop {
+    /// The loop of scan node `n` of `unit`, whose values lie where `place` says.
+    fn prepare(
+        g: &crate::ir::Graph,
+        unit: &CompiledUnit,
+        n: NodeId,
+        place: &dyn Fn(NodeId) -> Option<Place>,
+    ) -> Result<Loop, Diagnostic> {
+        let Op::Scan(scan) = &g.node(n).op else { return Err(Diagnostic::internal("gpu: a loop that is not a scan")) };
+        let plan = unit
+            .loops
+            .iter()
+            .find(|l| l.node == n)
+            .ok_or_else(|| Diagnostic::internal("gpu: a scan without the plan of its body"))?;
+        let body_unit = plan
+            .body
+            .compiled
+            .as_ref()
+            .and_then(|c| c.units.first())
+            .ok_or_else(|| Diagnostic::internal("gpu: a scan body without a unit"))?;
+        let region = crate::ir::plan::Region {
+            id: crate::ir::plan::RegionId(usize::MAX),
+            inputs: scan.inputs.iter().cloned().enumerate().collect(),
+            outputs: scan.graph.outputs.clone(),
+        };
+        let slot_pos: HashMap<usize, usize> = (0..scan.inputs.len()).map(|i| (i, i)).collect();
+        let body = GpuUnit::prepare(&plan.body, body_unit, &region, &slot_pos, &HashMap::new(), 0)?;
+        let missing = || Diagnostic::internal("gpu: a scan's operand is not on the GPU");
+        let operands = g.inputs(n).iter().map(|&i| place(i).ok_or_else(missing)).collect::<Result<_, _>>()?;
+        let words = |t: &TensorType| t.numel() as u32;
+        Ok(Loop {
+            operands,
+            packed: place(n).ok_or_else(missing)?,
+            carry_words: scan.inputs[..scan.carries].iter().map(words).collect(),
+            slice_words: scan.inputs[scan.carries..scan.carries + scan.xs].iter().map(words).collect(),
+            output_words: scan.output_types().iter().map(words).collect(),
+            length: scan.length,
+            reverse: scan.reverse,
+            saves_carries: scan.saves_carries,
+            label: format!("gpu: scan of {} steps over a body of {} shaders", scan.length, body.shaders().len()),
+            body,
+        })
+    }
+}
+
+/// One command of a run, recorded into the step's command buffer: a
+/// shader over a unit's bind group, or a copy between two buffers.
+enum Command<'a> {
+    Dispatch(&'a wgpu::ComputePipeline, &'a wgpu::BindGroup, [u32; 3]),
+    Copy { from: (&'a wgpu::Buffer, Place), to: (&'a wgpu::Buffer, Place), words: u32 },
 }
 
 struct HostNode {
@@ -146,8 +225,9 @@ impl GpuUnit {
         let mut inputs = Vec::with_capacity(region.inputs.len());
         for (p, (_, ty)) in region.inputs.iter().enumerate() {
             let node = slot_nodes.get(&p).copied();
-            let is_carried = p + carried >= region.inputs.len();
-            let home = match on_device(ty.dtype) && (node.is_some() || is_carried) {
+            // (An input the unit does not read keeps words all the same: a
+            // carried one is kept for the next run, a loop body's is copied in.)
+            let home = match on_device(ty.dtype) {
                 true => Home::Device(io.take(ty.numel())?),
                 false => Home::HostInput,
             };
@@ -288,6 +368,10 @@ impl GpuUnit {
                 counts.interp += 1;
                 continue;
             }
+            if let Some(n) = scan_of(g, kernel) {
+                steps.push(Step::Scan(Box::new(Loop::prepare(g, unit, n, &|n| place_of(&homes, n))?)));
+                continue;
+            }
             let place = |n: NodeId| place_of(&homes, n);
             let kernel_shaders = shaders(g, kernel, &place).map_err(|(why, n)| {
                 Diagnostic::internal(format!("gpu: the plan has kernel k{k} of `{}` on the GPU, but {why}", unit.name))
@@ -327,6 +411,13 @@ impl GpuUnit {
             })
         };
         let (io_buf, vals_buf) = (buffer("tfc io", io_bytes), buffer("tfc vals", vals_bytes));
+        let largest = homes.keys().map(|&n| g.node(n).ty.numel() as u64).max().unwrap_or(1);
+        let nested = steps.iter().filter_map(|s| match s {
+            Step::Scan(l) => Some(l.body.scratch_words),
+            _ => None,
+        });
+        let scratch_words = nested.fold(largest, u64::max);
+        let scratch = buffer("tfc scratch", scratch_words * 4);
         let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("tfc unit"),
             layout: &gpu.layout,
@@ -341,6 +432,8 @@ impl GpuUnit {
             gpu,
             io: io_buf,
             vals: vals_buf,
+            scratch,
+            scratch_words,
             bind,
             bytes: (io_bytes + vals_bytes) as usize,
             steps,
@@ -367,7 +460,7 @@ impl GpuUnit {
     pub fn shaders(&self) -> Vec<&Shader> {
         let steps = self.steps.iter().filter_map(|s| match s {
             Step::Shader { shader, .. } => Some(shader),
-            Step::Host { .. } => None,
+            Step::Host { .. } | Step::Scan(_) => None,
         });
         steps.chain(&self.carry_shaders).collect()
     }
@@ -405,6 +498,7 @@ impl GpuUnit {
             at += size;
         }
         self.gpu.queue.submit([encoder.finish()]);
+        super::device::check()?;
         let (tx, rx) = std::sync::mpsc::channel();
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
@@ -430,21 +524,127 @@ impl GpuUnit {
         Ok(out)
     }
 
-    /// Records `shaders` into one compute pass and submits it.
-    fn dispatch(&self, pipelines: &[(&wgpu::ComputePipeline, [u32; 3])]) {
-        if pipelines.is_empty() {
-            return;
+    /// Records `commands` into one command buffer — consecutive shaders in
+    /// one compute pass — and submits it.
+    fn dispatch(&self, commands: &[Command<'_>]) -> Result<(), Diagnostic> {
+        if commands.is_empty() {
+            return Ok(());
         }
         let mut encoder = self.gpu.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_bind_group(0, &self.bind, &[]);
-            for (pipeline, [x, y, z]) in pipelines {
-                pass.set_pipeline(pipeline);
-                pass.dispatch_workgroups(*x, *y, *z);
+        let mut at = 0;
+        while at < commands.len() {
+            match &commands[at] {
+                Command::Copy { from, to, words } => {
+                    let (from_at, to_at, bytes) = (from.1.word as u64 * 4, to.1.word as u64 * 4, *words as u64 * 4);
+                    match from.0 == to.0 {
+                        true => {
+                            encoder.copy_buffer_to_buffer(from.0, from_at, &self.scratch, 0, bytes);
+                            encoder.copy_buffer_to_buffer(&self.scratch, 0, to.0, to_at, bytes);
+                        }
+                        false => encoder.copy_buffer_to_buffer(from.0, from_at, to.0, to_at, bytes),
+                    }
+                    at += 1;
+                }
+                Command::Dispatch(..) => {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    while let Some(Command::Dispatch(pipeline, bind, [x, y, z])) = commands.get(at) {
+                        pass.set_bind_group(0, *bind, &[]);
+                        pass.set_pipeline(pipeline);
+                        pass.dispatch_workgroups(*x, *y, *z);
+                        at += 1;
+                    }
+                }
             }
         }
         self.gpu.queue.submit([encoder.finish()]);
+        super::device::check()
+    }
+
+    /// The commands of a unit without host kernels (a loop's body), for
+    /// one run: its shaders, its loops' steps.
+    fn commands<'a>(&'a self, out: &mut Vec<Command<'a>>) -> Result<(), Diagnostic> {
+        for step in &self.steps {
+            match step {
+                Step::Shader { pipeline, shader, .. } => {
+                    out.push(Command::Dispatch(pipeline, &self.bind, shader.groups))
+                }
+                Step::Scan(l) => self.loop_commands(l, out)?,
+                Step::Host { .. } => return Err(Diagnostic::internal("gpu: a loop's body has a host kernel")),
+            }
+        }
+        Ok(())
+    }
+
+    /// The commands of loop `l` of this unit: its carries and captured
+    /// values into the body's inputs, then per step the step's slices in,
+    /// the body's commands, and its new carries and outputs out.
+    fn loop_commands<'a>(&'a self, l: &'a Loop, out: &mut Vec<Command<'a>>) -> Result<(), Diagnostic> {
+        let body = &l.body;
+        let here = |p: Place| (self.buffer(p.buf), p);
+        let there = |p: Place| (body.buffer(p.buf), p);
+        let offset = |p: Place, words: u32| Place { buf: p.buf, word: p.word + words };
+        let carries = l.carry_words.len();
+        let xs = l.slice_words.len();
+        let body_input = |k: usize| match body.inputs.get(k).map(|i| &i.home) {
+            Some(Home::Device(p)) => Ok(*p),
+            _ => Err(Diagnostic::internal("gpu: a loop's body input is not on the GPU")),
+        };
+        let body_output = |k: usize| match body.outputs.get(k).and_then(|(n, _)| body.homes.get(n)) {
+            Some(Home::Device(p)) => Ok(*p),
+            _ => Err(Diagnostic::internal("gpu: a loop's body output is not on the GPU")),
+        };
+        // The current carries live at the start of the packed value.
+        let mut current = Vec::with_capacity(carries);
+        let mut at = 0;
+        for (k, &words) in l.carry_words.iter().enumerate() {
+            current.push(offset(l.packed, at));
+            out.push(Command::Copy { from: here(l.operands[k]), to: here(offset(l.packed, at)), words });
+            at += words;
+        }
+        for k in carries + xs..l.operands.len() {
+            let words = body.inputs[k].ty.numel() as u32;
+            out.push(Command::Copy { from: here(l.operands[k]), to: there(body_input(k)?), words });
+        }
+        let outputs_at = at;
+        let stacked: u32 = l.output_words.iter().skip(carries).map(|w| w * l.length as u32).sum();
+        let saved_at = outputs_at + stacked;
+        let steps: Vec<usize> = match l.reverse {
+            true => (0..l.length).rev().collect(),
+            false => (0..l.length).collect(),
+        };
+        for t in steps {
+            let t32 = t as u32;
+            let mut saved = saved_at;
+            for (k, &words) in l.carry_words.iter().enumerate() {
+                if l.saves_carries {
+                    out.push(Command::Copy {
+                        from: here(current[k]),
+                        to: here(offset(l.packed, saved + t32 * words)),
+                        words,
+                    });
+                    saved += words * l.length as u32;
+                }
+                out.push(Command::Copy { from: here(current[k]), to: there(body_input(k)?), words });
+            }
+            for (j, &words) in l.slice_words.iter().enumerate() {
+                let from = offset(l.operands[carries + j], t32 * words);
+                out.push(Command::Copy { from: here(from), to: there(body_input(carries + j)?), words });
+            }
+            body.commands(out)?;
+            for (k, &words) in l.carry_words.iter().enumerate() {
+                out.push(Command::Copy { from: there(body_output(k)?), to: here(current[k]), words });
+            }
+            let mut y_at = outputs_at;
+            for (k, &words) in l.output_words.iter().enumerate().skip(carries) {
+                out.push(Command::Copy {
+                    from: there(body_output(k)?),
+                    to: here(offset(l.packed, y_at + t32 * words)),
+                    words,
+                });
+                y_at += words * l.length as u32;
+            }
+        }
+        Ok(())
     }
 
     /// Runs the steps on `inputs` (all of them, or the head with the
@@ -477,20 +677,27 @@ impl GpuUnit {
             self.gpu.queue.write_buffer(self.buffer(flag.buf), flag.word as u64 * 4, &[0; 4]);
         }
         let profiling = self.profiling.load(Ordering::Relaxed);
-        let mut pending: Vec<(&wgpu::ComputePipeline, [u32; 3])> = Vec::new();
+        let mut pending: Vec<Command<'_>> = Vec::new();
         for (i, step) in self.steps.iter().enumerate() {
             crate::interrupt::check()?;
             let started = std::time::Instant::now();
             match step {
                 Step::Shader { pipeline, shader, .. } => {
-                    pending.push((pipeline, shader.groups));
+                    pending.push(Command::Dispatch(pipeline, &self.bind, shader.groups));
                     if profiling {
-                        self.dispatch(&std::mem::take(&mut pending));
+                        self.dispatch(&std::mem::take(&mut pending))?;
+                        self.wait()?;
+                    }
+                }
+                Step::Scan(l) => {
+                    self.loop_commands(l, &mut pending)?;
+                    if profiling {
+                        self.dispatch(&std::mem::take(&mut pending))?;
                         self.wait()?;
                     }
                 }
                 Step::Host { nodes, .. } => {
-                    self.dispatch(&std::mem::take(&mut pending));
+                    self.dispatch(&std::mem::take(&mut pending))?;
                     self.check_indices()?;
                     self.run_host(nodes, &mut host)?;
                 }
@@ -500,7 +707,8 @@ impl GpuUnit {
             }
         }
         if !all {
-            pending.extend(self.carry.iter().zip(&self.carry_shaders).map(|(p, s)| (p.as_ref(), s.groups)));
+            let carry = self.carry.iter().zip(&self.carry_shaders);
+            pending.extend(carry.map(|(p, s)| Command::Dispatch(p.as_ref(), &self.bind, s.groups)));
         }
         // Outputs are read before the carried copies overwrite inputs they
         // may be (an output that is a carried input passed through).
@@ -518,17 +726,17 @@ impl GpuUnit {
                 self.download(&from_device)?
             }
             false if self.carry.is_empty() => {
-                self.dispatch(&pending);
+                self.dispatch(&pending)?;
                 self.check_indices()?;
                 self.download(&from_device)?
             }
             false => {
                 let before = &pending[..pending.len() - self.carry.len()];
-                self.dispatch(before);
+                self.dispatch(before)?;
                 // A bad index stops the step before its updates land.
                 self.check_indices()?;
                 let values = self.download(&from_device)?;
-                self.dispatch(&pending[pending.len() - self.carry.len()..]);
+                self.dispatch(&pending[pending.len() - self.carry.len()..])?;
                 values
             }
         }
@@ -737,6 +945,7 @@ impl crate::backend::PreparedUnit for GpuUnit {
                     Step::Shader { shader, gemm: true, .. } => format!("gpu product: {}", shader.label),
                     Step::Shader { shader, .. } => format!("gpu: {}", shader.label),
                     Step::Host { label, .. } => label.clone(),
+                    Step::Scan(l) => l.label.clone(),
                 },
                 seconds: n.load(Ordering::Relaxed) as f64 * 1e-9,
                 within: None,
