@@ -132,11 +132,11 @@ fn anchor_shader(
             let words = [stride(a, m * k)?, stride(b, k * n)?];
             anchors::matmul(*batch, *m, *k, *n, [operand(0)?, operand(1)?, out], words, &label)
         }
-        AnchorOp::Reduce { op, shape, axes } if dtype == DType::F32 => {
-            anchors::reduce(*op, shape, axes, [operand(0)?, out], &label)
+        AnchorOp::Reduce { op, shape, axes } if matches!(value_type(0), Some(DType::F32 | DType::I32)) => {
+            anchors::reduce(*op, index_type(0), shape, axes, [operand(0)?, out], &label)
         }
-        AnchorOp::ArgMax { shape, axis } if dtype == DType::F32 && g.node(node).ty.dtype == DType::I32 => {
-            anchors::argmax(shape, *axis, [operand(0)?, out], &label)
+        AnchorOp::ArgMax { shape, axis } if matches!(value_type(0), Some(DType::F32 | DType::I32)) => {
+            anchors::argmax(shape, *axis, index_type(0), [operand(0)?, out], &label)
         }
         AnchorOp::Transpose { shape, perm } if on_device(dtype) => {
             anchors::transpose(shape, perm, [operand(0)?, out], &label)

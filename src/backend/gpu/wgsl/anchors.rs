@@ -79,8 +79,16 @@ pub fn matmul(
     Some(Shader { label: label.to_string(), source, groups })
 }
 
-/// `op` over `axes` of an `f32` value of `shape` at `x`, into `out`.
-pub fn reduce(op: ReduceOp, shape: &[usize], axes: &[usize], [x, out]: [Place; 2], label: &str) -> Option<Shader> {
+/// `op` over `axes` of an `f32` (or, with `int`, `i32`: wrapping sums and
+/// products, no mean) value of `shape` at `x`, into `out`.
+pub fn reduce(
+    op: ReduceOp,
+    int: bool,
+    shape: &[usize],
+    axes: &[usize],
+    [x, out]: [Place; 2],
+    label: &str,
+) -> Option<Shader> {
     let s = strides(shape);
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
     let outputs: usize = kept.iter().map(|&d| shape[d]).product();
@@ -91,18 +99,25 @@ pub fn reduce(op: ReduceOp, shape: &[usize], axes: &[usize], [x, out]: [Place; 2
     for &d in kept.iter().rev() {
         let _ = writeln!(body, "  base = base + (r % {}u) * {}u; r = r / {}u;", shape[d].max(1), s[d], shape[d].max(1));
     }
-    let (init, step) = match op {
-        ReduceOp::Sum | ReduceOp::Mean => ("0.0", "acc = acc + v;"),
-        ReduceOp::Prod => ("1.0", "acc = acc * v;"),
-        ReduceOp::Max => ("bitcast<f32>(0xff800000u)", "acc = max_nan(acc, v);"),
-        ReduceOp::Min => ("bitcast<f32>(0x7f800000u)", "acc = min_nan(acc, v);"),
+    let (init, step) = match (op, int) {
+        (ReduceOp::Sum | ReduceOp::Mean, false) => ("0.0", "acc = acc + v;"),
+        (ReduceOp::Prod, false) => ("1.0", "acc = acc * v;"),
+        (ReduceOp::Max, false) => ("bitcast<f32>(0xff800000u)", "acc = max_nan(acc, v);"),
+        (ReduceOp::Min, false) => ("bitcast<f32>(0x7f800000u)", "acc = min_nan(acc, v);"),
+        (ReduceOp::Sum, true) => ("0", "acc = acc + v;"),
+        (ReduceOp::Prod, true) => ("1", "acc = acc * v;"),
+        (ReduceOp::Max, true) => ("-2147483647 - 1", "acc = max(acc, v);"),
+        (ReduceOp::Min, true) => ("2147483647", "acc = min(acc, v);"),
+        // An integer mean divides with the floor: not here.
+        (ReduceOp::Mean, true) => return None,
     };
-    let _ = writeln!(body, "  var acc: f32 = {init};\n  for (var q = 0u; q < {count}u; q = q + 1u) {{\n    var rq = q;\n    var at = base;");
+    let ty = if int { "i32" } else { "f32" };
+    let _ = writeln!(body, "  var acc: {ty} = {init};\n  for (var q = 0u; q < {count}u; q = q + 1u) {{\n    var rq = q;\n    var at = base;");
     for &d in axes.iter().rev() {
         let _ =
             writeln!(body, "    at = at + (rq % {}u) * {}u; rq = rq / {}u;", shape[d].max(1), s[d], shape[d].max(1));
     }
-    let _ = writeln!(body, "    let v = bitcast<f32>({});\n    {step}\n  }}", x.at("at"));
+    let _ = writeln!(body, "    let v = bitcast<{ty}>({});\n    {step}\n  }}", x.at("at"));
     if op == ReduceOp::Mean {
         let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
     }
@@ -110,21 +125,24 @@ pub fn reduce(op: ReduceOp, shape: &[usize], axes: &[usize], [x, out]: [Place; 2
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outputs) })
 }
 
-/// The first maximum's index (`i32`) along `axis` of an `f32` value of
-/// `shape` at `x`, into `out`.
-pub fn argmax(shape: &[usize], axis: usize, [x, out]: [Place; 2], label: &str) -> Option<Shader> {
+/// The first maximum's index (`i32`) along `axis` of an `f32` (or, with
+/// `int`, `i32`) value of `shape` at `x`, into `out`.
+pub fn argmax(shape: &[usize], axis: usize, int: bool, [x, out]: [Place; 2], label: &str) -> Option<Shader> {
     let n = *shape.get(axis)?;
     if n == 0 || i32::try_from(n).is_err() {
         return None;
     }
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
+    let value = |word: String| if int { format!("bitcast<i32>({word})") } else { format!("bitcast<f32>({word})") };
     let mut body = element_entry(outer * inner);
     let _ = writeln!(
         body,
-        "  let base = (i / {inner}u) * {n}u * {inner}u + i % {inner}u;\n  var best = 0u;\n  var top = bitcast<f32>({});\n  for (var q = 1u; q < {n}u; q = q + 1u) {{\n    if (is_nan(top)) {{ break; }}\n    let v = bitcast<f32>({});\n    if (is_nan(v) || v > top) {{ best = q; top = v; }}\n  }}\n  {} = bitcast<u32>(i32(best));\n}}",
-        x.at("base"),
-        x.at(&format!("base + q * {inner}u")),
+        "  let base = (i / {inner}u) * {n}u * {inner}u + i % {inner}u;\n  var best = 0u;\n  var top = {};\n  for (var q = 1u; q < {n}u; q = q + 1u) {{\n    if ({}) {{ break; }}\n    let v = {};\n    if ({} || v > top) {{ best = q; top = v; }}\n  }}\n  {} = bitcast<u32>(i32(best));\n}}",
+        value(x.at("base")),
+        if int { "false" } else { "is_nan(top)" },
+        value(x.at(&format!("base + q * {inner}u"))),
+        if int { "false" } else { "is_nan(v)" },
         out.at("i")
     );
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outer * inner) })
