@@ -20,9 +20,15 @@ use crate::ir::compiled::{Kernel, KernelKind};
 use crate::ir::kernel_desc::{AnchorOp, Part};
 use crate::ir::{DType, Graph, NodeId};
 
-/// Whether values of `dtype` live on the GPU (one 32-bit word an element).
+/// Whether values of `dtype` live on the GPU (one 32-bit word an element;
+/// a half type as the `f32` it is exactly).
 pub fn on_device(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::I32 | DType::Bool)
+    matches!(dtype, DType::F32 | DType::I32 | DType::Bool | DType::F16 | DType::BF16)
+}
+
+/// Whether values of `dtype` compute as `f32` on the GPU.
+fn float(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F16 | DType::BF16)
 }
 
 /// The node of `kernel` when it is one `scan`.
@@ -120,8 +126,9 @@ fn anchor_shader(
     let value_type = |i: usize| inputs.get(i).map(|&n| g.node(n).ty.dtype);
     let index_type = |i: usize| value_type(i) == Some(DType::I32);
     let out = place(node)?;
+    let round = super::wgsl::rounding(g.node(node).ty.dtype);
     match op {
-        AnchorOp::MatMul { batch, m, k, n } if dtype == DType::F32 => {
+        AnchorOp::MatMul { batch, m, k, n } if float(dtype) => {
             let (a, b) = (&g.node(inputs[0]).ty.shape, &g.node(*inputs.get(1)?).ty.shape);
             // Each operand's batch dims are the product's, or it has none.
             let stride = |shape: &[usize], words: usize| match shape.len() {
@@ -130,12 +137,12 @@ fn anchor_shader(
                 _ => None,
             };
             let words = [stride(a, m * k)?, stride(b, k * n)?];
-            anchors::matmul(*batch, *m, *k, *n, [operand(0)?, operand(1)?, out], words, &label)
+            anchors::matmul(*batch, *m, *k, *n, [operand(0)?, operand(1)?, out], words, round, &label)
         }
-        AnchorOp::Reduce { op, shape, axes } if matches!(value_type(0), Some(DType::F32 | DType::I32)) => {
-            anchors::reduce(*op, index_type(0), shape, axes, [operand(0)?, out], &label)
+        AnchorOp::Reduce { op, shape, axes } if value_type(0).is_some_and(|d| float(d) || d == DType::I32) => {
+            anchors::reduce(*op, index_type(0), shape, axes, [operand(0)?, out], round, &label)
         }
-        AnchorOp::ArgMax { shape, axis } if matches!(value_type(0), Some(DType::F32 | DType::I32)) => {
+        AnchorOp::ArgMax { shape, axis } if value_type(0).is_some_and(|d| float(d) || d == DType::I32) => {
             anchors::argmax(shape, *axis, index_type(0), [operand(0)?, out], &label)
         }
         AnchorOp::Transpose { shape, perm } if on_device(dtype) => {
@@ -147,6 +154,8 @@ fn anchor_shader(
         AnchorOp::Pad { shape, low, high, value } if on_device(dtype) => {
             let fill = match dtype {
                 DType::F32 => (*value as f32).to_bits(),
+                DType::F16 => crate::half::round_f16(*value as f32).to_bits(),
+                DType::BF16 => crate::half::round_bf16(*value as f32).to_bits(),
                 DType::I32 => (*value as i32) as u32,
                 _ => u32::from(*value != 0.0),
             };
@@ -159,13 +168,13 @@ fn anchor_shader(
         AnchorOp::Gather { table, indices, axis } if on_device(dtype) && index_type(1) => {
             anchors::gather(table, *axis, indices.iter().product(), [operand(0)?, operand(1)?, out], &label)
         }
-        AnchorOp::ScatterAdd { indices, updates, axis, dim } if index_type(0) && value_type(1) == Some(DType::F32) => {
+        AnchorOp::ScatterAdd { indices, updates, axis, dim } if index_type(0) && value_type(1).is_some_and(float) => {
             let outer = updates.get(..*axis)?.iter().product();
             let inner = updates.get(axis + indices.len()..)?.iter().product();
             let count = indices.iter().product();
-            anchors::scatter_add([outer, *dim, inner], count, [operand(0)?, operand(1)?, out], &label)
+            anchors::scatter_add([outer, *dim, inner], count, [operand(0)?, operand(1)?, out], round, &label)
         }
-        AnchorOp::Conv { pass, input, filter, output, stride, padding, dilation, groups } if dtype == DType::F32 => {
+        AnchorOp::Conv { pass, input, filter, output, stride, padding, dilation, groups } if float(dtype) => {
             let c = conv::Conv {
                 pass: *pass,
                 input: *input,
@@ -176,9 +185,9 @@ fn anchor_shader(
                 dilation: *dilation,
                 groups: *groups,
             };
-            conv::conv(&c, [operand(0)?, operand(1)?, out], &label)
+            conv::conv(&c, [operand(0)?, operand(1)?, out], round, &label)
         }
-        AnchorOp::Pool { grad, kind, input, size, stride, padding } if dtype == DType::F32 => {
+        AnchorOp::Pool { grad, kind, input, size, stride, padding } if float(dtype) => {
             // The pooled size, from the forward result's shape (a gradient
             // reads it as its second operand).
             let pooled = match grad {
@@ -195,7 +204,7 @@ fn anchor_shader(
                 padding: *padding,
             };
             let gy = if *grad { Some(operand(1)?) } else { None };
-            conv::pool(&q, operand(0)?, gy, out, &label)
+            conv::pool(&q, operand(0)?, gy, out, round, &label)
         }
         _ => None,
     }

@@ -997,7 +997,10 @@ fn to_words(t: &Tensor) -> Result<Vec<u8>, Diagnostic> {
 fn from_words(bytes: &[u8], ty: &TensorType) -> Result<Tensor, Diagnostic> {
     let words = bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
     match ty.dtype {
-        DType::F32 => Tensor::from_vec(ty.dtype, &ty.shape, words.map(f32::from_bits).collect::<Vec<f32>>()),
+        // A half type is kept as the f32 it is exactly.
+        DType::F32 | DType::F16 | DType::BF16 => {
+            Tensor::from_vec(ty.dtype, &ty.shape, words.map(f32::from_bits).collect::<Vec<f32>>())
+        }
         DType::I32 => Tensor::from_vec(ty.dtype, &ty.shape, words.map(|w| w as i32).collect::<Vec<i32>>()),
         DType::Bool => Tensor::from_vec(ty.dtype, &ty.shape, words.map(|w| w != 0).collect::<Vec<bool>>()),
         d => Err(Diagnostic::internal(format!("gpu: {d} values are not kept on the GPU"))),

@@ -39,6 +39,7 @@ pub fn matmul(
     n: usize,
     [a, b, c]: [Place; 3],
     [a_batch, b_batch]: [usize; 2],
+    round: &str,
     label: &str,
 ) -> Option<Shader> {
     if batch > 65535 {
@@ -71,7 +72,7 @@ pub fn matmul(
         format!("    for (var q = 0u; q < last; q = q + 1u) {{ acc = acc + ta[l.y * {TILE}u + q] * tb[q * {TILE}u + l.x]; }}"),
         "    workgroupBarrier();".into(),
         "  }".into(),
-        format!("  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>(acc); }}"),
+        format!("  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>({}); }}", super::apply(round, "acc")),
         "}".into(),
     ];
     let source = format!("{PRELUDE}{}\n", lines.join("\n"));
@@ -87,6 +88,7 @@ pub fn reduce(
     shape: &[usize],
     axes: &[usize],
     [x, out]: [Place; 2],
+    round: &str,
     label: &str,
 ) -> Option<Shader> {
     let s = strides(shape);
@@ -121,7 +123,7 @@ pub fn reduce(
     if op == ReduceOp::Mean {
         let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
     }
-    let _ = writeln!(body, "  {} = bitcast<u32>(acc);\n}}", out.at("i"));
+    let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outputs) })
 }
 
@@ -301,17 +303,19 @@ pub fn scatter_add(
     [outer, dim, inner]: [usize; 3],
     count: usize,
     [indices, updates, out]: [Place; 3],
+    round: &str,
     label: &str,
 ) -> Option<Shader> {
     let total = outer * dim * inner;
     let mut body = element_entry(total);
     let _ = writeln!(
         body,
-        "  let k = i % {inner}u;\n  let d = (i / {inner}u) % {dim}u;\n  let o = i / ({inner}u * {dim}u);\n  var acc = 0.0;\n  for (var p = 0u; p < {count}u; p = p + 1u) {{\n    let at = bitcast<i32>({});\n    if (at < 0 || at >= {dim}) {{ {} = 1u; }}\n    if (at == i32(d)) {{ acc = acc + bitcast<f32>({}); }}\n  }}\n  {} = bitcast<u32>(acc);\n}}",
+        "  let k = i % {inner}u;\n  let d = (i / {inner}u) % {dim}u;\n  let o = i / ({inner}u * {dim}u);\n  var acc = 0.0;\n  for (var p = 0u; p < {count}u; p = p + 1u) {{\n    let at = bitcast<i32>({});\n    if (at < 0 || at >= {dim}) {{ {} = 1u; }}\n    if (at == i32(d)) {{ acc = acc + bitcast<f32>({}); }}\n  }}\n  {} = bitcast<u32>({});\n}}",
         indices.at("p"),
         out.at(&format!("{total}u")),
         updates.at(&format!("(o * {count}u + p) * {inner}u + k")),
-        out.at("i")
+        out.at("i"),
+        super::apply(round, "acc")
     );
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(total) })
 }

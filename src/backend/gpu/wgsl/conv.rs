@@ -35,7 +35,7 @@ pub struct Conv {
 /// The shader of `conv`, reading its two operands (in the op's order:
 /// input and filter, output gradient and filter, input and output
 /// gradient) and writing `out`.
-pub fn conv(c: &Conv, [a, b, out]: [Place; 3], label: &str) -> Option<Shader> {
+pub fn conv(c: &Conv, [a, b, out]: [Place; 3], round: &str, label: &str) -> Option<Shader> {
     let [n, h, w, ch] = c.input;
     let [kh, kw, cg, o] = c.filter;
     let [_, oh, ow, _] = c.output;
@@ -98,7 +98,7 @@ pub fn conv(c: &Conv, [a, b, out]: [Place; 3], label: &str) -> Option<Shader> {
             kh * kw * cg * o
         }
     };
-    let _ = writeln!(body, "  {} = bitcast<u32>(acc);\n}}", out.at("i"));
+    let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
     Some(Shader {
         label: label.to_string(),
         source: format!("{PRELUDE}{}{body}", element_entry(count)),
@@ -119,7 +119,7 @@ pub struct Pool {
 
 /// The shader of a pooling (`x` → `out`) or of its gradient (`x`, the
 /// output gradient `gy` → `out`, the input gradient).
-pub fn pool(q: &Pool, x: Place, gy: Option<Place>, out: Place, label: &str) -> Option<Shader> {
+pub fn pool(q: &Pool, x: Place, gy: Option<Place>, out: Place, round: &str, label: &str) -> Option<Shader> {
     let [n, h, w, c] = q.input;
     let [oh, ow] = q.output;
     let (k, s, p) = (q.size, q.stride, q.padding);
@@ -160,7 +160,7 @@ pub fn pool(q: &Pool, x: Place, gy: Option<Place>, out: Place, label: &str) -> O
                 PoolKind::Max => "m",
                 PoolKind::Avg => "sum / count",
             };
-            let _ = writeln!(body, "    {} = bitcast<u32>({result});\n  }}\n}}", out.at("i"));
+            let _ = writeln!(body, "    {} = bitcast<u32>({});\n  }}\n}}", out.at("i"), super::apply(round, result));
             n * oh * ow * c
         }
         (true, Some(gy)) => {
@@ -175,7 +175,7 @@ pub fn pool(q: &Pool, x: Place, gy: Option<Place>, out: Place, label: &str) -> O
                 PoolKind::Max => writeln!(body, "    if (first == i32(iy) * {w} + i32(ix)) {{ acc = acc + {g}; }}"),
                 PoolKind::Avg => writeln!(body, "    acc = acc + {g} / count;"),
             };
-            let _ = writeln!(body, "  }}\n  }}\n  {} = bitcast<u32>(acc);\n}}", out.at("i"));
+            let _ = writeln!(body, "  }}\n  }}\n  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
             n * h * w * c
         }
         (true, None) => return None,

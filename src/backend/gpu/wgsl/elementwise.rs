@@ -3,8 +3,8 @@
 //! thread per element of its iteration space.
 //!
 //! Contract: `shader` returns `None` for what WGSL here does not compute
-//! as the interpreter does: 64-bit values, half-precision storage and
-//! rounding, random streams, and integer ops that can fail (`/`, `^`,
+//! as the interpreter does: 64-bit values, the round-to-odd narrowing
+//! before a half type, random streams, and integer ops that can fail (`/`, `^`,
 //! `%` of integers, which the interpreter reports as errors). The thread
 //! of flat index `i` splits `i` into the outer coordinates and the inner
 //! one, loads each operand at its strides, evaluates the expressions in
@@ -45,9 +45,10 @@ pub fn shader(spec: &Spec, place: &dyn Fn(NodeId) -> Option<Place>, label: &str)
     Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
 }
 
-/// Whether values of this kind are one word in the unit's buffers.
+/// Whether values of this kind are one word in the unit's buffers (a half
+/// type as its exact `f32`).
 fn word_kind(kind: Kind) -> bool {
-    matches!(kind, Kind::F32 | Kind::I32 | Kind::Mask)
+    matches!(kind, Kind::F32 | Kind::I32 | Kind::Mask | Kind::F16 | Kind::BF16)
 }
 
 fn wgsl_type(kind: Kind) -> Option<&'static str> {
@@ -62,7 +63,7 @@ fn wgsl_type(kind: Kind) -> Option<&'static str> {
 /// The word that stores `value` of `kind`.
 fn to_word(value: &str, kind: Kind) -> Option<String> {
     match kind {
-        Kind::F32 | Kind::I32 => Some(format!("bitcast<u32>({value})")),
+        Kind::F32 | Kind::I32 | Kind::F16 | Kind::BF16 => Some(format!("bitcast<u32>({value})")),
         Kind::Mask => Some(format!("select(0u, 1u, {value})")),
         _ => None,
     }
@@ -71,7 +72,7 @@ fn to_word(value: &str, kind: Kind) -> Option<String> {
 /// The value of the word `word` as `kind`.
 fn from_word(word: &str, kind: Kind) -> Option<String> {
     match kind {
-        Kind::F32 => Some(format!("bitcast<f32>({word})")),
+        Kind::F32 | Kind::F16 | Kind::BF16 => Some(format!("bitcast<f32>({word})")),
         Kind::I32 => Some(format!("bitcast<i32>({word})")),
         Kind::Mask => Some(format!("({word} != 0u)")),
         _ => None,
@@ -108,6 +109,8 @@ fn expression(spec: &Spec, expr: &Expr, kind: Kind, place: &dyn Fn(NodeId) -> Op
                 _ => return None,
             }
         }
+        Expr::Round(Kind::F16, x) => format!("round_f16({})", e(x)),
+        Expr::Round(Kind::BF16, x) => format!("round_bf16({})", e(x)),
         Expr::Round(..) | Expr::ToOddF32(_) | Expr::Random { .. } => return None,
     })
 }

@@ -4,7 +4,10 @@
 //! parameters and optimizer states stay in between steps) and `vals`
 //! (every value the unit computes) — both `array<u32>`, each value at a
 //! word offset baked into the shader (`Place`). `f32` and `i32` values are
-//! their bits, a `bool` one word (0 or 1).
+//! their bits, a `bool` one word (0 or 1), an `f16` or `bf16` value the
+//! bits of the `f32` it is exactly (as the interpreter keeps it), rounded
+//! to its type by every op that computes one (`round_f16`, `round_bf16`:
+//! the interpreter's `crate::half`, bit for bit).
 //!
 //! Contract: a shader computes what the reference interpreter computes, up
 //! to the rounding of the device's `exp`, `log`, `tanh`, … and the order
@@ -118,6 +121,51 @@ fn to_i32(x: f32) -> i32 {
   return i32(x);
 }
 fn sign_i(x: i32) -> i32 { return select(select(0, -1, x < 0), 1, x > 0); }
+fn round_bf16(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  if (is_nan(x)) { return bitcast<f32>((b & 0xffff0000u) | 0x00400000u); }
+  return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+fn round_f16(x: f32) -> f32 {
+  let b = bitcast<u32>(x);
+  let sign = (b >> 16u) & 0x8000u;
+  let exp = i32((b >> 23u) & 0xffu);
+  let man = b & 0x007fffffu;
+  var h = 0u;
+  if (exp == 0xff) {
+    h = select(sign | 0x7e00u | (man >> 13u), sign | 0x7c00u, man == 0u);
+  } else {
+    let e = exp - 127 + 15;
+    if (e >= 0x1f) {
+      h = sign | 0x7c00u;
+    } else if (e <= 0) {
+      if (e < -10) {
+        h = sign;
+      } else {
+        let m = man | 0x00800000u;
+        let shift = u32(14 - e);
+        let kept = m >> shift;
+        let rest = m & ((1u << shift) - 1u);
+        let half = 1u << (shift - 1u);
+        h = sign | select(kept, kept + 1u, rest > half || (rest == half && (kept & 1u) == 1u));
+      }
+    } else {
+      let k = (u32(e) << 10u) | (man >> 13u);
+      let rest = man & 0x1fffu;
+      h = sign | select(k, k + 1u, rest > 0x1000u || (rest == 0x1000u && (k & 1u) == 1u));
+    }
+  }
+  // Back to f32, exactly.
+  let hs = (h & 0x8000u) << 16u;
+  let he = (h >> 10u) & 0x1fu;
+  let hm = h & 0x03ffu;
+  if (he == 0u) {
+    let v = f32(hm) * bitcast<f32>(0x33800000u);
+    return select(v, -v, hs != 0u);
+  }
+  if (he == 0x1fu) { return bitcast<f32>(hs | 0x7f800000u | (hm << 13u)); }
+  return bitcast<f32>(hs | ((he + 127u - 15u) << 23u) | (hm << 13u));
+}
 "#;
 
 /// The entry point of a shader with one thread per element of `n`: the
@@ -134,6 +182,24 @@ pub fn element_groups(n: usize) -> [u32; 3] {
     let groups = (n as u64).div_ceil(GROUP as u64).max(1);
     let x = groups.min(MAX_GROUPS as u64);
     [x as u32, groups.div_ceil(x) as u32, 1]
+}
+
+/// The WGSL function that rounds an `f32` result to `dtype` when it is a
+/// half type, else the empty string (a call of it is then the identity).
+pub fn rounding(dtype: crate::ir::DType) -> &'static str {
+    match dtype {
+        crate::ir::DType::F16 => "round_f16",
+        crate::ir::DType::BF16 => "round_bf16",
+        _ => "",
+    }
+}
+
+/// `f(x)`, or `x` when `f` is empty (no rounding).
+pub fn apply(f: &str, x: &str) -> String {
+    match f.is_empty() {
+        true => x.to_string(),
+        false => format!("{f}({x})"),
+    }
 }
 
 /// An `f32` literal in WGSL, by its bits (exact, and infinities too).
