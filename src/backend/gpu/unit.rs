@@ -8,12 +8,16 @@
 //! word an element, without reuse (the memory plan's arena offsets are the
 //! CPU's; planning the device arena is issue 21's next step) — and builds
 //! one pipeline per shader. A run uploads the inputs, records every shader
-//! in order into one compute pass and reads back only the outputs;
+//! in order into one command buffer and reads back only the outputs;
 //! carried values (a training step's parameters and optimizer states)
 //! stay in `io` between runs, copied there from where the step computed
-//! them, through scratch words, at the end of each run. A host kernel
-//! (`Device::Host` in the plan, which says why) ends the pass: its
-//! operands are read back, the interpreter computes its nodes and the
+//! them, through scratch words, at the end of each run. A `scan` is a unit
+//! of its own for its body, whose shaders are recorded once per step with
+//! copies between the two units' buffers. A gather or scatter-add that
+//! meets an index out of range sets its error flag; the run then stops
+//! before its updates land, with the interpreter's error. A host kernel
+//! (`Device::Host` in the plan, which says why) ends the command buffer:
+//! its operands are read back, the interpreter computes its nodes and the
 //! values GPU kernels read are written back. Values of dtypes the GPU does
 //! not hold (`kernels::on_device`) live on the host.
 //!
@@ -210,8 +214,7 @@ impl GpuUnit {
         let mut vals = Words { buf: Buf::Vals, next: 0 };
         let mut homes: HashMap<NodeId, Home> = HashMap::new();
         let mut uploads: Vec<(Place, Tensor)> = Vec::new();
-        // The region's inputs, by position; one the unit does not read gets
-        // words all the same when it is carried (it is kept for the next run).
+        // The region's inputs, by position.
         let all_nodes: Vec<NodeId> = unit.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
         let mut slot_nodes: HashMap<usize, NodeId> = HashMap::new();
         for &n in &all_nodes {
