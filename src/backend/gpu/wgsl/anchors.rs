@@ -9,15 +9,20 @@
 //! takes the first maximum, a NaN counting as the maximum (the first NaN
 //! wins), as the interpreter's `argmax_lanes`.
 //!
-//! Example: `matmul(16, 64, 784, 256, …)` is a grid of 16 x 4 x 1
-//! workgroups of 16 x 16 threads, each stepping through `k` by tiles of 16.
+//! Example: `matmul(1, 64, 784, 256, …)` is a grid of 4 x 1 x 1
+//! workgroups of 16 x 16 threads, each thread summing a 4 x 4 block of the
+//! product in registers while stepping through `k` by tiles of 16.
 
 use super::{element_entry, element_groups, Place, Shader, PRELUDE};
 use crate::ir::ReduceOp;
 use std::fmt::Write;
 
-/// The side of a product's square tile.
+/// A product's threads per workgroup along each side, and the depth of
+/// its tiles along `k`.
 const TILE: usize = 16;
+/// The side of the square of the product one workgroup computes (each
+/// thread a `BLOCK / TILE` square of it).
+const BLOCK: usize = 64;
 
 /// Row-major strides of `shape`.
 fn strides(shape: &[usize]) -> Vec<usize> {
@@ -48,35 +53,64 @@ pub fn matmul(
     let a_at = a.at(&format!("bz * {a_batch}u + row * {k}u + ka"));
     let b_at = b.at(&format!("bz * {b_batch}u + kb * {n}u + col"));
     let c_at = c.at(&format!("bz * {}u + row * {n}u + col", m * n));
-    let area = TILE * TILE;
+    // Each workgroup computes a BLOCK x BLOCK tile of the product, each of
+    // its TILE x TILE threads a PER x PER block of it in registers, over
+    // BLOCK x TILE tiles of `a` and TILE x BLOCK tiles of `b` in workgroup
+    // memory (every thread loads PER * PER elements of each).
+    let (tile, block, per) = (TILE, BLOCK, BLOCK / TILE);
+    let area = block * tile;
+    let loads = area / (tile * tile);
+    let acc = |i: &str, j: &str| format!("acc[{i} * {per}u + {j}]");
     let lines = [
         format!("var<workgroup> ta: array<f32, {area}>;"),
         format!("var<workgroup> tb: array<f32, {area}>;"),
-        format!("@compute @workgroup_size({TILE}, {TILE})"),
+        format!("@compute @workgroup_size({tile}, {tile})"),
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {".into(),
-        format!("  let row = wg.y * {TILE}u + l.y;"),
-        format!("  let col = wg.x * {TILE}u + l.x;"),
+        format!("  let row0 = wg.y * {block}u + l.y * {per}u;"),
+        format!("  let col0 = wg.x * {block}u + l.x * {per}u;"),
         "  let bz = wg.z;".into(),
-        "  var acc = 0.0;".into(),
-        format!("  for (var t = 0u; t < {k}u; t = t + {TILE}u) {{"),
-        "    let ka = t + l.x;".into(),
-        "    var x = 0.0;".into(),
-        format!("    if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}"),
-        format!("    ta[l.y * {TILE}u + l.x] = x;"),
-        "    let kb = t + l.y;".into(),
-        "    var y = 0.0;".into(),
-        format!("    if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}"),
-        format!("    tb[l.y * {TILE}u + l.x] = y;"),
+        format!("  let lid = l.y * {tile}u + l.x;"),
+        format!("  var acc: array<f32, {}>;", per * per),
+        format!("  for (var t = 0u; t < {k}u; t = t + {tile}u) {{"),
+        format!("    for (var e = 0u; e < {loads}u; e = e + 1u) {{"),
+        format!("      let idx = lid + e * {}u;", tile * tile),
+        format!("      let row = wg.y * {block}u + idx / {tile}u;"),
+        format!("      let ka = t + idx % {tile}u;"),
+        "      var x = 0.0;".into(),
+        format!("      if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}"),
+        "      ta[idx] = x;".into(),
+        format!("      let kb = t + idx / {block}u;"),
+        format!("      let col = wg.x * {block}u + idx % {block}u;"),
+        "      var y = 0.0;".into(),
+        format!("      if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}"),
+        "      tb[idx] = y;".into(),
+        "    }".into(),
         "    workgroupBarrier();".into(),
-        format!("    let last = min({TILE}u, {k}u - t);"),
-        format!("    for (var q = 0u; q < last; q = q + 1u) {{ acc = acc + ta[l.y * {TILE}u + q] * tb[q * {TILE}u + l.x]; }}"),
+        format!("    let last = min({tile}u, {k}u - t);"),
+        "    for (var q = 0u; q < last; q = q + 1u) {".into(),
+        format!("      for (var i = 0u; i < {per}u; i = i + 1u) {{"),
+        format!("        let x = ta[(l.y * {per}u + i) * {tile}u + q];"),
+        format!("        for (var j = 0u; j < {per}u; j = j + 1u) {{"),
+        format!("          {} = {} + x * tb[q * {block}u + l.x * {per}u + j];", acc("i", "j"), acc("i", "j")),
+        "        }".into(),
+        "      }".into(),
+        "    }".into(),
         "    workgroupBarrier();".into(),
         "  }".into(),
-        format!("  if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>({}); }}", super::apply(round, "acc")),
+        format!("  for (var i = 0u; i < {per}u; i = i + 1u) {{"),
+        format!("    for (var j = 0u; j < {per}u; j = j + 1u) {{"),
+        "      let row = row0 + i;".into(),
+        "      let col = col0 + j;".into(),
+        format!(
+            "      if (row < {m}u && col < {n}u) {{ {c_at} = bitcast<u32>({}); }}",
+            super::apply(round, &acc("i", "j"))
+        ),
+        "    }".into(),
+        "  }".into(),
         "}".into(),
     ];
     let source = format!("{PRELUDE}{}\n", lines.join("\n"));
-    let groups = [n.div_ceil(TILE).max(1) as u32, m.div_ceil(TILE).max(1) as u32, batch.max(1) as u32];
+    let groups = [n.div_ceil(BLOCK).max(1) as u32, m.div_ceil(BLOCK).max(1) as u32, batch.max(1) as u32];
     Some(Shader { label: label.to_string(), source, groups })
 }
 
