@@ -5,5 +5,13 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // Mesa's Vulkan drivers print "error: XDG_RUNTIME_DIR is invalid or not
+    // set" when the GPU backend opens a device without it (harmless, but it
+    // reads as a failure). Set here, before any thread exists, as changing
+    // the environment later would race with other threads reading it.
+    #[cfg(feature = "gpu")]
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+        std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir());
+    }
     tfc::cli::main()
 }

@@ -351,3 +351,21 @@ fn a_build_without_the_gpu_backend_says_how_to_get_it() {
     assert_eq!(String::from_utf8_lossy(&auto.stdout).trim(), "2");
     assert!(stderr(&auto).contains("running on the CPU"), "{}", stderr(&auto));
 }
+
+/// `--device gpu` or `auto` with a flag that runs the interpreter is
+/// refused rather than quietly run on the interpreter (in any build).
+#[test]
+fn device_with_an_interpreter_flag_is_refused() {
+    let file = scratch("device-conflict.tfl", b"print(1 + 1)\n");
+    let path = file.to_str().unwrap();
+    for extra in [["--backend", "interp"].as_slice(), ["--check-numerics"].as_slice()] {
+        for device in ["gpu", "auto"] {
+            let mut args = vec!["run", path, "--device", device];
+            args.extend_from_slice(extra);
+            let o = tfc(&args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}");
+            assert!(stderr(&o).contains("`--device` cannot be combined with it"), "{}", stderr(&o));
+            assert_no_panic(&o);
+        }
+    }
+}

@@ -14,43 +14,21 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use support::backends::{compare_all, root, run, same_values, shorten, tfl_files};
+use std::path::Path;
+use support::backends::{compare_all, host_ops, owned, root, run, run_cases, same_values, shortened_examples};
 use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
 use tfc::runtime::exec::{execute, RunOptions};
 
 #[test]
 fn every_run_case_prints_the_same_values_on_jit_and_interp() {
-    let files: Vec<(PathBuf, String)> = tfl_files(&root().join("tests/cases/run"))
-        .into_iter()
-        .map(|p| {
-            let s = std::fs::read_to_string(&p).unwrap();
-            (p, s)
-        })
-        .collect();
-    assert!(files.len() > 20, "run cases not found");
-    compare_all(&files, Backend::Jit, true, 1e-3);
+    compare_all(&run_cases(), Backend::Jit, true, 1e-3);
 }
 
 #[test]
 fn every_example_prints_the_same_values_on_jit_and_interp() {
     let tmp = std::env::temp_dir().join(format!("tfc-jit-examples-{}", std::process::id()));
-    // Each example folder gets its own scratch folder whose `data` is the
-    // example folder's, so relative data paths resolve as they do in place.
-    let mut files = Vec::new();
-    for (dir, scratch) in [("examples", tmp.clone()), ("examples/bench", tmp.join("bench"))] {
-        std::fs::create_dir_all(&scratch).unwrap();
-        let data = scratch.join("data");
-        if !data.exists() {
-            std::os::unix::fs::symlink(root().join(dir).join("data"), &data).unwrap();
-        }
-        for p in tfl_files(&root().join(dir)) {
-            let source = shorten(&std::fs::read_to_string(&p).unwrap());
-            files.push((scratch.join(p.file_name().unwrap()), source));
-        }
-    }
-    compare_all(&files, Backend::Jit, true, 1e-3);
+    compare_all(&shortened_examples(&tmp, &["examples", "examples/bench"]), Backend::Jit, true, 1e-3);
     let _ = std::fs::remove_dir_all(&tmp);
 }
 
@@ -64,32 +42,8 @@ fn strict_refuses_exactly_the_programs_with_known_host_kernels() {
     // None: since `scan` loops run natively (their bodies planned as units
     // of their own), every kernel of these programs has CPU code.
     let known: &[(&str, &[&str])] = &[];
-    let mut files = tfl_files(&root().join("tests/cases/run"));
-    files.extend(tfl_files(&root().join("examples")));
-    files.extend(tfl_files(&root().join("examples/bench")));
-    files.extend(tfl_files(&root().join("examples/zoo/bench")));
-    let mut found: Vec<(String, Vec<String>)> = Vec::new();
-    for path in files {
-        let source = std::fs::read_to_string(&path).unwrap();
-        let mut session = Session::new();
-        let file = session.add_source(&path.to_string_lossy(), &source);
-        let opts = tfc::passes::Options { target: Backend::Jit.target(), ..Default::default() };
-        let Ok(program) = session.compile(file, &opts) else { continue };
-        let mut ops: Vec<String> = tfc::passes::partition::host_kernels(&program)
-            .iter()
-            .filter_map(|d| d.message.strip_prefix('`')?.split('`').next().map(String::from))
-            .collect();
-        ops.sort();
-        ops.dedup();
-        if !ops.is_empty() {
-            let rel = path.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
-            found.push((rel, ops));
-        }
-    }
-    found.sort();
-    let known: Vec<(String, Vec<String>)> =
-        known.iter().map(|(f, ops)| (f.to_string(), ops.iter().map(|s| s.to_string()).collect())).collect();
-    assert_eq!(found, known);
+    let found = host_ops(Backend::Jit);
+    assert_eq!(found, owned(known));
 }
 
 /// What each step of the first training step of `source` computes, in

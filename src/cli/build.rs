@@ -79,7 +79,7 @@ pub(super) fn build(session: &mut Session, args: &BuildArgs) -> Result<(), Vec<D
         _ if gpu_wanted => crate::backend::BackendKind::Gpu.target(),
         #[cfg(not(feature = "gpu"))]
         _ if gpu_wanted => {
-            let gpu = super::backend_for(Some(super::DeviceArg::Gpu), crate::backend::BackendKind::Jit);
+            let gpu = super::backend_for(Some(super::DeviceArg::Gpu), crate::backend::BackendKind::Jit, false);
             return Err(vec![gpu.err().unwrap_or_else(|| Diagnostic::internal("no GPU backend"))]);
         }
         _ => crate::backend::BackendKind::Jit.target(),

@@ -204,7 +204,24 @@ pub enum DeviceArg {
 pub(crate) fn backend_for(
     device: Option<DeviceArg>,
     backend: crate::backend::BackendKind,
+    check_numerics: bool,
 ) -> Result<crate::backend::BackendKind, Diagnostic> {
+    // Flags that would take the run off the GPU are refused, not obeyed
+    // in silence.
+    if matches!(device, Some(DeviceArg::Gpu | DeviceArg::Auto)) {
+        let conflict = match (backend, check_numerics) {
+            (crate::backend::BackendKind::Interp, _) => Some("`--backend interp` runs the reference interpreter"),
+            (_, true) => Some("`--check-numerics` runs the reference interpreter, which checks every op's result"),
+            _ => None,
+        };
+        if let Some(why) = conflict {
+            return Err(Diagnostic::new(
+                crate::diag::Code::BadValue,
+                format!("`--device` cannot be combined with it: {why}"),
+            )
+            .help("drop one of the two flags"));
+        }
+    }
     match device {
         None | Some(DeviceArg::Cpu) => Ok(backend),
         #[cfg(feature = "gpu")]
@@ -320,7 +337,7 @@ pub fn main() -> ExitCode {
                 let world = placement.map_or(1, |p| p.size);
                 session.data_parallel = Some(crate::ir::plan::DataParallel { shards: shards.map(usize::from), world });
             }
-            let backend = match backend_for(*device, *backend) {
+            let backend = match backend_for(*device, *backend, *check_numerics) {
                 Ok(b) => b,
                 Err(d) => {
                     report(&session, &[d]);
@@ -352,7 +369,7 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Bench { file, steps, warmup, threads, backend, device, json, profile, strict, .. } => {
-            let backend = match backend_for(*device, *backend) {
+            let backend = match backend_for(*device, *backend, false) {
                 Ok(b) => b,
                 Err(d) => {
                     report(&session, &[d]);

@@ -107,6 +107,44 @@ pub fn tfl_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// Every run case (`tests/cases/run`) with its source.
+pub fn run_cases() -> Vec<(PathBuf, String)> {
+    let files: Vec<(PathBuf, String)> = tfl_files(&root().join("tests/cases/run"))
+        .into_iter()
+        .map(|p| {
+            let s = std::fs::read_to_string(&p).unwrap();
+            (p, s)
+        })
+        .collect();
+    assert!(files.len() > 20, "run cases not found");
+    files
+}
+
+/// The examples of each folder of `dirs` (relative to the repository),
+/// `shorten`ed, each placed in a scratch folder under `tmp` (`tmp` itself
+/// for the first) whose `data` is the example folder's, so relative data
+/// paths resolve as they do in place and checkpoints stay out of
+/// `examples/out`.
+pub fn shortened_examples(tmp: &Path, dirs: &[&str]) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    for (k, dir) in dirs.iter().enumerate() {
+        let scratch = match k {
+            0 => tmp.to_path_buf(),
+            _ => tmp.join(Path::new(dir).file_name().unwrap()),
+        };
+        std::fs::create_dir_all(&scratch).unwrap();
+        let data = scratch.join("data");
+        if !data.exists() {
+            std::os::unix::fs::symlink(root().join(dir).join("data"), &data).unwrap();
+        }
+        for p in tfl_files(&root().join(dir)) {
+            let source = shorten(&std::fs::read_to_string(&p).unwrap());
+            files.push((scratch.join(p.file_name().unwrap()), source));
+        }
+    }
+    files
+}
+
 /// Caps `epochs = N` at 2 and every `load_idx` source (MNIST) at its first
 /// 2000 elements, so the interpreter's side of the comparison stays short.
 pub fn shorten(source: &str) -> String {
@@ -150,4 +188,40 @@ pub fn compare_all(files: &[(PathBuf, String)], backend: Backend, unoptimized: b
         }
     }
     assert!(failures.is_empty(), "{} differences:\n{}", failures.len(), failures.join("\n\n"));
+}
+
+/// The run cases, examples and zoo benchmarks that have a training step,
+/// metric or `map` kernel the plan for `backend` leaves to the host
+/// interpreter (what `--strict` refuses), each with those kernels' ops,
+/// sorted: the record of what a backend still lacks.
+pub fn host_ops(backend: Backend) -> Vec<(String, Vec<String>)> {
+    let mut files = tfl_files(&root().join("tests/cases/run"));
+    for dir in ["examples", "examples/bench", "examples/zoo/bench"] {
+        files.extend(tfl_files(&root().join(dir)));
+    }
+    let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    for path in files {
+        let source = std::fs::read_to_string(&path).unwrap();
+        let mut session = Session::new();
+        let file = session.add_source(&path.to_string_lossy(), &source);
+        let opts = tfc::passes::Options { target: backend.target(), ..Default::default() };
+        let Ok(program) = session.compile(file, &opts) else { continue };
+        let mut ops: Vec<String> = tfc::passes::partition::host_kernels(&program)
+            .iter()
+            .filter_map(|d| d.message.strip_prefix('`')?.split('`').next().map(String::from))
+            .collect();
+        ops.sort();
+        ops.dedup();
+        if !ops.is_empty() {
+            let rel = path.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+            found.push((rel, ops));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// `(file, ops)` pairs as `host_ops` gives them.
+pub fn owned(pairs: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
+    pairs.iter().map(|(f, ops)| (f.to_string(), ops.iter().map(|s| s.to_string()).collect())).collect()
 }

@@ -52,12 +52,6 @@ pub fn available() -> bool {
 }
 
 fn open() -> Result<Gpu, String> {
-    // wgpu's Vulkan layer warns on stderr when this is unset (harmless).
-    if std::env::var_os("XDG_RUNTIME_DIR").is_none() {
-        // SAFETY: called once, before any other thread of this process
-        // reads the environment through wgpu.
-        unsafe { std::env::set_var("XDG_RUNTIME_DIR", std::env::temp_dir()) };
-    }
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::VULKAN,
         ..wgpu::InstanceDescriptor::new_without_display_handle()

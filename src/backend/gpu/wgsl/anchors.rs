@@ -1,6 +1,8 @@
-//! The shaders of kernel anchors: matrix products (workgroup-memory tiles),
-//! reductions and argmax (one thread per output, in index order),
-//! transposes, and word copies (a training step's carried values).
+//! The shaders of kernel anchors: matrix products (workgroup-memory tiles,
+//! a register block of outputs per thread), reductions and argmax (one
+//! thread per output, in index order), layout ops (transposes, slices,
+//! pads, concatenations), gathers and scatter-adds (with an error flag),
+//! and word copies (a training step's carried values).
 //!
 //! Contract: each returns `None` for what it has no template for (the
 //! target then leaves the kernel to the host); values are `f32` unless a
@@ -13,7 +15,7 @@
 //! workgroups of 16 x 16 threads, each thread summing a 4 x 4 block of the
 //! product in registers while stepping through `k` by tiles of 16.
 
-use super::{element_entry, element_groups, Place, Shader, PRELUDE};
+use super::{per_element, Place, Shader, PRELUDE};
 use crate::ir::ReduceOp;
 use std::fmt::Write;
 
@@ -129,7 +131,7 @@ pub fn reduce(
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
     let outputs: usize = kept.iter().map(|&d| shape[d]).product();
     let count: usize = axes.iter().map(|&d| shape[d]).product();
-    let mut body = element_entry(outputs);
+    let mut body = String::new();
     // The output's coordinates (kept dims, last first) give the base.
     let _ = writeln!(body, "  var r = i;\n  var base = 0u;");
     for &d in kept.iter().rev() {
@@ -158,7 +160,7 @@ pub fn reduce(
         let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
     }
     let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outputs) })
+    Some(per_element(outputs, &body, label))
 }
 
 /// The first maximum's index (`i32`) along `axis` of an `f32` (or, with
@@ -171,7 +173,7 @@ pub fn argmax(shape: &[usize], axis: usize, int: bool, [x, out]: [Place; 2], lab
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
     let value = |word: String| if int { format!("bitcast<i32>({word})") } else { format!("bitcast<f32>({word})") };
-    let mut body = element_entry(outer * inner);
+    let mut body = String::new();
     let _ = writeln!(
         body,
         "  let base = (i / {inner}u) * {n}u * {inner}u + i % {inner}u;\n  var best = 0u;\n  var top = {};\n  for (var q = 1u; q < {n}u; q = q + 1u) {{\n    if ({}) {{ break; }}\n    let v = {};\n    if ({} || v > top) {{ best = q; top = v; }}\n  }}\n  {} = bitcast<u32>(i32(best));\n}}",
@@ -181,7 +183,7 @@ pub fn argmax(shape: &[usize], axis: usize, int: bool, [x, out]: [Place; 2], lab
         if int { "false" } else { "is_nan(v)" },
         out.at("i")
     );
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(outer * inner) })
+    Some(per_element(outer * inner, &body, label))
 }
 
 /// The transpose of a one-word-per-element value of `shape` at `x`
@@ -192,20 +194,19 @@ pub fn transpose(shape: &[usize], perm: &[usize], [x, out]: [Place; 2], label: &
     }
     let s = strides(shape);
     let n: usize = shape.iter().product();
-    let mut body = element_entry(n);
+    let mut body = String::new();
     let _ = writeln!(body, "  var r = i;\n  var at = 0u;");
     for d in (0..perm.len()).rev() {
         let size = shape[perm[d]].max(1);
         let _ = writeln!(body, "  at = at + (r % {size}u) * {}u; r = r / {size}u;", s[perm[d]]);
     }
     let _ = writeln!(body, "  {} = {};\n}}", out.at("i"), x.at("at"));
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+    Some(per_element(n, &body, label))
 }
 
 /// Copies `words` words from `from` to `to` (which must not overlap).
 pub fn copy(words: usize, [from, to]: [Place; 2], label: &str) -> Shader {
-    let source = format!("{PRELUDE}{}  {} = {};\n}}\n", element_entry(words), to.at("i"), from.at("i"));
-    Shader { label: label.to_string(), source, groups: element_groups(words) }
+    per_element(words, &format!("  {} = {};\n}}\n", to.at("i"), from.at("i")), label)
 }
 
 /// Which input element an output element of a layout op reads: WGSL that
@@ -232,7 +233,7 @@ pub fn slice(
 ) -> Option<Shader> {
     let s = strides(shape);
     let n: usize = len.iter().product();
-    let mut body = element_entry(n);
+    let mut body = String::new();
     body.push_str(&coordinates(len));
     let terms: Vec<String> = (0..shape.len())
         .map(|d| {
@@ -242,7 +243,7 @@ pub fn slice(
         .collect::<Option<_>>()?;
     let at = if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") };
     let _ = writeln!(body, "  {} = {};\n}}", out.at("i"), x.at(&at));
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+    Some(per_element(n, &body, label))
 }
 
 /// `x` of `shape` padded by `low` and `high` with the word `fill`.
@@ -257,7 +258,7 @@ pub fn pad(
     let s = strides(shape);
     let out_shape: Vec<usize> = (0..shape.len()).map(|d| shape[d] + low[d] + high[d]).collect();
     let n: usize = out_shape.iter().product();
-    let mut body = element_entry(n);
+    let mut body = String::new();
     body.push_str(&coordinates(&out_shape));
     let _ = writeln!(body, "  var inside = true;\n  var at = 0u;");
     for d in 0..shape.len() {
@@ -271,7 +272,7 @@ pub fn pad(
         );
     }
     let _ = writeln!(body, "  var v = {fill}u;\n  if (inside) {{ v = {}; }}\n  {} = v;\n}}", x.at("at"), out.at("i"));
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+    Some(per_element(n, &body, label))
 }
 
 /// The values `parts` (of `shapes`) joined along `axis`.
@@ -280,7 +281,7 @@ pub fn concat(shapes: &[Vec<usize>], axis: usize, parts: &[Place], out: Place, l
     let mut out_shape = first.clone();
     *out_shape.get_mut(axis)? = shapes.iter().map(|s| s.get(axis).copied().unwrap_or(0)).sum();
     let n: usize = out_shape.iter().product();
-    let mut body = element_entry(n);
+    let mut body = String::new();
     body.push_str(&coordinates(&out_shape));
     let mut offset = 0;
     for (k, (shape, part)) in shapes.iter().zip(parts).enumerate() {
@@ -298,7 +299,7 @@ pub fn concat(shapes: &[Vec<usize>], axis: usize, parts: &[Place], out: Place, l
         offset = end;
     }
     body.push_str("}\n");
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+    Some(per_element(n, &body, label))
 }
 
 /// `table` (of `shape`, one word an element) indexed along `axis` by the
@@ -317,7 +318,7 @@ pub fn gather(
     let inner: usize = shape[axis + 1..].iter().product();
     let outer: usize = shape[..axis].iter().product();
     let total = outer * count * inner;
-    let mut body = element_entry(total);
+    let mut body = String::new();
     let _ = writeln!(
         body,
         "  let k = i % {inner}u;\n  let p = (i / {inner}u) % {count}u;\n  let o = i / ({inner}u * {count}u);\n  let at = bitcast<i32>({});\n  if (at < 0 || at >= {n}) {{\n    {} = 1u;\n    {} = 0u;\n    return;\n  }}\n  {} = {};\n}}",
@@ -327,7 +328,7 @@ pub fn gather(
         out.at("i"),
         table.at(&format!("(o * {n}u + u32(at)) * {inner}u + k"))
     );
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(total) })
+    Some(per_element(total, &body, label))
 }
 
 /// Zeros of `[outer, dim, inner]` with every `f32` row of `updates`
@@ -341,7 +342,7 @@ pub fn scatter_add(
     label: &str,
 ) -> Option<Shader> {
     let total = outer * dim * inner;
-    let mut body = element_entry(total);
+    let mut body = String::new();
     let _ = writeln!(
         body,
         "  let k = i % {inner}u;\n  let d = (i / {inner}u) % {dim}u;\n  let o = i / ({inner}u * {dim}u);\n  var acc = 0.0;\n  for (var p = 0u; p < {count}u; p = p + 1u) {{\n    let at = bitcast<i32>({});\n    if (at < 0 || at >= {dim}) {{ {} = 1u; }}\n    if (at == i32(d)) {{ acc = acc + bitcast<f32>({}); }}\n  }}\n  {} = bitcast<u32>({});\n}}",
@@ -351,5 +352,5 @@ pub fn scatter_add(
         out.at("i"),
         super::apply(round, "acc")
     );
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(total) })
+    Some(per_element(total, &body, label))
 }

@@ -15,7 +15,7 @@
 //! Example: the digits CNN's first layer, `[64, 8, 8, 1]` by `[3, 3, 1,
 //! 16]` with "same" padding, is 65536 threads each summing 9 products.
 
-use super::{element_entry, element_groups, Place, Shader, PRELUDE};
+use super::{per_element, Place, Shader};
 use crate::ir::kernel_desc::ConvPass;
 use crate::ir::PoolKind;
 use std::fmt::Write;
@@ -99,11 +99,7 @@ pub fn conv(c: &Conv, [a, b, out]: [Place; 3], round: &str, label: &str) -> Opti
         }
     };
     let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
-    Some(Shader {
-        label: label.to_string(),
-        source: format!("{PRELUDE}{}{body}", element_entry(count)),
-        groups: element_groups(count),
-    })
+    Some(per_element(count, &body, label))
 }
 
 /// A pooling's attributes, as `AnchorOp::Pool` has them.
@@ -180,9 +176,5 @@ pub fn pool(q: &Pool, x: Place, gy: Option<Place>, out: Place, round: &str, labe
         }
         (true, None) => return None,
     };
-    Some(Shader {
-        label: label.to_string(),
-        source: format!("{PRELUDE}{}{body}", element_entry(count)),
-        groups: element_groups(count),
-    })
+    Some(per_element(count, &body, label))
 }

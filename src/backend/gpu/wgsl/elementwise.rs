@@ -14,7 +14,7 @@
 //! `inner = 256`: `o0 = i / 256`, `j = i % 256`, `e0 = h[o0 * 256 + j]`,
 //! `e1 = b[j]`, `e2 = e0 + e1`, `e3 = relu_f(e2)`, stored at `i`.
 
-use super::{element_entry, element_groups, Place, Shader, PRELUDE};
+use super::{per_element, Place, Shader};
 use crate::ir::spec::{Expr, Inner, Kind, Spec};
 use crate::ir::{BinaryOp, NodeId, UnaryOp};
 use std::fmt::Write;
@@ -26,7 +26,7 @@ pub fn shader(spec: &Spec, place: &dyn Fn(NodeId) -> Option<Place>, label: &str)
     if !spec.fallible.is_empty() || !spec.stores.iter().all(|&k| word_kind(k)) {
         return None;
     }
-    let mut body = element_entry(n);
+    let mut body = String::new();
     let _ = writeln!(body, "  let j = i % {}u;", spec.inner.max(1));
     // The outer coordinates, last dim first.
     let _ = writeln!(body, "  var r = i / {}u;", spec.inner.max(1));
@@ -42,7 +42,7 @@ pub fn shader(spec: &Spec, place: &dyn Fn(NodeId) -> Option<Place>, label: &str)
         let _ = writeln!(body, "  {at} = {};", to_word(&format!("e{e}"), kind)?);
     }
     body.push_str("}\n");
-    Some(Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: element_groups(n) })
+    Some(per_element(n, &body, label))
 }
 
 /// Whether values of this kind are one word in the unit's buffers (a half

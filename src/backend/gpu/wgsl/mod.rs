@@ -11,7 +11,7 @@
 //!
 //! Contract: a shader computes what the reference interpreter computes, up
 //! to the rounding of the device's `exp`, `log`, `tanh`, … and the order
-//! of a product's sums (ascending `k`, one thread per output, so the same
+//! of a product's sums (ascending `k` for each output, so the same
 //! bits on every run and any device with the same math library); NaN is
 //! tested by its bits, never by `x != x`, which WGSL lets a compiler fold
 //! away. Every reduction sums in index order in one thread per output
@@ -168,17 +168,28 @@ fn round_f16(x: f32) -> f32 {
 }
 "#;
 
+/// A shader of one thread per element of `n`: the prelude, the entry point
+/// (`element_entry`: the flat index `i`) and `body`, the statements after
+/// it up to the entry's closing brace.
+pub fn per_element(n: usize, body: &str, label: &str) -> Shader {
+    Shader {
+        label: label.to_string(),
+        source: format!("{PRELUDE}{}{body}", element_entry(n)),
+        groups: element_groups(n),
+    }
+}
+
 /// The entry point of a shader with one thread per element of `n`: the
 /// flat index `i` over a grid that may be two-dimensional (more than
 /// 65535 workgroups), returning past the end.
-pub fn element_entry(n: usize) -> String {
+fn element_entry(n: usize) -> String {
     format!(
         "@compute @workgroup_size({GROUP})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) li: u32) {{\n  let i = (wg.y * nwg.x + wg.x) * {GROUP}u + li;\n  if (i >= {n}u) {{ return; }}\n"
     )
 }
 
 /// The workgroups of an `element_entry` shader over `n` elements.
-pub fn element_groups(n: usize) -> [u32; 3] {
+fn element_groups(n: usize) -> [u32; 3] {
     let groups = (n as u64).div_ceil(GROUP as u64).max(1);
     let x = groups.min(MAX_GROUPS as u64);
     [x as u32, groups.div_ceil(x) as u32, 1]
