@@ -4,12 +4,13 @@
 //! placement, `--strict`, `--device auto`, the error without a GPU, the
 //! same bits on every run.
 //!
-//! Tolerance: numbers agree to 1e-3 relative in the run cases (as the CPU
-//! backend's, `support::backends`) and to 1e-2 in the examples, which
-//! train for two epochs: lavapipe's `exp` and `log` are LLVM's fast
-//! approximations, a few ulps further from libm than the CPU backend's
-//! polynomials, and a half-trained classifier's test accuracy then moves
-//! by whole examples (2 of 359 digits: 0.6%).
+//! Tolerance: numbers agree to 1e-3 relative (as the CPU backend's,
+//! `support::backends`), in the run cases and in the examples, which train
+//! for two epochs: the shaders' math library is within 1e-6 of the
+//! interpreter's libm (tests/gpu_props.rs), so a training run drifts only
+//! in the last printed digit. Kernel by kernel, tests/gpu_props.rs checks
+//! the tighter bounds (1e-6 elementwise, 1e-4 products and
+//! reductions).
 //!
 //! Where it runs: CI installs Mesa's software Vulkan driver (lavapipe,
 //! `.ci/run`), so these tests execute real shaders on every run. On a
@@ -20,26 +21,9 @@
 
 mod support;
 
-use support::backends::{compare_all, host_ops, owned, root, run_cases, same_values, shortened_examples};
+use support::backends::{compare_all, gpu_here, host_ops, owned, root, run_cases, same_values, shortened_examples};
 use tfc::backend::BackendKind as Backend;
 use tfc::ir::compiled::Device;
-
-/// Whether a GPU is here; fails under `CI=true` when none is.
-fn gpu_here() -> bool {
-    match tfc::backend::gpu::device::gpu() {
-        Ok(gpu) => {
-            eprintln!("GPU: {}", gpu.describe());
-            true
-        }
-        Err(d) if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI must run the GPU tests (apt-get install mesa-vulkan-drivers libvulkan1): {}", d.message)
-        }
-        Err(d) => {
-            eprintln!("skipped: no GPU on this machine ({})", d.message);
-            false
-        }
-    }
-}
 
 #[test]
 fn every_run_case_prints_the_same_values_on_gpu_and_interp() {
@@ -54,7 +38,7 @@ fn every_example_prints_the_same_values_on_gpu_and_interp() {
         return;
     }
     let tmp = std::env::temp_dir().join(format!("tfc-gpu-examples-{}", std::process::id()));
-    compare_all(&shortened_examples(&tmp, &["examples"]), Backend::Gpu, false, 1e-2);
+    compare_all(&shortened_examples(&tmp, &["examples"]), Backend::Gpu, false, 1e-3);
     let _ = std::fs::remove_dir_all(&tmp);
 }
 

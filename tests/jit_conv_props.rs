@@ -7,11 +7,8 @@
 //! `pool`: the disjoint-window fast path or the interpreter's code) and the
 //! updated parameters print as shortest round-trip text on each backend.
 //!
-//! Geometry: batch 1–2, height and width 1–8, 1–3 input and output
-//! channels, kernels and windows 1–3 per axis, stride 1–3, dilation 1–2
-//! (convolutions), padding up to the window's extent minus one per side.
-//! The loss is `sum(y * y * g)` for a fixed random `g`, so the gradient that
-//! flows back depends on the forward result as well.
+//! The programs, their geometry and the loss: `support::props` (shared
+//! with tests/gpu_props.rs).
 //!
 //! Tolerance: convolutions sum in another order on the JIT (gemm's
 //! blocking or the direct kernels' tap order, fused multiply-adds), so
@@ -36,26 +33,13 @@
 //! Cost: each case compiles and runs two small programs; 64 cases per
 //! property keep the file well under a minute in a debug build.
 
+mod support;
+
 use proptest::prelude::*;
+use support::props::{close, conv_case, conv_program, one_sgd_step, pool_case, pool_program, printed as run};
 use tfc::backend::BackendKind as Backend;
 use tfc::driver::Session;
-use tfc::runtime::exec::{execute, Executor, RunOptions};
-
-/// The tensors `source` prints on `backend` (without the training progress
-/// lines, whose throughput varies).
-fn run(source: &str, backend: Backend) -> String {
-    let mut session = Session::new();
-    let file = session.add_source("prop.tfl", source);
-    let program = session.compile(file, &tfc::passes::Options::default()).unwrap_or_else(|d| {
-        panic!("does not compile: {:?} {}\n{source}", d[0].code, d[0].message);
-    });
-    let mut out = Vec::new();
-    let options = RunOptions { base_dir: session.base_dir(file), backend, ..RunOptions::default() };
-    if let Err(d) = execute(&program, &mut out, options) {
-        panic!("fails on {backend:?}: {:?} {}\n{source}", d.code, d.message);
-    }
-    String::from_utf8_lossy(&out).lines().filter(|l| l.starts_with("f32[")).map(|l| format!("{l}\n")).collect()
-}
+use tfc::runtime::exec::{Executor, RunOptions};
 
 /// How the JIT runs the program's training step.
 fn step_counts(source: &str) -> tfc::backend::StepCounts {
@@ -71,172 +55,6 @@ fn step_counts(source: &str) -> tfc::backend::StepCounts {
     let mut ex = Executor::new(&program, &mut out, options).expect("an executor");
     let region = ex.compile_region(&plan.steps[0].1).expect("the step prepares");
     region.unit().counts()
-}
-
-/// The values of each printed tensor (one per line: `f32[…] [[…]]`).
-fn values(printed: &str) -> Vec<Vec<f32>> {
-    printed
-        .lines()
-        .map(|line| {
-            let (_, data) = line.split_once("] ").unwrap_or_else(|| panic!("not a tensor: {line}"));
-            data.split(|c: char| c == '[' || c == ']' || c == ',' || c.is_whitespace())
-                .filter(|t| !t.is_empty())
-                .map(|t| t.parse::<f32>().unwrap_or_else(|_| panic!("not a number: {t}")))
-                .collect()
-        })
-        .collect()
-}
-
-/// Both backends' printed parameters agree within the module's tolerance.
-fn close(jit: &str, interp: &str) -> Result<(), String> {
-    let (a, b) = (values(jit), values(interp));
-    if a.len() != b.len() || a.iter().zip(&b).any(|(x, y)| x.len() != y.len()) {
-        return Err(format!("different shapes:\n--- jit\n{jit}\n--- interp\n{interp}"));
-    }
-    for (k, (x, y)) in a.iter().zip(&b).enumerate() {
-        let largest = y.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let tol = 1e-4 * (1.0 + largest);
-        for (i, (&p, &q)) in x.iter().zip(y).enumerate() {
-            if !((p - q).abs() <= tol || (p.is_nan() && q.is_nan())) {
-                return Err(format!("parameter {k}, element {i}: jit {p} vs interpreter {q} (tolerance {tol})"));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A convolution's geometry.
-#[derive(Clone, Debug)]
-struct ConvCase {
-    n: usize,
-    hw: [usize; 2],
-    c: usize,
-    o: usize,
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    dilation: [usize; 2],
-    padding: [usize; 4],
-}
-
-/// Along one axis: the padded length minus the window's extent (`None` when
-/// the window does not fit), so the output size is `span / stride + 1`.
-fn span(input: usize, window: usize, dilation: usize, pad: usize) -> Option<usize> {
-    let extent = dilation * (window - 1) + 1;
-    (input + pad >= extent).then(|| input + pad - extent)
-}
-
-fn conv_case() -> impl Strategy<Value = ConvCase> {
-    (1..=2usize, [1..=8usize, 1..=8usize], 1..=3usize, 1..=3usize, [1..=3usize, 1..=3usize])
-        .prop_flat_map(|(n, hw, c, o, kernel)| {
-            let dilation = [1..=2usize, 1..=2usize];
-            (Just((n, hw, c, o, kernel)), [1..=3usize, 1..=3usize], dilation)
-        })
-        .prop_flat_map(|((n, hw, c, o, kernel), stride, dilation)| {
-            let pad = |a: usize| 0..=dilation[a] * (kernel[a] - 1);
-            let padding = [pad(0), pad(0), pad(1), pad(1)];
-            (Just(ConvCase { n, hw, c, o, kernel, stride, dilation, padding: [0; 4] }), padding)
-        })
-        .prop_map(|(case, padding)| ConvCase { padding, ..case })
-        .prop_filter("the window fits", |k| {
-            (0..2).all(|a| span(k.hw[a], k.kernel[a], k.dilation[a], k.padding[2 * a] + k.padding[2 * a + 1]).is_some())
-        })
-}
-
-fn list(v: &[usize]) -> String {
-    format!("[{}]", v.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
-}
-
-/// The program's end after its model `M`: one SGD step (`lr = 1`) over
-/// the batch `xs` (an expression) with the loss `sum(y * y * g)` for a
-/// random `g` of `y`'s shape `g_shape`, then the parameters `printed`.
-fn one_sgd_step(n: usize, xs: &str, g_shape: [usize; 4], printed: &[&str]) -> String {
-    let prints: String = printed.iter().map(|p| format!("print(net.{p}, full = true)\n")).collect();
-    format!(
-        "let net = M()\n\
-         let xs = {xs}\n\
-         let g = normal({g}, seed = 4)\n\
-         train net on from_tensors(xs) |> batch({n}) {{\n\
-           loss(x) = sum(net(x) * net(x) * g)\n\
-           optimizer = sgd(lr = 1.0)\n\
-           epochs = 1\n\
-         }}\n\
-         {prints}",
-        g = list(&g_shape),
-    )
-}
-
-fn conv_program(k: &ConvCase) -> String {
-    let out = |a: usize| {
-        let pad = k.padding[2 * a] + k.padding[2 * a + 1];
-        span(k.hw[a], k.kernel[a], k.dilation[a], pad).map_or(0, |span| span / k.stride[a] + 1)
-    };
-    let (n, h, w, c, o) = (k.n, k.hw[0], k.hw[1], k.c, k.o);
-    let model = format!(
-        "use std.optim.sgd\n\
-         model M {{\n\
-           param u: f32[{h}, {w}, {c}] = normal(seed = 1)\n\
-           param w: f32[{kh}, {kw}, {c}, {o}] = normal(seed = 2)\n\
-           fn forward(x) = conv2d(x + u, w, stride = {s}, padding = {p}, dilation = {d})\n\
-         }}\n",
-        kh = k.kernel[0],
-        kw = k.kernel[1],
-        s = list(&k.stride),
-        p = list(&k.padding),
-        d = list(&k.dilation),
-    );
-    let xs = format!("normal([{n}, {h}, {w}, {c}], seed = 3)");
-    model + &one_sgd_step(n, &xs, [n, out(0), out(1), o], &["u", "w"])
-}
-
-/// A pooling's geometry.
-#[derive(Clone, Debug)]
-struct PoolCase {
-    max: bool,
-    n: usize,
-    hw: [usize; 2],
-    c: usize,
-    size: [usize; 2],
-    stride: [usize; 2],
-    padding: [usize; 4],
-}
-
-fn pool_case() -> impl Strategy<Value = PoolCase> {
-    // Disjoint windows without padding (the JIT's fast path) half the time.
-    (any::<bool>(), any::<bool>(), 1..=2usize, [1..=8usize, 1..=8usize], 1..=20usize, [1..=3usize, 1..=3usize])
-        .prop_flat_map(|(max, disjoint, n, hw, c, size)| {
-            let stride = if disjoint {
-                [size[0]..=size[0] + 1, size[1]..=size[1] + 1].boxed()
-            } else {
-                [1..=3usize, 1..=3usize].boxed()
-            };
-            let pad = |a: usize| 0..=if disjoint { 0 } else { size[a] - 1 };
-            (Just((max, n, hw, c, size)), stride, [pad(0), pad(0), pad(1), pad(1)])
-        })
-        .prop_map(|((max, n, hw, c, size), stride, padding)| PoolCase { max, n, hw, c, size, stride, padding })
-        .prop_filter("the window fits", |k| {
-            (0..2).all(|a| span(k.hw[a], k.size[a], 1, k.padding[2 * a] + k.padding[2 * a + 1]).is_some())
-        })
-}
-
-fn pool_program(k: &PoolCase) -> String {
-    let (n, h, w, c) = (k.n, k.hw[0], k.hw[1], k.c);
-    let out = |a: usize| {
-        let pad = k.padding[2 * a] + k.padding[2 * a + 1];
-        span(k.hw[a], k.size[a], 1, pad).map_or(0, |span| span / k.stride[a] + 1)
-    };
-    let model = format!(
-        "use std.optim.sgd\n\
-         model M {{\n\
-           param u: f32[{n}, {h}, {w}, {c}] = floor(normal(seed = 1) * 2.0) / 2.0\n\
-           fn forward(x) = {op}(x + u, {size}, stride = {s}, padding = {p})\n\
-         }}\n",
-        op = if k.max { "max_pool2d" } else { "avg_pool2d" },
-        size = list(&k.size),
-        s = list(&k.stride),
-        p = list(&k.padding),
-    );
-    let xs = format!("floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0");
-    model + &one_sgd_step(n, &xs, [n, out(0), out(1), c], &["u"])
 }
 
 /// Two CNN layers' geometry: `conv → bias → ReLU → 2x2 max pool`, then a
@@ -283,7 +101,7 @@ fn layers_program(k: &LayersCase) -> String {
          }}\n"
     );
     let xs = format!("floor(normal([{n}, {h}, {w}, {c}], seed = 3) * 2.0) / 2.0");
-    model + &one_sgd_step(n, &xs, [n, h / 2, w / 2, o2], &["u", "w1", "b1", "w2"])
+    model + &one_sgd_step(n, &xs, &[n, h / 2, w / 2, o2], &["u", "w1", "b1", "w2"])
 }
 
 proptest! {
@@ -297,7 +115,7 @@ proptest! {
     fn random_cnn_layers_with_fused_epilogues_and_pools_match_the_interpreter(case in layers_case()) {
         let source = layers_program(&case);
         let (jit, interp) = (run(&source, Backend::Jit), run(&source, Backend::Interp));
-        close(&jit, &interp).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;
+        close(&jit, &interp, 1e-4).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;
     }
 
     #[test]
@@ -308,7 +126,7 @@ proptest! {
         // convolution steps (counted with the matrix products).
         prop_assert!(counts.gemm >= 3, "{counts:?}\n{source}");
         let (jit, interp) = (run(&source, Backend::Jit), run(&source, Backend::Interp));
-        close(&jit, &interp).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;
+        close(&jit, &interp, 1e-4).map_err(|e| TestCaseError::fail(format!("{e}\n{source}")))?;
     }
 
     #[test]

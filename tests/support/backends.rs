@@ -225,3 +225,21 @@ pub fn host_ops(backend: Backend) -> Vec<(String, Vec<String>)> {
 pub fn owned(pairs: &[(&str, &[&str])]) -> Vec<(String, Vec<String>)> {
     pairs.iter().map(|(f, ops)| (f.to_string(), ops.iter().map(|s| s.to_string()).collect())).collect()
 }
+
+/// Whether a GPU is here; fails under `CI=true` when none is.
+#[cfg(feature = "gpu")]
+pub fn gpu_here() -> bool {
+    match tfc::backend::gpu::device::gpu() {
+        Ok(gpu) => {
+            eprintln!("GPU: {}", gpu.describe());
+            true
+        }
+        Err(d) if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("CI must run the GPU tests (apt-get install mesa-vulkan-drivers libvulkan1): {}", d.message)
+        }
+        Err(d) => {
+            eprintln!("skipped: no GPU on this machine ({})", d.message);
+            false
+        }
+    }
+}

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod backends;
+pub mod props;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

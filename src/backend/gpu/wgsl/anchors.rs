@@ -1,13 +1,14 @@
 //! The shaders of kernel anchors: matrix products (workgroup-memory tiles,
-//! a register block of outputs per thread), reductions and argmax (one
-//! thread per output, in index order), layout ops (transposes, slices,
+//! a register block of outputs per thread), reductions (one thread an
+//! output, or a workgroup an output with a fixed tree), argmax (one thread
+//! an output, in index order), layout ops (transposes, slices,
 //! pads, concatenations), gathers and scatter-adds (with an error flag),
 //! and word copies (a training step's carried values).
 //!
 //! Contract: each returns `None` for what it has no template for (the
 //! target then leaves the kernel to the host); values are `f32` unless a
 //! function says otherwise. A product sums `k` in ascending order per
-//! output; a reduction its reduced elements in row-major order; argmax
+//! output; a reduction in an order fixed by the shape (`reduce`); argmax
 //! takes the first maximum, a NaN counting as the maximum (the first NaN
 //! wins), as the interpreter's `argmax_lanes`.
 //!
@@ -15,7 +16,7 @@
 //! workgroups of 16 x 16 threads, each thread summing a 4 x 4 block of the
 //! product in registers while stepping through `k` by tiles of 16.
 
-use super::{per_element, Place, Shader, PRELUDE};
+use super::{per_element, Place, Shader, GROUP, PRELUDE};
 use crate::ir::ReduceOp;
 use std::fmt::Write;
 
@@ -116,8 +117,19 @@ pub fn matmul(
     Some(Shader { label: label.to_string(), source, groups })
 }
 
+/// Reduced elements per output from which a reduction spreads each
+/// output over a workgroup's threads (below it, one thread an output).
+const SPREAD_FROM: usize = 256;
+
 /// `op` over `axes` of an `f32` (or, with `int`, `i32`: wrapping sums and
 /// products, no mean) value of `shape` at `x`, into `out`.
+///
+/// Short reductions take one thread an output, folding its elements in
+/// row-major order. From `SPREAD_FROM` reduced elements an output takes a
+/// workgroup of `GROUP` threads: thread `t` folds elements `t, t + GROUP,
+/// …` in order, then the partial results meet in a fixed tree (`t` takes
+/// `t + 128`, then `t + 64`, …), an order that depends on nothing the
+/// device decides (not its subgroup size), so the same bits every run.
 pub fn reduce(
     op: ReduceOp,
     int: bool,
@@ -131,36 +143,65 @@ pub fn reduce(
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
     let outputs: usize = kept.iter().map(|&d| shape[d]).product();
     let count: usize = axes.iter().map(|&d| shape[d]).product();
+    let (init, combine) = match (op, int) {
+        // An integer mean divides with the floor: not here.
+        (ReduceOp::Mean, true) => return None,
+        (ReduceOp::Sum | ReduceOp::Mean, _) => (if int { "0" } else { "0.0" }, "$a + $b"),
+        (ReduceOp::Prod, _) => (if int { "1" } else { "1.0" }, "$a * $b"),
+        (ReduceOp::Max, false) => ("bitcast<f32>(0xff800000u)", "max_nan($a, $b)"),
+        (ReduceOp::Min, false) => ("bitcast<f32>(0x7f800000u)", "min_nan($a, $b)"),
+        (ReduceOp::Max, true) => ("-2147483647 - 1", "max($a, $b)"),
+        (ReduceOp::Min, true) => ("2147483647", "min($a, $b)"),
+    };
+    // `$a` and `$b` never occur in WGSL.
+    let fold = |a: &str, b: &str| combine.replace("$a", a).replace("$b", b);
+    let ty = if int { "i32" } else { "f32" };
+    let spread = count >= SPREAD_FROM;
+    // `i`: the output; `base`: its first element (kept dims, last first).
     let mut body = String::new();
-    // The output's coordinates (kept dims, last first) give the base.
+    if spread {
+        let _ = writeln!(
+            body,
+            "var<workgroup> partial: array<{ty}, {GROUP}>;\n@compute @workgroup_size({GROUP})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n  let i = wg.y * nwg.x + wg.x;\n  if (i >= {outputs}u) {{ return; }}"
+        );
+    }
     let _ = writeln!(body, "  var r = i;\n  var base = 0u;");
     for &d in kept.iter().rev() {
         let _ = writeln!(body, "  base = base + (r % {}u) * {}u; r = r / {}u;", shape[d].max(1), s[d], shape[d].max(1));
     }
-    let (init, step) = match (op, int) {
-        (ReduceOp::Sum | ReduceOp::Mean, false) => ("0.0", "acc = acc + v;"),
-        (ReduceOp::Prod, false) => ("1.0", "acc = acc * v;"),
-        (ReduceOp::Max, false) => ("bitcast<f32>(0xff800000u)", "acc = max_nan(acc, v);"),
-        (ReduceOp::Min, false) => ("bitcast<f32>(0x7f800000u)", "acc = min_nan(acc, v);"),
-        (ReduceOp::Sum, true) => ("0", "acc = acc + v;"),
-        (ReduceOp::Prod, true) => ("1", "acc = acc * v;"),
-        (ReduceOp::Max, true) => ("-2147483647 - 1", "acc = max(acc, v);"),
-        (ReduceOp::Min, true) => ("2147483647", "acc = min(acc, v);"),
-        // An integer mean divides with the floor: not here.
-        (ReduceOp::Mean, true) => return None,
-    };
-    let ty = if int { "i32" } else { "f32" };
-    let _ = writeln!(body, "  var acc: {ty} = {init};\n  for (var q = 0u; q < {count}u; q = q + 1u) {{\n    var rq = q;\n    var at = base;");
+    let (first, by) = if spread { ("t", GROUP) } else { ("0u", 1) };
+    let _ = writeln!(
+        body,
+        "  var acc: {ty} = {init};\n  for (var q = {first}; q < {count}u; q = q + {by}u) {{\n    var rq = q;\n    var at = base;"
+    );
     for &d in axes.iter().rev() {
         let _ =
             writeln!(body, "    at = at + (rq % {}u) * {}u; rq = rq / {}u;", shape[d].max(1), s[d], shape[d].max(1));
     }
-    let _ = writeln!(body, "    let v = bitcast<{ty}>({});\n    {step}\n  }}", x.at("at"));
+    let _ = writeln!(body, "    acc = {};\n  }}", fold("acc", &format!("bitcast<{ty}>({})", x.at("at"))));
+    if spread {
+        // Every thread reaches each barrier: the early return above is
+        // the whole workgroup's (`i` is the workgroup's).
+        let _ = writeln!(body, "  partial[t] = acc;\n  workgroupBarrier();");
+        let mut half = GROUP / 2;
+        while half > 0 {
+            let _ = writeln!(
+                body,
+                "  if (t < {half}u) {{ partial[t] = {}; }}\n  workgroupBarrier();",
+                fold("partial[t]", &format!("partial[t + {half}u]"))
+            );
+            half /= 2;
+        }
+        let _ = writeln!(body, "  if (t != 0u) {{ return; }}\n  acc = partial[0];");
+    }
     if op == ReduceOp::Mean {
         let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
     }
     let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
-    Some(per_element(outputs, &body, label))
+    Some(match spread {
+        true => Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: super::grid(outputs) },
+        false => per_element(outputs, &body, label),
+    })
 }
 
 /// The first maximum's index (`i32`) along `axis` of an `f32` (or, with
