@@ -297,3 +297,36 @@ fn strict_refuses_exactly_the_programs_with_known_gpu_host_kernels() {
     ];
     assert_eq!(host_ops(Backend::Gpu), owned(known));
 }
+
+/// The MLP of `mlp_program`, checkpointed every epoch to `ck.bin`, for
+/// `epochs` epochs, resuming from `ck.bin` when it is there.
+fn checkpointed_mlp(epochs: usize) -> String {
+    mlp_program(epochs)
+        .replace("    epochs = ", "    checkpoint \"ck.bin\" every 1 epochs\n    resume = \"ck.bin\"\n    epochs = ")
+}
+
+#[test]
+fn checkpoints_have_one_format_whichever_device_trained() {
+    if !gpu_here() {
+        return;
+    }
+    // Two epochs on each device: checkpoints of the same size and layout
+    // (the values differ by rounding only).
+    let (on_gpu, on_cpu) = (support::scratch("gpu-ck"), support::scratch("cpu-ck"));
+    let gpu = support::run(&on_gpu, &checkpointed_mlp(2), &["--device", "gpu"]);
+    let cpu = support::run(&on_cpu, &checkpointed_mlp(2), &["--device", "cpu"]);
+    assert_eq!((gpu.code, cpu.code), (Some(0), Some(0)), "{}{}", gpu.stderr, cpu.stderr);
+    let (a, b) = (std::fs::read(on_gpu.join("ck.bin")).unwrap(), std::fs::read(on_cpu.join("ck.bin")).unwrap());
+    assert_eq!(a.len(), b.len(), "checkpoints of different sizes");
+    // A GPU-written checkpoint resumes on the CPU, and a CPU-written one on
+    // the GPU: two more epochs each, then both print what four epochs on
+    // one device print.
+    let resumed_on_cpu = support::run(&on_gpu, &checkpointed_mlp(4), &["--device", "cpu"]);
+    let resumed_on_gpu = support::run(&on_cpu, &checkpointed_mlp(4), &["--device", "gpu"]);
+    let straight = support::run(&support::scratch("cpu-ck4"), &mlp_program(4), &["--device", "cpu"]);
+    for resumed in [&resumed_on_cpu, &resumed_on_gpu] {
+        assert_eq!(resumed.code, Some(0), "{}", resumed.stderr);
+        assert!(resumed.stderr.contains("resuming from ck.bin at epoch 2"), "{}", resumed.stderr);
+        same_values(&resumed.stdout, &straight.stdout).unwrap();
+    }
+}
