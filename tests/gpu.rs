@@ -212,6 +212,25 @@ print(evaluate(from_tensors(xs) |> batch(8), fn(x) = sum(relu(x @ w + b) * cast(
     }
 }
 
+/// A softmax's denominator over rows of 512: its max and sum spread over
+/// a workgroup each (a fixed tree), `exp` the shaders' own (`exp_f`).
+#[test]
+fn emit_wgsl_shows_long_reductions_as_workgroup_trees() {
+    let dir = support::scratch("gpu-emit-tree");
+    let program = r#"let xs = normal([4, 512], seed = 1)
+print(evaluate(from_tensors(xs) |> batch(2), fn(x) = sum(log(sum(exp(x - max(x, axis = 1, keepdims = true)), axis = 1)))))
+"#;
+    support::put(&dir, "rows.tfl", program.as_bytes());
+    let listing = support::tfc(&dir, &["build", "rows.tfl", "--emit", "wgsl"].map(std::ffi::OsStr::new));
+    assert_eq!(listing.code, Some(0), "{}", listing.stderr);
+    insta::assert_snapshot!(listing.stdout);
+    if gpu_here() {
+        let gpu = support::run(&dir, program, &["--device", "gpu"]);
+        let interp = support::run(&dir, program, &["--backend", "interp"]);
+        same_values(&gpu.stdout, &interp.stdout).unwrap();
+    }
+}
+
 /// An embedding lookup: on the GPU, and an index out of range is the
 /// interpreter's error (its shader flags it, the unit asks the interpreter).
 #[test]
