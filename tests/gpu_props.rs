@@ -20,8 +20,8 @@ mod support;
 use proptest::prelude::*;
 use support::backends::gpu_here;
 use support::props::{
-    close, conv_case, conv_program, pool_case, pool_program, printed, product_case, product_program, reduce_case,
-    reduce_program,
+    close, conv_case, conv_case_sized, conv_program, pool_case, pool_program, printed, product_case, product_program,
+    reduce_case, reduce_program,
 };
 use tfc::backend::BackendKind as Backend;
 
@@ -50,6 +50,15 @@ proptest! {
 
     #[test]
     fn random_convolutions_and_their_gradients_match_the_interpreter(case in conv_case()) {
+        if gpu_here() {
+            agrees(&conv_program(&case), 1e-4)?;
+        }
+    }
+
+    /// Images of 12 to 24 pixels a side: filter gradients over hundreds of
+    /// positions, each filter element summed by a workgroup.
+    #[test]
+    fn random_convolutions_of_larger_images_match_the_interpreter(case in conv_case_sized(12..=24)) {
         if gpu_here() {
             agrees(&conv_program(&case), 1e-4)?;
         }

@@ -89,7 +89,13 @@ pub fn span(input: usize, window: usize, dilation: usize, pad: usize) -> Option<
 }
 
 pub fn conv_case() -> impl Strategy<Value = ConvCase> {
-    (1..=2usize, [1..=8usize, 1..=8usize], 1..=3usize, 1..=3usize, [1..=3usize, 1..=3usize])
+    conv_case_sized(1..=8)
+}
+
+/// `conv_case` with height and width in `hw` (larger images: more output
+/// positions than a GPU spreads a filter gradient over).
+pub fn conv_case_sized(hw: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = ConvCase> {
+    (1..=2usize, [hw.clone(), hw], 1..=3usize, 1..=3usize, [1..=3usize, 1..=3usize])
         .prop_flat_map(|(n, hw, c, o, kernel)| {
             let dilation = [1..=2usize, 1..=2usize];
             (Just((n, hw, c, o, kernel)), [1..=3usize, 1..=3usize], dilation)

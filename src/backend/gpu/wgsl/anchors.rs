@@ -119,7 +119,7 @@ pub fn matmul(
 
 /// Reduced elements per output from which a reduction spreads each
 /// output over a workgroup's threads (below it, one thread an output).
-const SPREAD_FROM: usize = 256;
+pub const SPREAD_FROM: usize = 256;
 
 /// `op` over `axes` of an `f32` (or, with `int`, `i32`: wrapping sums and
 /// products, no mean) value of `shape` at `x`, into `out`.
@@ -160,10 +160,7 @@ pub fn reduce(
     // `i`: the output; `base`: its first element (kept dims, last first).
     let mut body = String::new();
     if spread {
-        let _ = writeln!(
-            body,
-            "var<workgroup> partial: array<{ty}, {GROUP}>;\n@compute @workgroup_size({GROUP})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n  let i = wg.y * nwg.x + wg.x;\n  if (i >= {outputs}u) {{ return; }}"
-        );
+        body.push_str(&super::workgroup_entry(outputs, ty));
     }
     let _ = writeln!(body, "  var r = i;\n  var base = 0u;");
     for &d in kept.iter().rev() {
@@ -180,26 +177,14 @@ pub fn reduce(
     }
     let _ = writeln!(body, "    acc = {};\n  }}", fold("acc", &format!("bitcast<{ty}>({})", x.at("at"))));
     if spread {
-        // Every thread reaches each barrier: the early return above is
-        // the whole workgroup's (`i` is the workgroup's).
-        let _ = writeln!(body, "  partial[t] = acc;\n  workgroupBarrier();");
-        let mut half = GROUP / 2;
-        while half > 0 {
-            let _ = writeln!(
-                body,
-                "  if (t < {half}u) {{ partial[t] = {}; }}\n  workgroupBarrier();",
-                fold("partial[t]", &format!("partial[t + {half}u]"))
-            );
-            half /= 2;
-        }
-        let _ = writeln!(body, "  if (t != 0u) {{ return; }}\n  acc = partial[0];");
+        body.push_str(&super::tree(&fold));
     }
     if op == ReduceOp::Mean {
         let _ = writeln!(body, "  acc = acc / {};", super::f32_literal(count as f32));
     }
     let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
     Some(match spread {
-        true => Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: super::grid(outputs) },
+        true => super::per_workgroup(outputs, &body, label),
         false => per_element(outputs, &body, label),
     })
 }

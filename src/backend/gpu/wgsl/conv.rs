@@ -8,17 +8,28 @@
 //! input gradient its windows (output positions row-major), then the
 //! output channels; a filter gradient the batch and output positions
 //! row-major — so results differ from the interpreter's only by the
-//! device's rounding of products and sums (fused or not). Taps in the zero
+//! device's rounding of products and sums (fused or not). A filter
+//! gradient over `SPREAD_FROM` positions or more with few filter elements
+//! (`SPREAD_OUTPUTS`: a CNN's first layer) spreads each element over a
+//! workgroup (its threads take every `GROUP`-th position, then add in a
+//! fixed tree). Taps in the zero
 //! padding are skipped. Max pooling's gradient goes to the first maximum
 //! of each window (a NaN counting as the maximum), as the interpreter's.
 //!
 //! Example: the digits CNN's first layer, `[64, 8, 8, 1]` by `[3, 3, 1,
 //! 16]` with "same" padding, is 65536 threads each summing 9 products.
 
-use super::{per_element, Place, Shader};
+use super::{per_element, Place, Shader, GROUP};
 use crate::ir::kernel_desc::ConvPass;
 use crate::ir::PoolKind;
 use std::fmt::Write;
+
+/// The most filter elements whose gradient spreads each over a workgroup:
+/// fewer than four workgroups of one thread per element would leave most
+/// of a GPU idle, while more keep it busy without the tree's barriers
+/// (which cost lavapipe more than they save: a `[3, 3, 16, 32]` filter
+/// gradient took 561 ms spread against 417 ms one thread per element).
+const SPREAD_OUTPUTS: usize = 4 * GROUP as usize;
 
 /// A convolution's shapes and attributes, as `AnchorOp::Conv` has them.
 pub struct Conv {
@@ -80,6 +91,35 @@ pub fn conv(c: &Conv, [a, b, out]: [Place; 3], round: &str, label: &str) -> Opti
                 b.at(&w_at("ti", "tj", "ci", "oc"))
             );
             n * h * w * ch
+        }
+        ConvPass::GradFilter if n * oh * ow >= super::anchors::SPREAD_FROM && kh * kw * cg * o <= SPREAD_OUTPUTS => {
+            // One filter element [ti, tj, ci, oc] per workgroup: its
+            // threads split the batch and output positions (thread `t`
+            // takes positions `t, t + GROUP, …` in row-major order), then
+            // sum in a fixed tree.
+            let outputs = kh * kw * cg * o;
+            body.push_str(&super::workgroup_entry(outputs, "f32"));
+            let _ = writeln!(
+                body,
+                "  let oc = i % {o}u;\n  let ci = (i / {o}u) % {cg}u;\n  let tj = (i / ({o}u * {cg}u)) % {kw}u;\n  let ti = i / ({o}u * {cg}u * {kw}u);\n  let g = oc / {og}u;\n  var acc = 0.0;"
+            );
+            let _ = writeln!(
+                body,
+                "  for (var q = t; q < {}u; q = q + {GROUP}u) {{\n    let b = q / {}u;\n    let oy = (q / {ow}u) % {oh}u;\n    let ox = q % {ow}u;\n    let iy = i32(oy * {}u + ti * {}u) - {};\n    let ix = i32(ox * {}u + tj * {}u) - {};\n    if (iy < 0 || iy >= {h} || ix < 0 || ix >= {w}) {{ continue; }}\n    acc = acc + bitcast<f32>({}) * bitcast<f32>({});\n  }}",
+                n * oh * ow,
+                oh * ow,
+                s[0],
+                d[0],
+                p[0],
+                s[1],
+                d[1],
+                p[2],
+                a.at(&x_at("u32(iy)", "u32(ix)", &format!("g * {cg}u + ci"))),
+                b.at(&y_at("oy", "ox", "oc"))
+            );
+            body.push_str(&super::tree(&|x: &str, y: &str| format!("{x} + {y}")));
+            let _ = writeln!(body, "  {} = bitcast<u32>({});\n}}", out.at("i"), super::apply(round, "acc"));
+            return Some(super::per_workgroup(outputs, &body, label));
         }
         ConvPass::GradFilter => {
             // One filter element [ti, tj, ci, oc]: every batch and output position.

@@ -112,6 +112,41 @@ pub fn grid(groups: usize) -> [u32; 3] {
     [x as u32, groups.div_ceil(x) as u32, 1]
 }
 
+/// The entry point of a shader with one workgroup per output of
+/// `outputs`: the output `i` (the workgroup's, over a grid that may be
+/// two-dimensional), the thread `t`, and `partial`, the workgroup's
+/// `GROUP` values of type `ty` for `tree`.
+pub fn workgroup_entry(outputs: usize, ty: &str) -> String {
+    format!(
+        "var<workgroup> partial: array<{ty}, {GROUP}>;\n@compute @workgroup_size({GROUP})\nfn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>, @builtin(local_invocation_index) t: u32) {{\n  let i = wg.y * nwg.x + wg.x;\n  if (i >= {outputs}u) {{ return; }}\n"
+    )
+}
+
+/// Statements that fold each thread's `acc` over the workgroup in a fixed
+/// tree (`t` takes `t + GROUP / 2`, then `t + GROUP / 4`, …), leaving the
+/// result in `acc` of thread 0 and returning from the others. `fold(a, b)`
+/// is the WGSL of combining two values. Every thread reaches each barrier:
+/// a `workgroup_entry` returns early only for a whole workgroup.
+pub fn tree(fold: &dyn Fn(&str, &str) -> String) -> String {
+    let mut s = String::from("  partial[t] = acc;\n  workgroupBarrier();\n");
+    let mut half = GROUP / 2;
+    while half > 0 {
+        s.push_str(&format!(
+            "  if (t < {half}u) {{ partial[t] = {}; }}\n  workgroupBarrier();\n",
+            fold("partial[t]", &format!("partial[t + {half}u]"))
+        ));
+        half /= 2;
+    }
+    s.push_str("  if (t != 0u) { return; }\n  acc = partial[0];\n");
+    s
+}
+
+/// A shader of one workgroup per output: the prelude and `body`, which
+/// starts with a `workgroup_entry`.
+pub fn per_workgroup(outputs: usize, body: &str, label: &str) -> Shader {
+    Shader { label: label.to_string(), source: format!("{PRELUDE}{body}"), groups: grid(outputs) }
+}
+
 /// The WGSL function that rounds an `f32` result to `dtype` when it is a
 /// half type, else the empty string (a call of it is then the identity).
 pub fn rounding(dtype: crate::ir::DType) -> &'static str {
