@@ -349,3 +349,26 @@ fn checkpoints_have_one_format_whichever_device_trained() {
         same_values(&resumed.stdout, &straight.stdout).unwrap();
     }
 }
+
+/// 70000 products are more than a dispatch holds along z (65535): they
+/// share the z slices, two side by side along x, and still run on the GPU.
+#[test]
+fn products_of_more_batches_than_a_grid_holds_run_on_the_gpu() {
+    let program = r#"let a = normal([70000, 2, 3], seed = 1)
+let b = normal([70000, 3, 2], seed = 2)
+print(evaluate(from_tensors(a, b) |> batch(70000), fn(x, y) = sum((x @ y) * (x @ y))))
+"#;
+    let plan = gpu_plan(program);
+    let units = &plan.compiled.as_ref().unwrap().units;
+    let products =
+        units.iter().flat_map(|u| &u.kernels).filter(|k| k.kind == tfc::ir::compiled::KernelKind::Contraction);
+    let devices: Vec<Device> = products.map(|k| k.device).collect();
+    assert!(!devices.is_empty() && devices.iter().all(|&d| d == Device::Gpu), "{devices:?}");
+    if gpu_here() {
+        let dir = support::scratch("gpu-many-products");
+        let gpu = support::run(&dir, program, &["--device", "gpu"]);
+        let interp = support::run(&dir, program, &["--backend", "interp"]);
+        assert_eq!(gpu.code, Some(0), "{}", gpu.stderr);
+        same_values(&gpu.stdout, &interp.stdout).unwrap();
+    }
+}

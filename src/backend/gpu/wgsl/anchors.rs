@@ -50,7 +50,12 @@ pub fn matmul(
     round: &str,
     label: &str,
 ) -> Option<Shader> {
-    if batch > 65535 {
+    // More products than a grid has along z share it: each z slice takes
+    // `products` of them, side by side along x (`bz` from both).
+    let most = super::MAX_GROUPS as usize;
+    let tiles = [n.div_ceil(BLOCK).max(1), m.div_ceil(BLOCK).max(1)];
+    let products = batch.div_ceil(most).max(1);
+    if tiles[0] * products > most || tiles[1] > most {
         return None;
     }
     let a_at = a.at(&format!("bz * {a_batch}u + row * {k}u + ka"));
@@ -60,6 +65,14 @@ pub fn matmul(
     // its TILE x TILE threads a PER x PER block of it in registers, over
     // BLOCK x TILE tiles of `a` and TILE x BLOCK tiles of `b` in workgroup
     // memory (every thread loads PER * PER elements of each).
+    let (bz, tx) = match products {
+        1 => ("  let bz = wg.z;".to_string(), "wg.x".to_string()),
+        // The early return is the whole workgroup's, before any barrier.
+        _ => (
+            format!("  let bz = wg.z * {products}u + wg.x / {t}u;\n  if (bz >= {batch}u) {{ return; }}", t = tiles[0]),
+            format!("(wg.x % {}u)", tiles[0]),
+        ),
+    };
     let (tile, block, per) = (TILE, BLOCK, BLOCK / TILE);
     let area = block * tile;
     let loads = area / (tile * tile);
@@ -70,8 +83,8 @@ pub fn matmul(
         format!("@compute @workgroup_size({tile}, {tile})"),
         "fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) l: vec3<u32>) {".into(),
         format!("  let row0 = wg.y * {block}u + l.y * {per}u;"),
-        format!("  let col0 = wg.x * {block}u + l.x * {per}u;"),
-        "  let bz = wg.z;".into(),
+        format!("  let col0 = {tx} * {block}u + l.x * {per}u;"),
+        bz,
         format!("  let lid = l.y * {tile}u + l.x;"),
         format!("  var acc: array<f32, {}>;", per * per),
         format!("  for (var t = 0u; t < {k}u; t = t + {tile}u) {{"),
@@ -83,7 +96,7 @@ pub fn matmul(
         format!("      if (row < {m}u && ka < {k}u) {{ x = bitcast<f32>({a_at}); }}"),
         "      ta[idx] = x;".into(),
         format!("      let kb = t + idx / {block}u;"),
-        format!("      let col = wg.x * {block}u + idx % {block}u;"),
+        format!("      let col = {tx} * {block}u + idx % {block}u;"),
         "      var y = 0.0;".into(),
         format!("      if (kb < {k}u && col < {n}u) {{ y = bitcast<f32>({b_at}); }}"),
         "      tb[idx] = y;".into(),
@@ -113,7 +126,7 @@ pub fn matmul(
         "}".into(),
     ];
     let source = format!("{PRELUDE}{}\n", lines.join("\n"));
-    let groups = [n.div_ceil(BLOCK).max(1) as u32, m.div_ceil(BLOCK).max(1) as u32, batch.max(1) as u32];
+    let groups = [(tiles[0] * products) as u32, tiles[1] as u32, batch.div_ceil(products).max(1) as u32];
     Some(Shader { label: label.to_string(), source, groups })
 }
 
