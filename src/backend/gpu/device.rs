@@ -94,14 +94,49 @@ fn open() -> Result<Gpu, String> {
             first.get_or_insert_with(|| e.to_string());
         }
     }));
+    // A lost device (a driver reset, a removed GPU) fails the run with
+    // its own diagnostic at the next wait, not an internal error.
+    let name = adapter.get_info().name;
+    device.set_device_lost_callback(move |reason, message| {
+        if let Ok(mut lost) = LOST.lock() {
+            lost.get_or_insert_with(|| format!("the GPU `{name}` was lost mid-run ({reason:?}: {message})"));
+        }
+    });
     Ok(Gpu { device, queue, info: adapter.get_info(), limits, layout, pipeline_layout })
+}
+
+/// Why the device was lost, once it is.
+static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// The diagnostic of a lost device, if it is lost: the run stops; what
+/// a checkpoint wrote is whole (checkpoints are renamed into place).
+pub fn lost() -> Option<Diagnostic> {
+    let why = LOST.lock().ok()?.clone()?;
+    Some(
+        Diagnostic::new(crate::diag::Code::Runtime, why).help(
+            "the last checkpoint written is intact: rerun (with `resume`) to continue, or run with `--device cpu`",
+        ),
+    )
 }
 
 /// The first error of the device that no error scope caught.
 static UNCAUGHT: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 
+/// The diagnostic of a failed device operation: the device's loss when
+/// that is the cause (its callback may run only once the device is
+/// polled, so it is polled first), else an internal error saying `what`.
+pub fn failed(what: String) -> Diagnostic {
+    if let Ok(gpu) = gpu() {
+        let _ = gpu.device.poll(wgpu::PollType::Poll);
+    }
+    lost().unwrap_or_else(|| Diagnostic::internal(what))
+}
+
 /// Fails with the device's first uncaught error since the last call.
 pub fn check() -> Result<(), Diagnostic> {
+    if let Some(d) = lost() {
+        return Err(d);
+    }
     let taken = UNCAUGHT.lock().ok().and_then(|mut e| e.take());
     match taken {
         Some(why) => Err(Diagnostic::internal(format!("gpu: the device reported an error: {why}"))),

@@ -509,14 +509,14 @@ impl GpuUnit {
         self.gpu
             .device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Diagnostic::internal(format!("gpu: waiting for the device failed: {e}")))?;
+            .map_err(|e| super::device::failed(format!("gpu: waiting for the device failed: {e}")))?;
         rx.recv()
-            .map_err(|_| Diagnostic::internal("gpu: the read-back was dropped"))?
-            .map_err(|e| Diagnostic::internal(format!("gpu: the read-back failed: {e}")))?;
+            .map_err(|_| super::device::failed("gpu: the read-back was dropped".into()))?
+            .map_err(|e| super::device::failed(format!("gpu: the read-back failed: {e}")))?;
         let mapped = staging
             .slice(..)
             .get_mapped_range()
-            .map_err(|e| Diagnostic::internal(format!("gpu: the read-back could not be mapped: {e}")))?;
+            .map_err(|e| super::device::failed(format!("gpu: the read-back could not be mapped: {e}")))?;
         let mut out = Vec::with_capacity(values.len());
         let mut at = 0usize;
         for ((_, ty), &size) in values.iter().zip(&sizes) {
@@ -808,7 +808,7 @@ impl GpuUnit {
             .device
             .poll(wgpu::PollType::wait_indefinitely())
             .map(|_| ())
-            .map_err(|e| Diagnostic::internal(format!("gpu: waiting for the device failed: {e}")))
+            .map_err(|e| super::device::failed(format!("gpu: waiting for the device failed: {e}")))
     }
 
     /// A host kernel: reads back what it needs, evaluates its nodes and
