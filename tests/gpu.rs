@@ -193,42 +193,39 @@ fn without_a_vulkan_driver_gpu_fails_clearly_and_auto_runs_on_the_cpu() {
 /// (bias, ReLU, the weights along the columns) and the sum, each value at
 /// its words in `io` or `vals` (the snapshot is the shaders' documentation;
 /// read any change).
-#[test]
-fn emit_wgsl_shows_the_shaders_of_each_gpu_kernel() {
-    let dir = support::scratch("gpu-emit");
-    let program = r#"let w = normal([4, 3], seed = 3)
-let b = normal([3], seed = 4)
-let xs = normal([8, 4], seed = 1)
-print(evaluate(from_tensors(xs) |> batch(8), fn(x) = sum(relu(x @ w + b) * cast(arange(3), f32))))
-"#;
-    support::put(&dir, "dense.tfl", program.as_bytes());
-    let listing = support::tfc(&dir, &["build", "dense.tfl", "--emit", "wgsl"].map(std::ffi::OsStr::new));
+/// `tfc build --emit wgsl` of `program` (for a snapshot); where a GPU is
+/// here, the program also prints the interpreter's values on it.
+fn wgsl_listing(scratch: &str, program: &str) -> String {
+    let dir = support::scratch(scratch);
+    support::put(&dir, "main.tfl", program.as_bytes());
+    let listing = support::tfc(&dir, &["build", "main.tfl", "--emit", "wgsl"].map(std::ffi::OsStr::new));
     assert_eq!(listing.code, Some(0), "{}", listing.stderr);
-    insta::assert_snapshot!(listing.stdout);
     if gpu_here() {
         let gpu = support::run(&dir, program, &["--device", "gpu"]);
         let interp = support::run(&dir, program, &["--backend", "interp"]);
         same_values(&gpu.stdout, &interp.stdout).unwrap();
     }
+    listing.stdout
+}
+
+#[test]
+fn emit_wgsl_shows_the_shaders_of_each_gpu_kernel() {
+    let program = r#"let w = normal([4, 3], seed = 3)
+let b = normal([3], seed = 4)
+let xs = normal([8, 4], seed = 1)
+print(evaluate(from_tensors(xs) |> batch(8), fn(x) = sum(relu(x @ w + b) * cast(arange(3), f32))))
+"#;
+    insta::assert_snapshot!(wgsl_listing("gpu-emit", program));
 }
 
 /// A softmax's denominator over rows of 512: its max and sum spread over
 /// a workgroup each (a fixed tree), `exp` the shaders' own (`exp_f`).
 #[test]
 fn emit_wgsl_shows_long_reductions_as_workgroup_trees() {
-    let dir = support::scratch("gpu-emit-tree");
     let program = r#"let xs = normal([4, 512], seed = 1)
 print(evaluate(from_tensors(xs) |> batch(2), fn(x) = sum(log(sum(exp(x - max(x, axis = 1, keepdims = true)), axis = 1)))))
 "#;
-    support::put(&dir, "rows.tfl", program.as_bytes());
-    let listing = support::tfc(&dir, &["build", "rows.tfl", "--emit", "wgsl"].map(std::ffi::OsStr::new));
-    assert_eq!(listing.code, Some(0), "{}", listing.stderr);
-    insta::assert_snapshot!(listing.stdout);
-    if gpu_here() {
-        let gpu = support::run(&dir, program, &["--device", "gpu"]);
-        let interp = support::run(&dir, program, &["--backend", "interp"]);
-        same_values(&gpu.stdout, &interp.stdout).unwrap();
-    }
+    insta::assert_snapshot!(wgsl_listing("gpu-emit-tree", program));
 }
 
 /// An embedding lookup: on the GPU, and an index out of range is the
