@@ -100,11 +100,12 @@ fn a_dataset_four_times_the_memory_limit_trains_in_bounded_memory() {
         "peak RSS {} MiB over the limit of {limit_mib} MiB for {data_mib} MiB of data",
         peak_kib >> 10
     );
-    // An eighth of the data takes as much memory, give or take: the peak
-    // does not grow with the dataset.
+    // An eighth of the data takes as much memory, give or take (16 MiB of
+    // allocator noise, against the 224 MiB more data): the peak does not
+    // grow with the dataset.
     let (_, small_kib) = train_streamed(&d, ROWS / 8);
     assert!(
-        peak_kib < small_kib + (8 << 10),
+        peak_kib < small_kib + (16 << 10),
         "peak RSS grew with the data: {} MiB for {data_mib} MiB, {} MiB for an eighth of it",
         peak_kib >> 10,
         small_kib >> 10
