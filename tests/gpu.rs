@@ -369,3 +369,21 @@ print(evaluate(from_tensors(a, b) |> batch(70000), fn(x, y) = sum((x @ y) * (x @
         same_values(&gpu.stdout, &interp.stdout).unwrap();
     }
 }
+
+/// Integer reductions of 512 elements take the workgroup tree too
+/// (wrapping sums, maxima): the interpreter's values exactly.
+#[test]
+fn long_integer_reductions_match_the_interpreter() {
+    let program = r#"let xs = cast(floor(normal([4, 512], seed = 1) * 1000.0), i32)
+print(collect(from_tensors(xs) |> batch(4) |> map(fn(x) = sum(x, axis = 1))))
+print(collect(from_tensors(xs) |> batch(4) |> map(fn(x) = max(x, axis = 1))))
+print(collect(from_tensors(xs) |> batch(4) |> map(fn(x) = min(x, axis = 1))))
+"#;
+    if gpu_here() {
+        let dir = support::scratch("gpu-int-tree");
+        let gpu = support::run(&dir, program, &["--device", "gpu"]);
+        let interp = support::run(&dir, program, &["--backend", "interp"]);
+        assert_eq!(gpu.code, Some(0), "{}", gpu.stderr);
+        assert_eq!(gpu.stdout, interp.stdout);
+    }
+}
