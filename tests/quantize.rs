@@ -22,15 +22,26 @@ fn digits_quantized() -> String {
 /// and 5: not multiples of the kernels' 4-wide steps or 32-wide panels)
 /// and inputs with negative-only, positive-only and zero rows, printing
 /// every output value: through a `map` (which runs on the compiled
-/// backend) in batches of 6 rows, and a single row at the top level.
+/// backend) in batches of 6 rows, and a single row at the top level. The
+/// layers have biases that are not 0, and the model is read from a file,
+/// so its products are not folded away at compile time: the CPU backend
+/// applies the first layer's bias and ReLU in the product's store.
 const RAGGED: &str = r#"
-use std.nn.{Dense}
+use std.init.{glorot_uniform}
+model Layer(inputs: int, outputs: int, act = identity) {
+    param w: f32[inputs, outputs] = glorot_uniform()
+    param b: f32[outputs] = uniform(low = -0.5, high = 0.5)
+    fn forward(x) = act(x @ w + b)
+}
 model Two {
-    a = Dense(37, 19, act = relu)
-    b = Dense(19, 5)
+    a = Layer(37, 19, act = relu)
+    b = Layer(19, 5)
     fn forward(x) = x |> a |> b
 }
-let q = quantize(Two(seed = 3))
+save(Two(seed = 3), "out/two.safetensors")
+let net = Two(seed = 4)
+load(net, "out/two.safetensors")
+let q = quantize(net)
 let x = sin(reshape(arange(13 * 37, dtype = f32), [13, 37]) * 0.37) * 3.0
 let rows = concat((x, -abs(x[0:2, :]), abs(x[2:4, :]), zeros([1, 37])), axis = 0)
 print(collect(from_tensors(rows) |> batch(6) |> map(fn(x) = q(x))), full = true)
@@ -84,6 +95,15 @@ fn the_plan_shows_the_int8_kernels() {
     let plan = tfc(&dir, &["build".as_ref(), "main.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
     assert_eq!(plan.code, Some(0), "{}", plan.stderr);
     assert!(plan.stdout.contains("quant_matmul 6x37x19 i8"), "{}", plan.stdout);
+    // The CPU backend applies the hidden layer's bias and ReLU as the
+    // product is stored: no pass of their own.
+    put(&dir, "bench.tfl", format!("{RAGGED}\nexport fn logits(x: f32[13, 37]) = q(x)\n").as_bytes());
+    let args = ["bench", "bench.tfl", "--steps", "2", "--warmup", "1", "--profile"];
+    let profile = tfc(&dir, &args.map(|a| a.as_ref()));
+    assert_eq!(profile.code, Some(0), "{}", profile.stderr);
+    let fused = profile.stdout.lines().find(|l| l.contains("int8 gemm 13x37x19 ("));
+    assert!(fused.is_some_and(|l| l.contains("bias and relu applied")), "{}", profile.stdout);
+    assert!(!profile.stdout.contains("fused 13x19"), "{}", profile.stdout);
 }
 
 #[test]

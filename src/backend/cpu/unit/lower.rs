@@ -54,7 +54,7 @@ use super::recognize::{
     is_float_matmul, is_max_pool_2x2, is_quant_matmul, layout_transpose, layout_window, native_reduce, pooled_shape,
     scan_loop, table_reshape,
 };
-use super::step::{place, Arg, Code, ConvPost, Fallible, Int8Weights, InterpNode, Ref, Step};
+use super::step::{place, Arg, Code, ConvPost, Fallible, Int8Weights, InterpNode, QuantPost, Ref, Step};
 use crate::backend::cpu::kernels::int8_gemm::pack_weights;
 use crate::backend::cpu::schedule::{Order, Place, Schedule, Scratch};
 use crate::backend::cpu::threads::ROW_BLOCK;
@@ -686,11 +686,16 @@ impl<'a> Lowering<'a> {
         };
         let ins = g.inputs(mm);
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
-        let low_precision = match self.quant_product(mm, dst)? {
-            Some(step) => Some(step),
-            None => self.bf16_product(mm, dst)?,
-        };
-        if let Some(step) = low_precision {
+        if let Some(step) = self.quant_product(mm, dst, epilogue_spec.as_ref().filter(|_| in_place))? {
+            let fused = matches!(step, Step::QuantGemm { post, .. } if post.bias.is_some() || post.relu);
+            self.steps.push(step);
+            self.counts.gemm += 1;
+            return match fused {
+                true => Ok(()),
+                false => self.epilogue(k, epilogue, epilogue_spec, &outs),
+            };
+        }
+        if let Some(step) = self.bf16_product(mm, dst)? {
             self.steps.push(step);
             self.counts.gemm += 1;
             if let Some(to) = rounding {
@@ -802,8 +807,16 @@ impl<'a> Lowering<'a> {
     }
 
     /// The step of a quantized product `mm` into `dst` (module `int8_gemm`);
-    /// `None` when `mm` is not one.
-    fn quant_product(&mut self, mm: NodeId, dst: usize) -> Result<Option<Step>, Diagnostic> {
+    /// `None` when `mm` is not one. When `in_place_epilogue` (the epilogue
+    /// of a product stored where the epilogue writes) is a bias and/or a
+    /// ReLU and nothing else, the step applies it (`QuantPost`) and the
+    /// epilogue needs no steps of its own.
+    fn quant_product(
+        &mut self,
+        mm: NodeId,
+        dst: usize,
+        in_place_epilogue: Option<&Spec>,
+    ) -> Result<Option<Step>, Diagnostic> {
         let g = self.b.g;
         if !is_quant_matmul(g, mm) {
             return Ok(None);
@@ -822,7 +835,16 @@ impl<'a> Lowering<'a> {
             r => Int8Weights::Tensor(r),
         };
         let (&k, rows) = xs.split_last().ok_or_else(|| internal("a quantized product of a scalar"))?;
-        Ok(Some(Step::QuantGemm { x, w, scale, dst, m: rows.iter().product(), k, n: ws[1] }))
+        let n = ws[1];
+        let is_zero = |n: NodeId| crate::tensor::is_positive_zero_constant(g, n);
+        let post_ops = in_place_epilogue
+            .and_then(|spec| spec.channel_post_ops(mm, n, is_zero))
+            .filter(|p| p.keep_where_positive.is_none());
+        let post = match post_ops {
+            Some(p) => QuantPost { bias: p.bias.map(|b| self.b.get(b)).transpose()?, relu: p.relu },
+            None => QuantPost::default(),
+        };
+        Ok(Some(Step::QuantGemm { x, w, scale, dst, m: rows.iter().product(), k, n, post }))
     }
 
     /// The steps of a contraction's epilogue (after its product): compiled

@@ -142,8 +142,10 @@ pub(super) enum Step {
     /// `a_t`/`b_t` as for `Gemm`.
     Bf16Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
     /// `dst = quant_matmul(x, w, scale)` (`Op::QuantMatMul`, `m` rows of
-    /// `x` by `k`, `n` columns) on module `int8_gemm`.
-    QuantGemm { x: Ref, w: Int8Weights, scale: Ref, dst: usize, m: usize, k: usize, n: usize },
+    /// `x` by `k`, `n` columns) on module `int8_gemm`, then `+ bias` (one
+    /// value per column) and ReLU when `post` says so (the epilogue's own
+    /// pass then goes away).
+    QuantGemm { x: Ref, w: Int8Weights, scale: Ref, dst: usize, m: usize, k: usize, n: usize, post: QuantPost },
     /// A convolution (or one of its gradients) of `bf16` operands in their
     /// two-byte storage into `f32` scratch at `dst` (`Conv::run_bf16`: im2col
     /// and `bf16_gemm`); a `Step::Convert` rounds it into place.
@@ -258,6 +260,14 @@ pub(super) struct ConvPost {
     pub(super) from_maxima: Option<(Ref, usize)>,
 }
 
+/// The epilogue a `Step::QuantGemm` applies as it stores.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct QuantPost {
+    /// One value per column.
+    pub(super) bias: Option<Ref>,
+    pub(super) relu: bool,
+}
+
 impl Ref {
     /// For a value in the arena, its byte offset and bytes per element;
     /// `None` for a tensor (an input, a fixed value, a table entry).
@@ -315,8 +325,9 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
-            Step::QuantGemm { x, w, scale, dst, m, k, n } => {
+            Step::QuantGemm { x, w, scale, dst, m, k, n, post } => {
                 reads.extend(place(*x, m * k).into_iter().chain(place(*scale, *n)));
+                reads.extend(post.bias.and_then(|b| place(b, *n)));
                 if let Int8Weights::Tensor(w) = w {
                     reads.extend(place(*w, k * n));
                 }
@@ -449,8 +460,15 @@ impl Step {
                 let kind = format!("bf16 gemm ({})", crate::backend::cpu::kernels::isa::active().name());
                 gemm_label(&kind, [*batch, *m, *k, *n], [*a_t, *b_t])
             }
-            Step::QuantGemm { m, k, n, .. } => {
-                format!("int8 gemm {m}x{k}x{n} ({})", crate::backend::cpu::kernels::int8_gemm::tier_name())
+            Step::QuantGemm { m, k, n, post, .. } => {
+                let tier = crate::backend::cpu::kernels::int8_gemm::tier_name();
+                let post = match (post.bias.is_some(), post.relu) {
+                    (true, true) => ", bias and relu applied",
+                    (true, false) => ", bias applied",
+                    (false, true) => ", relu applied",
+                    (false, false) => "",
+                };
+                format!("int8 gemm {m}x{k}x{n} ({tier}{post})")
             }
             Step::Bf16Conv { conv, .. } => {
                 conv.label_with(&format!("bf16 im2col, {}", crate::backend::cpu::kernels::isa::active().name()))

@@ -1,7 +1,7 @@
 //! The `vpdpbusd` tier: quantization of `x` and packing of `w` (module
 //! `int8_gemm` gives the layouts), and a micro-kernel of 12 rows by 32
 //! columns (24 zmm of `i32` accumulators), each step 4 of `k` — two loads
-//! of the packed `w` panel, twelve broadcasts of the packed `x` rows, 24
+//! of the packed `w` panel, twelve broadcasts from the quantized `x` rows, 24
 //! `vpdpbusd` — with the reference's epilogue.
 //!
 //! Contract: bit for bit `crate::tensor::quant::quant_matmul_into` (module
@@ -22,53 +22,106 @@ use crate::tensor::quant::RowQuant;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// Quantizes rows of `x` (the first `quants.len()` rows of `k` elements,
-/// from block 0 of the piece `a`) into `a`, their parameters into
-/// `quants`. Every `u32` of a finite row is written (the bytes past `k`
-/// as 0); those of a non-finite row and of the padding rows are left as
-/// they are (the former's sums are not used, the latter's not computed).
+/// Quantizes rows of `x` (the first `quants.len()` rows of `k` elements)
+/// into `a` (row `i` at `a[i · quads..]`, its levels as bytes, the bytes
+/// past `k` 0), their parameters into `quants`. The levels of a non-finite
+/// row are left as they are (its sums are not used).
 ///
 /// # Safety
 /// AVX-512 F, BW, VL; `x` holds `quants.len()` rows of `k`, and `a`
-/// `ceil(quants.len() / MR)` blocks of `quads · MR`, `quads ≥ ceil(k /
-/// 4)`.
+/// `quants.len() · quads` `u32`s, `quads = ceil(k / 4)`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn quantize_rows(x: &[f32], k: usize, quads: usize, a: &mut [u32], quants: &mut [RowQuant]) {
-    let mut levels = vec![0u8; quads * 4];
-    for (i, quant) in quants.iter_mut().enumerate() {
-        let row = &x[i * k..(i + 1) * k];
-        // The range, starting from 0 as `RowQuant::of` does (a masked-off
-        // lane loads 0, which changes neither), and whether some `v - v`
-        // is NaN: `v` is a NaN or an infinity.
-        let (mut lo, mut hi, mut bad) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
-        for c in (0..k).step_by(16) {
-            // SAFETY: the lanes of `row` from `c`.
-            let v = unsafe { _mm512_maskz_loadu_ps(lanes(k - c), row.as_ptr().add(c)) };
-            lo = _mm512_min_ps(lo, v);
-            hi = _mm512_max_ps(hi, v);
-            bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v));
-        }
-        let non_finite = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(bad, bad) != 0;
-        let q = RowQuant::from_range(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), non_finite);
-        *quant = q;
-        if non_finite {
-            // Its output is NaN whatever the levels: leave them.
-            continue;
-        }
-        let (inv, zero) = (_mm512_set1_ps(q.inv), _mm512_set1_epi32(q.zero));
-        for c in (0..k).step_by(16) {
-            let mask = lanes(k - c);
-            // SAFETY: the lanes of `row` from `c`, and of `levels` (which
-            // holds `4 · quads ≥ k` bytes).
-            unsafe {
-                let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(c));
-                _mm512_mask_cvtepi32_storeu_epi8(levels.as_mut_ptr().add(c).cast(), mask, level(v, inv, zero));
+    let whole = k / 16 * 16;
+    // Eight rows at a time (in L1 for the `k` of dense layers): first their
+    // ranges, then their levels, so the rows' reductions and `from_range`s
+    // (a division, a rounding) overlap instead of each waiting for the one
+    // before.
+    for group in (0..quants.len()).step_by(8) {
+        let rows = group..(group + 8).min(quants.len());
+        for i in rows.clone() {
+            let row = &x[i * k..(i + 1) * k];
+            // The range, starting from 0 as `RowQuant::of` does (a
+            // masked-off lane loads 0, which changes neither), and whether
+            // some `v - v` is NaN: `v` is a NaN or an infinity.
+            let (mut lo, mut hi, mut bad) = (_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps());
+            let mut range = |v: __m512| {
+                lo = _mm512_min_ps(lo, v);
+                hi = _mm512_max_ps(hi, v);
+                bad = _mm512_add_ps(bad, _mm512_sub_ps(v, v));
+            };
+            for c in (0..whole).step_by(16) {
+                // SAFETY: elements `c..c + 16` of `row`.
+                range(unsafe { _mm512_loadu_ps(row.as_ptr().add(c)) });
             }
+            if whole < k {
+                // SAFETY: the lanes of `row` from `whole`.
+                range(unsafe { _mm512_maskz_loadu_ps(lanes(k - whole), row.as_ptr().add(whole)) });
+            }
+            let non_finite = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(bad, bad) != 0;
+            quants[i] = RowQuant::from_range(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), non_finite);
         }
-        let (block, r) = (i / MR, i % MR);
-        let a = &mut a[block * quads * MR..(block + 1) * quads * MR];
-        for (q, four) in levels.chunks_exact(4).enumerate() {
-            a[q * MR + r] = u32::from_le_bytes([four[0], four[1], four[2], four[3]]);
+        for i in rows {
+            // SAFETY: the caller's contract, for row `i`.
+            unsafe { store_levels(&x[i * k..(i + 1) * k], &quants[i], &mut a[i * quads..(i + 1) * quads]) };
+        }
+    }
+}
+
+/// The levels of the row `row` (quantized as `q`) into `levels` (`ceil(k /
+/// 4)` `u32`s, the bytes past `k` 0); a non-finite row's are left as they
+/// are (its output is NaN whatever the levels).
+///
+/// # Safety
+/// AVX-512 F, BW, VL.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn store_levels(row: &[f32], q: &RowQuant, levels: &mut [u32]) {
+    let k = row.len();
+    let (whole, quads) = (k / 16 * 16, levels.len());
+    if q.non_finite {
+        return;
+    }
+    // The padding bytes of the last quad (the stores below write only
+    // the first `k`).
+    levels[quads - 1] = 0;
+    let (inv, zero) = (_mm512_set1_ps(q.inv), _mm512_set1_epi32(q.zero));
+    let bytes = levels.as_mut_ptr().cast::<u8>();
+    // The level of elements `c..c + 16` before its clamp to 0..=255 (a
+    // finite row has no NaN ratio).
+    let shifted_at = |c: usize| {
+        // SAFETY: elements `c..c + 16` of `row` (`c + 16 ≤ whole`).
+        shifted_ratio(_mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(c)) }, inv), zero)
+    };
+    // 64 levels at a time, narrowed in registers (the narrowing stores
+    // `vpmovdb m128` are several times slower on AMD cores): the two
+    // saturating packs clamp each level to 0..=255 (the first to
+    // 0..=767, which the second reads as positive `i16`s) and leave
+    // chunk `j`'s 4 bytes of 128-bit lane `L` at dword `4L + j`, which
+    // `UNPACK` moves to `4j + L`.
+    const UNPACK: [i32; 16] = [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15];
+    let unpack = _mm512_loadu_si512(UNPACK.as_ptr().cast());
+    let sixty_fours = k / 64 * 64;
+    for c in (0..sixty_fours).step_by(64) {
+        let low = _mm512_packus_epi32(shifted_at(c), shifted_at(c + 16));
+        let high = _mm512_packus_epi32(shifted_at(c + 32), shifted_at(c + 48));
+        let packed = _mm512_permutexvar_epi32(unpack, _mm512_packus_epi16(low, high));
+        // SAFETY: bytes `c..c + 64` of the row's `4 · quads ≥ k`.
+        unsafe { _mm512_storeu_si512(bytes.add(c).cast(), packed) };
+    }
+    let level_at = |c: usize| {
+        // SAFETY: elements `c..c + 16` of `row` (`c + 16 ≤ whole`).
+        level(unsafe { _mm512_loadu_ps(row.as_ptr().add(c)) }, inv, zero)
+    };
+    for c in (sixty_fours..whole).step_by(16) {
+        // SAFETY: bytes `c..c + 16` of the row.
+        unsafe { _mm_storeu_si128(bytes.add(c).cast(), _mm512_cvtepi32_epi8(level_at(c))) };
+    }
+    if whole < k {
+        let mask = lanes(k - whole);
+        // SAFETY: the lanes of `row` from `whole`, and bytes `whole..k`.
+        unsafe {
+            let v = _mm512_maskz_loadu_ps(mask, row.as_ptr().add(whole));
+            _mm512_mask_cvtepi32_storeu_epi8(bytes.add(whole).cast(), mask, level(v, inv, zero));
         }
     }
 }
@@ -81,14 +134,23 @@ pub(super) unsafe fn quantize_rows(x: &[f32], k: usize, quads: usize, a: &mut [u
 #[target_feature(enable = "avx512f")]
 pub(super) fn level(v: __m512, inv: __m512, zero: __m512i) -> __m512i {
     let r = _mm512_mul_ps(v, inv);
+    let l = shifted_ratio(r, zero);
+    // A NaN ratio counts as 0, as `as i32` makes it.
+    let l = _mm512_mask_mov_epi32(l, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), zero);
+    _mm512_min_epi32(_mm512_max_epi32(l, _mm512_setzero_si512()), _mm512_set1_epi32(255))
+}
+
+/// `clamp(round(r), −512, 512) + zero` of 16 ratios that are not NaN: a
+/// level before its clamp to 0..=255, in −512..=767.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn shifted_ratio(r: __m512, zero: __m512i) -> __m512i {
     // Clamped to ±512 first (integers, so before or after rounding is the
     // same), then rounded to nearest even, as `round_ties_even`, whatever
-    // MXCSR says; a NaN ratio counts as 0, as `as i32` makes it.
+    // MXCSR says.
     let c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-512.0)), _mm512_set1_ps(512.0));
     let t = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(c);
-    let t = _mm512_mask_mov_epi32(t, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), _mm512_setzero_si512());
-    let l = _mm512_add_epi32(t, zero);
-    _mm512_min_epi32(_mm512_max_epi32(l, _mm512_setzero_si512()), _mm512_set1_epi32(255))
+    _mm512_add_epi32(t, zero)
 }
 
 /// Packs the panels `panels` of `w` (`k × n`, row-major) into `b` (from its
@@ -155,15 +217,22 @@ pub(super) unsafe fn pack_panels(
 /// its `dst` are this thread's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
-    let (a_block, b_panel) = (job.quads * MR, job.quads * 2);
+    let b_panel = job.quads * 2;
     for (rows, panels) in runs {
         for jp in panels.clone() {
             let (j, cols) = (jp * NR, NR.min(job.n - jp * NR));
             let b = job.b[jp * b_panel..].as_ptr().cast::<__m512i>();
-            let edge = Edge { cols, sums: &job.col_sums[j..j + NR], w_scale: &job.w_scale[j..j + cols], ldc: job.n };
+            let edge = Edge {
+                cols,
+                sums: &job.col_sums[j..j + NR],
+                w_scale: &job.w_scale[j..j + cols],
+                bias: job.post.bias.map(|b| &b[j..j + cols]),
+                relu: job.post.relu,
+                ldc: job.n,
+            };
             for ib in rows.clone() {
                 let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
-                let a = job.a[ib * a_block..].as_ptr();
+                let a = job.a[i * job.quads..].as_ptr();
                 let quants = &job.quants[i..i + r];
                 // SAFETY: rows i..i + r, columns j..j + cols of `dst` are
                 // this worker's.
@@ -192,18 +261,22 @@ struct Edge<'a> {
     sums: &'a [i32],
     /// The scales of its `cols` columns.
     w_scale: &'a [f32],
+    /// The bias of its `cols` columns, added to each output.
+    bias: Option<&'a [f32]>,
+    /// Whether the ReLU follows.
+    relu: bool,
     /// `dst`'s row stride.
     ldc: usize,
 }
 
 /// The micro-kernel: `c[0..ROWS][0..edge.cols]` (row stride `edge.ldc`) =
-/// the reference's outputs for the `quads` steps of a packed 12-row block
-/// `a` (its first `ROWS` rows, quantized as `quants`) and a packed 32-column
-/// panel `b`.
+/// the reference's outputs for the `quads` steps of `ROWS` quantized rows
+/// at `a` (row stride `quads`, quantized as `quants`) and a packed
+/// 32-column panel `b`.
 ///
 /// # Safety
-/// AVX-512 F, BW, VL, VNNI; `a` holds `quads · 12` `u32`s and `b` `quads ·
-/// 2` vectors; `c` addresses `ROWS` rows of `edge.cols` elements; `quants`
+/// AVX-512 F, BW, VL, VNNI; `a` holds `ROWS · quads` `u32`s and `b`
+/// `quads · 2` vectors; `c` addresses `ROWS` rows of `edge.cols` elements; `quants`
 /// has `ROWS` elements.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<const ROWS: usize>(
@@ -221,12 +294,12 @@ unsafe fn tile<const ROWS: usize>(
     for q in 0..quads {
         // SAFETY: step `q` of the panel: two vectors.
         let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * q)), _mm512_loadu_si512(b.add(2 * q + 1))) };
-        let a = a.wrapping_add(q * MR);
+        let a = a.wrapping_add(q);
         macro_rules! step_row {
             ($r:literal) => {
                 if $r < ROWS {
                     // SAFETY: step `q` of row `r` of the block.
-                    let av = _mm512_set1_epi32(unsafe { a.add($r).read() } as i32);
+                    let av = _mm512_set1_epi32(unsafe { a.add($r * quads).read() } as i32);
                     acc[$r][0] = _mm512_dpbusd_epi32(acc[$r][0], av, b0);
                     acc[$r][1] = _mm512_dpbusd_epi32(acc[$r][1], av, b1);
                 }
@@ -241,6 +314,9 @@ unsafe fn tile<const ROWS: usize>(
     let sums = unsafe { [0, 16].map(|o| _mm512_loadu_si512(edge.sums[o..].as_ptr().cast())) };
     let w_scale =
         [0, 1].map(|v| unsafe { _mm512_maskz_loadu_ps(masks[v], edge.w_scale.as_ptr().wrapping_add(16 * v)) });
+    // SAFETY: the masked lanes of the `cols` biases.
+    let bias =
+        edge.bias.map(|b| [0, 1].map(|v| unsafe { _mm512_maskz_loadu_ps(masks[v], b.as_ptr().wrapping_add(16 * v)) }));
     macro_rules! store_row {
         ($r:literal) => {
             if $r < ROWS {
@@ -252,6 +328,16 @@ unsafe fn tile<const ROWS: usize>(
                         let shifted =
                             _mm512_sub_epi32(acc[$r][v], _mm512_mullo_epi32(_mm512_set1_epi32(q.zero), sums[v]));
                         _mm512_mul_ps(_mm512_cvtepi32_ps(shifted), _mm512_mul_ps(_mm512_set1_ps(q.scale), w_scale[v]))
+                    };
+                    let out = match bias {
+                        Some(bias) => _mm512_add_ps(out, bias[v]),
+                        None => out,
+                    };
+                    // ReLU keeps lanes above zero or NaN (`!(v <= 0)`) and
+                    // zeroes the rest, `-0` included.
+                    let out = match edge.relu {
+                        true => _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_NLE_UQ>(out, _mm512_setzero_ps()), out),
+                        false => out,
                     };
                     // SAFETY: row `r` of `c`, masked to `cols`.
                     unsafe { _mm512_mask_storeu_ps(c.wrapping_add($r * edge.ldc + 16 * v), masks[v], out) };

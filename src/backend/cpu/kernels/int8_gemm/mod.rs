@@ -29,10 +29,10 @@
 //!   has the `Avx512` tier's AVX512_BF16) they run the portable code.
 //!
 //! Packing, per call, into buffers each thread keeps for its next product
-//! (up to 16 MiB each): `x` is quantized row by row into `ceil(m / 12)`
-//! blocks of `quads · 12` `u32`s, `quads = ceil(k / 4)`, the `u32` at
-//! `q · 12 + r` holding the levels of `k = 4q .. 4q + 4` of row `r` (byte
-//! `i` for `k = 4q + i`), one broadcast per row and step; `w` into
+//! (up to 16 MiB each): `x` is quantized row by row into `m` rows of
+//! `quads = ceil(k / 4)` `u32`s, the `u32` at `q` of a row holding its
+//! levels of `k = 4q .. 4q + 4` (byte `i` for `k = 4q + i`: the bytes as
+//! they come), one broadcast per row and step; `w` into
 //! `ceil(n / 32)` panels of `quads` × 128 bytes, the bytes of a step being
 //! `[column][i]` = `w[4q + i][column]` (two zmm), with the panel's column
 //! sums beside. The padding of `k` (past its end) and of `w` (columns past
@@ -51,24 +51,57 @@ use super::isa::{self, Isa};
 use crate::backend::cpu::threads::{for_product, split_rows};
 use crate::tensor::quant::{quant_matmul_into, RowQuant};
 
-/// `dst = quant_matmul(x, w, w_scale)` (see the module docs and
-/// `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m, k,
-/// n]`, and `threads` of the current rayon pool share the work (1: the
+/// What the product's store applies to each output element `y[i, j]`
+/// (the epilogue of a dense layer, fused so its own pass goes away):
+/// `y + bias[j]`, then ReLU (`0` unless above zero or NaN, as the
+/// interpreter's `relu`), each rounded as the separate ops would be.
+#[derive(Clone, Copy, Default)]
+pub(in crate::backend::cpu) struct Post<'a> {
+    /// One value per column (`n`).
+    pub bias: Option<&'a [f32]>,
+    pub relu: bool,
+}
+
+impl Post<'_> {
+    /// Applies the epilogue to one output row (`n` elements).
+    fn apply(&self, row: &mut [f32]) {
+        if let Some(bias) = self.bias {
+            row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
+        }
+        let relu = crate::tensor::f32_unary(crate::ir::UnaryOp::Relu);
+        if let Some(relu) = relu.filter(|_| self.relu) {
+            row.iter_mut().for_each(|y| *y = relu(*y));
+        }
+    }
+}
+
+/// A quantized weight matrix as stored: `k × n` row-major `i8` values and
+/// one `f32` scale per column.
+#[derive(Clone, Copy)]
+pub(in crate::backend::cpu) struct Int8Matrix {
+    pub values: *const i8,
+    pub scales: *const f32,
+}
+
+/// `dst = post(quant_matmul(x, w.values, w.scales))` (see the module docs
+/// and `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m,
+/// k, n]`, and `threads` of the current rayon pool share the work (1: the
 /// calling thread only).
 ///
 /// # Safety
-/// `x` must address `m · k` f32, `w` `k · n` i8 (both row-major), `w_scale`
-/// `n` f32, and `dst` must hold at least `m · n` elements.
+/// `x` must address `m · k` f32, `w.values` `k · n` i8 (both row-major),
+/// `w.scales` `n` f32, and `dst` must hold at least `m · n` elements;
+/// `post.bias`, when there is one, `n`.
 pub(in crate::backend::cpu) unsafe fn quant_gemm(
     dst: &mut [f32],
     x: *const f32,
-    w: *const i8,
-    w_scale: *const f32,
+    w: Int8Matrix,
     mkn: [usize; 3],
+    post: Post,
     threads: usize,
 ) {
     // SAFETY: the caller's contract; `active()` is an available tier.
-    unsafe { quant_gemm_on(isa::active(), dst, x, w, w_scale, mkn, threads) }
+    unsafe { quant_gemm_on(isa::active(), dst, x, w, mkn, post, threads) }
 }
 
 /// `quant_gemm` on the tier `isa` (tests and benchmarks compare tiers).
@@ -82,9 +115,9 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
     isa: Isa,
     dst: &mut [f32],
     x: *const f32,
-    w: *const i8,
-    w_scale: *const f32,
+    w: Int8Matrix,
     mkn: [usize; 3],
+    post: Post,
     threads: usize,
 ) {
     if let Some(why) = isa::Features::detected().lacks(isa) {
@@ -92,23 +125,25 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
     }
     let [m, k, n] = mkn;
     assert!(dst.len() >= m * n, "quant_gemm: {} elements for a {m}x{n} product", dst.len());
+    assert!(post.bias.is_none_or(|b| b.len() == n), "quant_gemm: a bias of the wrong length");
     if m == 0 || n == 0 {
         return;
     }
     // SAFETY (all three): the caller's contract.
-    let (x, w, w_scale) = unsafe { (slice(x, m * k), slice(w, k * n), slice(w_scale, n)) };
+    let (x, w, w_scale) = unsafe { (slice(x, m * k), slice(w.values, k * n), slice(w.scales, n)) };
     let dst = &mut dst[..m * n];
     if k == 0 {
         // Every sum is 0: the reference's `RowQuant::output(0, 0, s)`.
-        return quant_matmul_into(x, w, w_scale, dst, mkn);
+        quant_matmul_into(x, w, w_scale, dst, mkn);
+        return dst.chunks_exact_mut(n).for_each(|row| post.apply(row));
     }
     let threads = for_product(mkn, threads);
     #[cfg(target_arch = "x86_64")]
     if runs_vnni(isa) {
         // SAFETY: the CPU has AVX-512 F, BW, VL (the tier) and VNNI.
-        return unsafe { tiled(dst, x, Weights::RowMajor(w), w_scale, mkn, threads) };
+        return unsafe { tiled(dst, x, Weights::RowMajor(w), w_scale, mkn, post, threads) };
     }
-    portable(dst, x, w, w_scale, mkn, threads);
+    portable(dst, x, w, w_scale, mkn, post, threads);
 }
 
 /// The `len` elements at `p` (none, whatever `p` is, when `len` is 0).
@@ -136,9 +171,12 @@ fn runs_vnni(isa: Isa) -> bool {
 
 /// The portable tier: the reference on contiguous ranges of rows (a row's
 /// result depends on that row only, so the split changes nothing).
-fn portable(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
+fn portable(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], post: Post, threads: usize) {
     let parts: Vec<_> = split_rows(m, threads).zip(pieces(dst, n, m, threads)).collect();
-    each_in_parallel(parts, |((lo, hi), out)| quant_matmul_into(&x[lo * k..hi * k], w, w_scale, out, [hi - lo, k, n]));
+    each_in_parallel(parts, |((lo, hi), out)| {
+        quant_matmul_into(&x[lo * k..hi * k], w, w_scale, out, [hi - lo, k, n]);
+        out.chunks_exact_mut(n).for_each(|row| post.apply(row));
+    });
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -158,7 +196,7 @@ struct Line([u8; 64]);
 #[cfg(target_arch = "x86_64")]
 /// One product, packed, as the micro-kernels see it.
 struct Job<'a> {
-    /// Packed `x`: `ceil(m / MR)` blocks of `quads · MR` `u32`s.
+    /// Quantized `x`: `m` rows of `quads` `u32`s (4 levels each).
     a: &'a [u32],
     /// Each row's quantization (`m`).
     quants: &'a [RowQuant],
@@ -168,6 +206,7 @@ struct Job<'a> {
     /// padding 0).
     col_sums: &'a [i32],
     w_scale: &'a [f32],
+    post: Post<'a>,
     /// `dst`'s first element (row-major `m × n`).
     dst: super::conv_direct::SendPtr,
     m: usize,
@@ -225,9 +264,11 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
     packed: &PackedWeights,
     w_scale: *const f32,
     [m, k, n]: [usize; 3],
+    post: Post,
     threads: usize,
 ) {
     assert!(dst.len() >= m * n && packed.k == k && packed.n == n, "quant_gemm_packed: the shapes differ");
+    assert!(post.bias.is_none_or(|b| b.len() == n), "quant_gemm_packed: a bias of the wrong length");
     if m == 0 || n == 0 {
         return;
     }
@@ -237,10 +278,10 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
     // SAFETY: `packed` exists only where the VNNI kernel runs, with k > 0.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        tiled(&mut dst[..m * n], x, Weights::Packed(packed), w_scale, [m, k, n], threads)
+        tiled(&mut dst[..m * n], x, Weights::Packed(packed), w_scale, [m, k, n], post, threads)
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (x, w_scale, threads);
+    let _ = (x, w_scale, post, threads);
 }
 
 /// The weights `tiled` multiplies by: as stored, or packed already.
@@ -256,7 +297,15 @@ enum Weights<'a> {
 /// The CPU has AVX-512 F, BW, VL and VNNI; `x` is `m × k`, `w` `k × n`,
 /// `w_scale` `n` and `dst` `m × n`, with `k > 0`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn tiled(dst: &mut [f32], x: &[f32], w: Weights, w_scale: &[f32], [m, k, n]: [usize; 3], threads: usize) {
+unsafe fn tiled(
+    dst: &mut [f32],
+    x: &[f32],
+    w: Weights,
+    w_scale: &[f32],
+    [m, k, n]: [usize; 3],
+    post: Post,
+    threads: usize,
+) {
     let quads = k.div_ceil(4);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.
@@ -277,14 +326,14 @@ unsafe fn tiled(dst: &mut [f32], x: &[f32], w: Weights, w_scale: &[f32], [m, k, 
     let split = |elements: usize| if elements >= 1 << 18 { threads } else { 1 };
 
     let (blocks, a_block) = (m.div_ceil(MR), quads * MR);
-    reuse(&mut buf.a, blocks * a_block, 0);
+    reuse(&mut buf.a, m * quads, 0);
     reuse(&mut buf.quants, m, RowQuant::from_range(0.0, 0.0, false));
     let parts = split(m * k);
     let items = split_rows(blocks, parts).zip(pieces(&mut buf.a, a_block, blocks, parts));
     let items: Vec<_> = items.zip(pieces(&mut buf.quants, MR, blocks, parts)).collect();
     each_in_parallel(items, |(((lo, _), a), quants)| {
-        // SAFETY: the caller's contract; `a` and `quants` are blocks
-        // `lo..` of the packed `x` and of the rows.
+        // SAFETY: the caller's contract; `a` and `quants` are the rows of
+        // blocks `lo..` (the last piece ends with the last row).
         unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, a, quants) }
     });
 
@@ -311,6 +360,7 @@ unsafe fn tiled(dst: &mut [f32], x: &[f32], w: Weights, w_scale: &[f32], [m, k, 
         b,
         col_sums,
         w_scale,
+        post,
         dst: super::conv_direct::SendPtr(dst.as_mut_ptr()),
         m,
         n,

@@ -105,11 +105,25 @@ fn operands(rng: &mut Rng, [m, k, n]: [usize; 3]) -> (Vec<f32>, Vec<i8>, Vec<f32
     (x, w, s)
 }
 
-fn run(isa: Isa, (x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>), mkn: [usize; 3], threads: usize) -> Vec<f32> {
+fn run(isa: Isa, ops: &(Vec<f32>, Vec<i8>, Vec<f32>), mkn: [usize; 3], threads: usize) -> Vec<f32> {
+    run_with(isa, ops, mkn, Post::default(), threads)
+}
+
+fn run_with(
+    isa: Isa,
+    (x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>),
+    mkn: [usize; 3],
+    post: Post,
+    threads: usize,
+) -> Vec<f32> {
     let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
-    // SAFETY: the operands are m × k, k × n and n; `dst` m × n.
-    unsafe { quant_gemm_on(isa, &mut dst, x.as_ptr(), w.as_ptr(), s.as_ptr(), mkn, threads) };
+    // SAFETY: the operands are m × k, k × n and n; `dst` m × n, the bias n.
+    unsafe { quant_gemm_on(isa, &mut dst, x.as_ptr(), matrix(w, s), mkn, post, threads) };
     dst
+}
+
+fn matrix(values: &[i8], scales: &[f32]) -> Int8Matrix {
+    Int8Matrix { values: values.as_ptr(), scales: scales.as_ptr() }
 }
 
 fn reference((x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>), [m, k, n]: [usize; 3]) -> Vec<f32> {
@@ -207,10 +221,58 @@ fn weights_packed_once_give_the_reference_bits() {
             let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
             // SAFETY: the operands are m × k and n, `packed` k × n; `dst` m × n.
             pool.install(|| unsafe {
-                quant_gemm_packed(&mut dst, ops.0.as_ptr(), &packed, ops.2.as_ptr(), mkn, threads)
+                quant_gemm_packed(&mut dst, ops.0.as_ptr(), &packed, ops.2.as_ptr(), mkn, Post::default(), threads)
             });
             if let Some(diff) = first_difference(&dst, &want, mkn[2]) {
                 panic!("{mkn:?} at {threads} threads: {diff}");
+            }
+        }
+    }
+}
+
+/// A dense layer's epilogue applied as the product is stored (`Post`):
+/// the reference product, then `+ bias` and ReLU as the interpreter's
+/// ops, on every tier, with and without packed weights, at 1 and 2
+/// threads; biases of every sign with NaN, infinities and `-0` among
+/// them.
+#[test]
+fn the_fused_bias_and_relu_are_the_interpreters_ops() {
+    let relu = crate::tensor::f32_unary(crate::ir::UnaryOp::Relu).expect("relu");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+    for (s, &mkn) in [[13, 37, 19], [64, 300, 70], [5, 3, 33], [24, 1, 5]].iter().enumerate() {
+        let ops = operands(&mut Rng::new(70 + s as u64), mkn);
+        let mut rng = Rng::new(7 + s as u64);
+        let mut bias: Vec<f32> = (0..mkn[2]).map(|_| rng.unit() * 4.0).collect();
+        for (i, special) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0].into_iter().enumerate() {
+            if i < bias.len() {
+                bias[i] = special;
+            }
+        }
+        let plain = reference(&ops, mkn);
+        for (with_bias, with_relu) in [(true, false), (false, true), (true, true)] {
+            let post = Post { bias: with_bias.then_some(&bias[..]), relu: with_relu };
+            let want: Vec<f32> = plain
+                .iter()
+                .enumerate()
+                .map(|(i, &y)| if with_bias { y + bias[i % mkn[2]] } else { y })
+                .map(|y| if with_relu { relu(y) } else { y })
+                .collect();
+            let packed = pack_weights(&ops.1, mkn[1], mkn[2]);
+            for isa in tiers() {
+                for threads in [1, 2] {
+                    let got = pool.install(|| run_with(isa, &ops, mkn, post, threads));
+                    if let Some(diff) = first_difference(&got, &want, mkn[2]) {
+                        panic!("{} {mkn:?} bias {with_bias} relu {with_relu}: {diff}", isa.name());
+                    }
+                }
+            }
+            if let Some(packed) = &packed {
+                let mut got = vec![-7.0f32; mkn[0] * mkn[2]];
+                // SAFETY: the operands are m × k and n, `packed` k × n; `got` m × n.
+                unsafe { quant_gemm_packed(&mut got, ops.0.as_ptr(), packed, ops.2.as_ptr(), mkn, post, 2) };
+                if let Some(diff) = first_difference(&got, &want, mkn[2]) {
+                    panic!("packed {mkn:?} bias {with_bias} relu {with_relu}: {diff}");
+                }
             }
         }
     }
@@ -233,8 +295,8 @@ fn the_reference_example_and_empty_shapes() {
         // m = 0 or n = 0: nothing is written.
         let mut dst = [5.0f32; 2];
         // SAFETY: empty operands; `dst` holds the 0 elements of each.
-        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), [1].as_ptr(), [1.0].as_ptr(), [0, 1, 1], 1) };
-        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), [1].as_ptr(), [].as_ptr(), [1, 1, 0], 1) };
+        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), matrix(&[1], &[1.0]), [0, 1, 1], Post::default(), 1) };
+        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), matrix(&[1], &[]), [1, 1, 0], Post::default(), 1) };
         assert_eq!(dst, [5.0; 2]);
     }
 }
