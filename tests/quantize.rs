@@ -9,11 +9,18 @@
 mod support;
 use support::*;
 
-/// The digits MLP trained in f32 for 20 epochs, then quantized; prints the
-/// f32 and the int8 test accuracy.
+/// The digits MLP trained in f32 for 20 epochs, then quantized with
+/// dynamic ranges and with ranges calibrated on 256 training images;
+/// prints the f32, the int8 and the calibrated int8 test accuracy.
 fn digits_quantized() -> String {
     format!(
-        "{}let q = quantize(net)\nprint(accuracy(net, test_set |> batch(256)))\nprint(accuracy(q, test_set |> batch(256)))\n",
+        "{}let q = quantize(net)
+let (images, labels) = collect(train_set |> take(256))
+let c = quantize(net, calibration = images)
+print(accuracy(net, test_set |> batch(256)))
+print(accuracy(q, test_set |> batch(256)))
+print(accuracy(c, test_set |> batch(256)))
+",
         digits_trained(20, "")
     )
 }
@@ -25,7 +32,9 @@ fn digits_quantized() -> String {
 /// backend) in batches of 6 rows, and a single row at the top level. The
 /// layers have biases that are not 0, and the model is read from a file,
 /// so its products are not folded away at compile time: the CPU backend
-/// applies the first layer's bias and ReLU in the product's store.
+/// applies the first layer's bias and ReLU in the product's store. `c` is
+/// calibrated on eight of the rows (the others' values outside its ranges
+/// saturate).
 const RAGGED: &str = r#"
 use std.init.{glorot_uniform}
 model Layer(inputs: int, outputs: int, act = identity) {
@@ -46,24 +55,28 @@ let x = sin(reshape(arange(13 * 37, dtype = f32), [13, 37]) * 0.37) * 3.0
 let rows = concat((x, -abs(x[0:2, :]), abs(x[2:4, :]), zeros([1, 37])), axis = 0)
 print(collect(from_tensors(rows) |> batch(6) |> map(fn(x) = q(x))), full = true)
 print(q(rows[0]), full = true)
+let c = quantize(net, calibration = x[0:8])
+print(collect(from_tensors(rows) |> batch(6) |> map(fn(x) = c(x))), full = true)
 "#;
 
-fn accuracies(out: &str) -> (f64, f64) {
+fn accuracies(out: &str) -> [f64; 3] {
     let numbers: Vec<f64> = out.split_whitespace().filter_map(|w| w.parse::<f64>().ok()).collect();
-    assert!(numbers.len() >= 2, "expected two accuracies, got:\n{out}");
-    (numbers[0], numbers[1])
+    assert!(numbers.len() >= 3, "expected three accuracies, got:\n{out}");
+    [numbers[0], numbers[1], numbers[2]]
 }
 
 #[test]
 fn the_quantized_digits_mlp_keeps_the_f32_accuracy() {
     let dir = scratch("quantize-digits");
     let out = ok(&dir, &digits_quantized());
-    let (f32_accuracy, int8_accuracy) = accuracies(&out);
+    let [f32_accuracy, int8_accuracy, calibrated] = accuracies(&out);
     assert!(f32_accuracy > 0.9, "the f32 model did not learn: {f32_accuracy}");
-    assert!(
-        (f32_accuracy - int8_accuracy).abs() <= 0.005,
-        "int8 accuracy {int8_accuracy} is more than half a point from f32's {f32_accuracy}"
-    );
+    for (what, accuracy) in [("int8", int8_accuracy), ("calibrated int8", calibrated)] {
+        assert!(
+            (f32_accuracy - accuracy).abs() <= 0.005,
+            "{what} accuracy {accuracy} is more than half a point from f32's {f32_accuracy}"
+        );
+    }
 }
 
 #[test]
@@ -95,6 +108,7 @@ fn the_plan_shows_the_int8_kernels() {
     let plan = tfc(&dir, &["build".as_ref(), "main.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
     assert_eq!(plan.code, Some(0), "{}", plan.stderr);
     assert!(plan.stdout.contains("quant_matmul 6x37x19 i8"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("quant_matmul 6x19x5 static i8"), "{}", plan.stdout);
     // The CPU backend applies the hidden layer's bias and ReLU as the
     // product is stored: no pass of their own.
     put(&dir, "bench.tfl", format!("{RAGGED}\nexport fn logits(x: f32[13, 37]) = q(x)\n").as_bytes());
@@ -152,6 +166,33 @@ fn bad_inputs_are_diagnostics() {
         &["E0324", "model `S` has no f32 weight matrix to quantize"],
     );
     fails(&dir, "let q = quantize(3)", &["`quantize` expects a model"]);
+    // Calibration data that is not a tensor, does not fit the model's
+    // input, or reaches no int8 product; a file quantized without
+    // calibration into a calibrated model.
+    fails(
+        &dir,
+        &format!("{model}let q = quantize(M(), calibration = 3)"),
+        &["E0324", "calibration data must be an f32 tensor of example inputs, not"],
+    );
+    fails(
+        &dir,
+        &format!("{model}let q = quantize(M(), calibration = ones([8, 5]))"),
+        &["E0324", "the calibration data does not fit model `M`", "running `M` on it"],
+    );
+    fails(
+        &dir,
+        "model T {\n    param w: f32[3, 4] = ones()\n    fn forward(x) = x @ transpose(w)\n}\n\
+         let q = quantize(T(), calibration = ones([2, 4]))",
+        &["E0324", "calibrating `T` ran none of its int8 products"],
+    );
+    fails(
+        &dir,
+        &format!(
+            "{model}save(quantize(M()), \"d.safetensors\")\n\
+             load(quantize(M(), calibration = ones([2, 4])), \"d.safetensors\")"
+        ),
+        &["E0001", "`l.w.input_range` is missing"],
+    );
     fails(
         &dir,
         &format!(

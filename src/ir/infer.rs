@@ -64,7 +64,9 @@ pub fn arity(op: &Op, given: usize) -> usize {
         | Op::Pool2dGrad { .. }
         | Op::ScatterAdd { .. }
         | Op::Gradient => 2,
-        Op::Select | Op::QuantMatMul => 3,
+        Op::Select => 3,
+        // An optional static input range (see `tensor::quant`).
+        Op::QuantMatMul => given.clamp(3, 4),
         Op::Concat { .. } => given.max(1),
         Op::Scan(body) => body.inputs.len(),
         _ => 1,
@@ -250,17 +252,22 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
         }
         Op::QuantMatMul => {
             let (x, w, s) = (inputs[0], inputs[1], inputs[2]);
+            let range_fits = inputs.get(3).is_none_or(|r| r.dtype == DType::F32 && r.shape == [2]);
             let fits = x.dtype == DType::F32
                 && w.dtype == DType::I8
                 && s.dtype == DType::F32
                 && x.rank() >= 1
                 && w.rank() == 2
                 && x.shape.last() == w.shape.first()
-                && s.shape == [w.shape[1]];
+                && s.shape == [w.shape[1]]
+                && range_fits;
             if !fits {
                 return err(
                     Code::MatmulShape,
-                    format!("a quantized product needs f32[..., k], i8[k, n] and f32[n]: {x}, {w}, {s}"),
+                    format!(
+                        "a quantized product needs f32[..., k], i8[k, n], f32[n] and an optional f32[2]: {}",
+                        inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
                 );
             }
             let mut shape = x.shape[..x.rank() - 1].to_vec();

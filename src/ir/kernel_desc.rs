@@ -85,11 +85,13 @@ pub enum AnchorOp {
         k: usize,
         n: usize,
     },
-    /// `[m, k] @ [k, n]` with `u8` rows and `i8` weights (`Op::QuantMatMul`).
+    /// `[m, k] @ [k, n]` with `u8` rows and `i8` weights (`Op::QuantMatMul`);
+    /// `calibrated`: the rows are quantized by a static input range.
     QuantMatMul {
         m: usize,
         k: usize,
         n: usize,
+        calibrated: bool,
     },
     /// An NHWC/HWIO convolution or one of its gradients, between the
     /// forward convolution's `input`, `filter` and `output` shapes.
@@ -331,7 +333,8 @@ fn anchor(g: &Graph, n: NodeId) -> Option<Anchor> {
         Op::QuantMatMul => {
             let (x, w) = (shape(0)?, shape(1)?);
             let (&k, rows) = x.split_last()?;
-            (AnchorOp::QuantMatMul { m: rows.iter().product(), k, n: *w.last()? }, dtype_of(1))
+            let calibrated = ins.len() == 4;
+            (AnchorOp::QuantMatMul { m: rows.iter().product(), k, n: *w.last()?, calibrated }, dtype_of(1))
         }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let p = (*stride, *padding, *dilation, *groups);
@@ -385,7 +388,8 @@ impl AnchorOp {
             AnchorOp::ArgMax { shape, axis } => format!("argmax {} axis {axis}", dims(shape)),
             AnchorOp::MatMul { batch: 1, m, k, n } => format!("matmul {m}x{k}x{n}"),
             AnchorOp::MatMul { batch, m, k, n } => format!("matmul {batch} of {m}x{k}x{n}"),
-            AnchorOp::QuantMatMul { m, k, n } => format!("quant_matmul {m}x{k}x{n}"),
+            AnchorOp::QuantMatMul { m, k, n, calibrated: false } => format!("quant_matmul {m}x{k}x{n}"),
+            AnchorOp::QuantMatMul { m, k, n, calibrated: true } => format!("quant_matmul {m}x{k}x{n} static"),
             AnchorOp::Conv { pass, input, filter, .. } => {
                 let name = match pass {
                     ConvPass::Forward => "conv2d",

@@ -19,6 +19,11 @@
 //!   one for the scale product, one for the multiplication.
 //! - A row holding a NaN or an infinity gives NaN in every column (its
 //!   scale would be meaningless).
+//! - With a static input range `[lo, hi]` (a fourth operand, `f32[2]`,
+//!   from calibration: ONNX Runtime's `quantize_static`), every row is
+//!   quantized with `RowQuant::from_range(lo, hi, …)` instead of its own
+//!   min and max; elements outside the range saturate at level 0 or 255
+//!   (the clamps above). A non-finite row still gives NaN.
 //!
 //! `RowQuant` is shared with the CPU kernels so the quantization
 //! parameters cannot drift; the kernels' own vector code is
@@ -62,7 +67,16 @@ impl RowQuant {
         RowQuant { scale, inv, zero, non_finite }
     }
 
-    /// The quantization of `row`.
+    /// The quantization of `row`: from its own min and max, or from the
+    /// static input range `range` when there is one.
+    pub fn for_row(row: &[f32], range: Option<[f32; 2]>) -> RowQuant {
+        match range {
+            Some([lo, hi]) => RowQuant::from_range(lo, hi, row.iter().any(|v| !v.is_finite())),
+            None => RowQuant::of(row),
+        }
+    }
+
+    /// The quantization of `row` from its own min and max.
     pub fn of(row: &[f32]) -> RowQuant {
         let (mut min, mut max, mut non_finite) = (0.0f32, 0.0f32, false);
         for &v in row {
@@ -91,14 +105,22 @@ impl RowQuant {
 }
 
 /// `out = quant_matmul(x, w, w_scale)` for row-major `x: [m, k]` and
-/// `w: [k, n]` (`out`: `m · n`), by the definition in the module docs.
-pub fn quant_matmul_into(x: &[f32], w: &[i8], w_scale: &[f32], out: &mut [f32], [m, k, n]: [usize; 3]) {
+/// `w: [k, n]` (`out`: `m · n`), by the definition in the module docs;
+/// `range` is the static input range, if any.
+pub fn quant_matmul_into(
+    x: &[f32],
+    w: &[i8],
+    w_scale: &[f32],
+    range: Option<[f32; 2]>,
+    out: &mut [f32],
+    [m, k, n]: [usize; 3],
+) {
     let col_sums = column_sums(w, k, n);
     let mut acc = vec![0i32; n];
     let mut levels = vec![0u8; k];
     for i in 0..m {
         let row = &x[i * k..(i + 1) * k];
-        let q = RowQuant::of(row);
+        let q = RowQuant::for_row(row, range);
         for (l, &v) in levels.iter_mut().zip(row) {
             *l = if v.is_finite() { q.level(v) } else { 0 };
         }
@@ -126,8 +148,9 @@ pub fn column_sums(w: &[i8], k: usize, n: usize) -> Vec<i32> {
 }
 
 /// `x @ w` quantized: `x: f32[..., k]`, `w: i8[k, n]` (kept as `i32`
-/// storage holding `i8` values), `w_scale: f32[n]`.
-pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor) -> Result<Data, Diagnostic> {
+/// storage holding `i8` values), `w_scale: f32[n]`, and the static input
+/// range `range: f32[2]` when there is one.
+pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor, range: Option<&Tensor>) -> Result<Data, Diagnostic> {
     let (Data::F32(xa), Data::I32(wa), Data::F32(sa)) = (x.data(), w.data(), w_scale.data()) else {
         return Err(Diagnostic::internal("quant_matmul: operands of the wrong storage"));
     };
@@ -137,8 +160,16 @@ pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor) -> Result<Data, Di
     let xs: Vec<f32> = xa.iter().copied().collect();
     let ws: Vec<i8> = wa.iter().map(|&v| v as i8).collect();
     let ss: Vec<f32> = sa.iter().copied().collect();
+    let range = match range.map(Tensor::data) {
+        Some(Data::F32(r)) if r.len() == 2 => {
+            let v: Vec<f32> = r.iter().copied().collect();
+            Some([v[0], v[1]])
+        }
+        Some(_) => return Err(Diagnostic::internal("quant_matmul: a range that is not f32[2]")),
+        None => None,
+    };
     let mut out = vec![0.0f32; m * n];
-    quant_matmul_into(&xs, &ws, &ss, &mut out, [m, k, n]);
+    quant_matmul_into(&xs, &ws, &ss, range, &mut out, [m, k, n]);
     let mut shape = lead.to_vec();
     shape.push(n);
     Ok(Data::F32(array_from(&shape, out)?))
@@ -149,9 +180,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_static_range_saturates_and_keeps_non_finite_rows_nan() {
+        // Range [-1, 1]: scale 2/255, zero 127 (as the module example);
+        // 5.0 saturates at level 255 and -3.0 at level 0.
+        let mut out = [0.0f32; 3];
+        let x = [5.0, -3.0, 0.5, 0.5, f32::INFINITY, 0.0];
+        quant_matmul_into(&x, &[1, 1], &[1.0], Some([-1.0, 1.0]), &mut out, [3, 2, 1]);
+        let q = RowQuant::from_range(-1.0, 1.0, false);
+        assert_eq!((q.zero, q.level(5.0), q.level(-3.0)), (127, 255, 0));
+        // Levels 255 and 0: 255 − 127 · 2 = 1 level.
+        assert_eq!(out[0], q.scale);
+        let half = f32::from(q.level(0.5)) - 127.0;
+        assert_eq!(out[1], (2.0 * half) * q.scale);
+        assert!(out[2].is_nan());
+    }
+
+    #[test]
     fn the_module_example() {
         let mut out = [0.0f32];
-        quant_matmul_into(&[1.0, -1.0], &[2, 3], &[0.5], &mut out, [1, 2, 1]);
+        quant_matmul_into(&[1.0, -1.0], &[2, 3], &[0.5], None, &mut out, [1, 2, 1]);
         let q = RowQuant::of(&[1.0, -1.0]);
         assert_eq!((q.zero, q.level(1.0), q.level(-1.0)), (127, 254, 0));
         assert_eq!(out[0], -127.0 * ((2.0f32 / 255.0) * 0.5));
@@ -160,7 +207,7 @@ mod tests {
     #[test]
     fn a_row_of_zeros_and_a_non_finite_row() {
         let mut out = [1.0f32; 4];
-        quant_matmul_into(&[0.0, 0.0, f32::NAN, 1.0], &[1, 2, 3, 4], &[1.0, 1.0], &mut out, [2, 2, 2]);
+        quant_matmul_into(&[0.0, 0.0, f32::NAN, 1.0], &[1, 2, 3, 4], &[1.0, 1.0], None, &mut out, [2, 2, 2]);
         assert_eq!(&out[..2], &[0.0, 0.0]);
         assert!(out[2].is_nan() && out[3].is_nan());
     }
@@ -174,7 +221,7 @@ mod tests {
         let w: Vec<i8> = (0..k * n).map(|i| ((i * 31) % 255) as i8).collect();
         let s: Vec<f32> = (0..n).map(|j| 0.01 * (j + 1) as f32).collect();
         let mut out = vec![0.0; m * n];
-        quant_matmul_into(&x, &w, &s, &mut out, [m, k, n]);
+        quant_matmul_into(&x, &w, &s, None, &mut out, [m, k, n]);
         for i in 0..m {
             let q = RowQuant::of(&x[i * k..(i + 1) * k]);
             for j in 0..n {

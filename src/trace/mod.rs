@@ -132,6 +132,9 @@ pub struct Tracer<'s> {
     /// The weights of quantized models (`quantize`), by the node a model
     /// binds (their dequantized value): `@` with one runs on int8.
     pub(crate) quantized: rustc_hash::FxHashMap<crate::ir::NodeId, builtins::QuantizedWeight>,
+    /// While `quantize(…, calibration = …)` runs the float model: the
+    /// inputs its products with the weights being quantized see.
+    pub(crate) calibration: Option<builtins::Calibration>,
 }
 
 /// What a session asks of tracing beyond the program itself.
@@ -214,6 +217,7 @@ impl<'s> Tracer<'s> {
             precision: None,
             data_parallel: None,
             quantized: Default::default(),
+            calibration: None,
         }
     }
 }

@@ -6,7 +6,7 @@ use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::plan::{ReducePlan, Region};
 use crate::ir::{DType, Effect, Op, TensorType};
 use crate::trace::args::BuiltinArgs;
-use crate::trace::builtins::scale_path;
+use crate::trace::builtins::{input_range_path, scale_path};
 use crate::trace::tensor::Operand;
 use crate::trace::value::{ModelInstance, Value};
 use crate::trace::{TResult, Tracer};
@@ -35,7 +35,10 @@ impl Tracer<'_> {
             for (name, id, _) in params.into_iter().chain(states) {
                 // A quantized weight is written as its i8 values and scales.
                 match self.quantized.get(&id) {
-                    Some(q) => tensors.extend([(scale_path(&name), q.scales), (name, q.values)]),
+                    Some(q) => {
+                        tensors.extend(q.input_range.map(|r| (input_range_path(&name), r)));
+                        tensors.extend([(scale_path(&name), q.scales), (name, q.values)]);
+                    }
                     None => tensors.push((name, id)),
                 }
             }
@@ -43,8 +46,8 @@ impl Tracer<'_> {
         } else {
             let mut tensors = Vec::new();
             for (name, id, ty) in params {
-                if self.quantized.contains_key(&id) {
-                    self.load_quantized(&model, &name, &ty, a.span, &mut tensors)?;
+                if let Some(q) = self.quantized.get(&id).copied() {
+                    self.load_quantized(&model, &name, (&ty, q.input_range.is_some()), a.span, &mut tensors)?;
                     continue;
                 }
                 tensors.push((name.clone(), ty.clone(), self.rebind_to_slot(&model, &name, &ty, a.span)));
@@ -60,13 +63,14 @@ impl Tracer<'_> {
     }
 
     /// Rebinds the quantized weight at `path` of `model` (of type `ty`) to
-    /// int8 values and scales that the load effect fills (`tensors` gets
-    /// their names, types and slots).
+    /// int8 values and scales that the load effect fills, and an input
+    /// range when it was `calibrated` (`tensors` gets their names, types
+    /// and slots).
     fn load_quantized(
         &mut self,
         model: &ModelInstance,
         path: &str,
-        ty: &TensorType,
+        (ty, calibrated): (&TensorType, bool),
         span: Span,
         tensors: &mut Vec<(String, TensorType, usize)>,
     ) -> TResult<()> {
@@ -78,7 +82,8 @@ impl Tracer<'_> {
         };
         let values = slot_of(self, path.to_string(), TensorType::new(DType::I8, ty.shape.clone()));
         let scales = slot_of(self, scale_path(path), TensorType::new(DType::F32, vec![ty.shape[1]]));
-        let deq = self.dequantized_from(&values, &scales, span)?;
+        let range = calibrated.then(|| slot_of(self, input_range_path(path), TensorType::new(DType::F32, vec![2])));
+        let deq = self.dequantized_from(&values, &scales, range.map(|r| r.id), span)?;
         model.set_param(path, Value::Tensor(deq.id, deq.ty));
         Ok(())
     }

@@ -12,7 +12,7 @@ mod nn;
 mod onnx;
 pub use onnx::OnnxModel;
 mod quantize;
-pub use quantize::{scale_path, QuantizedWeight};
+pub use quantize::{input_range_path, scale_path, Calibration, QuantizedWeight};
 mod reduce;
 pub(crate) mod scan;
 mod shape;
@@ -116,7 +116,7 @@ const TABLE: &[(&str, &[&str])] = &[
     ("load_tfrecord", &["paths", "features.."]),
     ("load_text", &["path", "window=", "stride="]),
     ("load_onnx", &["path"]),
-    ("quantize", &["model"]),
+    ("quantize", &["model", "calibration="]),
     ("range", &["n"]),
     ("from_tensors", &["xs.."]),
     ("map", &["ds", "f", "parallel="]),

@@ -14,6 +14,7 @@ impl Tracer<'_> {
     /// added axis dropped again), leading batch dimensions broadcast.
     pub(crate) fn matmul(&mut self, a: (&Value, Span), b: (&Value, Span), span: Span) -> TResult<Value> {
         let ops = self.operands(&[a, b])?;
+        self.observe_for_calibration(&ops[0], &ops[1]);
         if let Some(product) = self.quantized_product(&ops[0], &ops[1], span)? {
             return Ok(tensor(product));
         }

@@ -13,8 +13,15 @@
 //! they are computed once; `save` writes each as `path` (`I8`) plus
 //! `path.scale` (`F32`), and `load` reads them back.
 //!
+//! With `calibration = x` (a tensor of example inputs), the products
+//! quantize their inputs statically, as ONNX Runtime's `quantize_static`
+//! with its MinMax calibration: the float model runs on `x` while tracing,
+//! each quantized weight's products record the inputs they see, and the
+//! smallest and largest of them become that layer's input range (an
+//! `f32[2]` operand of its `QuantMatMul`, saved as `path.input_range`).
+//!
 //! Example: `let q = quantize(net)` then `accuracy(q, test)` next to
-//! `accuracy(net, test)`.
+//! `accuracy(net, test)`; `quantize(net, calibration = images[0:512])`.
 
 use crate::diag::{Code, Diagnostic, Span};
 use crate::ir::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
@@ -22,19 +29,36 @@ use crate::trace::args::BuiltinArgs;
 use crate::trace::tensor::Operand;
 use crate::trace::value::{ModelInstance, Value};
 use crate::trace::{TResult, Tracer};
+use rustc_hash::FxHashMap;
 use std::rc::Rc;
 
 /// The int8 form of one weight matrix: the `i8` values and the per-column
-/// scales (nodes), which `Tracer::quantized` keys by the dequantized node.
+/// scales (nodes), which `Tracer::quantized` keys by the dequantized node,
+/// and the static range of its products' inputs when it was calibrated.
 #[derive(Clone, Copy, Debug)]
 pub struct QuantizedWeight {
     pub values: NodeId,
     pub scales: NodeId,
+    pub input_range: Option<NodeId>,
+}
+
+/// What a calibration run records (`Tracer::calibration`).
+#[derive(Debug, Default)]
+pub struct Calibration {
+    /// The float weights being quantized → their dequantized copies.
+    targets: FxHashMap<NodeId, NodeId>,
+    /// Each product's input, by the dequantized copy of its weight.
+    seen: Vec<(NodeId, Operand)>,
 }
 
 /// The name `save` and `load` give a quantized weight's scales.
 pub fn scale_path(path: &str) -> String {
     format!("{path}.scale")
+}
+
+/// The name `save` and `load` give a calibrated weight's input range.
+pub fn input_range_path(path: &str) -> String {
+    format!("{path}.input_range")
 }
 
 impl Tracer<'_> {
@@ -43,9 +67,9 @@ impl Tracer<'_> {
             Some((Value::Model(m), _)) => m.clone(),
             _ => return Err(a.bad(0, "a model")),
         };
-        let mut count = 0;
-        let copy = self.quantized_copy(&model, a.span, &mut count)?;
-        if count == 0 {
+        let mut weights = Vec::new();
+        let copy = self.quantized_copy(&model, a.span, &mut weights)?;
+        if weights.is_empty() {
             let name = &model.def.name.name;
             return Err(Diagnostic::new(
                 Code::Quantize,
@@ -55,12 +79,93 @@ impl Tracer<'_> {
             .note("`quantize` stores rank-2 f32 parameters (dense layers' weights) as int8")
             .into());
         }
+        if let Some((data, at)) = a.get(1) {
+            self.calibrate(&model, &weights, (data, *at), a.span)?;
+        }
         Ok(Value::Model(copy))
     }
 
+    /// Runs the float `model` on the calibration `data` (at the caller's
+    /// `span`) and gives each of `weights` (float weight, dequantized copy)
+    /// whose products saw inputs the static range of those inputs.
+    fn calibrate(
+        &mut self,
+        model: &Rc<ModelInstance>,
+        weights: &[(NodeId, NodeId)],
+        (data, at): (&Value, Span),
+        span: Span,
+    ) -> TResult<()> {
+        let name = &model.def.name.name;
+        let fits = |v: &Value| matches!(v, Value::Tensor(_, ty) if ty.dtype == DType::F32 && ty.rank() >= 1);
+        if !fits(data) {
+            return Err(Diagnostic::new(
+                Code::Quantize,
+                format!("calibration data must be an f32 tensor of example inputs, not {}", data.describe()),
+            )
+            .label(at, "not an f32 tensor")
+            .help("pass a batch of inputs, e.g. `calibration = images[0:512]`, or `collect(ds |> take(512))`")
+            .into());
+        }
+        let targets = weights.iter().copied().collect();
+        let before = self.calibration.replace(Calibration { targets, seen: Vec::new() });
+        let out = self.call_value(Value::Model(model.clone()), at, vec![(data.clone(), at)], Vec::new(), span);
+        let seen = std::mem::replace(&mut self.calibration, before).map(|c| c.seen).unwrap_or_default();
+        if let Err(crate::trace::Fail::Diag(d)) = out {
+            return Err(Diagnostic::new(Code::Quantize, format!("the calibration data does not fit model `{name}`"))
+                .label(at, format!("calibration data: {}", data.describe()))
+                .note(format!("running `{name}` on it: {}", d.message))
+                .into());
+        }
+        out?;
+        // Per dequantized weight: the smallest and largest input over
+        // every product with it (in the order the products ran).
+        let mut ranges: FxHashMap<NodeId, (Operand, Operand)> = FxHashMap::default();
+        for (deq, x) in seen {
+            let axes: Vec<usize> = (0..x.ty.rank()).collect();
+            let mut lo =
+                self.node(Op::Reduce { op: ReduceOp::Min, axes: axes.clone(), keepdims: false }, &[&x], span)?;
+            let mut hi = self.node(Op::Reduce { op: ReduceOp::Max, axes, keepdims: false }, &[&x], span)?;
+            if let Some((lo0, hi0)) = ranges.get(&deq) {
+                lo = self.node(Op::Binary(BinaryOp::Minimum), &[lo0, &lo], span)?;
+                hi = self.node(Op::Binary(BinaryOp::Maximum), &[hi0, &hi], span)?;
+            }
+            ranges.insert(deq, (lo, hi));
+        }
+        if ranges.is_empty() {
+            return Err(Diagnostic::new(Code::Quantize, format!("calibrating `{name}` ran none of its int8 products"))
+                .label(at, "calibration data")
+                .note("only `x @ w` with a quantized weight `w` on the right runs on int8")
+                .into());
+        }
+        for (_, deq) in weights {
+            let Some((lo, hi)) = ranges.get(deq) else { continue };
+            let (lo, hi) = (self.reshape(lo, vec![1], span)?, self.reshape(hi, vec![1], span)?);
+            let range = self.node(Op::Concat { axis: 0 }, &[&lo, &hi], span)?;
+            if let Some(q) = self.quantized.get_mut(deq) {
+                q.input_range = Some(range.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records the input `x` of `x @ w` while calibrating, when `w` is a
+    /// weight being quantized and the product would run on int8.
+    pub(crate) fn observe_for_calibration(&mut self, x: &Operand, w: &Operand) {
+        let Some(c) = self.calibration.as_mut() else { return };
+        let Some(&deq) = c.targets.get(&w.id) else { return };
+        if x.ty.dtype == DType::F32 && x.ty.rank() > 0 && x.ty.shape.last() == w.ty.shape.first() {
+            c.seen.push((deq, x.clone()));
+        }
+    }
+
     /// A copy of `m` (sub-models copied too) whose rank-2 f32 parameters
-    /// are quantized; `count` grows by the number quantized.
-    fn quantized_copy(&mut self, m: &Rc<ModelInstance>, span: Span, count: &mut usize) -> TResult<Rc<ModelInstance>> {
+    /// are quantized; `weights` gets each one's (float, dequantized) nodes.
+    fn quantized_copy(
+        &mut self,
+        m: &Rc<ModelInstance>,
+        span: Span,
+        weights: &mut Vec<(NodeId, NodeId)>,
+    ) -> TResult<Rc<ModelInstance>> {
         if m.onnx.is_some() {
             return Err(Diagnostic::new(Code::Quantize, "models loaded with `load_onnx` cannot be quantized yet")
                 .label(span, "this model")
@@ -73,12 +178,12 @@ impl Tracer<'_> {
             let Some(v) = m.scope.get_local(&name) else { continue };
             let v = match v {
                 Value::Tensor(id, ty) if m.params.contains(&name) && ty.dtype == DType::F32 && ty.rank() == 2 => {
-                    *count += 1;
                     let w = Operand { id, ty, span };
                     let deq = self.quantized_weight(&w, span)?;
+                    weights.push((id, deq.id));
                     Value::Tensor(deq.id, deq.ty)
                 }
-                v if m.submodels.contains(&name) => self.quantized_value(&v, span, count)?,
+                v if m.submodels.contains(&name) => self.quantized_value(&v, span, weights)?,
                 v => v,
             };
             scope.set(&name, v);
@@ -94,11 +199,11 @@ impl Tracer<'_> {
     }
 
     /// A sub-model field's copy: a model, or a list holding models.
-    fn quantized_value(&mut self, v: &Value, span: Span, count: &mut usize) -> TResult<Value> {
+    fn quantized_value(&mut self, v: &Value, span: Span, weights: &mut Vec<(NodeId, NodeId)>) -> TResult<Value> {
         Ok(match v {
-            Value::Model(m) => Value::Model(self.quantized_copy(m, span, count)?),
+            Value::Model(m) => Value::Model(self.quantized_copy(m, span, weights)?),
             Value::Tuple(items) => {
-                Value::Tuple(items.iter().map(|i| self.quantized_value(i, span, count)).collect::<TResult<_>>()?)
+                Value::Tuple(items.iter().map(|i| self.quantized_value(i, span, weights)).collect::<TResult<_>>()?)
             }
             v => v.clone(),
         })
@@ -133,16 +238,23 @@ impl Tracer<'_> {
         let ratio = self.node(Op::Binary(BinaryOp::Div), &[w, &wide], span)?;
         let rounded = self.node(Op::Unary(UnaryOp::Round), &[&ratio], span)?;
         let values = self.cast(&rounded, DType::I8, span)?;
-        self.dequantized_from(&values, scales, span)
+        self.dequantized_from(&values, scales, None, span)
     }
 
     /// The f32 weight that int8 `values` with per-column `scales` stand
-    /// for, registered so that products with it run on int8.
-    pub(crate) fn dequantized_from(&mut self, values: &Operand, scales: &Operand, span: Span) -> TResult<Operand> {
+    /// for, registered so that products with it run on int8 (with the
+    /// static `input_range` when there is one).
+    pub(crate) fn dequantized_from(
+        &mut self,
+        values: &Operand,
+        scales: &Operand,
+        input_range: Option<NodeId>,
+        span: Span,
+    ) -> TResult<Operand> {
         let wide = self.broadcast_to(scales, &values.ty.shape, span)?;
         let float = self.cast(values, DType::F32, span)?;
         let deq = self.node(Op::Binary(BinaryOp::Mul), &[&float, &wide], span)?;
-        self.quantized.insert(deq.id, QuantizedWeight { values: values.id, scales: scales.id });
+        self.quantized.insert(deq.id, QuantizedWeight { values: values.id, scales: scales.id, input_range });
         Ok(deq)
     }
 
@@ -156,6 +268,9 @@ impl Tracer<'_> {
         }
         let values = Operand { id: q.values, ty: self.graph.node(q.values).ty.clone(), span: w.span };
         let scales = Operand { id: q.scales, ty: self.graph.node(q.scales).ty.clone(), span: w.span };
-        Ok(Some(self.node(Op::QuantMatMul, &[x, &values, &scales], span)?))
+        let mut operands = vec![x, &values, &scales];
+        let range = q.input_range.map(|id| Operand { id, ty: self.graph.node(id).ty.clone(), span: w.span });
+        operands.extend(range.as_ref());
+        Ok(Some(self.node(Op::QuantMatMul, &operands, span)?))
     }
 }

@@ -21,7 +21,7 @@ use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
-use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed, Int8Matrix, Post};
+use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed, Int8Matrix, PackedMatrix, Post};
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
@@ -188,9 +188,17 @@ impl Step {
                     unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
                 }
             }
-            Step::QuantGemm { x, w, scale, dst, m, k, n, post } => {
+            Step::QuantGemm { x, w, scale, range, dst, m, k, n, post } => {
                 let (m, k, n) = (*m, *k, *n);
                 let (px, ps) = (mem.ptr(*x, m * k)? as *const f32, mem.ptr(*scale, n)? as *const f32);
+                let input_range = match range {
+                    Some(r) => {
+                        let p = mem.ptr(*r, 2)? as *const f32;
+                        // SAFETY: `ptr` checked that the range holds 2 floats.
+                        Some(unsafe { [p.read(), p.add(1).read()] })
+                    }
+                    None => None,
+                };
                 let bias = match post.bias {
                     // SAFETY: `ptr` checked that the bias holds n floats,
                     // which no step writes while this one runs.
@@ -203,31 +211,18 @@ impl Step {
                 // SAFETY (each): `ptr` checked that `x` holds m·k and
                 // `scale` n floats; the weights are k × n (the step's shape).
                 match w {
-                    Int8Weights::Packed(packed) => unsafe {
-                        quant_gemm_packed(out, px, packed, ps, [m, k, n], post, threads)
+                    Int8Weights::Packed(weights) => unsafe {
+                        let w = PackedMatrix { weights, scales: ps, input_range };
+                        quant_gemm_packed(out, px, w, [m, k, n], post, threads)
                     },
                     Int8Weights::Narrowed(values) => unsafe {
-                        quant_gemm(
-                            out,
-                            px,
-                            Int8Matrix { values: values.as_ptr(), scales: ps },
-                            [m, k, n],
-                            post,
-                            threads,
-                        )
+                        let w = Int8Matrix { values: values.as_ptr(), scales: ps, input_range };
+                        quant_gemm(out, px, w, [m, k, n], post, threads)
                     },
                     Int8Weights::Tensor(r) => {
                         let values = Int8Weights::narrow(mem.tensor(*r)?)?;
-                        unsafe {
-                            quant_gemm(
-                                out,
-                                px,
-                                Int8Matrix { values: values.as_ptr(), scales: ps },
-                                [m, k, n],
-                                post,
-                                threads,
-                            )
-                        }
+                        let w = Int8Matrix { values: values.as_ptr(), scales: ps, input_range };
+                        unsafe { quant_gemm(out, px, w, [m, k, n], post, threads) }
                     }
                 }
             }

@@ -844,7 +844,8 @@ impl<'a> Lowering<'a> {
             Some(p) => QuantPost { bias: p.bias.map(|b| self.b.get(b)).transpose()?, relu: p.relu },
             None => QuantPost::default(),
         };
-        Ok(Some(Step::QuantGemm { x, w, scale, dst, m: rows.iter().product(), k, n, post }))
+        let range = ins.get(3).map(|&r| self.b.get(r)).transpose()?;
+        Ok(Some(Step::QuantGemm { x, w, scale, range, dst, m: rows.iter().product(), k, n, post }))
     }
 
     /// The steps of a contraction's epilogue (after its product): compiled

@@ -145,7 +145,18 @@ pub(super) enum Step {
     /// `x` by `k`, `n` columns) on module `int8_gemm`, then `+ bias` (one
     /// value per column) and ReLU when `post` says so (the epilogue's own
     /// pass then goes away).
-    QuantGemm { x: Ref, w: Int8Weights, scale: Ref, dst: usize, m: usize, k: usize, n: usize, post: QuantPost },
+    /// `range`: the static input range (`f32[2]`) of a calibrated layer.
+    QuantGemm {
+        x: Ref,
+        w: Int8Weights,
+        scale: Ref,
+        range: Option<Ref>,
+        dst: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        post: QuantPost,
+    },
     /// A convolution (or one of its gradients) of `bf16` operands in their
     /// two-byte storage into `f32` scratch at `dst` (`Conv::run_bf16`: im2col
     /// and `bf16_gemm`); a `Step::Convert` rounds it into place.
@@ -325,8 +336,9 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
-            Step::QuantGemm { x, w, scale, dst, m, k, n, post } => {
+            Step::QuantGemm { x, w, scale, range, dst, m, k, n, post } => {
                 reads.extend(place(*x, m * k).into_iter().chain(place(*scale, *n)));
+                reads.extend(range.and_then(|r| place(r, 2)));
                 reads.extend(post.bias.and_then(|b| place(b, *n)));
                 if let Int8Weights::Tensor(w) = w {
                     reads.extend(place(*w, k * n));

@@ -22,16 +22,24 @@ use crate::tensor::quant::RowQuant;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// Quantizes rows of `x` (the first `quants.len()` rows of `k` elements)
-/// into `a` (row `i` at `a[i · quads..]`, its levels as bytes, the bytes
-/// past `k` 0), their parameters into `quants`. The levels of a non-finite
+/// Quantizes rows of `x` (the first `quants.len()` rows of `k` elements),
+/// each by its own range or all by `input_range`, into `a` (row `i` at
+/// `a[i · quads..]`, its levels as bytes, the bytes past `k` 0), their
+/// parameters into `quants`. The levels of a non-finite
 /// row are left as they are (its sums are not used).
 ///
 /// # Safety
 /// AVX-512 F, BW, VL; `x` holds `quants.len()` rows of `k`, and `a`
 /// `quants.len() · quads` `u32`s, `quads = ceil(k / 4)`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn quantize_rows(x: &[f32], k: usize, quads: usize, a: &mut [u32], quants: &mut [RowQuant]) {
+pub(super) unsafe fn quantize_rows(
+    x: &[f32],
+    k: usize,
+    quads: usize,
+    input_range: Option<[f32; 2]>,
+    a: &mut [u32],
+    quants: &mut [RowQuant],
+) {
     let whole = k / 16 * 16;
     // Eight rows at a time (in L1 for the `k` of dense layers): first their
     // ranges, then their levels, so the rows' reductions and `from_range`s
@@ -59,7 +67,10 @@ pub(super) unsafe fn quantize_rows(x: &[f32], k: usize, quads: usize, a: &mut [u
                 range(unsafe { _mm512_maskz_loadu_ps(lanes(k - whole), row.as_ptr().add(whole)) });
             }
             let non_finite = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(bad, bad) != 0;
-            quants[i] = RowQuant::from_range(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), non_finite);
+            // A static range replaces the row's own (the row's min and max
+            // then go unused: computing them costs two of the loop's ops).
+            let [lo, hi] = input_range.unwrap_or_else(|| [_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi)]);
+            quants[i] = RowQuant::from_range(lo, hi, non_finite);
         }
         for i in rows {
             // SAFETY: the caller's contract, for row `i`.

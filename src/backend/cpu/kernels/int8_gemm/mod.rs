@@ -75,15 +75,25 @@ impl Post<'_> {
     }
 }
 
-/// A quantized weight matrix as stored: `k × n` row-major `i8` values and
-/// one `f32` scale per column.
+/// A quantized layer's weights as stored: `k × n` row-major `i8` values,
+/// one `f32` scale per column, and the static range its inputs are
+/// quantized with (from calibration; `None`: each row by its own range).
 #[derive(Clone, Copy)]
 pub(in crate::backend::cpu) struct Int8Matrix {
     pub values: *const i8,
     pub scales: *const f32,
+    pub input_range: Option<[f32; 2]>,
 }
 
-/// `dst = post(quant_matmul(x, w.values, w.scales))` (see the module docs
+/// `Int8Matrix` with the values packed once by `pack_weights`.
+#[derive(Clone, Copy)]
+pub(in crate::backend::cpu) struct PackedMatrix<'a> {
+    pub weights: &'a PackedWeights,
+    pub scales: *const f32,
+    pub input_range: Option<[f32; 2]>,
+}
+
+/// `dst = post(quant_matmul(x, w.values, w.scales, w.input_range))` (see the module docs
 /// and `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m,
 /// k, n]`, and `threads` of the current rayon pool share the work (1: the
 /// calling thread only).
@@ -130,20 +140,21 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
         return;
     }
     // SAFETY (all three): the caller's contract.
-    let (x, w, w_scale) = unsafe { (slice(x, m * k), slice(w.values, k * n), slice(w.scales, n)) };
+    let (x, values, w_scale) = unsafe { (slice(x, m * k), slice(w.values, k * n), slice(w.scales, n)) };
     let dst = &mut dst[..m * n];
     if k == 0 {
         // Every sum is 0: the reference's `RowQuant::output(0, 0, s)`.
-        quant_matmul_into(x, w, w_scale, dst, mkn);
+        quant_matmul_into(x, values, w_scale, w.input_range, dst, mkn);
         return dst.chunks_exact_mut(n).for_each(|row| post.apply(row));
     }
+    let layer = Layer { weights: Weights::RowMajor(values), scales: w_scale, input_range: w.input_range };
     let threads = for_product(mkn, threads);
     #[cfg(target_arch = "x86_64")]
     if runs_vnni(isa) {
         // SAFETY: the CPU has AVX-512 F, BW, VL (the tier) and VNNI.
-        return unsafe { tiled(dst, x, Weights::RowMajor(w), w_scale, mkn, post, threads) };
+        return unsafe { tiled(dst, x, layer, mkn, post, threads) };
     }
-    portable(dst, x, w, w_scale, mkn, post, threads);
+    portable(dst, x, layer, mkn, post, threads);
 }
 
 /// The `len` elements at `p` (none, whatever `p` is, when `len` is 0).
@@ -171,10 +182,11 @@ fn runs_vnni(isa: Isa) -> bool {
 
 /// The portable tier: the reference on contiguous ranges of rows (a row's
 /// result depends on that row only, so the split changes nothing).
-fn portable(dst: &mut [f32], x: &[f32], w: &[i8], w_scale: &[f32], [m, k, n]: [usize; 3], post: Post, threads: usize) {
+fn portable(dst: &mut [f32], x: &[f32], layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
+    let Weights::RowMajor(w) = layer.weights else { unreachable!("packed weights exist only for the VNNI kernel") };
     let parts: Vec<_> = split_rows(m, threads).zip(pieces(dst, n, m, threads)).collect();
     each_in_parallel(parts, |((lo, hi), out)| {
-        quant_matmul_into(&x[lo * k..hi * k], w, w_scale, out, [hi - lo, k, n]);
+        quant_matmul_into(&x[lo * k..hi * k], w, layer.scales, layer.input_range, out, [hi - lo, k, n]);
         out.chunks_exact_mut(n).for_each(|row| post.apply(row));
     });
 }
@@ -257,38 +269,47 @@ pub(in crate::backend::cpu) fn pack_weights(w: &[i8], k: usize, n: usize) -> Opt
 /// `quant_gemm` with weights packed by `pack_weights` (of this `k × n`).
 ///
 /// # Safety
-/// As for `quant_gemm`, `packed` standing for `w`.
+/// As for `quant_gemm`.
 pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
     dst: &mut [f32],
     x: *const f32,
-    packed: &PackedWeights,
-    w_scale: *const f32,
+    w: PackedMatrix,
     [m, k, n]: [usize; 3],
     post: Post,
     threads: usize,
 ) {
+    let packed = w.weights;
     assert!(dst.len() >= m * n && packed.k == k && packed.n == n, "quant_gemm_packed: the shapes differ");
     assert!(post.bias.is_none_or(|b| b.len() == n), "quant_gemm_packed: a bias of the wrong length");
     if m == 0 || n == 0 {
         return;
     }
     // SAFETY (both): the caller's contract.
-    let (x, w_scale) = unsafe { (slice(x, m * k), slice(w_scale, n)) };
+    let (x, w_scale) = unsafe { (slice(x, m * k), slice(w.scales, n)) };
     let threads = for_product([m, k, n], threads);
+    let layer = Layer { weights: Weights::Packed(packed), scales: w_scale, input_range: w.input_range };
     // SAFETY: `packed` exists only where the VNNI kernel runs, with k > 0.
     #[cfg(target_arch = "x86_64")]
     unsafe {
-        tiled(&mut dst[..m * n], x, Weights::Packed(packed), w_scale, [m, k, n], post, threads)
+        tiled(&mut dst[..m * n], x, layer, [m, k, n], post, threads)
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (x, w_scale, post, threads);
+    let _ = (x, layer, post, threads);
 }
 
-/// The weights `tiled` multiplies by: as stored, or packed already.
-#[cfg(target_arch = "x86_64")]
+/// The weights a product multiplies by: as stored, or packed already.
 enum Weights<'a> {
     RowMajor(&'a [i8]),
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Packed(&'a PackedWeights),
+}
+
+/// A layer as the tiers see it: its weights, their per-column scales and
+/// its static input range (`Int8Matrix`).
+struct Layer<'a> {
+    weights: Weights<'a>,
+    scales: &'a [f32],
+    input_range: Option<[f32; 2]>,
 }
 
 /// The VNNI tier: packs `x` (and `w`, unless packed), then runs the grid.
@@ -297,15 +318,8 @@ enum Weights<'a> {
 /// The CPU has AVX-512 F, BW, VL and VNNI; `x` is `m × k`, `w` `k × n`,
 /// `w_scale` `n` and `dst` `m × n`, with `k > 0`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn tiled(
-    dst: &mut [f32],
-    x: &[f32],
-    w: Weights,
-    w_scale: &[f32],
-    [m, k, n]: [usize; 3],
-    post: Post,
-    threads: usize,
-) {
+unsafe fn tiled(dst: &mut [f32], x: &[f32], layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
+    let (w, w_scale) = (layer.weights, layer.scales);
     let quads = k.div_ceil(4);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.
@@ -334,7 +348,7 @@ unsafe fn tiled(
     each_in_parallel(items, |(((lo, _), a), quants)| {
         // SAFETY: the caller's contract; `a` and `quants` are the rows of
         // blocks `lo..` (the last piece ends with the last row).
-        unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, a, quants) }
+        unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, layer.input_range, a, quants) }
     });
 
     let (b, col_sums) = match w {

@@ -106,29 +106,55 @@ fn operands(rng: &mut Rng, [m, k, n]: [usize; 3]) -> (Vec<f32>, Vec<i8>, Vec<f32
 }
 
 fn run(isa: Isa, ops: &(Vec<f32>, Vec<i8>, Vec<f32>), mkn: [usize; 3], threads: usize) -> Vec<f32> {
-    run_with(isa, ops, mkn, Post::default(), threads)
+    run_with(isa, ops, mkn, (None, Post::default()), threads)
 }
 
+/// The product on `isa` with a static input range (or none) and an
+/// epilogue.
 fn run_with(
     isa: Isa,
     (x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>),
     mkn: [usize; 3],
-    post: Post,
+    (input_range, post): (Option<[f32; 2]>, Post),
     threads: usize,
 ) -> Vec<f32> {
     let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
+    let w = Int8Matrix { values: w.as_ptr(), scales: s.as_ptr(), input_range };
     // SAFETY: the operands are m × k, k × n and n; `dst` m × n, the bias n.
-    unsafe { quant_gemm_on(isa, &mut dst, x.as_ptr(), matrix(w, s), mkn, post, threads) };
+    unsafe { quant_gemm_on(isa, &mut dst, x.as_ptr(), w, mkn, post, threads) };
     dst
 }
 
-fn matrix(values: &[i8], scales: &[f32]) -> Int8Matrix {
-    Int8Matrix { values: values.as_ptr(), scales: scales.as_ptr() }
+/// The same with the weights packed once, when this machine packs them.
+fn run_packed(
+    ops: &(Vec<f32>, Vec<i8>, Vec<f32>),
+    mkn: [usize; 3],
+    (input_range, post): (Option<[f32; 2]>, Post),
+    threads: usize,
+) -> Option<Vec<f32>> {
+    let weights = pack_weights(&ops.1, mkn[1], mkn[2])?;
+    let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
+    let w = PackedMatrix { weights: &weights, scales: ops.2.as_ptr(), input_range };
+    // SAFETY: the operands are m × k and n, `weights` k × n; `dst` m × n.
+    unsafe { quant_gemm_packed(&mut dst, ops.0.as_ptr(), w, mkn, post, threads) };
+    Some(dst)
 }
 
-fn reference((x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>), [m, k, n]: [usize; 3]) -> Vec<f32> {
+fn matrix(values: &[i8], scales: &[f32]) -> Int8Matrix {
+    Int8Matrix { values: values.as_ptr(), scales: scales.as_ptr(), input_range: None }
+}
+
+fn reference(ops: &(Vec<f32>, Vec<i8>, Vec<f32>), mkn: [usize; 3]) -> Vec<f32> {
+    reference_with(ops, mkn, None)
+}
+
+fn reference_with(
+    (x, w, s): &(Vec<f32>, Vec<i8>, Vec<f32>),
+    [m, k, n]: [usize; 3],
+    range: Option<[f32; 2]>,
+) -> Vec<f32> {
     let mut out = vec![0.0f32; m * n];
-    quant_matmul_into(x, w, s, &mut out, [m, k, n]);
+    quant_matmul_into(x, w, s, range, &mut out, [m, k, n]);
     out
 }
 
@@ -212,19 +238,42 @@ fn weights_packed_once_give_the_reference_bits() {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
     for (s, &mkn) in [[13, 37, 19], [64, 784, 256], [5, 3, 70]].iter().enumerate() {
         let ops = operands(&mut Rng::new(90 + s as u64), mkn);
-        let Some(packed) = pack_weights(&ops.1, mkn[1], mkn[2]) else {
-            eprintln!("no VNNI kernel on this machine: packed weights not tested");
-            return;
-        };
         let want = reference(&ops, mkn);
         for threads in [1, 2] {
-            let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
-            // SAFETY: the operands are m × k and n, `packed` k × n; `dst` m × n.
-            pool.install(|| unsafe {
-                quant_gemm_packed(&mut dst, ops.0.as_ptr(), &packed, ops.2.as_ptr(), mkn, Post::default(), threads)
-            });
-            if let Some(diff) = first_difference(&dst, &want, mkn[2]) {
+            let Some(got) = pool.install(|| run_packed(&ops, mkn, (None, Post::default()), threads)) else {
+                eprintln!("no VNNI kernel on this machine: packed weights not tested");
+                return;
+            };
+            if let Some(diff) = first_difference(&got, &want, mkn[2]) {
                 panic!("{mkn:?} at {threads} threads: {diff}");
+            }
+        }
+    }
+}
+
+/// Calibrated layers (a static input range for every row): every tier,
+/// packed or not, at 1 and 2 threads, against the reference with that
+/// range, for ranges that hold the rows, cut them (saturating levels),
+/// miss 0, are tiny or huge, or are not finite.
+#[test]
+fn static_input_ranges_give_the_reference_bits() {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+    let ranges = [[-1.0, 1.0], [0.25, 3.0], [-0.002, -0.001], [-5e5, 7e5], [-1e-39, 1e-39], [f32::NAN, 2.0]];
+    for (s, &mkn) in [[13, 37, 19], [40, 300, 100], [5, 3, 33], [64, 129, 10]].iter().enumerate() {
+        let ops = operands(&mut Rng::new(50 + s as u64), mkn);
+        for range in ranges {
+            let want = reference_with(&ops, mkn, Some(range));
+            for threads in [1, 2] {
+                for isa in tiers() {
+                    let got = pool.install(|| run_with(isa, &ops, mkn, (Some(range), Post::default()), threads));
+                    if let Some(diff) = first_difference(&got, &want, mkn[2]) {
+                        panic!("{} {mkn:?} range {range:?}: {diff}", isa.name());
+                    }
+                }
+                let packed = pool.install(|| run_packed(&ops, mkn, (Some(range), Post::default()), threads));
+                if let Some(diff) = packed.and_then(|got| first_difference(&got, &want, mkn[2])) {
+                    panic!("packed {mkn:?} range {range:?}: {diff}");
+                }
             }
         }
     }
@@ -257,20 +306,15 @@ fn the_fused_bias_and_relu_are_the_interpreters_ops() {
                 .map(|(i, &y)| if with_bias { y + bias[i % mkn[2]] } else { y })
                 .map(|y| if with_relu { relu(y) } else { y })
                 .collect();
-            let packed = pack_weights(&ops.1, mkn[1], mkn[2]);
-            for isa in tiers() {
-                for threads in [1, 2] {
-                    let got = pool.install(|| run_with(isa, &ops, mkn, post, threads));
+            for threads in [1, 2] {
+                for isa in tiers() {
+                    let got = pool.install(|| run_with(isa, &ops, mkn, (None, post), threads));
                     if let Some(diff) = first_difference(&got, &want, mkn[2]) {
                         panic!("{} {mkn:?} bias {with_bias} relu {with_relu}: {diff}", isa.name());
                     }
                 }
-            }
-            if let Some(packed) = &packed {
-                let mut got = vec![-7.0f32; mkn[0] * mkn[2]];
-                // SAFETY: the operands are m × k and n, `packed` k × n; `got` m × n.
-                unsafe { quant_gemm_packed(&mut got, ops.0.as_ptr(), packed, ops.2.as_ptr(), mkn, post, 2) };
-                if let Some(diff) = first_difference(&got, &want, mkn[2]) {
+                let packed = pool.install(|| run_packed(&ops, mkn, (None, post), threads));
+                if let Some(diff) = packed.and_then(|got| first_difference(&got, &want, mkn[2])) {
                     panic!("packed {mkn:?} bias {with_bias} relu {with_relu}: {diff}");
                 }
             }
