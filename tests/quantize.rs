@@ -101,6 +101,57 @@ fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_coun
     assert!(reference.stdout.contains("f32[3, 6, 5]"), "{}", reference.stdout);
 }
 
+/// A small CNN read from a file, quantized with dynamic and with calibrated
+/// ranges: 1- and 3-channel convolutions with SAME and VALID padding and a
+/// stride of 2, then a dense layer; every output value printed, one image
+/// with a NaN among them.
+const CNN: &str = r#"
+use std.nn.{Conv2d, Dense, Flatten}
+model Cnn {
+    c1 = Conv2d(1, 3, kernel = 3, act = relu)
+    c2 = Conv2d(3, 5, kernel = 3, stride = 2, padding = "valid", act = relu)
+    flat = Flatten()
+    out = Dense(3 * 3 * 5, 4)
+    fn forward(x: f32[B, 8, 8, 1]) -> f32[B, 4] = x |> c1 |> c2 |> flat |> out
+}
+save(Cnn(seed = 5), "out/cnn.safetensors")
+let net = Cnn(seed = 6)
+load(net, "out/cnn.safetensors")
+let x = sin(reshape(arange(5 * 64, dtype = f32), [5, 8, 8, 1]) * 0.7) * 2.0
+let bad = concat((x[0:4], x[4:5] * 0.0 + log(0.0 * x[4:5] - 1.0)), axis = 0)
+let q = quantize(net)
+let c = quantize(net, calibration = x[0:2])
+print(q(bad), full = true)
+print(c(bad), full = true)
+print(max(abs(q(x) - net(x))) < 0.05 * max(abs(net(x))))
+save(c, "out/c.safetensors")
+let back = quantize(Cnn(seed = 7), calibration = x)
+load(back, "out/c.safetensors")
+assert_close(back(x), c(x), tol = 0.0)
+"#;
+
+#[test]
+fn int8_convolutions_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_count() {
+    let dir = scratch("quantize-conv-bits");
+    let reference = run(&dir, CNN, &["--backend", "interp"]);
+    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
+    assert!(reference.stdout.contains("nan") && reference.stdout.ends_with("bool true\n"), "{}", reference.stdout);
+    for isa in ["portable", "avx512", "amx"] {
+        for threads in ["1", "2"] {
+            let r = run_with(&dir, CNN, &["--threads", threads, "--strict"], &[("TFC_ISA", isa)]);
+            if r.code != Some(0) && r.stderr.contains("E0903") {
+                break;
+            }
+            assert_eq!(r.code, Some(0), "TFC_ISA={isa}: {}", r.stderr);
+            assert_eq!(r.stdout, reference.stdout, "TFC_ISA={isa} at {threads} threads differs from the interpreter");
+        }
+    }
+    put(&dir, "cnn.tfl", CNN.as_bytes());
+    let plan = tfc(&dir, &["build".as_ref(), "cnn.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
+    assert!(plan.stdout.contains("quant_conv2d 320x9x3 i8"), "{}", plan.stdout);
+    assert!(plan.stdout.contains("quant_conv2d 45x27x5 static i8"), "{}", plan.stdout);
+}
+
 #[test]
 fn the_plan_shows_the_int8_kernels() {
     let dir = scratch("quantize-plan");

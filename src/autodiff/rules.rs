@@ -236,7 +236,7 @@ pub(crate) fn vjp(
             Err(crate::diag::Diagnostic::internal("a gradient request differentiated before it is expanded"))
         }
         Op::Scan(body) => super::scan::vjp(b, &body, xs, gy, wanted),
-        Op::QuantMatMul => Err(crate::diag::Diagnostic::new(
+        Op::QuantMatMul { .. } => Err(crate::diag::Diagnostic::new(
             crate::diag::Code::Unsupported,
             "a quantized model's int8 products have no gradient",
         )

@@ -66,7 +66,7 @@ pub fn arity(op: &Op, given: usize) -> usize {
         | Op::Gradient => 2,
         Op::Select => 3,
         // An optional static input range (see `tensor::quant`).
-        Op::QuantMatMul => given.clamp(3, 4),
+        Op::QuantMatMul { .. } => given.clamp(3, 4),
         Op::Concat { .. } => given.max(1),
         Op::Scan(body) => body.inputs.len(),
         _ => 1,
@@ -81,7 +81,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     }
     // `i8` holds quantized weights: it converts and feeds int8 products,
     // and nothing else computes with it (no kernel wraps i8 arithmetic).
-    if !matches!(op, Op::Cast(_) | Op::QuantMatMul) && inputs.iter().any(|t| t.dtype == DType::I8) {
+    if !matches!(op, Op::Cast(_) | Op::QuantMatMul { .. }) && inputs.iter().any(|t| t.dtype == DType::I8) {
         return err(
             Code::DtypeMismatch,
             format!("{} of an i8 tensor: i8 values (quantized weights) only convert with `cast`", op.name()),
@@ -250,28 +250,41 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
             shape[r - 1] = b.shape[r - 1];
             Ok(TensorType::new(a.dtype, shape))
         }
-        Op::QuantMatMul => {
+        Op::QuantMatMul { patches } => {
             let (x, w, s) = (inputs[0], inputs[1], inputs[2]);
             let range_fits = inputs.get(3).is_none_or(|r| r.dtype == DType::F32 && r.shape == [2]);
-            let fits = x.dtype == DType::F32
-                && w.dtype == DType::I8
-                && s.dtype == DType::F32
-                && x.rank() >= 1
-                && w.rank() == 2
-                && x.shape.last() == w.shape.first()
-                && s.shape == [w.shape[1]]
-                && range_fits;
-            if !fits {
+            // The rows the product quantizes (`x`'s, or its patches') and
+            // the weights as a `[k, n]` matrix.
+            let product = match patches {
+                None if x.rank() >= 1 && w.rank() == 2 => Some((x.shape.clone(), [w.shape[0], w.shape[1]])),
+                Some(p) if x.rank() == 4 && w.rank() == 4 && w.shape[..3] == [p.kernel[0], p.kernel[1], x.shape[3]] => {
+                    p.rows_shape(&x.shape).map(|rows| (rows.to_vec(), [w.shape[..3].iter().product(), w.shape[3]]))
+                }
+                _ => None,
+            };
+            let fits = |(rows, [k, n]): &(Vec<usize>, [usize; 2])| {
+                x.dtype == DType::F32
+                    && w.dtype == DType::I8
+                    && s.dtype == DType::F32
+                    && rows.last() == Some(k)
+                    && s.shape == [*n]
+                    && range_fits
+            };
+            let Some((rows, [_, n])) = product.filter(fits) else {
+                let want = match patches {
+                    None => "f32[..., k], i8[k, n], f32[n]",
+                    Some(_) => "f32[N, H, W, C], i8[KH, KW, C, O] (the window's size), f32[O]",
+                };
                 return err(
                     Code::MatmulShape,
                     format!(
-                        "a quantized product needs f32[..., k], i8[k, n], f32[n] and an optional f32[2]: {}",
+                        "a quantized product needs {want} and an optional f32[2]: {}",
                         inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
                     ),
                 );
-            }
-            let mut shape = x.shape[..x.rank() - 1].to_vec();
-            shape.push(w.shape[1]);
+            };
+            let mut shape = rows[..rows.len() - 1].to_vec();
+            shape.push(n);
             Ok(TensorType::new(DType::F32, shape))
         }
         Op::Conv2d { stride, padding, dilation, groups } => {

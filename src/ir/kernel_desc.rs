@@ -86,12 +86,14 @@ pub enum AnchorOp {
         n: usize,
     },
     /// `[m, k] @ [k, n]` with `u8` rows and `i8` weights (`Op::QuantMatMul`);
-    /// `calibrated`: the rows are quantized by a static input range.
+    /// `calibrated`: the rows are quantized by a static input range;
+    /// `conv`: the rows are a convolution's patches (`Patches`).
     QuantMatMul {
         m: usize,
         k: usize,
         n: usize,
         calibrated: bool,
+        conv: bool,
     },
     /// An NHWC/HWIO convolution or one of its gradients, between the
     /// forward convolution's `input`, `filter` and `output` shapes.
@@ -330,11 +332,15 @@ fn anchor(g: &Graph, n: NodeId) -> Option<Anchor> {
             let op = AnchorOp::MatMul { batch: a[..r].iter().product(), m: a[r], k: a[r + 1], n: *b.last()? };
             (op, dtype_of(0))
         }
-        Op::QuantMatMul => {
+        Op::QuantMatMul { patches } => {
             let (x, w) = (shape(0)?, shape(1)?);
-            let (&k, rows) = x.split_last()?;
-            let calibrated = ins.len() == 4;
-            (AnchorOp::QuantMatMul { m: rows.iter().product(), k, n: *w.last()?, calibrated }, dtype_of(1))
+            let rows = match patches {
+                Some(p) => p.rows_shape(&x)?.to_vec(),
+                None => x,
+            };
+            let (&k, lead) = rows.split_last()?;
+            let (calibrated, conv) = (ins.len() == 4, patches.is_some());
+            (AnchorOp::QuantMatMul { m: lead.iter().product(), k, n: *w.last()?, calibrated, conv }, dtype_of(1))
         }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let p = (*stride, *padding, *dilation, *groups);
@@ -388,8 +394,10 @@ impl AnchorOp {
             AnchorOp::ArgMax { shape, axis } => format!("argmax {} axis {axis}", dims(shape)),
             AnchorOp::MatMul { batch: 1, m, k, n } => format!("matmul {m}x{k}x{n}"),
             AnchorOp::MatMul { batch, m, k, n } => format!("matmul {batch} of {m}x{k}x{n}"),
-            AnchorOp::QuantMatMul { m, k, n, calibrated: false } => format!("quant_matmul {m}x{k}x{n}"),
-            AnchorOp::QuantMatMul { m, k, n, calibrated: true } => format!("quant_matmul {m}x{k}x{n} static"),
+            AnchorOp::QuantMatMul { m, k, n, calibrated, conv } => {
+                let name = if *conv { "quant_conv2d" } else { "quant_matmul" };
+                format!("{name} {m}x{k}x{n}{}", if *calibrated { " static" } else { "" })
+            }
             AnchorOp::Conv { pass, input, filter, .. } => {
                 let name = match pass {
                     ConvPass::Forward => "conv2d",

@@ -26,7 +26,7 @@ pub mod verify;
 pub use dot::to_dot;
 pub use graph::{Graph, Node, NodeId};
 pub use numbering::Numbering;
-pub use op::{random_seed, BinaryOp, Distribution, Literal, Op, PoolKind, ReduceOp, UnaryOp};
+pub use op::{random_seed, BinaryOp, Distribution, Literal, Op, Patches, PoolKind, ReduceOp, UnaryOp};
 pub use print::{print_graph, print_program, print_summary};
 pub use program::{Effect, PrintItem, Program};
 pub use types::{DType, TensorType};

@@ -122,6 +122,31 @@ pub enum Distribution {
     Normal,
 }
 
+/// The im2col rows of an NHWC convolution's input, which a quantized
+/// convolution multiplies (`Op::QuantMatMul`): row `(n, oh, ow)` holds the
+/// `kernel[0] · kernel[1] · C` values its window covers, taps `i`, `j`, `c`
+/// in that order (HWIO's), 0 where the window is in the `padding` (`[top,
+/// bottom, left, right]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Patches {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub padding: [usize; 4],
+    pub dilation: [usize; 2],
+}
+
+impl Patches {
+    /// The shape of the patches of an NHWC input of shape `x`: `[N, OH,
+    /// OW, KH · KW · C]`; `None` when the window does not fit.
+    pub fn rows_shape(&self, x: &[usize]) -> Option<[usize; 4]> {
+        let &[n, h, w, c] = x else { return None };
+        let window = super::infer::window_output;
+        let oh = window(h, self.kernel[0], self.stride[0], self.dilation[0], self.padding[0] + self.padding[1])?;
+        let ow = window(w, self.kernel[1], self.stride[1], self.dilation[1], self.padding[2] + self.padding[3])?;
+        Some([n, oh, ow, self.kernel[0] * self.kernel[1] * c])
+    }
+}
+
 /// A primitive operation. Output dtype and shape are on the node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
@@ -213,9 +238,14 @@ pub enum Op {
     /// `a @ b` over identical batch dims: `[..., m, k] @ [..., k, n]`.
     MatMul,
     /// `x @ w` on int8 (a quantized model's dense layer, §9): operands
-    /// `(x: f32[..., k], w: i8[k, n], w_scale: f32[n])`; each row of `x` is
-    /// quantized to `u8` on its own (`tensor::quant` defines it exactly).
-    QuantMatMul,
+    /// `(x: f32[..., k], w: i8[k, n], w_scale: f32[n])` and an optional
+    /// static input range `f32[2]`; each row of `x` is quantized to `u8` on
+    /// its own (`tensor::quant` defines it exactly). With `patches` it is a
+    /// quantized convolution: `x: f32[N, H, W, C]` and `w: i8[KH, KW, C,
+    /// O]`, the rows being `x`'s im2col patches (`Patches`).
+    QuantMatMul {
+        patches: Option<Patches>,
+    },
     /// NHWC input, HWIO weights; explicit padding `[top, bottom, left, right]`.
     Conv2d {
         stride: [usize; 2],
@@ -368,7 +398,8 @@ impl Op {
             Op::Slice { .. } => "slice",
             Op::Pad { .. } => "pad",
             Op::MatMul => "matmul",
-            Op::QuantMatMul => "quant_matmul",
+            Op::QuantMatMul { patches: None } => "quant_matmul",
+            Op::QuantMatMul { patches: Some(_) } => "quant_conv2d",
             Op::Conv2d { .. } => "conv2d",
             Op::Pool2d { kind: PoolKind::Max, .. } => "max_pool2d",
             Op::Pool2d { kind: PoolKind::Avg, .. } => "avg_pool2d",

@@ -138,7 +138,14 @@ fn print_item(item: &PrintItem, numbering: &Numbering) -> String {
 pub(crate) fn attributes(op: &Op) -> Vec<String> {
     let list = |v: &[usize]| format!("{v:?}");
     match op {
-        Op::Constant { .. } | Op::Unary(_) | Op::Binary(_) | Op::Select | Op::MatMul | Op::QuantMatMul => Vec::new(),
+        Op::Constant { .. } | Op::Unary(_) | Op::Binary(_) | Op::Select | Op::MatMul => Vec::new(),
+        Op::QuantMatMul { patches: None } => Vec::new(),
+        Op::QuantMatMul { patches: Some(p) } => vec![
+            format!("kernel={}", list(&p.kernel)),
+            format!("stride={}", list(&p.stride)),
+            format!("padding={}", list(&p.padding)),
+            format!("dilation={}", list(&p.dilation)),
+        ],
         Op::Iota { axis, .. } => vec![format!("axis={axis}")],
         Op::Slot { slot, .. } => vec![format!("slot={slot}")],
         Op::Random { seed, .. } => vec![format!("seed={seed}")],

@@ -102,9 +102,11 @@ fn class(op: &Op) -> Class {
         }
         op if op.is_elementwise() => Class::Pointwise,
         Op::Reduce { .. } | Op::ArgMax { .. } => Class::Reduction,
-        Op::MatMul | Op::QuantMatMul | Op::Conv2d { .. } | Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } => {
-            Class::Contraction
-        }
+        Op::MatMul
+        | Op::QuantMatMul { .. }
+        | Op::Conv2d { .. }
+        | Op::Conv2dGradInput { .. }
+        | Op::Conv2dGradFilter { .. } => Class::Contraction,
         _ => Class::Layout,
     }
 }

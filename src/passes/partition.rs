@@ -176,9 +176,11 @@ pub fn kernel_kind(op: &Op) -> KernelKind {
         | Op::Reshape { .. }
         | Op::BroadcastTo { .. } => KernelKind::Elementwise,
         Op::Reduce { .. } | Op::ArgMax { .. } | Op::Pool2d { .. } | Op::Pool2dGrad { .. } => KernelKind::Reduction,
-        Op::MatMul | Op::QuantMatMul | Op::Conv2d { .. } | Op::Conv2dGradInput { .. } | Op::Conv2dGradFilter { .. } => {
-            KernelKind::Contraction
-        }
+        Op::MatMul
+        | Op::QuantMatMul { .. }
+        | Op::Conv2d { .. }
+        | Op::Conv2dGradInput { .. }
+        | Op::Conv2dGradFilter { .. } => KernelKind::Contraction,
         Op::Transpose { .. }
         | Op::CumSum { .. }
         | Op::ArgSort { .. }

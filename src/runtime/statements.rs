@@ -139,7 +139,7 @@ fn graph_work(g: &crate::ir::Graph, nodes: &[NodeId]) -> u64 {
         .map(|&n| {
             let ins = g.inputs(n);
             match &g.node(n).op {
-                Op::MatMul | Op::QuantMatMul => {
+                Op::MatMul | Op::QuantMatMul { .. } => {
                     size(n) * ins.first().and_then(|&a| g.node(a).ty.shape.last().copied()).unwrap_or(1) as u64
                 }
                 // Each output element of a convolution sums a window of

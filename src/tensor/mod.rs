@@ -103,7 +103,9 @@ pub fn eval_node(op: &Op, inputs: &[&Tensor], ty: &TensorType) -> Result<Tensor,
         Op::Slice { start, step, len } => index_ops::slice(inputs[0], start, step, len)?,
         Op::Pad { low, high, value } => index_ops::pad(inputs[0], low, high, *value)?,
         Op::MatMul => linalg::matmul(inputs[0], inputs[1])?,
-        Op::QuantMatMul => quant::quant_matmul(inputs[0], inputs[1], inputs[2], inputs.get(3).copied())?,
+        Op::QuantMatMul { patches } => {
+            quant::quant_matmul(inputs[0], inputs[1], inputs[2], inputs.get(3).copied(), patches.as_ref())?
+        }
         Op::Conv2d { stride, padding, dilation, groups } => {
             let params =
                 linalg::ConvParams { stride: *stride, padding: *padding, dilation: *dilation, groups: *groups };

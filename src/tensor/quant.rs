@@ -25,6 +25,12 @@
 //!   min and max; elements outside the range saturate at level 0 or 255
 //!   (the clamps above). A non-finite row still gives NaN.
 //!
+//! - A quantized convolution (`Op::QuantMatMul` with `Patches`) quantizes
+//!   each image (`[H, W, C]`) as one row, as above, and multiplies the im2col
+//!   rows of those levels (`patch_rows`: one row per output position, the
+//!   image's zero point `z` (the level of 0.0) in the padding) by the `[KH ·
+//!   KW · C, O]` weights, each output with its image's scale.
+//!
 //! `RowQuant` is shared with the CPU kernels so the quantization
 //! parameters cannot drift; the kernels' own vector code is
 //! compared against `quant_matmul_into` in their tests.
@@ -36,6 +42,7 @@
 
 use super::value::{array_from, Data, Tensor};
 use crate::diag::Diagnostic;
+use crate::ir::Patches;
 
 /// How one row of activations is quantized to `u8`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -115,25 +122,70 @@ pub fn quant_matmul_into(
     out: &mut [f32],
     [m, k, n]: [usize; 3],
 ) {
+    let mut levels = vec![0u8; m * k];
+    let quants = quantize_rows(x, [m, k], range, &mut levels);
+    quantized_rows_into(&levels, &quants, w, w_scale, out, [m, k, n]);
+}
+
+/// Each `k`-element row of `x` quantized (by its own range, or `range`):
+/// its levels into `levels` (0 for a non-finite element), its parameters
+/// returned.
+fn quantize_rows(x: &[f32], [m, k]: [usize; 2], range: Option<[f32; 2]>, levels: &mut [u8]) -> Vec<RowQuant> {
+    (0..m)
+        .map(|i| {
+            let (row, levels) = (&x[i * k..(i + 1) * k], &mut levels[i * k..(i + 1) * k]);
+            let q = RowQuant::for_row(row, range);
+            for (l, &v) in levels.iter_mut().zip(row) {
+                *l = if v.is_finite() { q.level(v) } else { 0 };
+            }
+            q
+        })
+        .collect()
+}
+
+/// The integer product and its scaling: `out[i, j] = quants[i].output(Σ_p
+/// levels[i, p] · w[p, j], Σ_p w[p, j], w_scale[j])` for `m × k` levels.
+fn quantized_rows_into(
+    levels: &[u8],
+    quants: &[RowQuant],
+    w: &[i8],
+    w_scale: &[f32],
+    out: &mut [f32],
+    [m, k, n]: [usize; 3],
+) {
     let col_sums = column_sums(w, k, n);
     let mut acc = vec![0i32; n];
-    let mut levels = vec![0u8; k];
     for i in 0..m {
-        let row = &x[i * k..(i + 1) * k];
-        let q = RowQuant::for_row(row, range);
-        for (l, &v) in levels.iter_mut().zip(row) {
-            *l = if v.is_finite() { q.level(v) } else { 0 };
-        }
         acc.fill(0);
-        for (p, &l) in levels.iter().enumerate() {
+        for (p, &l) in levels[i * k..(i + 1) * k].iter().enumerate() {
             for (a, &wv) in acc.iter_mut().zip(&w[p * n..(p + 1) * n]) {
                 *a += i32::from(l) * i32::from(wv);
             }
         }
         for j in 0..n {
-            out[i * n + j] = q.output(acc[j], col_sums[j], w_scale[j]);
+            out[i * n + j] = quants[i].output(acc[j], col_sums[j], w_scale[j]);
         }
     }
+}
+
+/// The quantized convolution of the NHWC input `x` of shape `shape` by
+/// `w: i8[KH, KW, C, n]` (module docs): `out` is `[N, OH, OW, n]`.
+pub fn quant_conv_into(
+    x: &[f32],
+    shape: [usize; 4],
+    p: &Patches,
+    (w, w_scale, range): (&[i8], &[f32], Option<[f32; 2]>),
+    out: &mut [f32],
+) {
+    let Some([_, oh, ow, k]) = p.rows_shape(&shape) else { return };
+    let image = shape[1] * shape[2] * shape[3];
+    let mut levels = vec![0u8; x.len()];
+    let images = quantize_rows(x, [shape[0], image], range, &mut levels);
+    let m = shape[0] * oh * ow;
+    let mut cols = vec![0u8; m * k];
+    patch_rows(&levels, shape, p, 0..m, (&mut cols, k), |b| images[b].zero as u8);
+    let quants: Vec<RowQuant> = (0..m).map(|r| images[r / (oh * ow)]).collect();
+    quantized_rows_into(&cols, &quants, w, w_scale, out, [m, k, w_scale.len()]);
 }
 
 /// `Σ_k w[k, j]` for each column `j` of row-major `w: [k, n]`.
@@ -147,17 +199,87 @@ pub fn column_sums(w: &[i8], k: usize, n: usize) -> Vec<i32> {
     sums
 }
 
+/// Rows `rows` of the im2col patches (`Patches`) of the NHWC levels `x`
+/// of shape `shape` into `out` (rows `stride` apart, each starting with
+/// its `KH · KW · C` levels): the window's taps `i`, `j`, `c` in order,
+/// `padding(image)` where a tap is in the padding.
+pub fn patch_rows(
+    x: &[u8],
+    shape: [usize; 4],
+    p: &Patches,
+    rows: std::ops::Range<usize>,
+    (out, stride): (&mut [u8], usize),
+    padding: impl Fn(usize) -> u8,
+) {
+    let [_, h, w, c] = shape;
+    let Some([_, oh, ow, _]) = p.rows_shape(&shape) else { return };
+    let ([kh, kw], line) = (p.kernel, p.kernel[1] * c);
+    // The output position of the first row, then stepped (no divisions).
+    let (mut b, mut y, mut xo) = (rows.start / (oh * ow), rows.start / ow % oh, rows.start % ow);
+    for (n, out) in out.chunks_mut(stride).take(rows.len()).enumerate() {
+        if n > 0 {
+            xo += 1;
+            if xo == ow {
+                (xo, y) = (0, y + 1);
+                if y == oh {
+                    (y, b) = (0, b + 1);
+                }
+            }
+        }
+        let pad = padding(b);
+        // The window's first column, which may be left of the input.
+        let x0 = (xo * p.stride[1]) as isize - p.padding[2] as isize;
+        for (i, out) in out[..kh * line].chunks_exact_mut(line).enumerate() {
+            let Some(iy) = (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]).filter(|&r| r < h) else {
+                out.fill(pad);
+                continue;
+            };
+            let input_row = &x[(b * h + iy) * w * c..(b * h + iy + 1) * w * c];
+            // A window row inside the input is one run of `KW · C` levels.
+            if p.dilation[1] == 1 && x0 >= 0 && x0 as usize + kw <= w {
+                copy_small(out, &input_row[x0 as usize * c..][..line]);
+                continue;
+            }
+            for (j, tap) in out.chunks_exact_mut(c).enumerate() {
+                let ix = x0 + (j * p.dilation[1]) as isize;
+                match usize::try_from(ix).ok().filter(|&ix| ix < w) {
+                    Some(ix) => copy_small(tap, &input_row[ix * c..(ix + 1) * c]),
+                    None => tap.fill(pad),
+                }
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the few bytes of a window row, eight at a
+/// time (a `memcpy` call per window row cost more than the copy).
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in d.by_ref().zip(s.by_ref()) {
+        d.copy_from_slice(s);
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
+}
+
 /// `x @ w` quantized: `x: f32[..., k]`, `w: i8[k, n]` (kept as `i32`
 /// storage holding `i8` values), `w_scale: f32[n]`, and the static input
-/// range `range: f32[2]` when there is one.
-pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor, range: Option<&Tensor>) -> Result<Data, Diagnostic> {
+/// range `range: f32[2]` when there is one; with `patches`, `x` is an
+/// NHWC input whose im2col rows are multiplied, and `w` HWIO.
+pub fn quant_matmul(
+    x: &Tensor,
+    w: &Tensor,
+    w_scale: &Tensor,
+    range: Option<&Tensor>,
+    patches: Option<&Patches>,
+) -> Result<Data, Diagnostic> {
     let (Data::F32(xa), Data::I32(wa), Data::F32(sa)) = (x.data(), w.data(), w_scale.data()) else {
         return Err(Diagnostic::internal("quant_matmul: operands of the wrong storage"));
     };
-    let (&k, lead) = x.shape().split_last().ok_or_else(|| Diagnostic::internal("quant_matmul: scalar x"))?;
-    let n = w.shape().get(1).copied().unwrap_or(0);
-    let m: usize = lead.iter().product();
     let xs: Vec<f32> = xa.iter().copied().collect();
+    let n = w.shape().last().copied().unwrap_or(0);
     let ws: Vec<i8> = wa.iter().map(|&v| v as i8).collect();
     let ss: Vec<f32> = sa.iter().copied().collect();
     let range = match range.map(Tensor::data) {
@@ -168,9 +290,23 @@ pub fn quant_matmul(x: &Tensor, w: &Tensor, w_scale: &Tensor, range: Option<&Ten
         Some(_) => return Err(Diagnostic::internal("quant_matmul: a range that is not f32[2]")),
         None => None,
     };
-    let mut out = vec![0.0f32; m * n];
-    quant_matmul_into(&xs, &ws, &ss, range, &mut out, [m, k, n]);
-    let mut shape = lead.to_vec();
+    let (out, mut shape) = match patches {
+        Some(p) => {
+            let shape =
+                <[usize; 4]>::try_from(x.shape()).map_err(|_| Diagnostic::internal("quant_conv2d: x not NHWC"))?;
+            let rows = p.rows_shape(&shape).ok_or_else(|| Diagnostic::internal("quant_conv2d: the window"))?;
+            let mut out = vec![0.0f32; rows[..3].iter().product::<usize>() * n];
+            quant_conv_into(&xs, shape, p, (&ws, &ss, range), &mut out);
+            (out, rows[..3].to_vec())
+        }
+        None => {
+            let (&k, lead) = x.shape().split_last().ok_or_else(|| Diagnostic::internal("quant_matmul: scalar x"))?;
+            let m: usize = lead.iter().product();
+            let mut out = vec![0.0f32; m * n];
+            quant_matmul_into(&xs, &ws, &ss, range, &mut out, [m, k, n]);
+            (out, lead.to_vec())
+        }
+    };
     shape.push(n);
     Ok(Data::F32(array_from(&shape, out)?))
 }

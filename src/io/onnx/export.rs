@@ -308,7 +308,7 @@ fn unsupported(op: &Op, inputs: &[NodeId], g: &Graph) -> Option<String> {
     match op {
         Op::MatMul if dtype(0) == Some(DType::Bool) => Some("a matrix product of bools has no ONNX operator".into()),
         Op::Scan(_) => Some("`scan` loops are not exported yet".into()),
-        Op::QuantMatMul => Some("int8 products of quantized models are not exported yet".into()),
+        Op::QuantMatMul { .. } => Some("int8 products of quantized models are not exported yet".into()),
         Op::Random { .. } => Some("random numbers drawn on every call have no ONNX form here".into()),
         Op::ScatterAdd { .. }
         | Op::Conv2dGradInput { .. }

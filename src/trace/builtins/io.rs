@@ -81,7 +81,8 @@ impl Tracer<'_> {
             Operand { id, ty, span }
         };
         let values = slot_of(self, path.to_string(), TensorType::new(DType::I8, ty.shape.clone()));
-        let scales = slot_of(self, scale_path(path), TensorType::new(DType::F32, vec![ty.shape[1]]));
+        let columns = ty.shape.last().copied().unwrap_or(0);
+        let scales = slot_of(self, scale_path(path), TensorType::new(DType::F32, vec![columns]));
         let range = calibrated.then(|| slot_of(self, input_range_path(path), TensorType::new(DType::F32, vec![2])));
         let deq = self.dequantized_from(&values, &scales, range.map(|r| r.id), span)?;
         model.set_param(path, Value::Tensor(deq.id, deq.ty));

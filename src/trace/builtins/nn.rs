@@ -4,7 +4,7 @@
 
 use super::tensor;
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::{BinaryOp, DType, Distribution, Op, PoolKind, TensorType};
+use crate::ir::{BinaryOp, DType, Distribution, Op, Patches, PoolKind, TensorType};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::value::Value;
 use crate::trace::{TResult, Tracer};
@@ -14,8 +14,8 @@ impl Tracer<'_> {
     /// added axis dropped again), leading batch dimensions broadcast.
     pub(crate) fn matmul(&mut self, a: (&Value, Span), b: (&Value, Span), span: Span) -> TResult<Value> {
         let ops = self.operands(&[a, b])?;
-        self.observe_for_calibration(&ops[0], &ops[1]);
-        if let Some(product) = self.quantized_product(&ops[0], &ops[1], span)? {
+        self.observe_for_calibration(&ops[0], &ops[1], None);
+        if let Some(product) = self.quantized_product(&ops[0], &ops[1], None, span)? {
             return Ok(tensor(product));
         }
         let (mut x, mut w) = (ops[0].clone(), ops[1].clone());
@@ -241,6 +241,14 @@ impl Tracer<'_> {
         }
         let window = [w.ty.shape[0], w.ty.shape[1]];
         let padding = self.padding(a, 3, "same", &x.ty, window, stride, dilation)?;
+        // A quantized model's filter: the convolution runs on int8.
+        if groups == 1 {
+            let patches = Some(Patches { kernel: window, stride, padding, dilation });
+            self.observe_for_calibration(&x, &w, patches);
+            if let Some(product) = self.quantized_product(&x, &w, patches, a.span)? {
+                return Ok(tensor(product));
+            }
+        }
         let op = Op::Conv2d { stride, padding, dilation, groups: groups as usize };
         Ok(tensor(self.node(op, &[&x, &w], a.span)?))
     }

@@ -8,7 +8,10 @@
 //! reads as `f32(q) · s` wherever it is used. A product `x @ w` with such a
 //! weight on the right becomes `Op::QuantMatMul` (each row of `x`
 //! quantized to `u8` on the fly, integer sums, see `tensor::quant`), which
-//! the CPU backend runs on VNNI. The original model is untouched.
+//! the CPU backend runs on VNNI. Rank-4 `f32` parameters (HWIO filters)
+//! are quantized the same way per output channel, and `conv2d` with one
+//! (`groups = 1`) becomes `Op::QuantMatMul` with `Patches`. The original
+//! model is untouched.
 //! The quantized weights are graph values of the program like any other, so
 //! they are computed once; `save` writes each as `path` (`I8`) plus
 //! `path.scale` (`F32`), and `load` reads them back.
@@ -24,7 +27,7 @@
 //! `accuracy(net, test)`; `quantize(net, calibration = images[0:512])`.
 
 use crate::diag::{Code, Diagnostic, Span};
-use crate::ir::{BinaryOp, DType, NodeId, Op, ReduceOp, UnaryOp};
+use crate::ir::{BinaryOp, DType, NodeId, Op, Patches, ReduceOp, UnaryOp};
 use crate::trace::args::BuiltinArgs;
 use crate::trace::tensor::Operand;
 use crate::trace::value::{ModelInstance, Value};
@@ -148,12 +151,13 @@ impl Tracer<'_> {
         Ok(())
     }
 
-    /// Records the input `x` of `x @ w` while calibrating, when `w` is a
-    /// weight being quantized and the product would run on int8.
-    pub(crate) fn observe_for_calibration(&mut self, x: &Operand, w: &Operand) {
+    /// Records the input `x` of `x @ w` (or of a convolution, with
+    /// `patches`) while calibrating, when `w` is a weight being quantized
+    /// and the product would run on int8.
+    pub(crate) fn observe_for_calibration(&mut self, x: &Operand, w: &Operand, patches: Option<Patches>) {
         let Some(c) = self.calibration.as_mut() else { return };
         let Some(&deq) = c.targets.get(&w.id) else { return };
-        if x.ty.dtype == DType::F32 && x.ty.rank() > 0 && x.ty.shape.last() == w.ty.shape.first() {
+        if runs_on_int8(x, w, patches) {
             c.seen.push((deq, x.clone()));
         }
     }
@@ -177,7 +181,9 @@ impl Tracer<'_> {
         for name in m.scope.local_names() {
             let Some(v) = m.scope.get_local(&name) else { continue };
             let v = match v {
-                Value::Tensor(id, ty) if m.params.contains(&name) && ty.dtype == DType::F32 && ty.rank() == 2 => {
+                Value::Tensor(id, ty)
+                    if m.params.contains(&name) && ty.dtype == DType::F32 && matches!(ty.rank(), 2 | 4) =>
+                {
                     let w = Operand { id, ty, span };
                     let deq = self.quantized_weight(&w, span)?;
                     weights.push((id, deq.id));
@@ -213,7 +219,9 @@ impl Tracer<'_> {
     /// the copy binds, registered in `Tracer::quantized`.
     pub(crate) fn quantized_weight(&mut self, w: &Operand, span: Span) -> TResult<Operand> {
         let magnitude = self.node(Op::Unary(UnaryOp::Abs), &[w], span)?;
-        let max = self.node(Op::Reduce { op: ReduceOp::Max, axes: vec![0], keepdims: false }, &[&magnitude], span)?;
+        // One scale per column (per output channel of an HWIO filter).
+        let axes = (0..w.ty.rank() - 1).collect();
+        let max = self.node(Op::Reduce { op: ReduceOp::Max, axes, keepdims: false }, &[&magnitude], span)?;
         let levels = self.scalar(127.0, DType::F32, span)?;
         let levels = self.broadcast_to(&levels, &max.ty.shape, span)?;
         let scale = self.node(Op::Binary(BinaryOp::Div), &[&max, &levels], span)?;
@@ -258,12 +266,18 @@ impl Tracer<'_> {
         Ok(deq)
     }
 
-    /// `x @ w` on int8 when `w` is a quantized weight and `x` is f32 of
-    /// rank ≥ 1 with `w`'s row count as its last dimension; `None` when
-    /// the product is an ordinary one.
-    pub(crate) fn quantized_product(&mut self, x: &Operand, w: &Operand, span: Span) -> TResult<Option<Operand>> {
+    /// `x @ w` on int8 (a convolution of `x` by `w` with `patches`) when
+    /// `w` is a quantized weight that fits `x` (`runs_on_int8`); `None`
+    /// when the product is an ordinary one.
+    pub(crate) fn quantized_product(
+        &mut self,
+        x: &Operand,
+        w: &Operand,
+        patches: Option<Patches>,
+        span: Span,
+    ) -> TResult<Option<Operand>> {
         let Some(q) = self.quantized.get(&w.id).copied() else { return Ok(None) };
-        if x.ty.dtype != DType::F32 || x.ty.rank() == 0 || x.ty.shape.last() != w.ty.shape.first() {
+        if !runs_on_int8(x, w, patches) {
             return Ok(None);
         }
         let values = Operand { id: q.values, ty: self.graph.node(q.values).ty.clone(), span: w.span };
@@ -271,6 +285,18 @@ impl Tracer<'_> {
         let mut operands = vec![x, &values, &scales];
         let range = q.input_range.map(|id| Operand { id, ty: self.graph.node(id).ty.clone(), span: w.span });
         operands.extend(range.as_ref());
-        Ok(Some(self.node(Op::QuantMatMul, &operands, span)?))
+        Ok(Some(self.node(Op::QuantMatMul { patches }, &operands, span)?))
     }
+}
+
+/// Whether `x @ w` (a convolution with `patches`) with a quantized `w`
+/// runs on int8: an f32 `x` of rank ≥ 1 whose last dimension is `w`'s row
+/// count, or an NHWC `x` with the HWIO filter's input channels.
+fn runs_on_int8(x: &Operand, w: &Operand, patches: Option<Patches>) -> bool {
+    let (x, w) = (&x.ty, &w.ty);
+    x.dtype == DType::F32
+        && match patches {
+            None => x.rank() > 0 && w.rank() == 2 && x.shape.last() == w.shape.first(),
+            Some(_) => x.rank() == 4 && w.rank() == 4 && x.shape[3] == w.shape[2],
+        }
 }

@@ -21,7 +21,7 @@ use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
-use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed, Int8Matrix, PackedMatrix, Post};
+use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed, Input, Int8Matrix, PackedMatrix, Post};
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
 use crate::backend::cpu::threads::{in_ranges, PARALLEL_MIN_ELEMENTS};
@@ -188,9 +188,11 @@ impl Step {
                     unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
                 }
             }
-            Step::QuantGemm { x, w, scale, range, dst, m, k, n, post } => {
+            Step::QuantGemm { x, patches, w, scale, range, dst, m, k, n, post } => {
                 let (m, k, n) = (*m, *k, *n);
-                let (px, ps) = (mem.ptr(*x, m * k)? as *const f32, mem.ptr(*scale, n)? as *const f32);
+                let x_len = patches.map_or(m * k, |(_, shape)| shape.iter().product());
+                let (px, ps) = (mem.ptr(*x, x_len)? as *const f32, mem.ptr(*scale, n)? as *const f32);
+                let px = Input { values: px, patches: *patches };
                 let input_range = match range {
                     Some(r) => {
                         let p = mem.ptr(*r, 2)? as *const f32;
@@ -208,8 +210,9 @@ impl Step {
                 let post = Post { bias, relu: post.relu };
                 // SAFETY: the caller's contract.
                 let out = unsafe { mem.out(*dst, m * n, "a quantized product")? };
-                // SAFETY (each): `ptr` checked that `x` holds m·k and
-                // `scale` n floats; the weights are k × n (the step's shape).
+                // SAFETY (each): `ptr` checked that `x` holds m·k floats
+                // (the NHWC input's, with patches) and `scale` n; the
+                // weights are k × n (the step's shape).
                 match w {
                     Int8Weights::Packed(weights) => unsafe {
                         let w = PackedMatrix { weights, scales: ps, input_range };

@@ -824,18 +824,33 @@ impl<'a> Lowering<'a> {
         let ins = g.inputs(mm);
         let (x, w, scale) = (self.b.get(ins[0])?, self.b.get(ins[1])?, self.b.get(ins[2])?);
         let (xs, ws) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
+        // A convolution's rows are its input's patches.
+        let patches = match g.node(mm).op {
+            Op::QuantMatMul { patches: Some(p) } => {
+                let shape = <[usize; 4]>::try_from(&xs[..]).map_err(|_| internal("a quantized convolution's input"))?;
+                Some((p, shape))
+            }
+            _ => None,
+        };
+        let rows = match patches {
+            Some((p, shape)) => {
+                p.rows_shape(&shape).ok_or_else(|| internal("a quantized convolution's window"))?.to_vec()
+            }
+            None => xs.clone(),
+        };
+        let (n, k_w): (usize, usize) =
+            (ws.last().copied().unwrap_or(0), ws[..ws.len().saturating_sub(1)].iter().product());
         let w = match w {
             Ref::Fixed(i) => {
                 let values = Int8Weights::narrow(&self.b.fixed[i])?;
-                match pack_weights(&values, ws[0], ws[1]) {
+                match pack_weights(&values, k_w, n) {
                     Some(packed) => Int8Weights::Packed(packed),
                     None => Int8Weights::Narrowed(values),
                 }
             }
             r => Int8Weights::Tensor(r),
         };
-        let (&k, rows) = xs.split_last().ok_or_else(|| internal("a quantized product of a scalar"))?;
-        let n = ws[1];
+        let (&k, rows) = rows.split_last().ok_or_else(|| internal("a quantized product of a scalar"))?;
         let is_zero = |n: NodeId| crate::tensor::is_positive_zero_constant(g, n);
         let post_ops = in_place_epilogue
             .and_then(|spec| spec.channel_post_ops(mm, n, is_zero))
@@ -845,7 +860,7 @@ impl<'a> Lowering<'a> {
             None => QuantPost::default(),
         };
         let range = ins.get(3).map(|&r| self.b.get(r)).transpose()?;
-        Ok(Some(Step::QuantGemm { x, w, scale, range, dst, m: rows.iter().product(), k, n, post }))
+        Ok(Some(Step::QuantGemm { x, patches, w, scale, range, dst, m: rows.iter().product(), k, n, post }))
     }
 
     /// The steps of a contraction's epilogue (after its product): compiled

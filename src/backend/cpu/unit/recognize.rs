@@ -264,7 +264,7 @@ pub(super) fn is_float_matmul(g: &Graph, n: NodeId) -> bool {
 
 /// Whether `n` is a quantized product (`Op::QuantMatMul`, module `int8_gemm`).
 pub(super) fn is_quant_matmul(g: &Graph, n: NodeId) -> bool {
-    matches!(g.node(n).op, Op::QuantMatMul)
+    matches!(g.node(n).op, Op::QuantMatMul { .. })
 }
 
 /// Why the CPU backend runs kernel `k` (or a part of it) on the host

@@ -145,9 +145,12 @@ pub(super) enum Step {
     /// `x` by `k`, `n` columns) on module `int8_gemm`, then `+ bias` (one
     /// value per column) and ReLU when `post` says so (the epilogue's own
     /// pass then goes away).
-    /// `range`: the static input range (`f32[2]`) of a calibrated layer.
+    /// `range`: the static input range (`f32[2]`) of a calibrated layer;
+    /// `patches`: the rows are the im2col patches of `x`, an NHWC input of
+    /// that shape (a quantized convolution).
     QuantGemm {
         x: Ref,
+        patches: Option<(crate::ir::Patches, [usize; 4])>,
         w: Int8Weights,
         scale: Ref,
         range: Option<Ref>,
@@ -336,8 +339,9 @@ impl Step {
                 writes.push(arena(*dst, batch * m * n));
                 *cost = (batch * m * k * n / 50) as u64;
             }
-            Step::QuantGemm { x, w, scale, range, dst, m, k, n, post } => {
-                reads.extend(place(*x, m * k).into_iter().chain(place(*scale, *n)));
+            Step::QuantGemm { x, patches, w, scale, range, dst, m, k, n, post } => {
+                let x_len = patches.map_or(m * k, |(_, shape)| shape.iter().product());
+                reads.extend(place(*x, x_len).into_iter().chain(place(*scale, *n)));
                 reads.extend(range.and_then(|r| place(r, 2)));
                 reads.extend(post.bias.and_then(|b| place(b, *n)));
                 if let Int8Weights::Tensor(w) = w {
@@ -472,8 +476,9 @@ impl Step {
                 let kind = format!("bf16 gemm ({})", crate::backend::cpu::kernels::isa::active().name());
                 gemm_label(&kind, [*batch, *m, *k, *n], [*a_t, *b_t])
             }
-            Step::QuantGemm { m, k, n, post, .. } => {
+            Step::QuantGemm { m, k, n, post, patches, .. } => {
                 let tier = crate::backend::cpu::kernels::int8_gemm::tier_name();
+                let tier = if patches.is_some() { format!("{tier}, im2col") } else { tier.to_string() };
                 let post = match (post.bias.is_some(), post.relu) {
                     (true, true) => ", bias and relu applied",
                     (true, false) => ", bias applied",

@@ -49,7 +49,8 @@ mod avx512;
 
 use super::isa::{self, Isa};
 use crate::backend::cpu::threads::{for_product, split_rows};
-use crate::tensor::quant::{quant_matmul_into, RowQuant};
+use crate::ir::Patches;
+use crate::tensor::quant::{patch_rows, quant_conv_into, quant_matmul_into, RowQuant};
 
 /// What the product's store applies to each output element `y[i, j]`
 /// (the epilogue of a dense layer, fused so its own pass goes away):
@@ -75,6 +76,40 @@ impl Post<'_> {
     }
 }
 
+/// The rows a product quantizes: `m × k` row-major `values`, or the im2col
+/// rows (`Patches`) of the NHWC input `values` of the given shape (a
+/// quantized convolution, `m = N · OH · OW`, `k = KH · KW · C`: each image
+/// is quantized as one row, then its levels are laid out as patches, the
+/// image's zero point in the padding; `tensor::quant::quant_conv_into`).
+#[derive(Clone, Copy)]
+pub(in crate::backend::cpu) struct Input {
+    pub values: *const f32,
+    pub patches: Option<(Patches, [usize; 4])>,
+}
+
+impl Input {
+    /// `m × k` rows at `values`.
+    #[cfg(test)]
+    pub fn rows(values: *const f32) -> Input {
+        Input { values, patches: None }
+    }
+
+    /// The number of `f32`s at `values` for an `m × k` product.
+    fn len(&self, [m, k]: [usize; 2]) -> usize {
+        match self.patches {
+            Some((_, shape)) => shape.iter().product(),
+            None => m * k,
+        }
+    }
+}
+
+/// `Input` as a slice.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    values: &'a [f32],
+    patches: Option<(Patches, [usize; 4])>,
+}
+
 /// A quantized layer's weights as stored: `k × n` row-major `i8` values,
 /// one `f32` scale per column, and the static range its inputs are
 /// quantized with (from calibration; `None`: each row by its own range).
@@ -93,18 +128,20 @@ pub(in crate::backend::cpu) struct PackedMatrix<'a> {
     pub input_range: Option<[f32; 2]>,
 }
 
-/// `dst = post(quant_matmul(x, w.values, w.scales, w.input_range))` (see the module docs
+/// `dst = post(quant_matmul(x, w.values, w.scales, w.input_range))` (x's
+/// rows or patches; see the module docs
 /// and `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m,
 /// k, n]`, and `threads` of the current rayon pool share the work (1: the
 /// calling thread only).
 ///
 /// # Safety
-/// `x` must address `m · k` f32, `w.values` `k · n` i8 (both row-major),
+/// `x.values` must address `m · k` f32 (the NHWC input's, with
+/// patches), `w.values` `k · n` i8 (both row-major),
 /// `w.scales` `n` f32, and `dst` must hold at least `m · n` elements;
 /// `post.bias`, when there is one, `n`.
 pub(in crate::backend::cpu) unsafe fn quant_gemm(
     dst: &mut [f32],
-    x: *const f32,
+    x: Input,
     w: Int8Matrix,
     mkn: [usize; 3],
     post: Post,
@@ -124,7 +161,7 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm(
 pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
     isa: Isa,
     dst: &mut [f32],
-    x: *const f32,
+    x: Input,
     w: Int8Matrix,
     mkn: [usize; 3],
     post: Post,
@@ -140,11 +177,13 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_on(
         return;
     }
     // SAFETY (all three): the caller's contract.
-    let (x, values, w_scale) = unsafe { (slice(x, m * k), slice(w.values, k * n), slice(w.scales, n)) };
+    let (values, w_scale) = unsafe { (slice(w.values, k * n), slice(w.scales, n)) };
+    // SAFETY: the caller's contract.
+    let x = Rows { values: unsafe { slice(x.values, x.len([m, k])) }, patches: x.patches };
     let dst = &mut dst[..m * n];
     if k == 0 {
         // Every sum is 0: the reference's `RowQuant::output(0, 0, s)`.
-        quant_matmul_into(x, values, w_scale, w.input_range, dst, mkn);
+        quant_matmul_into(&[], values, w_scale, w.input_range, dst, mkn);
         return dst.chunks_exact_mut(n).for_each(|row| post.apply(row));
     }
     let layer = Layer { weights: Weights::RowMajor(values), scales: w_scale, input_range: w.input_range };
@@ -182,11 +221,17 @@ fn runs_vnni(isa: Isa) -> bool {
 
 /// The portable tier: the reference on contiguous ranges of rows (a row's
 /// result depends on that row only, so the split changes nothing).
-fn portable(dst: &mut [f32], x: &[f32], layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
+fn portable(dst: &mut [f32], x: Rows, layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
     let Weights::RowMajor(w) = layer.weights else { unreachable!("packed weights exist only for the VNNI kernel") };
+    if let Some((p, shape)) = x.patches {
+        // The reference itself (images are quantized whole).
+        quant_conv_into(x.values, shape, &p, (w, layer.scales, layer.input_range), dst);
+        return dst.chunks_exact_mut(n).for_each(|row| post.apply(row));
+    }
     let parts: Vec<_> = split_rows(m, threads).zip(pieces(dst, n, m, threads)).collect();
     each_in_parallel(parts, |((lo, hi), out)| {
-        quant_matmul_into(&x[lo * k..hi * k], w, layer.scales, layer.input_range, out, [hi - lo, k, n]);
+        let rows = &x.values[lo * k..hi * k];
+        quant_matmul_into(rows, w, layer.scales, layer.input_range, out, [hi - lo, k, n]);
         out.chunks_exact_mut(n).for_each(|row| post.apply(row));
     });
 }
@@ -235,6 +280,11 @@ struct Buffers {
     quants: Vec<RowQuant>,
     b: Vec<Line>,
     col_sums: Vec<i32>,
+    /// A convolution's images quantized (`quads` of each) and their levels
+    /// side by side, and their parameters.
+    images: Vec<u32>,
+    image_levels: Vec<u8>,
+    image_quants: Vec<RowQuant>,
 }
 
 /// Weights packed once for the VNNI kernel (a quantized model's weights
@@ -272,7 +322,7 @@ pub(in crate::backend::cpu) fn pack_weights(w: &[i8], k: usize, n: usize) -> Opt
 /// As for `quant_gemm`.
 pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
     dst: &mut [f32],
-    x: *const f32,
+    x: Input,
     w: PackedMatrix,
     [m, k, n]: [usize; 3],
     post: Post,
@@ -285,7 +335,8 @@ pub(in crate::backend::cpu) unsafe fn quant_gemm_packed(
         return;
     }
     // SAFETY (both): the caller's contract.
-    let (x, w_scale) = unsafe { (slice(x, m * k), slice(w.scales, n)) };
+    let (values, w_scale) = unsafe { (slice(x.values, x.len([m, k])), slice(w.scales, n)) };
+    let x = Rows { values, patches: x.patches };
     let threads = for_product([m, k, n], threads);
     let layer = Layer { weights: Weights::Packed(packed), scales: w_scale, input_range: w.input_range };
     // SAFETY: `packed` exists only where the VNNI kernel runs, with k > 0.
@@ -318,14 +369,22 @@ struct Layer<'a> {
 /// The CPU has AVX-512 F, BW, VL and VNNI; `x` is `m × k`, `w` `k × n`,
 /// `w_scale` `n` and `dst` `m × n`, with `k > 0`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn tiled(dst: &mut [f32], x: &[f32], layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
+unsafe fn tiled(dst: &mut [f32], x: Rows, layer: Layer, [m, k, n]: [usize; 3], post: Post, threads: usize) {
     let (w, w_scale) = (layer.weights, layer.scales);
     let quads = k.div_ceil(4);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.
     thread_local! {
         static BUFFERS: std::cell::Cell<Buffers> = const {
-            std::cell::Cell::new(Buffers { a: Vec::new(), quants: Vec::new(), b: Vec::new(), col_sums: Vec::new() })
+            std::cell::Cell::new(Buffers {
+                a: Vec::new(),
+                quants: Vec::new(),
+                b: Vec::new(),
+                col_sums: Vec::new(),
+                images: Vec::new(),
+                image_levels: Vec::new(),
+                image_quants: Vec::new(),
+            })
         };
     }
     // Keep at most 16 MiB each for the next product.
@@ -343,13 +402,23 @@ unsafe fn tiled(dst: &mut [f32], x: &[f32], layer: Layer, [m, k, n]: [usize; 3],
     reuse(&mut buf.a, m * quads, 0);
     reuse(&mut buf.quants, m, RowQuant::from_range(0.0, 0.0, false));
     let parts = split(m * k);
-    let items = split_rows(blocks, parts).zip(pieces(&mut buf.a, a_block, blocks, parts));
-    let items: Vec<_> = items.zip(pieces(&mut buf.quants, MR, blocks, parts)).collect();
-    each_in_parallel(items, |(((lo, _), a), quants)| {
-        // SAFETY: the caller's contract; `a` and `quants` are the rows of
-        // blocks `lo..` (the last piece ends with the last row).
-        unsafe { avx512::quantize_rows(&x[lo * MR * k..], k, quads, layer.input_range, a, quants) }
-    });
+    match x.patches {
+        None => {
+            let items = split_rows(blocks, parts).zip(pieces(&mut buf.a, a_block, blocks, parts));
+            let items: Vec<_> = items.zip(pieces(&mut buf.quants, MR, blocks, parts)).collect();
+            each_in_parallel(items, |(((lo, hi), a), quants)| {
+                let rows = &x.values[lo * MR * k..(hi * MR).min(m) * k];
+                // SAFETY: the caller's contract; `rows`, `a` and `quants` are
+                // the rows of blocks `lo..hi` (the last piece ends with the
+                // last row).
+                unsafe { avx512::quantize_rows(rows, k, quads, layer.input_range, a, quants) }
+            });
+        }
+        Some((p, shape)) => {
+            // SAFETY: the caller's contract.
+            unsafe { conv_rows(&mut buf, x.values, (p, shape), layer.input_range, [m, k], parts) };
+        }
+    }
 
     let (b, col_sums) = match w {
         Weights::Packed(p) => (&p.b[..], &p.col_sums[..]),
@@ -402,6 +471,58 @@ unsafe fn grid(job: &Job, threads: usize) {
         // SAFETY: each worker's blocks belong to it only.
         unsafe { avx512::run(job, runs) }
     });
+}
+
+/// A quantized convolution's rows: each image of `x` (NHWC, `shape`)
+/// quantized as one row, its levels laid out as the patches `p` (rows
+/// `quads` `u32`s apart in `buf.a`, the image's zero point in the padding),
+/// and each row's parameters (its image's) in `buf.quants`.
+///
+/// # Safety
+/// AVX-512 F, BW, VL, VNNI; `x` holds the `shape` input; `buf.a` and
+/// `buf.quants` are sized for the `m` rows of `k`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn conv_rows(
+    buf: &mut Buffers,
+    x: &[f32],
+    (p, shape): (Patches, [usize; 4]),
+    input_range: Option<[f32; 2]>,
+    [m, k]: [usize; 2],
+    parts: usize,
+) {
+    let (images, image) = (shape[0], shape[1] * shape[2] * shape[3]);
+    let image_quads = image.div_ceil(4);
+    reuse(&mut buf.images, images * image_quads, 0);
+    reuse(&mut buf.image_quants, images, RowQuant::from_range(0.0, 0.0, false));
+    let items = split_rows(images, parts).zip(pieces(&mut buf.images, image_quads, images, parts));
+    let items: Vec<_> = items.zip(pieces(&mut buf.image_quants, 1, images, parts)).collect();
+    each_in_parallel(items, |(((lo, hi), levels), quants)| {
+        // SAFETY: the caller's contract; images `lo..hi`.
+        unsafe { avx512::quantize_rows(&x[lo * image..hi * image], image, image_quads, input_range, levels, quants) }
+    });
+    // The levels of each image side by side (an image's row in `images` is
+    // padded to whole `u32`s).
+    reuse(&mut buf.image_levels, images * image, 0);
+    for (b, levels) in buf.image_levels.chunks_exact_mut(image.max(1)).enumerate() {
+        let row = &buf.images[b * image_quads..(b + 1) * image_quads];
+        for (l, four) in levels.chunks_mut(4).zip(row) {
+            l.copy_from_slice(&four.to_le_bytes()[..l.len()]);
+        }
+    }
+    let quads = k.div_ceil(4);
+    let blocks = m.div_ceil(MR);
+    let (image_levels, image_quants) = (&buf.image_levels[..], &buf.image_quants[..]);
+    let items: Vec<_> = split_rows(blocks, parts).zip(pieces(&mut buf.a, quads * MR, blocks, parts)).collect();
+    each_in_parallel(items, |((lo, hi), a)| {
+        // SAFETY: `a` is `u32`s, which any bytes make.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(a.as_mut_ptr().cast::<u8>(), 4 * a.len()) };
+        let zero = |b: usize| image_quants[b].zero as u8;
+        patch_rows(image_levels, shape, &p, lo * MR..(hi * MR).min(m), (bytes, 4 * quads), zero);
+    });
+    let per_image = m / images.max(1);
+    for (r, q) in buf.quants.iter_mut().enumerate() {
+        *q = image_quants[r / per_image.max(1)];
+    }
 }
 
 /// `v` with `len` elements: the old ones where it had them (packing writes

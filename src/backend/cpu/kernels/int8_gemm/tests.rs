@@ -121,7 +121,7 @@ fn run_with(
     let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
     let w = Int8Matrix { values: w.as_ptr(), scales: s.as_ptr(), input_range };
     // SAFETY: the operands are m × k, k × n and n; `dst` m × n, the bias n.
-    unsafe { quant_gemm_on(isa, &mut dst, x.as_ptr(), w, mkn, post, threads) };
+    unsafe { quant_gemm_on(isa, &mut dst, Input::rows(x.as_ptr()), w, mkn, post, threads) };
     dst
 }
 
@@ -136,7 +136,7 @@ fn run_packed(
     let mut dst = vec![-7.0f32; mkn[0] * mkn[2]];
     let w = PackedMatrix { weights: &weights, scales: ops.2.as_ptr(), input_range };
     // SAFETY: the operands are m × k and n, `weights` k × n; `dst` m × n.
-    unsafe { quant_gemm_packed(&mut dst, ops.0.as_ptr(), w, mkn, post, threads) };
+    unsafe { quant_gemm_packed(&mut dst, Input::rows(ops.0.as_ptr()), w, mkn, post, threads) };
     Some(dst)
 }
 
@@ -279,6 +279,71 @@ fn static_input_ranges_give_the_reference_bits() {
     }
 }
 
+/// Quantized convolutions (each image quantized whole, its levels laid out
+/// as patches): against `quant_conv_into`, on every tier, packed or not,
+/// at 1 and 2 threads, with and without a static range, for padded and
+/// unpadded windows, strides, dilations, one input channel, channel counts
+/// that are not multiples of 4 (ragged `k`) and images whose size is not
+/// either, with a non-finite image among them.
+#[test]
+fn convolutions_by_patches_give_the_reference_bits() {
+    use crate::tensor::quant::quant_conv_into;
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("a pool");
+    let p = |kernel: [usize; 2], stride: [usize; 2], padding: [usize; 4], dilation: [usize; 2]| Patches {
+        kernel,
+        stride,
+        padding,
+        dilation,
+    };
+    let cases = [
+        ([3, 12, 12, 1], p([3, 3], [1, 1], [1, 1, 1, 1], [1, 1]), 16),
+        ([2, 9, 7, 5], p([3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), 33),
+        ([4, 8, 8, 16], p([3, 3], [1, 1], [0, 0, 0, 0], [1, 1]), 32),
+        ([1, 10, 11, 3], p([2, 3], [1, 2], [0, 1, 2, 0], [2, 1]), 7),
+    ];
+    for (s, &(shape, patches, n)) in cases.iter().enumerate() {
+        let mut rng = Rng::new(30 + s as u64);
+        let [_, oh, ow, k] = patches.rows_shape(&shape).expect("the window fits");
+        let m = shape[0] * oh * ow;
+        let mut x: Vec<f32> = (0..shape.iter().product::<usize>()).map(|_| rng.unit() * 3.0).collect();
+        if shape[0] > 2 {
+            x[shape[1] * shape[2] * shape[3] + 5] = f32::NAN;
+        }
+        let w: Vec<i8> = (0..k * n).map(|_| rng.next() as i8).collect();
+        let scales: Vec<f32> = (0..n).map(|_| rng.unit() * 0.05).collect();
+        let input = || Input { values: x.as_ptr(), patches: Some((patches, shape)) };
+        for range in [None, Some([-1.0, 2.0])] {
+            let mut want = vec![0.0f32; m * n];
+            quant_conv_into(&x, shape, &patches, (&w, &scales, range), &mut want);
+            let packed = pack_weights(&w, k, n);
+            for threads in [1, 2] {
+                for isa in tiers() {
+                    let mut got = vec![-7.0f32; m * n];
+                    pool.install(|| {
+                        let matrix = Int8Matrix { values: w.as_ptr(), scales: scales.as_ptr(), input_range: range };
+                        // SAFETY: `x` is the NHWC input, `w` k × n, `scales` n; `got` m × n.
+                        unsafe { quant_gemm_on(isa, &mut got, input(), matrix, [m, k, n], Post::default(), threads) }
+                    });
+                    if let Some(diff) = first_difference(&got, &want, n) {
+                        panic!("{} {shape:?} {patches:?} range {range:?}: {diff}", isa.name());
+                    }
+                }
+                if let Some(weights) = &packed {
+                    let mut got = vec![-7.0f32; m * n];
+                    pool.install(|| {
+                        let matrix = PackedMatrix { weights, scales: scales.as_ptr(), input_range: range };
+                        // SAFETY: as above, the weights packed.
+                        unsafe { quant_gemm_packed(&mut got, input(), matrix, [m, k, n], Post::default(), threads) }
+                    });
+                    if let Some(diff) = first_difference(&got, &want, n) {
+                        panic!("packed {shape:?} {patches:?} range {range:?}: {diff}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A dense layer's epilogue applied as the product is stored (`Post`):
 /// the reference product, then `+ bias` and ReLU as the interpreter's
 /// ops, on every tier, with and without packed weights, at 1 and 2
@@ -339,8 +404,20 @@ fn the_reference_example_and_empty_shapes() {
         // m = 0 or n = 0: nothing is written.
         let mut dst = [5.0f32; 2];
         // SAFETY: empty operands; `dst` holds the 0 elements of each.
-        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), matrix(&[1], &[1.0]), [0, 1, 1], Post::default(), 1) };
-        unsafe { quant_gemm_on(isa, &mut dst, [1.0].as_ptr(), matrix(&[1], &[]), [1, 1, 0], Post::default(), 1) };
+        unsafe {
+            quant_gemm_on(
+                isa,
+                &mut dst,
+                Input::rows([1.0].as_ptr()),
+                matrix(&[1], &[1.0]),
+                [0, 1, 1],
+                Post::default(),
+                1,
+            )
+        };
+        unsafe {
+            quant_gemm_on(isa, &mut dst, Input::rows([1.0].as_ptr()), matrix(&[1], &[]), [1, 1, 0], Post::default(), 1)
+        };
         assert_eq!(dst, [5.0; 2]);
     }
 }
