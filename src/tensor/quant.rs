@@ -203,6 +203,10 @@ pub fn column_sums(w: &[i8], k: usize, n: usize) -> Vec<i32> {
 /// of shape `shape` into `out` (rows `stride` apart, each starting with
 /// its `KH · KW · C` levels): the window's taps `i`, `j`, `c` in order,
 /// `padding(image)` where a tap is in the padding.
+///
+/// Output row by output row (`b`, `y`): where a window row lies inside the
+/// input it is one run of `KW · C` levels (without dilation), copied as
+/// such; the edges go tap by tap.
 pub fn patch_rows(
     x: &[u8],
     shape: [usize; 4],
@@ -213,54 +217,66 @@ pub fn patch_rows(
 ) {
     let [_, h, w, c] = shape;
     let Some([_, oh, ow, _]) = p.rows_shape(&shape) else { return };
-    let ([kh, kw], line) = (p.kernel, p.kernel[1] * c);
-    // The output position of the first row, then stepped (no divisions).
-    let (mut b, mut y, mut xo) = (rows.start / (oh * ow), rows.start / ow % oh, rows.start % ow);
-    for (n, out) in out.chunks_mut(stride).take(rows.len()).enumerate() {
-        if n > 0 {
-            xo += 1;
-            if xo == ow {
-                (xo, y) = (0, y + 1);
-                if y == oh {
-                    (y, b) = (0, b + 1);
-                }
-            }
-        }
+    let ([kh, kw], line, [sy, sx]) = (p.kernel, p.kernel[1] * c, p.stride);
+    let (pad_top, pad_left) = (p.padding[0], p.padding[2]);
+    // The columns whose window rows are whole runs inside the input.
+    let first_inside = pad_left.div_ceil(sx);
+    let past_inside = match p.dilation[1] {
+        1 if w + pad_left >= kw => ((w + pad_left - kw) / sx + 1).min(ow),
+        _ => 0,
+    };
+    let mut row = rows.start;
+    while row < rows.end {
+        let (b, y, first) = (row / (oh * ow), row / ow % oh, row % ow);
+        let last = (first + rows.end - row).min(ow);
         let pad = padding(b);
-        // The window's first column, which may be left of the input.
-        let x0 = (xo * p.stride[1]) as isize - p.padding[2] as isize;
-        for (i, out) in out[..kh * line].chunks_exact_mut(line).enumerate() {
-            let Some(iy) = (y * p.stride[0] + i * p.dilation[0]).checked_sub(p.padding[0]).filter(|&r| r < h) else {
-                out.fill(pad);
-                continue;
-            };
-            let input_row = &x[(b * h + iy) * w * c..(b * h + iy + 1) * w * c];
-            // A window row inside the input is one run of `KW · C` levels.
-            if p.dilation[1] == 1 && x0 >= 0 && x0 as usize + kw <= w {
-                copy_small(out, &input_row[x0 as usize * c..][..line]);
-                continue;
-            }
-            for (j, tap) in out.chunks_exact_mut(c).enumerate() {
-                let ix = x0 + (j * p.dilation[1]) as isize;
-                match usize::try_from(ix).ok().filter(|&ix| ix < w) {
-                    Some(ix) => copy_small(tap, &input_row[ix * c..(ix + 1) * c]),
-                    None => tap.fill(pad),
+        // Each kernel row's input row (its first level), or none in the
+        // padding.
+        let input_rows: Vec<Option<usize>> = (0..kh)
+            .map(|i| {
+                (y * sy + i * p.dilation[0]).checked_sub(pad_top).filter(|&r| r < h).map(|iy| (b * h + iy) * w * c)
+            })
+            .collect();
+        // Output rows and their kernel rows in order: a copy may spill past
+        // its run into the next one (rewritten after it) or the row's
+        // unused tail, never into a row already made.
+        for xo in first..last {
+            let out = &mut out[(row - rows.start + xo - first) * stride..];
+            let inside = (first_inside..past_inside).contains(&xo);
+            for (i, input_row) in input_rows.iter().enumerate() {
+                let dst = &mut out[i * line..];
+                match input_row {
+                    None => dst[..line].fill(pad),
+                    Some(start) if inside => copy_run(dst, &x[start + (xo * sx - pad_left) * c..], line),
+                    Some(start) => {
+                        for j in 0..kw {
+                            let ix = (xo * sx + j * p.dilation[1]).checked_sub(pad_left).filter(|&q| q < w);
+                            match ix {
+                                Some(ix) => copy_run(&mut dst[j * c..], &x[start + ix * c..], c),
+                                None => dst[j * c..(j + 1) * c].fill(pad),
+                            }
+                        }
+                    }
                 }
             }
         }
+        row += last - first;
     }
 }
 
-/// `dst.copy_from_slice(src)` for the few bytes of a window row, eight at a
-/// time (a `memcpy` call per window row cost more than the copy).
-fn copy_small(dst: &mut [u8], src: &[u8]) {
-    let mut d = dst.chunks_exact_mut(8);
-    let mut s = src.chunks_exact(8);
-    for (d, s) in d.by_ref().zip(s.by_ref()) {
-        d.copy_from_slice(s);
+/// The first `len` bytes of `src` to the start of `dst`, in whole 8-byte
+/// words where both have room for them (then bytes past `len` in `dst` are
+/// overwritten too): a `memcpy` call per window row of a few bytes cost
+/// more than the copy.
+fn copy_run(dst: &mut [u8], src: &[u8], len: usize) {
+    let words = len.div_ceil(8);
+    if dst.len() < 8 * words || src.len() < 8 * words {
+        return dst[..len].copy_from_slice(&src[..len]);
     }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = *s;
+    for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)).take(words) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(s);
+        d.copy_from_slice(&word);
     }
 }
 
