@@ -4,7 +4,8 @@
 # quantize_dynamic (per-channel s8 weights, dynamic u8 activations), in ONE
 # run, one thread, ROUNDS rounds taking turns; prints each round's medians.
 # tfc: `tfc bench examples/bench/mlp_int8.tfl` (export fns called in
-# process). ONNX Runtime: ../shared/bench/bench_ort_int8.py (one `sess.run`
+# process; dynamic and calibrated), and the canonical CNN's inference in
+# f32 and int8 (`examples/bench/cnn_int8.tfl`, tfc only). ONNX Runtime: ../shared/bench/bench_ort_int8.py (one `sess.run`
 # from Python per call, its overhead included). Peaks: benches/infer/fma_peak.c
 # (f32 FMA) measured in the same run.
 # Environment: TFC (target/release/tfc), PY (a Python with onnxruntime, onnx,
@@ -22,5 +23,6 @@ echo "f32 FMA peak: $("$tmp/fma_peak") GFLOP/s"
 for r in $(seq "$ROUNDS"); do
   echo "round $r"
   (cd "$repo/examples/bench" && "$TFC" bench mlp_int8.tfl --threads 1 2>&1 | grep '^export')
+  (cd "$repo/examples/bench" && "$TFC" bench cnn_int8.tfl --threads 1 2>&1 | grep '^export')
   "$PY" "$PEERS/bench_ort_int8.py" "$PEERS"
 done
