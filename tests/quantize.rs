@@ -10,13 +10,13 @@ mod support;
 use support::*;
 
 /// The digits MLP trained in f32 for 20 epochs, then quantized with
-/// dynamic ranges and with ranges calibrated on 256 training images;
+/// dynamic ranges and with ranges calibrated on the first batch of 256
+/// training images;
 /// prints the f32, the int8 and the calibrated int8 test accuracy.
 fn digits_quantized() -> String {
     format!(
         "{}let q = quantize(net)
-let (images, labels) = collect(train_set |> take(256))
-let c = quantize(net, calibration = images)
+let c = quantize(net, calibration = train_set |> batch(256))
 print(accuracy(net, test_set |> batch(256)))
 print(accuracy(q, test_set |> batch(256)))
 print(accuracy(c, test_set |> batch(256)))
@@ -224,6 +224,11 @@ fn bad_inputs_are_diagnostics() {
         &dir,
         &format!("{model}let q = quantize(M(), calibration = 3)"),
         &["E0324", "calibration data must be an f32 tensor of example inputs, not"],
+    );
+    fails(
+        &dir,
+        &format!("{model}let q = quantize(M(), calibration = from_tensors(ones([8, 4])))"),
+        &["E0324", "a calibration dataset must be batched", "calibration = ds |> batch(512)"],
     );
     fails(
         &dir,

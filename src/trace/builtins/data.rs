@@ -628,16 +628,22 @@ impl Tracer<'_> {
         } else {
             d.element.clone()
         };
+        self.collected(&d, &types, all, a.span)
+    }
+
+    /// What `first(d)` (or, with `all`, `collect(d)`, its elements stacked
+    /// as `types`) gives: values that an effect fills when it runs.
+    pub(crate) fn collected(&mut self, d: &Dataset, types: &[TensorType], all: bool, span: Span) -> TResult<Value> {
         let mut slots = Vec::new();
         let mut values = Vec::new();
-        for t in &types {
-            crate::trace::tensor::check_size(&t.shape, a.span)?;
+        for t in types {
+            crate::trace::tensor::check_size(&t.shape, span)?;
             let slot = self.new_slot();
-            let id = self.graph.add(Op::Slot { slot, ty: t.clone() }, &[], t.clone(), a.span);
+            let id = self.graph.add(Op::Slot { slot, ty: t.clone() }, &[], t.clone(), span);
             slots.push(slot);
             values.push(Value::Tensor(id, t.clone()));
         }
-        self.effects.push(Effect::Collect { data: Box::new((*d).clone()), all, slots, span: a.span });
+        self.effects.push(Effect::Collect { data: Box::new(d.clone()), all, slots, span });
         Ok(if values.len() == 1 { values.remove(0) } else { Value::Tuple(values) })
     }
 }

@@ -16,7 +16,8 @@
 //! they are computed once; `save` writes each as `path` (`I8`) plus
 //! `path.scale` (`F32`), and `load` reads them back.
 //!
-//! With `calibration = x` (a tensor of example inputs), the products
+//! With `calibration = x` (a tensor of example inputs, or a batched
+//! dataset, whose first batch's inputs are taken), the products
 //! quantize their inputs statically, as ONNX Runtime's `quantize_static`
 //! with its MinMax calibration: the float model runs on `x` while tracing,
 //! each quantized weight's products record the inputs they see, and the
@@ -99,6 +100,25 @@ impl Tracer<'_> {
         span: Span,
     ) -> TResult<()> {
         let name = &model.def.name.name;
+        // A batched dataset gives its first batch's inputs (the first part
+        // of an `(x, y)` element).
+        let first_batch;
+        let data = match data {
+            Value::Dataset(d) if !d.batch_sizes.is_empty() => {
+                first_batch = match self.collected(d, &d.element, false, at)? {
+                    Value::Tuple(parts) => parts.into_iter().next().unwrap_or(Value::Tuple(Vec::new())),
+                    v => v,
+                };
+                &first_batch
+            }
+            Value::Dataset(_) => {
+                return Err(Diagnostic::new(Code::Quantize, "a calibration dataset must be batched")
+                    .label(at, "an unbatched dataset")
+                    .help("calibrate on its first batch: `calibration = ds |> batch(512)`")
+                    .into());
+            }
+            v => v,
+        };
         let fits = |v: &Value| matches!(v, Value::Tensor(_, ty) if ty.dtype == DType::F32 && ty.rank() >= 1);
         if !fits(data) {
             return Err(Diagnostic::new(
@@ -106,7 +126,7 @@ impl Tracer<'_> {
                 format!("calibration data must be an f32 tensor of example inputs, not {}", data.describe()),
             )
             .label(at, "not an f32 tensor")
-            .help("pass a batch of inputs, e.g. `calibration = images[0:512]`, or `collect(ds |> take(512))`")
+            .help("pass a batch of inputs (`calibration = images[0:512]`) or a batched dataset (`train |> batch(512)`)")
             .into());
         }
         let targets = weights.iter().copied().collect();
