@@ -102,17 +102,20 @@ fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_coun
 }
 
 /// A small CNN read from a file, quantized with dynamic and with calibrated
-/// ranges: 1- and 3-channel convolutions with SAME and VALID padding and a
-/// stride of 2, then a dense layer; every output value printed, one image
-/// with a NaN among them.
+/// ranges: a first 1-channel convolution (which stays f32), a 4-channel
+/// one with VALID padding and a stride of 2 (its patches read in place), a
+/// 5-channel one with SAME padding and an even kernel (patches made), then
+/// a dense layer; every output value printed, one image with a NaN among
+/// them.
 const CNN: &str = r#"
 use std.nn.{Conv2d, Dense, Flatten}
 model Cnn {
-    c1 = Conv2d(1, 3, kernel = 3, act = relu)
-    c2 = Conv2d(3, 5, kernel = 3, stride = 2, padding = "valid", act = relu)
+    c1 = Conv2d(1, 4, kernel = 3, act = relu)
+    c2 = Conv2d(4, 5, kernel = 3, stride = 2, padding = "valid", act = relu)
+    c3 = Conv2d(5, 6, kernel = 2, act = relu)
     flat = Flatten()
-    out = Dense(3 * 3 * 5, 4)
-    fn forward(x: f32[B, 8, 8, 1]) -> f32[B, 4] = x |> c1 |> c2 |> flat |> out
+    out = Dense(3 * 3 * 6, 4)
+    fn forward(x: f32[B, 8, 8, 1]) -> f32[B, 4] = x |> c1 |> c2 |> c3 |> flat |> out
 }
 save(Cnn(seed = 5), "out/cnn.safetensors")
 let net = Cnn(seed = 6)
@@ -148,8 +151,9 @@ fn int8_convolutions_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_
     }
     put(&dir, "cnn.tfl", CNN.as_bytes());
     let plan = tfc(&dir, &["build".as_ref(), "cnn.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
-    assert!(plan.stdout.contains("quant_conv2d 320x9x3 i8"), "{}", plan.stdout);
-    assert!(plan.stdout.contains("quant_conv2d 45x27x5 static i8"), "{}", plan.stdout);
+    for kernel in ["conv2d 5x8x8x1 * 3x3x1x4", "quant_conv2d 45x36x5 i8", "quant_conv2d 45x20x6 static i8"] {
+        assert!(plan.stdout.contains(kernel), "no `{kernel}` in the plan:\n{}", plan.stdout);
+    }
 }
 
 #[test]

@@ -9,9 +9,9 @@
 //! weight on the right becomes `Op::QuantMatMul` (each row of `x`
 //! quantized to `u8` on the fly, integer sums, see `tensor::quant`), which
 //! the CPU backend runs on VNNI. Rank-4 `f32` parameters (HWIO filters)
-//! are quantized the same way per output channel, and `conv2d` with one
-//! (`groups = 1`) becomes `Op::QuantMatMul` with `Patches`. The original
-//! model is untouched.
+//! of 4 or more input channels are quantized the same way per output
+//! channel, and `conv2d` with one (`groups = 1`) becomes `Op::QuantMatMul`
+//! with `Patches`. The original model is untouched.
 //! The quantized weights are graph values of the program like any other, so
 //! they are computed once; `save` writes each as `path` (`I8`) plus
 //! `path.scale` (`F32`), and `load` reads them back.
@@ -201,9 +201,7 @@ impl Tracer<'_> {
         for name in m.scope.local_names() {
             let Some(v) = m.scope.get_local(&name) else { continue };
             let v = match v {
-                Value::Tensor(id, ty)
-                    if m.params.contains(&name) && ty.dtype == DType::F32 && matches!(ty.rank(), 2 | 4) =>
-                {
+                Value::Tensor(id, ty) if m.params.contains(&name) && ty.dtype == DType::F32 && quantizes(&ty.shape) => {
                     let w = Operand { id, ty, span };
                     let deq = self.quantized_weight(&w, span)?;
                     weights.push((id, deq.id));
@@ -306,6 +304,18 @@ impl Tracer<'_> {
         let range = q.input_range.map(|id| Operand { id, ty: self.graph.node(id).ty.clone(), span: w.span });
         operands.extend(range.as_ref());
         Ok(Some(self.node(Op::QuantMatMul { patches }, &operands, span)?))
+    }
+}
+
+/// Whether a parameter of this shape is stored as int8: a dense layer's
+/// `[k, n]` weights, or an HWIO filter that sees at least 4 input channels
+/// (a first layer's 1 or 3 channels give each output too few products for
+/// int8 to pay for quantizing its input: it stays `f32`).
+fn quantizes(shape: &[usize]) -> bool {
+    match shape {
+        [_, _] => true,
+        [_, _, channels, _] => *channels >= 4,
+        _ => false,
     }
 }
 

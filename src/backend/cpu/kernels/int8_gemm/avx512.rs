@@ -243,17 +243,33 @@ pub(super) unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
             };
             for ib in rows.clone() {
                 let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
-                let a = job.a[i * job.quads..].as_ptr();
+                // Where each row's steps start, and where step `q` is from
+                // there: `q` for packed rows, `steps[q]` in place.
+                let (starts, steps) = match &job.gather {
+                    None => {
+                        let a = job.a[i * job.quads..].as_ptr();
+                        (std::array::from_fn(|r| a.wrapping_add(r * job.quads)), None)
+                    }
+                    Some(g) => {
+                        let at = |r: usize| g.levels.as_ptr().wrapping_add(g.rows[(i + r).min(job.m - 1)]);
+                        (std::array::from_fn(at), Some(g.steps.as_ptr()))
+                    }
+                };
                 let quants = &job.quants[i..i + r];
                 // SAFETY: rows i..i + r, columns j..j + cols of `dst` are
                 // this worker's.
                 let c = unsafe { job.dst.0.add(i * job.n + j) };
                 macro_rules! by_rows {
                     ($($rows:literal)*) => {
-                        match r {
+                        match (r, steps) {
                             // SAFETY: block `ib` and panel `jp`, packed
                             // with `quads` steps; `c` as above.
-                            $($rows => unsafe { tile::<$rows>(a, b, job.quads, c, quants, &edge) },)*
+                            $(($rows, None) => unsafe {
+                                tile::<$rows, false>(&starts, std::ptr::null(), b, job.quads, c, quants, &edge)
+                            },)*
+                            $(($rows, Some(steps)) => unsafe {
+                                tile::<$rows, true>(&starts, steps, b, job.quads, c, quants, &edge)
+                            },)*
                             _ => unreachable!("a block has 1 to {MR} rows"),
                         }
                     };
@@ -282,16 +298,20 @@ struct Edge<'a> {
 
 /// The micro-kernel: `c[0..ROWS][0..edge.cols]` (row stride `edge.ldc`) =
 /// the reference's outputs for the `quads` steps of `ROWS` quantized rows
-/// at `a` (row stride `quads`, quantized as `quants`) and a packed
-/// 32-column panel `b`.
+/// (quantized as `quants`) and a packed 32-column panel `b`. Step `q` of
+/// row `r` is the `u32` at `starts[r] + q`, or, `IN_PLACE` (a
+/// convolution's rows read from its level images, `Gather`), at
+/// `starts[r] + steps[q]`.
 ///
 /// # Safety
-/// AVX-512 F, BW, VL, VNNI; `a` holds `ROWS · quads` `u32`s and `b`
-/// `quads · 2` vectors; `c` addresses `ROWS` rows of `edge.cols` elements; `quants`
+/// AVX-512 F, BW, VL, VNNI; those `u32`s exist for the first `ROWS` rows,
+/// `steps` holds `quads` offsets when `IN_PLACE`; `b` holds `quads · 2`
+/// vectors; `c` addresses `ROWS` rows of `edge.cols` elements; `quants`
 /// has `ROWS` elements.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<const ROWS: usize>(
-    a: *const u32,
+unsafe fn tile<const ROWS: usize, const IN_PLACE: bool>(
+    starts: &[*const u32; MR],
+    steps: *const usize,
     b: *const __m512i,
     quads: usize,
     c: *mut f32,
@@ -305,12 +325,13 @@ unsafe fn tile<const ROWS: usize>(
     for q in 0..quads {
         // SAFETY: step `q` of the panel: two vectors.
         let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * q)), _mm512_loadu_si512(b.add(2 * q + 1))) };
-        let a = a.wrapping_add(q);
+        // SAFETY: `steps` has `quads` entries when reading in place.
+        let at = if IN_PLACE { unsafe { steps.add(q).read() } } else { q };
         macro_rules! step_row {
             ($r:literal) => {
                 if $r < ROWS {
                     // SAFETY: step `q` of row `r` of the block.
-                    let av = _mm512_set1_epi32(unsafe { a.add($r * quads).read() } as i32);
+                    let av = _mm512_set1_epi32(unsafe { starts[$r].add(at).read() } as i32);
                     acc[$r][0] = _mm512_dpbusd_epi32(acc[$r][0], av, b0);
                     acc[$r][1] = _mm512_dpbusd_epi32(acc[$r][1], av, b1);
                 }

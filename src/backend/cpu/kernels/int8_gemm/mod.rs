@@ -253,8 +253,11 @@ struct Line([u8; 64]);
 #[cfg(target_arch = "x86_64")]
 /// One product, packed, as the micro-kernels see it.
 struct Job<'a> {
-    /// Quantized `x`: `m` rows of `quads` `u32`s (4 levels each).
+    /// Quantized `x`: `m` rows of `quads` `u32`s (4 levels each); unused
+    /// with `gather`.
     a: &'a [u32],
+    /// A convolution's rows read in place from its padded level images.
+    gather: Option<Gather<'a>>,
     /// Each row's quantization (`m`).
     quants: &'a [RowQuant],
     /// Packed `w`: `ceil(n / NR)` panels of `quads · 2` lines.
@@ -273,6 +276,22 @@ struct Job<'a> {
 }
 
 #[cfg(target_arch = "x86_64")]
+/// Where a convolution's rows are, when the micro-kernel reads them in
+/// place (input channels a multiple of 4, so each step's 4 levels are one
+/// `u32` of one pixel): step `q` of row `r` is `levels[rows[r] +
+/// steps[q]]`.
+#[derive(Clone, Copy)]
+struct Gather<'a> {
+    /// The images' levels, padded with each image's zero point on every
+    /// side by the convolution's padding: `[N, H', W', C / 4]` `u32`s.
+    levels: &'a [u32],
+    /// Each row's window origin in `levels` (`m`).
+    rows: &'a [usize],
+    /// Each step's place relative to a window's origin (`quads`).
+    steps: &'a [usize],
+}
+
+#[cfg(target_arch = "x86_64")]
 /// The packing buffers a thread keeps between products.
 #[derive(Default)]
 struct Buffers {
@@ -285,6 +304,11 @@ struct Buffers {
     images: Vec<u32>,
     image_levels: Vec<u8>,
     image_quants: Vec<RowQuant>,
+    /// For `Gather`: the padded level images, the rows' origins and the
+    /// steps' offsets.
+    padded: Vec<u32>,
+    origins: Vec<usize>,
+    steps: Vec<usize>,
 }
 
 /// Weights packed once for the VNNI kernel (a quantized model's weights
@@ -384,6 +408,9 @@ unsafe fn tiled(dst: &mut [f32], x: Rows, layer: Layer, [m, k, n]: [usize; 3], p
                 images: Vec::new(),
                 image_levels: Vec::new(),
                 image_quants: Vec::new(),
+                padded: Vec::new(),
+                origins: Vec::new(),
+                steps: Vec::new(),
             })
         };
     }
@@ -437,8 +464,13 @@ unsafe fn tiled(dst: &mut [f32], x: Rows, layer: Layer, [m, k, n]: [usize; 3], p
         }
     };
 
+    let gather = match x.patches {
+        Some(_) if !buf.steps.is_empty() => Some(Gather { levels: &buf.padded, rows: &buf.origins, steps: &buf.steps }),
+        _ => None,
+    };
     let job = Job {
         a: &buf.a,
+        gather,
         quants: &buf.quants,
         b,
         col_sums,
@@ -452,6 +484,7 @@ unsafe fn tiled(dst: &mut [f32], x: Rows, layer: Layer, [m, k, n]: [usize; 3], p
     // SAFETY: the caller's contract; `job` was packed above.
     unsafe { grid(&job, threads) };
     keep(&mut buf.a);
+    keep(&mut buf.padded);
     keep(&mut buf.quants);
     keep(&mut buf.b);
     keep(&mut buf.col_sums);
@@ -503,11 +536,18 @@ unsafe fn conv_rows(
     // The levels of each image side by side (an image's row in `images` is
     // padded to whole `u32`s).
     reuse(&mut buf.image_levels, images * image, 0);
+    // SAFETY: any `u32`s are bytes (`4 ·` as many).
+    let bytes = unsafe { std::slice::from_raw_parts(buf.images.as_ptr().cast::<u8>(), 4 * buf.images.len()) };
     for (b, levels) in buf.image_levels.chunks_exact_mut(image.max(1)).enumerate() {
-        let row = &buf.images[b * image_quads..(b + 1) * image_quads];
-        for (l, four) in levels.chunks_mut(4).zip(row) {
-            l.copy_from_slice(&four.to_le_bytes()[..l.len()]);
-        }
+        levels.copy_from_slice(&bytes[4 * b * image_quads..][..image]);
+    }
+    let per_image = m / images.max(1);
+    for (r, q) in buf.quants.iter_mut().enumerate() {
+        *q = buf.image_quants[r / per_image.max(1)];
+    }
+    buf.steps.clear();
+    if shape[3] % 4 == 0 {
+        return gather_rows(buf, (p, shape), m);
     }
     let quads = k.div_ceil(4);
     let blocks = m.div_ceil(MR);
@@ -519,9 +559,42 @@ unsafe fn conv_rows(
         let zero = |b: usize| image_quants[b].zero as u8;
         patch_rows(image_levels, shape, &p, lo * MR..(hi * MR).min(m), (bytes, 4 * quads), zero);
     });
-    let per_image = m / images.max(1);
-    for (r, q) in buf.quants.iter_mut().enumerate() {
-        *q = image_quants[r / per_image.max(1)];
+}
+
+/// `Gather` for a convolution whose input channels are a multiple of 4:
+/// the level images of `buf.image_levels` padded with their zero points
+/// into `buf.padded`, each row's window origin into `buf.origins` and each
+/// step's offset into `buf.steps` (`k / 4` of them, in the taps' order
+/// `i`, `j`, `c`).
+#[cfg(target_arch = "x86_64")]
+fn gather_rows(buf: &mut Buffers, (p, shape): (Patches, [usize; 4]), m: usize) {
+    let [n, h, w, c] = shape;
+    let words = c / 4;
+    let (hp, wp) = (h + p.padding[0] + p.padding[1], w + p.padding[2] + p.padding[3]);
+    reuse(&mut buf.padded, n * hp * wp * words, 0);
+    for b in 0..n {
+        let zero = u32::from_ne_bytes([buf.image_quants[b].zero as u8; 4]);
+        let image = &mut buf.padded[b * hp * wp * words..(b + 1) * hp * wp * words];
+        image.fill(zero);
+        for y in 0..h {
+            let from = &buf.image_levels[(b * h + y) * w * c..(b * h + y + 1) * w * c];
+            let to = &mut image[((y + p.padding[0]) * wp + p.padding[2]) * words..][..w * words];
+            for (to, four) in to.iter_mut().zip(from.chunks_exact(4)) {
+                *to = u32::from_ne_bytes([four[0], four[1], four[2], four[3]]);
+            }
+        }
+    }
+    let Some([_, oh, ow, _]) = p.rows_shape(&shape) else { return };
+    buf.origins.clear();
+    buf.origins.extend((0..m).map(|r| {
+        let (b, y, x) = (r / (oh * ow), r / ow % oh, r % ow);
+        ((b * hp + y * p.stride[0]) * wp + x * p.stride[1]) * words
+    }));
+    for i in 0..p.kernel[0] {
+        for j in 0..p.kernel[1] {
+            let tap = (i * p.dilation[0] * wp + j * p.dilation[1]) * words;
+            buf.steps.extend((0..words).map(|q| tap + q));
+        }
     }
 }
 

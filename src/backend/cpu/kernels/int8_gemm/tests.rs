@@ -280,7 +280,8 @@ fn static_input_ranges_give_the_reference_bits() {
 }
 
 /// Quantized convolutions (each image quantized whole, its levels laid out
-/// as patches): against `quant_conv_into`, on every tier, packed or not,
+/// as patches, or read in place when the channels are a multiple of 4):
+/// against `quant_conv_into`, on every tier, packed or not,
 /// at 1 and 2 threads, with and without a static range, for padded and
 /// unpadded windows, strides, dilations, one input channel, channel counts
 /// that are not multiples of 4 (ragged `k`) and images whose size is not
@@ -299,6 +300,7 @@ fn convolutions_by_patches_give_the_reference_bits() {
         ([3, 12, 12, 1], p([3, 3], [1, 1], [1, 1, 1, 1], [1, 1]), 16),
         ([2, 9, 7, 5], p([3, 3], [2, 2], [1, 1, 1, 1], [1, 1]), 33),
         ([4, 8, 8, 16], p([3, 3], [1, 1], [0, 0, 0, 0], [1, 1]), 32),
+        ([3, 9, 7, 8], p([3, 2], [2, 1], [1, 1, 0, 1], [1, 2]), 40),
         ([1, 10, 11, 3], p([2, 3], [1, 2], [0, 1, 2, 0], [2, 1]), 7),
     ];
     for (s, &(shape, patches, n)) in cases.iter().enumerate() {
