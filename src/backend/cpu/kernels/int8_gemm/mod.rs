@@ -39,6 +39,13 @@
 //! `n`) is zero, so it adds nothing; the rows of a block past `m` are
 //! never computed.
 //!
+//! A quantized convolution (`Input::patches`) quantizes each image as one
+//! row, then multiplies its im2col patches: with input channels a multiple
+//! of 4 the micro-kernel reads them in place from the images' levels,
+//! padded with each image's zero point (`Gather`); otherwise patch rows are
+//! made block by block (`tensor::quant::patch_rows`). The store applies a
+//! dense layer's bias and ReLU when asked (`Post`).
+//!
 //! Example: `quant_gemm(&mut y, x, w, s, [64, 784, 256], 1)` is a
 //! quantized dense layer `y = x @ w` of a batch of 64 for row-major `x:
 //! f32[64, 784]`, `w: i8[784, 256]` and `s: f32[256]` (6 row blocks, the
@@ -128,17 +135,16 @@ pub(in crate::backend::cpu) struct PackedMatrix<'a> {
     pub input_range: Option<[f32; 2]>,
 }
 
-/// `dst = post(quant_matmul(x, w.values, w.scales, w.input_range))` (x's
-/// rows or patches; see the module docs
-/// and `crate::tensor::quant`) on the tier `isa::active()`; `mkn` is `[m,
-/// k, n]`, and `threads` of the current rayon pool share the work (1: the
-/// calling thread only).
+/// `dst = post(quant_matmul(x, w.values, w.scales, w.input_range))`, of
+/// `x`'s rows or patches (see the module docs and `crate::tensor::quant`),
+/// on the tier `isa::active()`; `mkn` is `[m, k, n]`, and `threads` of the
+/// current rayon pool share the work (1: the calling thread only).
 ///
 /// # Safety
-/// `x.values` must address `m · k` f32 (the NHWC input's, with
-/// patches), `w.values` `k · n` i8 (both row-major),
-/// `w.scales` `n` f32, and `dst` must hold at least `m · n` elements;
-/// `post.bias`, when there is one, `n`.
+/// `x.values` must address `m · k` f32 (with patches, the NHWC input's
+/// elements), `w.values` `k · n` i8 (both row-major), `w.scales` `n` f32,
+/// and `dst` must hold at least `m · n` elements; `post.bias`, when there
+/// is one, `n`.
 pub(in crate::backend::cpu) unsafe fn quant_gemm(
     dst: &mut [f32],
     x: Input,
