@@ -221,6 +221,48 @@ fn f16_loss_scaling_skips_overflowing_steps_halves_the_scale_and_recovers() {
     assert!(scales(&clean).iter().all(|&l| l == (32768.0, 0.0)), "{:?}", scales(&clean));
 }
 
+/// A skipped step is not one of the optimizer's steps: an optimizer that
+/// records the `step` it is given (and leaves the parameters alone) has
+/// seen 20 − skipped after 20 steps, as PyTorch's Adam counts its own
+/// steps under `GradScaler`.
+#[test]
+fn skipped_f16_steps_do_not_count_as_optimizer_steps() {
+    let dir = scratch("mixed-scaling-steps");
+    let program = format!(
+        r#"
+{}
+optimizer stepper() {{
+    state seen = zeros_like(param)
+    update {{
+        seen = seen * 0.0 + step
+        param
+    }}
+}}
+let net = Mlp(seed = 42)
+train net on digits |> batch(64) {{
+    loss(x, y) = softmax_cross_entropy(net(x), y) * 1e4
+    optimizer = stepper()
+    steps = 20
+    precision = "f16"
+    log "log.jsonl" every 1 steps
+    checkpoint "ck.safetensors" every 20 steps
+}}
+"#,
+        digits_model()
+    );
+    succeeds(run_with(&dir, &program, &[], &[]));
+    let out = succeeds(run_with(
+        &dir,
+        "print(collect(load_safetensors(\"ck.safetensors\", \"optimizer/l2.b/seen\")))",
+        &[],
+        &[],
+    ));
+    let skipped = scales(&dir).last().expect("a log line").1;
+    assert!(skipped >= 5.0, "the first steps are skipped: {:?}", scales(&dir));
+    let seen = 20.0 - skipped;
+    assert!(out.contains(&format!("[{seen}, {seen}, {seen},")), "expected step {seen} everywhere:\n{out}");
+}
+
 #[test]
 fn f16_loss_scaling_resumes_bit_exactly() {
     let whole = scratch("mixed-resume-whole");

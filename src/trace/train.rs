@@ -480,12 +480,19 @@ impl Tracer<'_> {
             let (clipped, norm) = self.clip_by_global_norm(&grads, max_norm, span)?;
             (grads, global_norm) = (clipped, Some(norm));
         }
+        // The optimizer's `step` counts the updates applied: a skipped
+        // step is not one (as PyTorch's Adam under `GradScaler`, whose
+        // skipped `optimizer.step()` leaves its step count as it was).
+        let step = match &scaling {
+            Some(s) => self.binary(BinaryOp::Sub, (&io.step, span), (&s.skipped, span), span)?,
+            None => io.step.clone(),
+        };
         let mut new_params = Vec::new();
         let mut new_states = Vec::new();
         let per_param = fields.optimizer.def.states.len();
         for (i, p) in params.iter().enumerate() {
             let mine = &io.states[i * per_param..(i + 1) * per_param];
-            let (np, ns) = self.update(&fields.optimizer, p, &io.params[i].0, grads[i], &io.step, mine, span)?;
+            let (np, ns) = self.update(&fields.optimizer, p, &io.params[i].0, grads[i], &step, mine, span)?;
             match &finite {
                 // A step whose gradients overflowed changes nothing.
                 Some(finite) => {
