@@ -173,6 +173,13 @@ fn the_plan_shows_the_int8_kernels() {
     let fused = profile.stdout.lines().find(|l| l.contains("int8 gemm 13x37x19 ("));
     assert!(fused.is_some_and(|l| l.contains("bias and relu applied")), "{}", profile.stdout);
     assert!(!profile.stdout.contains("fused 13x19"), "{}", profile.stdout);
+    // A C library has no int8 code: refused, saying what to export instead.
+    let args = ["build", "bench.tfl", "--emit", "lib", "-o", "out/lib"];
+    let lib = tfc(&dir, &args.map(|a| a.as_ref()));
+    assert_eq!(lib.code, Some(1), "{}", lib.stderr);
+    for part in ["E0345", "is an int8 product", "export the f32 model to the library"] {
+        assert!(lib.stderr.contains(part), "no `{part}` in:\n{}", lib.stderr);
+    }
 }
 
 #[test]

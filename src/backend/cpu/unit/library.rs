@@ -231,6 +231,10 @@ impl JitUnit {
                 }
                 Step::Pool { unread: true, .. } => {}
                 Step::Interp(_) => return Err(refused(self, i, "runs on the interpreter")),
+                Step::QuantGemm { .. } => {
+                    let why = "is an int8 product: quantized models run in process only (tfc run, bench, repl)";
+                    return Err(refused(self, i, why).help("export the f32 model to the library"));
+                }
                 _ => return Err(refused(self, i, "has no library code yet")),
             }
         }
