@@ -80,7 +80,7 @@ impl Tracer<'_> {
                 format!("model `{name}` has no f32 weight matrix to quantize"),
             )
             .label(a.span_of(0), "this model")
-            .note("`quantize` stores rank-2 f32 parameters (dense layers' weights) as int8")
+            .note("`quantize` stores dense layers' weights (rank-2 f32) and convolution filters of 4 or more input channels as int8")
             .into());
         }
         if let Some((data, at)) = a.get(1) {
