@@ -285,7 +285,9 @@ fn strict_refuses_exactly_the_programs_with_known_gpu_host_kernels() {
         "transpose",
     ];
     let known: &[(&str, &[&str])] = &[
-        // i8 weights.
+        // i8 weights (products, and convolutions with 4 or more input
+        // channels; the CNN's first layer stays f32).
+        ("examples/bench/cnn_int8.tfl", &["quant_conv2d", "quant_matmul"]),
         ("examples/bench/mlp_int8.tfl", &["quant_matmul"]),
         // Random streams (dropout's mask, draws in a scan's body).
         ("tests/cases/run/dropout_in_a_training_step.tfl", &["broadcast_to"]),
