@@ -79,15 +79,16 @@ fn the_quantized_digits_mlp_keeps_the_f32_accuracy() {
     }
 }
 
-#[test]
-fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_count() {
-    let dir = scratch("quantize-bits");
-    let reference = run(&dir, RAGGED, &["--backend", "interp"]);
+/// `program`'s stdout on the interpreter, after checking that every
+/// instruction-set tier this CPU has prints it exactly, at one and two
+/// threads, under `--strict` (the tiers it lacks are named on stderr).
+fn same_output_on_every_tier(dir: &std::path::Path, program: &str) -> String {
+    let reference = run(dir, program, &["--backend", "interp"]);
     assert_eq!(reference.code, Some(0), "{}", reference.stderr);
     let mut skipped = Vec::new();
     for isa in ["portable", "avx512", "amx"] {
         for threads in ["1", "2"] {
-            let r = run_with(&dir, RAGGED, &["--threads", threads, "--strict"], &[("TFC_ISA", isa)]);
+            let r = run_with(dir, program, &["--threads", threads, "--strict"], &[("TFC_ISA", isa)]);
             if r.code != Some(0) && r.stderr.contains("E0903") {
                 skipped.push(isa);
                 break;
@@ -96,9 +97,25 @@ fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_coun
             assert_eq!(r.stdout, reference.stdout, "TFC_ISA={isa} at {threads} threads differs from the interpreter");
         }
     }
-    // The tiers this CPU lacks are named, so a run that tested less says so.
     eprintln!("tiers skipped (not on this CPU): {skipped:?}");
-    assert!(reference.stdout.contains("f32[3, 6, 5]"), "{}", reference.stdout);
+    reference.stdout
+}
+
+/// The kernels of `program`'s plan (`tfc build --emit plan`) include each
+/// of `kernels`.
+fn plan_shows(dir: &std::path::Path, program: &str, kernels: &[&str]) {
+    put(dir, "plan.tfl", program.as_bytes());
+    let plan = tfc(dir, &["build".as_ref(), "plan.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
+    assert_eq!(plan.code, Some(0), "{}", plan.stderr);
+    for kernel in kernels {
+        assert!(plan.stdout.contains(kernel), "no `{kernel}` in the plan:\n{}", plan.stdout);
+    }
+}
+
+#[test]
+fn int8_products_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_count() {
+    let out = same_output_on_every_tier(&scratch("quantize-bits"), RAGGED);
+    assert!(out.contains("f32[3, 6, 5]"), "{out}");
 }
 
 /// A small CNN read from a file, quantized with dynamic and with calibrated
@@ -136,24 +153,40 @@ assert_close(back(x), c(x), tol = 0.0)
 #[test]
 fn int8_convolutions_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_count() {
     let dir = scratch("quantize-conv-bits");
-    let reference = run(&dir, CNN, &["--backend", "interp"]);
-    assert_eq!(reference.code, Some(0), "{}", reference.stderr);
-    assert!(reference.stdout.contains("nan") && reference.stdout.ends_with("bool true\n"), "{}", reference.stdout);
-    for isa in ["portable", "avx512", "amx"] {
-        for threads in ["1", "2"] {
-            let r = run_with(&dir, CNN, &["--threads", threads, "--strict"], &[("TFC_ISA", isa)]);
-            if r.code != Some(0) && r.stderr.contains("E0903") {
-                break;
-            }
-            assert_eq!(r.code, Some(0), "TFC_ISA={isa}: {}", r.stderr);
-            assert_eq!(r.stdout, reference.stdout, "TFC_ISA={isa} at {threads} threads differs from the interpreter");
-        }
-    }
-    put(&dir, "cnn.tfl", CNN.as_bytes());
-    let plan = tfc(&dir, &["build".as_ref(), "cnn.tfl".as_ref(), "--emit".as_ref(), "plan".as_ref()]);
-    for kernel in ["conv2d 5x8x8x1 * 3x3x1x4", "quant_conv2d 45x36x5 i8", "quant_conv2d 45x20x6 static i8"] {
-        assert!(plan.stdout.contains(kernel), "no `{kernel}` in the plan:\n{}", plan.stdout);
-    }
+    let out = same_output_on_every_tier(&dir, CNN);
+    assert!(out.contains("nan") && out.ends_with("bool true\n"), "{out}");
+    plan_shows(&dir, CNN, &["conv2d 5x8x8x1 * 3x3x1x4", "quant_conv2d 45x36x5 i8", "quant_conv2d 45x20x6 static i8"]);
+}
+
+/// An LSTM and a GRU (std.nn, built on `scan`) quantized with dynamic and
+/// with calibrated ranges: the products inside the loop's body run on int8
+/// too (the body carries the i8 weights in); calibrated, the products
+/// outside the loop get static ranges and those inside keep per-row ones.
+const RNN: &str = r#"
+use std.nn.{LSTM, GRU, Dense}
+model Net {
+    lstm = LSTM(8, 16, sequences = true)
+    gru = GRU(16, 12)
+    out = Dense(12, 4)
+    fn forward(x: f32[B, 5, 8]) -> f32[B, 4] = x |> lstm |> gru |> out
+}
+save(Net(seed = 1), "out/net.safetensors")
+let net = Net(seed = 2)
+load(net, "out/net.safetensors")
+let x = sin(reshape(arange(3 * 40, dtype = f32), [3, 5, 8]))
+print(quantize(net)(x), full = true)
+print(quantize(net, calibration = x[0:2])(x), full = true)
+print(max(abs(quantize(net)(x) - net(x))) < 0.05 * max(abs(net(x))))
+"#;
+
+#[test]
+fn int8_recurrent_layers_match_the_interpreter_bit_for_bit_on_every_tier_and_thread_count() {
+    let dir = scratch("quantize-rnn-bits");
+    let out = same_output_on_every_tier(&dir, RNN);
+    assert!(out.ends_with("bool true\n"), "{out}");
+    // The LSTM's input product (outside the loop), calibrated, and its
+    // recurrent product (in the loop's body), int8 with per-row ranges.
+    plan_shows(&dir, RNN, &["quant_matmul 15x8x64 static i8", "quant_matmul 3x16x64 i8"]);
 }
 
 #[test]

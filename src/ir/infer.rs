@@ -79,9 +79,11 @@ pub fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, TypeError> {
     if inputs.len() != arity {
         return err(Code::Internal, format!("{} takes {arity} operands, got {}", op.name(), inputs.len()));
     }
-    // `i8` holds quantized weights: it converts and feeds int8 products,
-    // and nothing else computes with it (no kernel wraps i8 arithmetic).
-    if !matches!(op, Op::Cast(_) | Op::QuantMatMul { .. }) && inputs.iter().any(|t| t.dtype == DType::I8) {
+    // `i8` holds quantized weights: it converts and feeds int8 products
+    // (also inside a `scan`, which carries it into its body), and nothing
+    // else computes with it (no kernel wraps i8 arithmetic).
+    if !matches!(op, Op::Cast(_) | Op::QuantMatMul { .. } | Op::Scan(_)) && inputs.iter().any(|t| t.dtype == DType::I8)
+    {
         return err(
             Code::DtypeMismatch,
             format!("{} of an i8 tensor: i8 values (quantized weights) only convert with `cast`", op.name()),

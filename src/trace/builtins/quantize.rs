@@ -51,6 +51,10 @@ pub struct QuantizedWeight {
 pub struct Calibration {
     /// The float weights being quantized → their dequantized copies.
     targets: FxHashMap<NodeId, NodeId>,
+    /// The `scan` nesting the run started at: a product inside a loop's
+    /// body sees one step's value, which the loop's graph keeps to itself,
+    /// so its weight keeps per-row ranges.
+    depth: usize,
     /// Each product's input, by the dequantized copy of its weight.
     seen: Vec<(NodeId, Operand)>,
 }
@@ -130,7 +134,8 @@ impl Tracer<'_> {
             .into());
         }
         let targets = weights.iter().copied().collect();
-        let before = self.calibration.replace(Calibration { targets, seen: Vec::new() });
+        let depth = self.scan_counters.len();
+        let before = self.calibration.replace(Calibration { targets, depth, seen: Vec::new() });
         let out = self.call_value(Value::Model(model.clone()), at, vec![(data.clone(), at)], Vec::new(), span);
         let seen = std::mem::replace(&mut self.calibration, before).map(|c| c.seen).unwrap_or_default();
         if let Err(crate::trace::Fail::Diag(d)) = out {
@@ -175,7 +180,8 @@ impl Tracer<'_> {
     /// `patches`) while calibrating, when `w` is a weight being quantized
     /// and the product would run on int8.
     pub(crate) fn observe_for_calibration(&mut self, x: &Operand, w: &Operand, patches: Option<Patches>) {
-        let Some(c) = self.calibration.as_mut() else { return };
+        let depth = self.scan_counters.len();
+        let Some(c) = self.calibration.as_mut().filter(|c| c.depth == depth) else { return };
         let Some(&deq) = c.targets.get(&w.id) else { return };
         if runs_on_int8(x, w, patches) {
             c.seen.push((deq, x.clone()));
