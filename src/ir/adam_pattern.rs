@@ -9,9 +9,14 @@
 //! d lr k1 k2 eps` splat loads, `m g v p` read at the written index, the
 //! three results its outputs in any order, all `f32`) and returns which
 //! load or output plays each role, in the order of the position constants
-//! below. Anything else (AdamW, another operand order) is not Adam's
-//! update. Expressions outside the three results' trees write nothing, so
-//! they do not matter.
+//! below. [`adam_update_with_half_gradient`] also accepts `g` read from a
+//! `bf16`/`f16` value (a mixed-precision step's weight gradient, the
+//! output of a `bf16` product, widened exactly): a plan names that update
+//! too, and a backend whose native loop reads only `f32` runs it natively
+//! once the gradient lies in `f32` storage (the CPU backend keeps a
+//! product it computed in `f32` scratch, rounded there). Anything else
+//! (AdamW, another operand order) is not Adam's update. Expressions
+//! outside the three results' trees write nothing, so they do not matter.
 //!
 //! Example: the bench MLP's update of its first weight (`[784, 256]`) is
 //! a spec of 11 loads and 3 outputs whose roles are found.
@@ -69,9 +74,14 @@ fn patterns() -> [Pat; RESULTS] {
 }
 
 /// Whether expression `e` of `spec` matches `pat`, binding each role to a
-/// load (a role seen twice must be the same load).
-fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> bool {
+/// load (a role seen twice must be the same load); `half_gradient`: the
+/// gradient may be a two-byte load.
+fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>], half_gradient: bool) -> bool {
     let mut bind = |role: usize, l: usize| *roles[role].get_or_insert(l) == l;
+    let stored_as_wanted = |role: usize, kind: Kind| {
+        kind == Kind::F32 || (half_gradient && role == G && matches!(kind, Kind::BF16 | Kind::F16))
+    };
+    let matches = |e: usize, pat: &Pat, roles: &mut [Option<usize>]| matches(spec, e, pat, roles, half_gradient);
     match (spec.exprs[e], pat) {
         ((Expr::Load(l), Kind::F32), Pat::Scalar(role)) => {
             let load = &spec.loads[l];
@@ -79,20 +89,31 @@ fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>]) -> boo
         }
         ((Expr::Load(l), Kind::F32), Pat::Tensor(role)) => {
             let load = &spec.loads[l];
-            load.kind == Kind::F32 && spec.reads_at_index(load) && bind(*role, l)
+            stored_as_wanted(*role, load.kind) && spec.reads_at_index(load) && bind(*role, l)
         }
         ((Expr::Binary(op, x, y), Kind::F32), Pat::Bin(want, px, py)) => {
-            op == *want && matches(spec, x, px, roles) && matches(spec, y, py, roles)
+            op == *want && matches(x, px, roles) && matches(y, py, roles)
         }
-        ((Expr::Unary(UnaryOp::Sqrt, x), Kind::F32), Pat::Sqrt(px)) => matches(spec, x, px, roles),
+        ((Expr::Unary(UnaryOp::Sqrt, x), Kind::F32), Pat::Sqrt(px)) => matches(x, px, roles),
         _ => false,
     }
 }
 
 /// The load or output index (outputs after the loads) of each role of
 /// Adam's update in `spec`, in the order `b1 c b2 d lr k1 k2 eps m g v p
-/// m' v' p'`, when `spec` is that update (see the module docs).
+/// m' v' p'`, when `spec` is that update with every operand in `f32`
+/// storage (see the module docs).
 pub fn adam_roles(spec: &Spec) -> Option<Vec<usize>> {
+    roles(spec, false)
+}
+
+/// Whether `spec` is Adam's update, its gradient possibly read from a
+/// half-precision value (see the module docs).
+pub fn adam_update_with_half_gradient(spec: &Spec) -> bool {
+    roles(spec, true).is_some()
+}
+
+fn roles(spec: &Spec, half_gradient: bool) -> Option<Vec<usize>> {
     if spec.outputs.len() != RESULTS || spec.stores.iter().any(|&k| k != Kind::F32) {
         return None;
     }
@@ -103,7 +124,7 @@ pub fn adam_roles(spec: &Spec) -> Option<Vec<usize>> {
         // bindings of the results matched so far.
         let (o, bound) = spec.outputs.iter().enumerate().find_map(|(o, &e)| {
             let mut attempt = roles;
-            matches(spec, e, pat, &mut attempt).then_some((o, attempt))
+            matches(spec, e, pat, &mut attempt, half_gradient).then_some((o, attempt))
         })?;
         roles = bound;
         results[r] = Some(spec.loads.len() + o);

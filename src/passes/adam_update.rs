@@ -11,14 +11,16 @@
 //! runs fused, and lets another backend inherit the finding.
 //!
 //! Contract: annotates only (`Kernel::fusion`), after `partition`; a
-//! recorded part exists and its spec is Adam's update (`adam_roles`).
+//! recorded part exists and its spec is Adam's update
+//! (`adam_update_with_half_gradient`: a mixed-precision step's gradient
+//! may be a `bf16`/`f16` product).
 //!
 //! Example: the bench MLP's step (two layers, Adam) records it on 4
 //! kernels: each weight's update joined to its gradient's product, each
 //! bias's joined to its gradient's sum.
 
 use crate::diag::Diagnostic;
-use crate::ir::adam_pattern::adam_roles;
+use crate::ir::adam_pattern::adam_update_with_half_gradient;
 use crate::ir::kernel_desc::Fusion;
 use crate::ir::Program;
 use crate::passes::PassCtx;
@@ -29,8 +31,11 @@ pub fn run(p: &mut Program, ctx: &PassCtx) -> Result<(), Diagnostic> {
     for u in &mut c.units {
         for k in 0..u.kernels.len() {
             let kernel = &u.kernels[k];
-            let part =
-                kernel.desc.parts.iter().position(|part| part.spec.as_ref().is_some_and(|s| adam_roles(s).is_some()));
+            let part = kernel
+                .desc
+                .parts
+                .iter()
+                .position(|part| part.spec.as_ref().is_some_and(adam_update_with_half_gradient));
             let Some(fusion) = part.map(|part| Fusion::AdamUpdate { part }) else { continue };
             if kernel.fusion.is_none() && (ctx.target.fuses)(g, u, k, &fusion) {
                 u.kernels[k].fusion = Some(fusion);
@@ -47,7 +52,7 @@ pub fn postcondition(p: &Program) -> Result<(), String> {
         for (k, kernel) in u.kernels.iter().enumerate() {
             let Some(Fusion::AdamUpdate { part }) = kernel.fusion else { continue };
             let spec = kernel.desc.parts.get(part).and_then(|p| p.spec.as_ref());
-            if spec.is_none_or(|s| adam_roles(s).is_none()) {
+            if spec.is_none_or(|s| !adam_update_with_half_gradient(s)) {
                 return Err(format!("part {part} of kernel k{k} of unit `{}` is recorded as Adam's update", u.name));
             }
         }

@@ -39,6 +39,8 @@
 //! [256, 784]`.
 
 mod pack;
+#[cfg(target_arch = "x86_64")]
+mod pack_avx512;
 
 #[cfg(target_arch = "x86_64")]
 mod amx;

@@ -104,12 +104,37 @@ pub(super) unsafe fn pack(
 }
 
 /// One block: `cols` rows or columns of `k`, read along whichever stride
-/// is 1 (whole pairs, or one row of `k` at a time), written in groups of
-/// 16 that the layouts keep at a fixed step.
+/// is 1; the `vdpbf16ps` layout with AVX-512 (module `pack_avx512`), the
+/// rest by `pack_block_scalar`.
 ///
 /// # Safety
 /// As for `pack`, for the block's `cols` columns; `out` is the block.
 unsafe fn pack_block(
+    out: &mut [u32],
+    (src, k_stride, c_stride): (*const u16, usize, usize),
+    [k, cols]: [usize; 2],
+    layout: Layout,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let (Layout::Pairs { width }, true) = (layout, crate::backend::cpu::kernels::simd::avx512()) {
+        // SAFETY (both): AVX-512 is there; the caller's contract.
+        if c_stride == 1 {
+            return unsafe { super::pack_avx512::pairs_from_rows(out, src, k_stride, [k, cols], width) };
+        }
+        if k_stride == 1 {
+            return unsafe { super::pack_avx512::pairs_from_columns(out, src, c_stride, [k, cols], width) };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { pack_block_scalar(out, (src, k_stride, c_stride), [k, cols], layout) }
+}
+
+/// `pack_block` in plain code: whole pairs, or one row of `k` at a time,
+/// written in groups of 16 that the layouts keep at a fixed step.
+///
+/// # Safety
+/// As for `pack_block`.
+unsafe fn pack_block_scalar(
     out: &mut [u32],
     (src, k_stride, c_stride): (*const u16, usize, usize),
     [k, cols]: [usize; 2],
@@ -234,5 +259,42 @@ mod tests {
             }
             assert_eq!(seen, k * n);
         }
+    }
+
+    /// The AVX-512 blocks are the scalar ones, word for word: odd and even
+    /// `k`, partial tiles of 16 rows and pairs, both contiguous strides.
+    #[test]
+    fn the_vector_blocks_are_the_scalar_ones() {
+        if !crate::backend::cpu::kernels::simd::avx512() {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let mut tried = 0;
+        for (k, cols, width) in [
+            (1usize, 1usize, 12usize),
+            (2, 12, 12),
+            (35, 12, 12),
+            (784, 7, 12),
+            (64, 32, 32),
+            (33, 17, 32),
+            (3, 32, 32),
+        ] {
+            let pairs = k.div_ceil(2) + 1;
+            // Rows of `k` contiguous (`k_stride == 1`), then columns (`c_stride == 1`), with spare room.
+            let (len, strides) = (k * cols + 2 * k + 2 * cols + 8, [(1, k + 3), (cols + 5, 1)]);
+            let src: Vec<u16> = (0..len * 3).map(|e| (e as u16).wrapping_mul(40503) | 1).collect();
+            for (k_stride, c_stride) in strides {
+                let mut vector = vec![0u32; pairs * width];
+                let mut scalar = vector.clone();
+                let source = (src.as_ptr(), k_stride, c_stride);
+                // SAFETY: `src` holds every element (kk, c) of the block.
+                unsafe { pack_block(&mut vector, source, [k, cols], Layout::Pairs { width }) };
+                // SAFETY: as above.
+                unsafe { pack_block_scalar(&mut scalar, source, [k, cols], Layout::Pairs { width }) };
+                assert_eq!(vector, scalar, "k {k}, cols {cols}, width {width}, strides ({k_stride}, {c_stride})");
+                tried += 1;
+            }
+        }
+        assert_eq!(tried, 14);
     }
 }
