@@ -745,7 +745,8 @@ fn half_precision_training_steps_have_no_interpreted_step() {
 /// A bf16 training step (`precision = "bf16"`) whose products are large
 /// enough runs them on the bf16 kernels — the matmuls (their transposes
 /// folded) as `bf16 gemm`, the convolutions (16 to 64 and 64 to 64
-/// channels) and their gradients as `bf16 im2col` — and prints what the
+/// channels) and their gradients as `bf16 im2col`, their epilogues in one
+/// pass each (`bf16 epilogue`, on AVX-512) — and prints what the
 /// interpreter prints.
 #[test]
 fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpreter() {
@@ -766,6 +767,18 @@ fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpre
         "conv2d grad-filter 3x3x16x64 <- 8x8x8x16 (3x3 kernel, bf16 im2col",
     ] {
         assert!(labels.iter().any(|l| l.starts_with(kind)), "no {kind} in {labels:?}");
+    }
+    // With AVX-512, a convolution's rounding, bias, ReLU and mask run in
+    // one pass, and so does the backward's ReLU mask on a gradient kept in
+    // f32 as well.
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl");
+    for kind in [
+        "bf16 epilogue 512x64 (rounded, bias, relu, its mask)",
+        "bf16 epilogue 512x64 (rounded, a mask, also kept in f32)",
+    ] {
+        assert_eq!(labels.iter().any(|l| l.starts_with(kind)), avx512, "{kind} in {labels:?}");
     }
     let name = Path::new("bf16.tfl");
     let jit = run(name, source, Backend::Jit, true).unwrap();

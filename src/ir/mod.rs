@@ -4,6 +4,7 @@
 
 pub mod adam_pattern;
 pub mod compiled;
+pub mod half_epilogue;
 pub mod dot;
 mod graph;
 pub mod infer;

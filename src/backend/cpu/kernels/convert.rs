@@ -234,7 +234,7 @@ unsafe fn map<T: Copy, U>(src: *const T, dst: *mut U, len: usize, f: impl Fn(T) 
 
 /// The AVX-512 path: 16 lanes a vector, the last vector masked.
 #[cfg(target_arch = "x86_64")]
-mod avx512 {
+pub(super) mod avx512 {
     use super::Half;
     use std::arch::x86_64::*;
 
@@ -378,14 +378,14 @@ mod avx512 {
     /// 16 floats narrowed to the nearest `bf16` (ties to even).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
-    fn narrow_bf16(x: __m512) -> __m256i {
+    pub(in crate::backend::cpu::kernels) fn narrow_bf16(x: __m512) -> __m256i {
         _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(bf16_on_top(x)))
     }
 
     /// 16 floats rounded to the nearest `bf16` value.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     #[inline]
-    fn round_bf16(x: __m512) -> __m512 {
+    pub(in crate::backend::cpu::kernels) fn round_bf16(x: __m512) -> __m512 {
         _mm512_castsi512_ps(_mm512_and_si512(bf16_on_top(x), _mm512_set1_epi32(0xffff_0000_u32 as i32)))
     }
 

@@ -13,7 +13,8 @@
 //! bit for bit `crate::half`), `simd` (the shared AVX-512 helpers),
 //! `bf16_gemm` (bf16 matrix products summed in f32: portable, `vdpbf16ps`
 //! and AMX tiles), `int8_gemm` (int8 quantized matrix products, bit for
-//! bit `crate::tensor::quant`: portable and `vpdpbusd`) and `isa` (which of
+//! bit `crate::tensor::quant`: portable and `vpdpbusd`), `half_epilogue`
+//! (a bf16 product's rounding, bias, ReLU and masks in one pass) and `isa` (which of
 //! those tiers this machine runs, picked once per process or forced with
 //! `TFC_ISA`).
 
@@ -44,6 +45,7 @@ pub(super) mod conv;
 pub(super) mod conv_direct;
 pub(super) mod convert;
 pub(super) mod gemm;
+pub(super) mod half_epilogue;
 pub(super) mod int8_gemm;
 pub mod isa;
 pub(super) mod ordered_gemm;

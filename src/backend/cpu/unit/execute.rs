@@ -21,6 +21,7 @@ use super::{internal, JitUnit};
 use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
+use crate::backend::cpu::kernels::half_epilogue::{bf16_epilogue, Epilogue, Outputs};
 use crate::backend::cpu::kernels::int8_gemm::{quant_gemm, quant_gemm_packed, Input, Int8Matrix, PackedMatrix, Post};
 use crate::backend::cpu::kernels::ordered_gemm::ordered_sgemm_all;
 use crate::backend::cpu::kernels::pool::first_max_len;
@@ -405,6 +406,42 @@ impl Step {
             Step::Loop { dtype, kernel, srcs, dst } => unsafe { kernel.run(mem, *dtype, srcs, *dst)? },
             // SAFETY: the caller's contract.
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
+            Step::Bf16Epilogue { src, rows, n, bias, relu, keep_where, dst, positive, unrounded } => {
+                let (n, len) = (*n, rows * n);
+                let outside = || internal("a bf16 epilogue lies outside the arena");
+                let bytes = |r: Ref, width: usize| match r {
+                    Ref::Half(off) | Ref::Mask(off) => mem.bytes(off, width * len).ok_or_else(outside),
+                    _ => Err(outside()),
+                };
+                // SAFETY (each slice): the places hold `len` elements (`n`
+                // for the bias; checked); the caller's contract makes the
+                // written ones this step's only.
+                unsafe {
+                    let sums = std::slice::from_raw_parts(mem.floats(*src, len).ok_or_else(outside)?, len);
+                    let bias = match bias {
+                        Some(b) => Some(std::slice::from_raw_parts(mem.ptr(*b, n)? as *const f32, n)),
+                        None => None,
+                    };
+                    let keep_where = match keep_where {
+                        Some(k) => Some(std::slice::from_raw_parts(bytes(*k, 1)? as *const u8, len)),
+                        None => None,
+                    };
+                    let out = std::slice::from_raw_parts_mut(bytes(*dst, 2)?.cast::<u16>(), len);
+                    let positive = match positive {
+                        Some(p) => Some(std::slice::from_raw_parts_mut(bytes(*p, 1)?, len)),
+                        None => None,
+                    };
+                    let unrounded = match unrounded {
+                        Some(Ref::Arena(u)) => {
+                            Some(std::slice::from_raw_parts_mut(mem.floats(*u, len).ok_or_else(outside)?, len))
+                        }
+                        Some(_) => return Err(outside()),
+                        None => None,
+                    };
+                    let post = Epilogue { bias, relu: *relu, keep_where };
+                    bf16_epilogue(sums, n, post, Outputs { out, positive, unrounded }, threads);
+                }
+            }
             // SAFETY: the caller's contract.
             Step::Scan(scan) => unsafe { scan.run(mem)? },
             Step::Interp(nodes) => {

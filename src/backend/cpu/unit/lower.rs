@@ -27,7 +27,11 @@
 //!   rounds in registers (`ir::spec`); a native `f32` kernel reads a
 //!   two-byte operand widened into scratch (`widened`) and writes its
 //!   result to `f32` scratch, rounded into place after it (`native_result`,
-//!   `settle`), one `Step::Convert` each;
+//!   `settle`), one `Step::Convert` each — except a bf16 product's
+//!   epilogue that `Spec::bf16_epilogue` recognizes (its rounding, a bias,
+//!   ReLU and masks), which on AVX-512 is one native pass from the `f32`
+//!   sums into two-byte storage (`Step::Bf16Epilogue`, module
+//!   `half_epilogue`);
 //! - `i32` and `f64` values are compiled the same way (an `f64` kernel one
 //!   element at a time, as `i64` ones); `i32`, `i64` and `f64` matmuls,
 //!   reductions, convolutions (and their gradients), poolings (and their
@@ -698,6 +702,11 @@ impl<'a> Lowering<'a> {
         if let Some(step) = self.bf16_product(mm, dst)? {
             self.steps.push(step);
             self.counts.gemm += 1;
+            if let Some(post) = self.bf16_epilogue(mm, dst, rounding, epilogue_spec.as_ref())? {
+                self.steps.push(post);
+                self.counts.native += 1;
+                return Ok(());
+            }
             if let Some(to) = rounding {
                 self.settle(mm, dst, to);
             }
@@ -804,6 +813,51 @@ impl<'a> Lowering<'a> {
         let r = sa.len();
         let (batch, m, k, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
         Ok(Some(Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n }))
+    }
+
+    /// The one-pass epilogue of the bf16 product `mm` whose `f32` sums are
+    /// at `dst` (module `half_epilogue`), when its kernel keeps the product
+    /// to itself (`rounding` in place), the epilogue `spec` is one it
+    /// applies (`Spec::bf16_epilogue`), its results live in two-byte and
+    /// mask storage, and the machine has AVX-512 (elsewhere the compiled
+    /// code is as fast). `None` otherwise.
+    fn bf16_epilogue(
+        &mut self,
+        mm: NodeId,
+        dst: usize,
+        rounding: Option<Option<Ref>>,
+        spec: Option<&Spec>,
+    ) -> Result<Option<Step>, Diagnostic> {
+        let g = self.b.g;
+        let shape = &g.node(mm).ty.shape;
+        let (Some(spec), Some(Some(Ref::Arena(at))), Some(&n)) = (spec, rounding, shape.last()) else {
+            return Ok(None);
+        };
+        if at != dst || n == 0 || spec.numel() != g.node(mm).ty.numel() || !crate::backend::cpu::kernels::simd::avx512()
+        {
+            return Ok(None);
+        }
+        let is_zero = |n: NodeId| crate::tensor::is_positive_zero_constant(g, n);
+        let Some(post) = spec.bf16_epilogue(mm, n, is_zero) else { return Ok(None) };
+        let (dst_ref, positive) = (
+            self.b.get(spec.output_nodes[post.result])?,
+            post.positive.map(|o| self.b.get(spec.output_nodes[o])).transpose()?,
+        );
+        let keep_where = post.keep_where.map(|k| self.b.get(k)).transpose()?;
+        let in_bytes = |r: Option<Ref>, mask: bool| {
+            r.is_none_or(|r| matches!(r, Ref::Mask(_)) == mask && matches!(r, Ref::Mask(_) | Ref::Half(_)))
+        };
+        if !in_bytes(Some(dst_ref), false) || !in_bytes(positive, true) || !in_bytes(keep_where, true) {
+            return Ok(None);
+        }
+        let unrounded = post.unrounded.map(|o| self.b.get(spec.output_nodes[o])).transpose()?;
+        if unrounded.is_some_and(|u| !matches!(u, Ref::Arena(_))) {
+            return Ok(None);
+        }
+        let bias = post.bias.map(|b| self.b.get(b)).transpose()?;
+        let rows = g.node(mm).ty.numel() / n;
+        let relu = post.relu;
+        Ok(Some(Step::Bf16Epilogue { src: dst, rows, n, bias, relu, keep_where, dst: dst_ref, positive, unrounded }))
     }
 
     /// The step of a quantized product `mm` into `dst` (module `int8_gemm`);

@@ -230,6 +230,22 @@ pub(super) enum Step {
     /// same), so that native `f32` kernels read and write half-precision
     /// values (`tensor`: what the interpreter rounds).
     Convert { src: Ref, dst: Ref, len: usize, dtype: DType },
+    /// The epilogue of a bf16 product in one pass (module
+    /// `half_epilogue`): the `f32` sums at `src` (`rows` of `n`) rounded to
+    /// bf16, `+ bias` (one value per column), their `> 0` mask into
+    /// `positive`, ReLU, `+0` where `keep_where` is false, into `unrounded`
+    /// as `f32` and narrowed into the two-byte `dst`.
+    Bf16Epilogue {
+        src: usize,
+        rows: usize,
+        n: usize,
+        bias: Option<Ref>,
+        relu: bool,
+        keep_where: Option<Ref>,
+        dst: Ref,
+        positive: Option<Ref>,
+        unrounded: Option<Ref>,
+    },
     /// `dst = scatter_add(ids, updates, axis, dim)`: `dtype` updates viewed as
     /// `[outer, count, inner]` added into `[outer, dim, inner]` (`count`:
     /// the elements of `ids_ty`)
@@ -446,6 +462,14 @@ impl Step {
                 writes.extend(place(*dst, *len));
                 *cost = (*len / 4) as u64;
             }
+            Step::Bf16Epilogue { src, rows, n, bias, keep_where, dst, positive, unrounded, .. } => {
+                let len = rows * n;
+                reads.push(arena(*src, len));
+                reads.extend(bias.and_then(|b| place(b, *n)).into_iter().chain(keep_where.and_then(|k| place(k, len))));
+                writes.extend(place(*dst, len).into_iter().chain(positive.and_then(|p| place(p, len))));
+                writes.extend(unrounded.and_then(|u| place(u, len)));
+                *cost = (len / 4) as u64;
+            }
             Step::Transpose { src, dst, perm, .. } => {
                 let n = perm.numel();
                 reads.extend(place(*src, n));
@@ -517,6 +541,20 @@ impl Step {
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
             Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
             Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
+            Step::Bf16Epilogue { rows, n, bias, relu, keep_where, positive, unrounded, .. } => {
+                let parts = [
+                    (bias.is_some(), "bias"),
+                    (*relu, "relu"),
+                    (positive.is_some(), "its mask"),
+                    (keep_where.is_some(), "a mask"),
+                    (unrounded.is_some(), "also kept in f32"),
+                ];
+                let parts: Vec<&str> = parts.iter().filter(|(on, _)| *on).map(|&(_, what)| what).collect();
+                format!(
+                    "bf16 epilogue {rows}x{n} (rounded, {})",
+                    if parts.is_empty() { "narrowed".to_string() } else { parts.join(", ") }
+                )
+            }
             Step::Window { op, shape, .. } => format!("{op} {}", dims(shape)),
             Step::Gather { dims: [outer, n, inner], ids_ty, .. } => {
                 format!("gather {} of {} rows", ids_ty.numel(), dims(&[*outer, *n, *inner]))
