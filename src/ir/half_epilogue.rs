@@ -5,22 +5,24 @@
 //! pass, with the ReLU's mask for the backward pass, and the backward's
 //! `round(select(mask, round(p), 0))`.
 //!
-//! Contract: [`Spec::bf16_epilogue`] accepts a spec whose one `BF16`
-//! output is `Round(BF16, x)` with `x = select(keep, y, 0)` or `y`, `y =
-//! relu(s)` or `s`, `s = p + bias` (either order) or `p`, where `p` is the
-//! product read at the written index, `bias` an `f32` value per position
-//! of an inner extent of `channels`, `keep` a `bool` value read at the
-//! written index and `0` a load of `+0` everywhere (`is_zero`); and at most
-//! two more outputs: `s > 0` stored as a mask (the ReLU's gradient mask),
-//! and `x` itself stored as `f32` (a backward pass's gradient, which a
-//! bias gradient sums unrounded). Everything else is `None`. Expressions no output reads do not matter.
+//! Contract: [`Spec::bf16_epilogue`] accepts a spec with `x = select(keep,
+//! y, 0)` or `y`, `y = relu(s)` or `s`, `s = p + bias` (either order) or
+//! `p`, where `p` is the product read at the written index, `bias` an
+//! `f32` value per position of an inner extent of `channels`, `keep` a
+//! `bool` value read at the written index and `0` a load of `+0`
+//! everywhere (`is_zero`), whose outputs are, each at most once and at
+//! least one of the first two: `Round(BF16, x)` stored in two bytes (the
+//! next product's operand), `x` stored as `f32` (a backward pass's
+//! gradient, which a bias gradient sums unrounded, or an activation a
+//! pooling reads), and `s > 0` stored as a mask (the ReLU's gradient
+//! mask). Everything else is `None`. Expressions no output reads do not matter.
 //! The product's own rounding to `bf16` is part of what a backend applies
 //! (the product node is `bf16`, its value the rounded sum).
 //!
 //! Example: the mixed-precision MLP's first layer, `relu(x @ w + b)` with
 //! `x`, `w` in bf16, has the epilogue spec `{Round(BF16, Relu(Add(p,
 //! b))), Gt(Add(p, b), 0)}`: `Bf16Epilogue { bias: Some(b), relu: true,
-//! keep_where: None, positive: Some(1), unrounded: None, result: 0 }`.
+//! keep_where: None, positive: Some(1), unrounded: None, result: Some(0) }`.
 
 use super::op::{BinaryOp, UnaryOp};
 use super::spec::{Expr, Inner, Kind, Load, Spec};
@@ -39,7 +41,7 @@ pub struct Bf16Epilogue {
     /// The output that stores `x`, before its rounding, as `f32`.
     pub unrounded: Option<usize>,
     /// The output that stores the rounded result in two bytes.
-    pub result: usize,
+    pub result: Option<usize>,
 }
 
 impl Spec {
@@ -65,8 +67,17 @@ impl Spec {
             let along_channels = |l: &&Load| l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0);
             load(e).filter(|l| l.kind == Kind::F32 && self.inner == channels && along_channels(l))
         };
-        let result = self.stores.iter().position(|&k| k == Kind::BF16)?;
-        let Expr::Round(Kind::BF16, x) = self.exprs[self.outputs[result]].0 else { return None };
+        // The stored value before its rounding: what a two-byte output
+        // rounds, else the `f32` output that is not a comparison.
+        let result = self.stores.iter().position(|&k| k == Kind::BF16);
+        let x = match result.map(|o| self.exprs[self.outputs[o]].0) {
+            Some(Expr::Round(Kind::BF16, x)) => x,
+            Some(_) => return None,
+            None => {
+                let o = self.stores.iter().position(|&k| k == Kind::F32)?;
+                self.outputs[o]
+            }
+        };
         let (kept, keep_where) = match self.exprs[x].0 {
             Expr::Select(condition, kept, otherwise) if zero(otherwise) => {
                 (kept, Some(at_index(condition, &[Kind::Mask])?.node))
@@ -86,7 +97,7 @@ impl Spec {
             _ => return None,
         };
         let (mut positive, mut unrounded) = (None, None);
-        for o in (0..self.outputs.len()).filter(|&o| o != result) {
+        for o in (0..self.outputs.len()).filter(|&o| Some(o) != result) {
             let e = self.outputs[o];
             match (self.exprs[e].0, self.stores[o]) {
                 (Expr::Binary(BinaryOp::Gt, s, z), Kind::Mask) if s == sum && zero(z) && positive.is_none() => {

@@ -35,7 +35,7 @@ pub(in crate::backend::cpu) struct Epilogue<'a> {
 /// Where the pass writes: as many elements each as the product has.
 pub(in crate::backend::cpu) struct Outputs<'a> {
     /// The result's bf16 bits.
-    pub out: &'a mut [u16],
+    pub out: Option<&'a mut [u16]>,
     /// `s > 0`, as 0 or 1.
     pub positive: Option<&'a mut [u8]>,
     /// The result before its rounding.
@@ -48,11 +48,8 @@ pub(in crate::backend::cpu) struct Outputs<'a> {
 /// If the lengths disagree.
 pub(in crate::backend::cpu) fn bf16_epilogue(product: &[f32], n: usize, post: Epilogue, to: Outputs, threads: usize) {
     let len = product.len();
-    assert!(
-        n > 0 && len.is_multiple_of(n) && to.out.len() == len,
-        "bf16 epilogue: {len} sums, {} results, rows of {n}",
-        to.out.len()
-    );
+    assert!(n > 0 && len.is_multiple_of(n), "bf16 epilogue: {len} sums in rows of {n}");
+    assert!(to.out.as_ref().is_none_or(|o| o.len() == len));
     assert!(post.bias.is_none_or(|b| b.len() == n) && post.keep_where.is_none_or(|k| k.len() == len));
     assert!(
         to.positive.as_ref().is_none_or(|p| p.len() == len) && to.unrounded.as_ref().is_none_or(|u| u.len() == len)
@@ -60,7 +57,7 @@ pub(in crate::backend::cpu) fn bf16_epilogue(product: &[f32], n: usize, post: Ep
     if threads <= 1 {
         return rows(product, n, post, to);
     }
-    let out = Shared(to.out.as_mut_ptr());
+    let out = to.out.map(|o| Shared(o.as_mut_ptr()));
     let positive = to.positive.map(|p| Shared(p.as_mut_ptr()));
     let unrounded = to.unrounded.map(|u| Shared(u.as_mut_ptr()));
     crate::backend::cpu::threads::in_ranges(len / n, threads, |lo, hi| {
@@ -69,7 +66,7 @@ pub(in crate::backend::cpu) fn bf16_epilogue(product: &[f32], n: usize, post: Ep
         // this worker's only, in bounds by the checks above.
         let to = unsafe {
             Outputs {
-                out: out.slice(from, end),
+                out: out.as_ref().map(|o| o.slice(from, end)),
                 positive: positive.as_ref().map(|p| p.slice(from, end)),
                 unrounded: unrounded.as_ref().map(|u| u.slice(from, end)),
             }
@@ -110,8 +107,8 @@ fn rows(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
 /// The definition, one element at a time (the portable path and the tests'
 /// reference).
 fn scalar(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
-    let Outputs { out, mut positive, mut unrounded } = to;
-    for (i, (&sum, o)) in product.iter().zip(out.iter_mut()).enumerate() {
+    let Outputs { mut out, mut positive, mut unrounded } = to;
+    for (i, &sum) in product.iter().enumerate() {
         let p = round_bf16(sum);
         let s = post.bias.map_or(p, |b| p + b[i % n]);
         if let Some(positive) = positive.as_deref_mut() {
@@ -124,7 +121,9 @@ fn scalar(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
         if let Some(unrounded) = unrounded.as_deref_mut() {
             unrounded[i] = y;
         }
-        *o = f32_to_bf16_bits(y);
+        if let Some(out) = out.as_deref_mut() {
+            out[i] = f32_to_bf16_bits(y);
+        }
     }
 }
 
@@ -144,7 +143,7 @@ mod avx512 {
         let ones = _mm_set1_epi8(1);
         let positive = to.positive.map(|p| p.as_mut_ptr());
         let unrounded = to.unrounded.map(|u| u.as_mut_ptr());
-        let out = to.out.as_mut_ptr();
+        let out = to.out.map(|o| o.as_mut_ptr());
         for row in (0..product.len()).step_by(n) {
             for c in (0..n).step_by(16) {
                 let lanes = if n - c >= 16 { u16::MAX } else { (1u16 << (n - c)) - 1 };
@@ -173,7 +172,9 @@ mod avx512 {
                     if let Some(unrounded) = unrounded {
                         _mm512_mask_storeu_ps(unrounded.add(i), lanes, y);
                     }
-                    _mm256_mask_storeu_epi16(out.add(i).cast(), lanes, narrow_bf16(y));
+                    if let Some(out) = out {
+                        _mm256_mask_storeu_epi16(out.add(i).cast(), lanes, narrow_bf16(y));
+                    }
                 }
             }
         }
@@ -255,7 +256,7 @@ mod tests {
                 let (mut want, mut want_positive, mut want_unrounded) =
                     (vec![0u16; m * n], vec![0u8; m * n], vec![0f32; m * n]);
                 let outputs = Outputs {
-                    out: &mut want,
+                    out: Some(&mut want),
                     positive: Some(&mut want_positive),
                     unrounded: Some(&mut want_unrounded),
                 };
@@ -264,7 +265,7 @@ mod tests {
                     let (mut got, mut got_positive, mut got_unrounded) =
                         (vec![7u16; m * n], vec![7u8; m * n], vec![7f32; m * n]);
                     let outputs = Outputs {
-                        out: &mut got,
+                        out: Some(&mut got),
                         positive: Some(&mut got_positive),
                         unrounded: Some(&mut got_unrounded),
                     };
@@ -273,15 +274,20 @@ mod tests {
                     same(&widened(&got), &widened(&want), &what);
                     assert_eq!(got_positive, want_positive, "{what}");
                     same(&got_unrounded, &want_unrounded, &what);
+                    // Each output alone.
                     let mut alone = vec![7u16; m * n];
                     bf16_epilogue(
                         &product,
                         n,
                         post,
-                        Outputs { out: &mut alone, positive: None, unrounded: None },
+                        Outputs { out: Some(&mut alone), positive: None, unrounded: None },
                         threads,
                     );
                     assert_eq!(alone, got);
+                    let mut unrounded_alone = vec![7f32; m * n];
+                    let outputs = Outputs { out: None, positive: None, unrounded: Some(&mut unrounded_alone) };
+                    bf16_epilogue(&product, n, post, outputs, threads);
+                    same(&unrounded_alone, &got_unrounded, &what);
                     checked += 1;
                 }
             }
@@ -295,7 +301,7 @@ mod tests {
             &[1.003_906_3, -2.0, f32::NAN, -0.0],
             4,
             post,
-            Outputs { out: &mut out, positive: None, unrounded: None },
+            Outputs { out: Some(&mut out), positive: None, unrounded: None },
         );
         assert_eq!(out, [0x3fc0, 0, 0x7fc0, 0]);
     }

@@ -426,7 +426,10 @@ impl Step {
                         Some(k) => Some(std::slice::from_raw_parts(bytes(*k, 1)? as *const u8, len)),
                         None => None,
                     };
-                    let out = std::slice::from_raw_parts_mut(bytes(*dst, 2)?.cast::<u16>(), len);
+                    let out = match dst {
+                        Some(d) => Some(std::slice::from_raw_parts_mut(bytes(*d, 2)?.cast::<u16>(), len)),
+                        None => None,
+                    };
                     let positive = match positive {
                         Some(p) => Some(std::slice::from_raw_parts_mut(bytes(*p, 1)?, len)),
                         None => None,

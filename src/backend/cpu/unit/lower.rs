@@ -776,6 +776,13 @@ impl<'a> Lowering<'a> {
             }
         }
         self.counts.gemm += 1;
+        if let Some(post) =
+            self.bf16_epilogue(mm, dst, rounding, epilogue_spec.as_ref().filter(|_| post_ops.is_none()))?
+        {
+            self.steps.push(post);
+            self.counts.native += 1;
+            return Ok(());
+        }
         if let Some(to) = rounding {
             self.settle(mm, dst, to);
         }
@@ -833,28 +840,26 @@ impl<'a> Lowering<'a> {
         let (Some(spec), Some(Some(Ref::Arena(at))), Some(&n)) = (spec, rounding, shape.last()) else {
             return Ok(None);
         };
-        if at != dst || n == 0 || spec.numel() != g.node(mm).ty.numel() || !crate::backend::cpu::kernels::simd::avx512()
-        {
+        let fits = at == dst && n > 0 && spec.numel() == g.node(mm).ty.numel() && g.node(mm).ty.dtype == DType::BF16;
+        if !fits || !crate::backend::cpu::kernels::simd::avx512() {
             return Ok(None);
         }
         let is_zero = |n: NodeId| crate::tensor::is_positive_zero_constant(g, n);
         let Some(post) = spec.bf16_epilogue(mm, n, is_zero) else { return Ok(None) };
-        let (dst_ref, positive) = (
-            self.b.get(spec.output_nodes[post.result])?,
-            post.positive.map(|o| self.b.get(spec.output_nodes[o])).transpose()?,
-        );
-        let keep_where = post.keep_where.map(|k| self.b.get(k)).transpose()?;
+        let mut get = |n: Option<NodeId>| n.map(|n| self.b.get(n)).transpose();
+        let output = |o: Option<usize>| o.map(|o| spec.output_nodes[o]);
+        let (dst_ref, positive, unrounded) =
+            (get(output(post.result))?, get(output(post.positive))?, get(output(post.unrounded))?);
+        let (keep_where, bias) = (get(post.keep_where)?, get(post.bias)?);
         let in_bytes = |r: Option<Ref>, mask: bool| {
             r.is_none_or(|r| matches!(r, Ref::Mask(_)) == mask && matches!(r, Ref::Mask(_) | Ref::Half(_)))
         };
-        if !in_bytes(Some(dst_ref), false) || !in_bytes(positive, true) || !in_bytes(keep_where, true) {
+        if !in_bytes(dst_ref, false) || !in_bytes(positive, true) || !in_bytes(keep_where, true) {
             return Ok(None);
         }
-        let unrounded = post.unrounded.map(|o| self.b.get(spec.output_nodes[o])).transpose()?;
         if unrounded.is_some_and(|u| !matches!(u, Ref::Arena(_))) {
             return Ok(None);
         }
-        let bias = post.bias.map(|b| self.b.get(b)).transpose()?;
         let rows = g.node(mm).ty.numel() / n;
         let relu = post.relu;
         Ok(Some(Step::Bf16Epilogue { src: dst, rows, n, bias, relu, keep_where, dst: dst_ref, positive, unrounded }))

@@ -234,7 +234,7 @@ pub(super) enum Step {
     /// `half_epilogue`): the `f32` sums at `src` (`rows` of `n`) rounded to
     /// bf16, `+ bias` (one value per column), their `> 0` mask into
     /// `positive`, ReLU, `+0` where `keep_where` is false, into `unrounded`
-    /// as `f32` and narrowed into the two-byte `dst`.
+    /// as `f32` and narrowed into the two-byte `dst` (either may be absent).
     Bf16Epilogue {
         src: usize,
         rows: usize,
@@ -242,7 +242,7 @@ pub(super) enum Step {
         bias: Option<Ref>,
         relu: bool,
         keep_where: Option<Ref>,
-        dst: Ref,
+        dst: Option<Ref>,
         positive: Option<Ref>,
         unrounded: Option<Ref>,
     },
@@ -466,7 +466,7 @@ impl Step {
                 let len = rows * n;
                 reads.push(arena(*src, len));
                 reads.extend(bias.and_then(|b| place(b, *n)).into_iter().chain(keep_where.and_then(|k| place(k, len))));
-                writes.extend(place(*dst, len).into_iter().chain(positive.and_then(|p| place(p, len))));
+                writes.extend(dst.and_then(|d| place(d, len)).into_iter().chain(positive.and_then(|p| place(p, len))));
                 writes.extend(unrounded.and_then(|u| place(u, len)));
                 *cost = (len / 4) as u64;
             }
@@ -541,13 +541,14 @@ impl Step {
             Step::Reshape { ty, .. } => format!("copy {ty} (reshape)"),
             Step::Convert { src: Ref::Half(_), len, dtype, .. } => format!("widen {dtype}[{len}] to f32"),
             Step::Convert { len, dtype, .. } => format!("round f32[{len}] to {dtype}"),
-            Step::Bf16Epilogue { rows, n, bias, relu, keep_where, positive, unrounded, .. } => {
+            Step::Bf16Epilogue { rows, n, bias, relu, keep_where, dst, positive, unrounded, .. } => {
                 let parts = [
                     (bias.is_some(), "bias"),
                     (*relu, "relu"),
                     (positive.is_some(), "its mask"),
                     (keep_where.is_some(), "a mask"),
-                    (unrounded.is_some(), "also kept in f32"),
+                    (dst.is_none(), "kept in f32"),
+                    (dst.is_some() && unrounded.is_some(), "also kept in f32"),
                 ];
                 let parts: Vec<&str> = parts.iter().filter(|(on, _)| *on).map(|&(_, what)| what).collect();
                 format!(
