@@ -18,7 +18,7 @@ use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Code, Int8Weights, Ref, Step};
 use super::{internal, JitUnit};
-use crate::backend::cpu::kernels::bf16_gemm::bf16_gemm;
+use crate::backend::cpu::kernels::bf16_gemm::{bf16_gemm, bf16_gemm_rounded};
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
 use crate::backend::cpu::kernels::half_epilogue::{bf16_epilogue, Epilogue, Outputs};
@@ -172,7 +172,7 @@ impl Step {
                     unsafe { sgemm(d, lhs, rhs, m, k, n, threads) };
                 }
             }
-            Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n } => {
+            Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n, round } => {
                 let (m, k, n) = (*m, *k, *n);
                 let (pa, pb) = (mem.ptr(*a, batch * m * k)? as *const u16, mem.ptr(*b, batch * k * n)? as *const u16);
                 // SAFETY: the caller's contract.
@@ -186,7 +186,12 @@ impl Step {
                     // of two-byte elements (`ptr` checked the bytes of the
                     // `Ref::Half` places), row-major or, when folded,
                     // stored transposed; `d` is m×n.
-                    unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, false) };
+                    unsafe {
+                        match round {
+                            true => bf16_gemm_rounded(d, lhs, rhs, [m, k, n], threads),
+                            false => bf16_gemm(d, lhs, rhs, [m, k, n], threads, false),
+                        }
+                    };
                 }
             }
             Step::QuantGemm { x, patches, w, scale, range, dst, m, k, n, post } => {

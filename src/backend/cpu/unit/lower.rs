@@ -699,14 +699,21 @@ impl<'a> Lowering<'a> {
                 false => self.epilogue(k, epilogue, epilogue_spec, &outs),
             };
         }
-        if let Some(step) = self.bf16_product(mm, dst)? {
-            self.steps.push(step);
+        if let Some(mut step) = self.bf16_product(mm, dst)? {
             self.counts.gemm += 1;
             if let Some(post) = self.bf16_epilogue(mm, dst, rounding, epilogue_spec.as_ref())? {
-                self.steps.push(post);
+                self.steps.extend([step, post]);
                 self.counts.native += 1;
                 return Ok(());
             }
+            // A product kept to itself is rounded as it is stored.
+            if let (Step::Bf16Gemm { round, .. }, Some(Some(Ref::Arena(at)))) = (&mut step, rounding) {
+                if at == dst {
+                    *round = true;
+                    rounding = None;
+                }
+            }
+            self.steps.push(step);
             if let Some(to) = rounding {
                 self.settle(mm, dst, to);
             }
@@ -819,7 +826,7 @@ impl<'a> Lowering<'a> {
         let (sa, sb) = (&g.node(ins[0]).ty.shape, &g.node(ins[1]).ty.shape);
         let r = sa.len();
         let (batch, m, k, n) = (sa[..r - 2].iter().product(), sa[r - 2], sa[r - 1], sb[r - 1]);
-        Ok(Some(Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n }))
+        Ok(Some(Step::Bf16Gemm { a, b, a_t, b_t, dst, batch, m, k, n, round: false }))
     }
 
     /// The one-pass epilogue of the bf16 product `mm` whose `f32` sums are

@@ -138,9 +138,20 @@ pub(super) enum Step {
     /// `dst = a @ b` (batched over leading dims) of `bf16` operands in
     /// their two-byte storage (`Ref::Half`), summed in `f32` into `f32`
     /// scratch at `dst` (module `bf16_gemm`, on the tier module `isa`
-    /// picks); a `Step::Convert` rounds it into the result's place.
-    /// `a_t`/`b_t` as for `Gemm`.
-    Bf16Gemm { a: Ref, b: Ref, a_t: bool, b_t: bool, dst: usize, batch: usize, m: usize, k: usize, n: usize },
+    /// picks), rounded to bf16 there when `round`, else by a
+    /// `Step::Convert` into the result's place. `a_t`/`b_t` as for `Gemm`.
+    Bf16Gemm {
+        a: Ref,
+        b: Ref,
+        a_t: bool,
+        b_t: bool,
+        dst: usize,
+        batch: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        round: bool,
+    },
     /// `dst = quant_matmul(x, w, scale)` (`Op::QuantMatMul`, `m` rows of
     /// `x` by `k`, `n` columns) on module `int8_gemm`, then `+ bias` (one
     /// value per column) and ReLU when `post` says so (the epilogue's own

@@ -38,6 +38,7 @@ impl Kernel for KernelAmx {
     const LHS: Layout = Layout::Tiles { lhs: true };
     const RHS: Layout = Layout::Tiles { lhs: false };
     const PAIR_ALIGN: usize = 16;
+    const ROUNDS: bool = false;
 
     unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
         /// The 64-byte tile configuration: palette 1, tiles 0-7 of 16 rows

@@ -5,13 +5,15 @@
 //! Contract: as the module `bf16_gemm` says for `Avx512`; `k` is taken in
 //! blocks of `KC` pairs (the `lhs` block's 12 KiB stay in L1, the panels'
 //! 32 KiB in L2), the accumulators stored to `dst` between blocks and
-//! reloaded exactly, so the sums are those of one unblocked chain.
+//! reloaded exactly, so the sums are those of one unblocked chain; with
+//! `Job::round` the last block's store rounds them to bf16.
 //!
 //! Example: a 1024³ product runs 86 row blocks × 32 panels × 2 blocks of
 //! `k` (256 pairs each) of this micro-kernel.
 
 use super::pack::Layout;
 use super::{Job, Kernel, NR};
+use crate::backend::cpu::kernels::convert::avx512::round_bf16;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -28,6 +30,7 @@ impl Kernel for Kernel512 {
     const LHS: Layout = Layout::Pairs { width: MR };
     const RHS: Layout = Layout::Pairs { width: NR };
     const PAIR_ALIGN: usize = 1;
+    const ROUNDS: bool = true;
 
     unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
         // SAFETY: the caller's contract (the CPU has AVX512_BF16).
@@ -46,6 +49,7 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
         for p0 in (0..job.pairs).step_by(KC) {
             let pairs = KC.min(job.pairs - p0);
             let load = job.accumulate || p0 > 0;
+            let round = job.round && p0 + KC >= job.pairs;
             for ib in rows.clone() {
                 let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
                 // SAFETY: block `ib` of the packed `lhs`, from pair `p0`.
@@ -57,7 +61,7 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
                     // SAFETY: rows i..i + r, columns j..j + c of `dst`
                     // are this worker's; the packed blocks hold `pairs`
                     // pairs from `p0`.
-                    unsafe { tile(a, b, pairs, job.dst.0.add(i * job.n + j), job.n, r, c, load) };
+                    unsafe { tile(a, b, pairs, job.dst.0.add(i * job.n + j), job.n, [r, c], [load, round]) };
                 }
             }
         }
@@ -66,7 +70,7 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
 
 /// The micro-kernel: `c[0..rows][0..cols]` (row stride `ldc`) = (`load`:
 /// `c` +) the product of `pairs` pairs of a packed 12-row `lhs` block and
-/// a packed 32-column `rhs` panel.
+/// a packed 32-column `rhs` panel, each sum rounded to bf16 when `round`.
 ///
 /// # Safety
 /// AVX512_BF16; `a` holds `pairs · 12` and `b` `pairs · 2` vectors; `c`
@@ -79,9 +83,8 @@ unsafe fn tile(
     pairs: usize,
     c: *mut f32,
     ldc: usize,
-    rows: usize,
-    cols: usize,
-    load: bool,
+    [rows, cols]: [usize; 2],
+    [load, round]: [bool; 2],
 ) {
     let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
     // 24 accumulators in registers, one row at a time through
@@ -119,8 +122,9 @@ unsafe fn tile(
         ($r:literal) => {
             if $r < rows {
                 for v in 0..2 {
+                    let value = if round { round_bf16(acc[$r][v]) } else { acc[$r][v] };
                     // SAFETY: row `r` of `c`, masked to `cols`.
-                    unsafe { _mm512_mask_storeu_ps(c.wrapping_add($r * ldc + 16 * v), masks[v], acc[$r][v]) };
+                    unsafe { _mm512_mask_storeu_ps(c.wrapping_add($r * ldc + 16 * v), masks[v], value) };
                 }
             }
         };

@@ -34,6 +34,11 @@
 //! both operands first (module `pack`), into buffers each thread keeps for
 //! its next product (up to 16 MiB each).
 //!
+//! [`bf16_gemm_rounded`] is the same product with every result rounded to
+//! the nearest bf16 value (still stored as `f32`): a bf16 product's value,
+//! which the `vdpbf16ps` tier rounds in its last store of each tile and
+//! the others in a pass after.
+//!
 //! Example: `bf16_gemm(&mut y, (x, 784, 1), (w, 1, 784), [64, 784, 256],
 //! 1, false)` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
 //! [256, 784]`.
@@ -70,7 +75,32 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm(
     accumulate: bool,
 ) {
     // SAFETY: the caller's contract; `active()` is an available tier.
-    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, accumulate) }
+    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, Store { accumulate, round: false }) }
+}
+
+/// `dst = round_bf16(lhs · rhs)` (see the module docs), otherwise as
+/// `bf16_gemm`.
+///
+/// # Safety
+/// As for `bf16_gemm`.
+pub(in crate::backend::cpu) unsafe fn bf16_gemm_rounded(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    mkn: [usize; 3],
+    threads: usize,
+) {
+    // SAFETY: the caller's contract; `active()` is an available tier.
+    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, Store { accumulate: false, round: true }) }
+}
+
+/// How a product meets `dst`.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::backend::cpu) struct Store {
+    /// Add to `dst` instead of overwriting it.
+    pub accumulate: bool,
+    /// Round each result to the nearest bf16 value.
+    pub round: bool,
 }
 
 /// `bf16_gemm` on the tier `isa` (tests and benchmarks compare tiers).
@@ -87,7 +117,7 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm_on(
     rhs: Operand,
     mkn: [usize; 3],
     threads: usize,
-    accumulate: bool,
+    store: Store,
 ) {
     if let Some(why) = isa::Features::detected().lacks(isa) {
         panic!("bf16_gemm on {}: {why}", isa.name());
@@ -97,41 +127,51 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm_on(
     if m == 0 || n == 0 {
         return;
     }
-    if k == 0 {
-        if !accumulate {
-            dst[..m * n].fill(0.0);
+    let rounded_in_store = match (isa, k) {
+        (_, 0) => {
+            if !store.accumulate {
+                dst[..m * n].fill(0.0);
+            }
+            false
         }
-        return;
-    }
-    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
-    match isa {
-        Isa::Portable => {}
         // SAFETY: the CPU has the tier's instructions (checked above); the
         // caller's contract.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => return unsafe { tiled::<avx512::Kernel512>(dst, lhs, rhs, mkn, threads, accumulate) },
+        (Isa::Avx512, _) => unsafe { tiled::<avx512::Kernel512>(dst, lhs, rhs, mkn, threads, store) },
         // SAFETY: as above (the tile data was granted by `isa`).
         #[cfg(target_arch = "x86_64")]
-        Isa::Amx => return unsafe { tiled::<amx::KernelAmx>(dst, lhs, rhs, mkn, threads, accumulate) },
+        (Isa::Amx, _) => unsafe { tiled::<amx::KernelAmx>(dst, lhs, rhs, mkn, threads, store) },
+        // SAFETY: the caller's contract.
+        (Isa::Portable, _) => unsafe { portable(dst, lhs, rhs, mkn, threads, store.accumulate) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only the portable tier exists off x86_64"),
+    };
+    if store.round && !rounded_in_store {
+        super::convert::round_in_place(super::convert::Half::Bf16, &mut dst[..m * n]);
     }
-    // SAFETY: the caller's contract.
-    unsafe { portable(dst, lhs, rhs, mkn, threads, accumulate) }
 }
 
 /// The portable tier: both operands widened to f32 (exact) and multiplied
-/// by `gemm::sgemm_into`.
+/// by `gemm::sgemm_into`; `false` (the results are not rounded).
 ///
 /// # Safety
 /// As for `bf16_gemm`.
-unsafe fn portable(dst: &mut [f32], lhs: Operand, rhs: Operand, mkn: [usize; 3], threads: usize, accumulate: bool) {
+unsafe fn portable(
+    dst: &mut [f32],
+    lhs: Operand,
+    rhs: Operand,
+    mkn: [usize; 3],
+    threads: usize,
+    accumulate: bool,
+) -> bool {
+    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
     let [m, k, n] = mkn;
     // SAFETY (both): the caller's contract.
     let a = unsafe { widen(lhs, m, k) };
     let b = unsafe { widen(rhs, k, n) };
     // SAFETY: `a` is m × k and `b` k × n, row-major.
-    unsafe { super::gemm::sgemm_into(dst, (a.as_ptr(), k, 1), (b.as_ptr(), n, 1), mkn, threads, accumulate) }
+    unsafe { super::gemm::sgemm_into(dst, (a.as_ptr(), k, 1), (b.as_ptr(), n, 1), mkn, threads, accumulate) };
+    false
 }
 
 /// The `rows × cols` matrix `x` as row-major f32.
@@ -156,6 +196,8 @@ trait Kernel {
     const RHS: pack::Layout;
     /// `k` is padded with zeros to a multiple of this many pairs.
     const PAIR_ALIGN: usize;
+    /// Whether `run` rounds the results to bf16 when `Job::round` says so.
+    const ROUNDS: bool;
 
     /// Runs the product for each `(row blocks, column panels)` of `runs`
     /// on this thread, over the whole of `k`.
@@ -184,6 +226,8 @@ struct Job {
     pairs: usize,
     /// Whether the accumulators start from `dst`.
     accumulate: bool,
+    /// Whether the last store of each element rounds it to bf16.
+    round: bool,
 }
 
 /// A pointer the workers share (each writes its own blocks).
@@ -193,7 +237,8 @@ unsafe impl<T> Sync for SendPtr<T> {}
 // SAFETY: as above.
 unsafe impl<T> Send for SendPtr<T> {}
 
-/// A hardware tier's product: packs both operands, then runs the grid.
+/// A hardware tier's product: packs both operands, then runs the grid;
+/// whether it rounded the results (`K::ROUNDS`).
 ///
 /// # Safety
 /// The CPU has `K`'s instructions; as for `bf16_gemm` (with `k > 0`).
@@ -203,8 +248,9 @@ unsafe fn tiled<K: Kernel>(
     rhs: Operand,
     [m, k, n]: [usize; 3],
     threads: usize,
-    accumulate: bool,
-) {
+    store: Store,
+) -> bool {
+    let threads = crate::backend::cpu::threads::for_product([m, k, n], threads);
     let pairs = k.div_ceil(2).next_multiple_of(K::PAIR_ALIGN);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.
@@ -215,12 +261,14 @@ unsafe fn tiled<K: Kernel>(
     // SAFETY (both): the caller's contract.
     unsafe { pack::pack_lhs(&mut a, lhs, [m, k], pairs, K::LHS, threads) };
     unsafe { pack::pack_rhs(&mut b, rhs, [k, n], pairs, K::RHS, threads) };
-    let job = Job { a, b, dst: SendPtr(dst.as_mut_ptr()), m, n, pairs, accumulate };
+    let (accumulate, round) = (store.accumulate, store.round && K::ROUNDS);
+    let job = Job { a, b, dst: SendPtr(dst.as_mut_ptr()), m, n, pairs, accumulate, round };
     // SAFETY: the caller's contract; `K` describes the packing.
     unsafe { grid::<K>(&job, threads) };
     // Keep at most 16 MiB each for the next product.
     let keep = |v: Vec<u32>| if v.capacity() <= 1 << 22 { v } else { Vec::new() };
     BUFFERS.set((keep(job.a), keep(job.b)));
+    round
 }
 
 /// Runs the grid of row blocks × column panels of `job`, split into tasks

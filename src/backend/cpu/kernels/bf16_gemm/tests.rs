@@ -83,7 +83,7 @@ fn reference(a: &Matrix, b: &Matrix, init: &[f32]) -> (Vec<f64>, Vec<f64>) {
 fn run(isa: Isa, a: &Matrix, b: &Matrix, dst: &mut [f32], threads: usize, accumulate: bool) {
     let mkn = [a.rows, a.cols, b.cols];
     // SAFETY: the matrices are m × k and k × n; `dst` holds m × n.
-    unsafe { bf16_gemm_on(isa, dst, a.operand(), b.operand(), mkn, threads, accumulate) }
+    unsafe { bf16_gemm_on(isa, dst, a.operand(), b.operand(), mkn, threads, Store { accumulate, round: false }) }
 }
 
 #[test]
@@ -190,4 +190,31 @@ fn an_empty_k_writes_zeros_or_keeps_dst() {
         run(isa, &a, &b, &mut dst, 1, false);
         assert_eq!(dst, vec![0.0; 12]);
     }
+}
+
+/// A rounded product is the product with each sum rounded to bf16, bit for
+/// bit, on every tier: `k` within one cache block and across several (the
+/// `vdpbf16ps` tier rounds in the last block's store only), ragged sides.
+#[test]
+fn rounded_products_are_the_products_rounded() {
+    let mut checked = 0;
+    for isa in tiers() {
+        for [m, k, n] in [[5, 7, 9], [13, 64, 33], [12, 600, 32], [30, 1100, 40]] {
+            let (a, b) = (Matrix::new(m, k, false, 31), Matrix::new(k, n, true, 32));
+            let mut plain = vec![0.0f32; m * n];
+            run(isa, &a, &b, &mut plain, 1, false);
+            for threads in [1, 2] {
+                let mut rounded = vec![7.0f32; m * n];
+                let store = Store { accumulate: false, round: true };
+                // SAFETY: the matrices are m × k and k × n; `rounded` holds m × n.
+                unsafe { bf16_gemm_on(isa, &mut rounded, a.operand(), b.operand(), [m, k, n], threads, store) };
+                for (i, (&got, &sum)) in rounded.iter().zip(&plain).enumerate() {
+                    let want = crate::half::round_bf16(sum);
+                    assert_eq!(got.to_bits(), want.to_bits(), "{}: {m}x{k}x{n}, element {i}", isa.name());
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 8, "{checked}");
 }
