@@ -24,8 +24,8 @@
 //! b))), Gt(Add(p, b), 0)}`: `Bf16Epilogue { bias: Some(b), relu: true,
 //! keep_where: None, positive: Some(1), unrounded: None, result: Some(0) }`.
 
-use super::op::{BinaryOp, UnaryOp};
-use super::spec::{Expr, Inner, Kind, Load, Spec};
+use super::op::BinaryOp;
+use super::spec::{Expr, Kind, Spec};
 use super::NodeId;
 
 /// What a `bf16` product's epilogue does (see the module docs).
@@ -56,17 +56,10 @@ impl Spec {
         if self.outputs.len() > 3 {
             return None;
         }
-        let load = |e: usize| match self.exprs[e].0 {
-            Expr::Load(l) => Some(&self.loads[l]),
-            _ => None,
-        };
-        let at_index = |e: usize, kinds: &[Kind]| load(e).filter(|l| kinds.contains(&l.kind) && self.reads_at_index(l));
+        let at_index =
+            |e: usize, kinds: &[Kind]| self.load_of(e).filter(|l| kinds.contains(&l.kind) && self.reads_at_index(l));
         let is_product = |e: usize| at_index(e, &[Kind::BF16, Kind::F32]).is_some_and(|l| l.node == product);
-        let zero = |e: usize| load(e).is_some_and(|l| is_zero(l.node));
-        let per_channel = |e: usize| {
-            let along_channels = |l: &&Load| l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0);
-            load(e).filter(|l| l.kind == Kind::F32 && self.inner == channels && along_channels(l))
-        };
+        let zero = |e: usize| self.load_of(e).is_some_and(|l| is_zero(l.node));
         // The stored value before its rounding: what a two-byte output
         // rounds, else the `f32` output that is not a comparison.
         let result = self.stores.iter().position(|&k| k == Kind::BF16);
@@ -84,18 +77,7 @@ impl Spec {
             }
             _ => (x, None),
         };
-        let (sum, relu) = match self.exprs[kept].0 {
-            Expr::Unary(UnaryOp::Relu, s) => (s, true),
-            _ => (kept, false),
-        };
-        let bias = match self.exprs[sum].0 {
-            Expr::Binary(BinaryOp::Add, a, b) => {
-                let (p, b) = if is_product(a) { (a, b) } else { (b, a) };
-                Some(per_channel(b).filter(|_| is_product(p))?.node)
-            }
-            _ if is_product(sum) => None,
-            _ => return None,
-        };
+        let (sum, relu, bias) = self.biased_relu(kept, is_product, channels)?;
         let (mut positive, mut unrounded) = (None, None);
         for o in (0..self.outputs.len()).filter(|&o| Some(o) != result) {
             let e = self.outputs[o];

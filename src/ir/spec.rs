@@ -569,17 +569,9 @@ impl Spec {
         is_zero: impl Fn(NodeId) -> bool,
     ) -> Option<ChannelPostOps> {
         let [out] = self.outputs[..] else { return None };
-        let load = |e: usize| match self.exprs[e].0 {
-            Expr::Load(l) => Some(&self.loads[l]),
-            _ => None,
-        };
-        let at_index = |e: usize| load(e).filter(|l| l.kind == Kind::F32 && self.reads_at_index(l));
+        let at_index = |e: usize| self.load_of(e).filter(|l| l.kind == Kind::F32 && self.reads_at_index(l));
         let is_product = |e: usize| at_index(e).is_some_and(|l| l.node == product);
-        let zero = |e: usize| load(e).is_some_and(|l| is_zero(l.node));
-        let per_channel = |e: usize| {
-            let along_channels = |l: &&Load| l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0);
-            load(e).filter(|l| l.kind == Kind::F32 && self.inner == channels && along_channels(l))
-        };
+        let zero = |e: usize| self.load_of(e).is_some_and(|l| is_zero(l.node));
         let (kept, keep_where_positive) = match self.exprs[out].0 {
             Expr::Select(condition, kept, otherwise) if zero(otherwise) => match self.exprs[condition].0 {
                 Expr::Binary(BinaryOp::Gt, other, z) if zero(z) && !is_product(other) => {
@@ -589,9 +581,37 @@ impl Spec {
             },
             _ => (out, None),
         };
-        let (sum, relu) = match self.exprs[kept].0 {
+        let (_, relu, bias) = self.biased_relu(kept, is_product, channels)?;
+        Some(ChannelPostOps { bias, relu, keep_where_positive })
+    }
+
+    /// The load expression `e` reads, if it is one.
+    pub fn load_of(&self, e: usize) -> Option<&Load> {
+        match self.exprs[e].0 {
+            Expr::Load(l) => Some(&self.loads[l]),
+            _ => None,
+        }
+    }
+
+    /// Expression `e` as `relu(s)` or `s`, with `s = p + bias` (either
+    /// order) or `p`, where `p` is the product (`is_product`) and `bias`
+    /// an `f32` load with one value per position of an inner extent of
+    /// `channels`: `(s, relu, bias)`, or `None`. (A product's epilogue
+    /// that a kernel applies as it stores, `channel_post_ops` and
+    /// `bf16_epilogue`.)
+    pub fn biased_relu(
+        &self,
+        e: usize,
+        is_product: impl Fn(usize) -> bool,
+        channels: usize,
+    ) -> Option<(usize, bool, Option<NodeId>)> {
+        let per_channel = |e: usize| {
+            let along_channels = |l: &&Load| l.inner == Inner::Contig && l.outer.iter().all(|&s| s == 0);
+            self.load_of(e).filter(|l| l.kind == Kind::F32 && self.inner == channels && along_channels(l))
+        };
+        let (sum, relu) = match self.exprs[e].0 {
             Expr::Unary(UnaryOp::Relu, x) => (x, true),
-            _ => (kept, false),
+            _ => (e, false),
         };
         let bias = match self.exprs[sum].0 {
             Expr::Binary(BinaryOp::Add, x, y) => {
@@ -601,7 +621,7 @@ impl Spec {
             _ if is_product(sum) => None,
             _ => return None,
         };
-        Some(ChannelPostOps { bias, relu, keep_where_positive })
+        Some((sum, relu, bias))
     }
 
     /// A key equal for two specs exactly when they compile to the same code

@@ -140,7 +140,7 @@ fn bh(v: __m512i) -> __m512bh {
 }
 
 /// The mask of the first `min(count, 16)` lanes.
-fn lanes(count: usize) -> u16 {
+pub(super) fn lanes(count: usize) -> u16 {
     if count >= 16 {
         u16::MAX
     } else {

@@ -15,16 +15,8 @@
 //! Example: `x: [256, 784]` as the `lhs` of `x @ w` (`k_stride == 1`,
 //! width 12) packs as 49 × 1 tiles per block of 12 rows.
 
+use super::avx512::lanes;
 use std::arch::x86_64::*;
-
-/// The mask of the first `min(count, 16)` lanes.
-fn lanes(count: usize) -> u16 {
-    if count >= 16 {
-        u16::MAX
-    } else {
-        (1u16 << count) - 1
-    }
-}
 
 /// `out[p · width + c] = src[2p · k_stride + c] | src[(2p + 1) · k_stride +
 /// c] << 16` for every pair `p` and column `c < cols`.
