@@ -65,8 +65,10 @@ impl Layout {
 /// Packs `src`, a `k × extent` matrix addressed as `(first, k stride,
 /// extent stride)`, into `ceil(extent / width)` blocks of `pairs` pairs
 /// (`pairs ≥ ceil(k / 2)`), `threads` of the current pool sharing the
-/// blocks, into `out` (its old contents replaced, its memory reused). `lhs`
-/// is its own transpose here: `(a, a_cs, a_rs)`.
+/// blocks, into `out` (its old contents replaced, its memory reused: the
+/// blocks write every word, the padding as zeros, so the buffer is not
+/// cleared first — that took a fifth of the packing). `lhs` is its own
+/// transpose here: `(a, a_cs, a_rs)`.
 ///
 /// # Safety
 /// `src` must address every element `(kk, c)`, `kk < k`, `c < extent`.
@@ -81,7 +83,6 @@ pub(super) unsafe fn pack(
     let width = layout.width();
     let blocks = extent.div_ceil(width);
     let block_len = pairs * width;
-    out.clear();
     out.resize(blocks * block_len, 0);
     let (dst, src) = (SendPtr(out.as_mut_ptr()), SendPtr(src.cast_mut()));
     // Packing moves gigabytes a second per thread: split only when there
@@ -97,10 +98,23 @@ pub(super) unsafe fn pack(
             unsafe {
                 let out = std::slice::from_raw_parts_mut(dst.0.add(block * block_len), block_len);
                 let src = (src.0.add(c0 * c_stride).cast_const(), k_stride, c_stride);
-                pack_block(out, src, [k, width.min(extent - c0)], layout);
+                let cols = width.min(extent - c0);
+                pack_block(out, src, [k, cols], layout);
+                zero_padding(out, [k, cols], pairs, layout);
             }
         }
     });
+}
+
+/// Zeros the words of a block past its `cols` rows or columns and past
+/// its `ceil(k / 2)` pairs (up to `pairs`).
+fn zero_padding(out: &mut [u32], [k, cols]: [usize; 2], pairs: usize, layout: Layout) {
+    for p in 0..pairs {
+        let from = if p < k.div_ceil(2) { cols } else { 0 };
+        for c in from..layout.width() {
+            out[layout.offset(p, c)] = 0;
+        }
+    }
 }
 
 /// One block: `cols` rows or columns of `k`, read along whichever stride
@@ -186,6 +200,7 @@ unsafe fn pack_block_scalar(
             }
         }
     } else {
+        out.fill(0);
         for c in 0..cols {
             for kk in 0..k {
                 out[layout.offset(kk / 2, c)] |= at(kk, c) << (16 * (kk % 2));
@@ -258,6 +273,24 @@ mod tests {
                 }
             }
             assert_eq!(seen, k * n);
+        }
+    }
+
+    /// A buffer reused from a larger product keeps none of its old words:
+    /// the padding of a smaller one is zero, whatever the layout.
+    #[test]
+    fn a_reused_buffer_is_padded_with_zeros() {
+        let (k, n) = (7, 5);
+        let b: Vec<u16> = (0..k * n).map(|e| e as u16 + 1).collect();
+        for layout in [Layout::Pairs { width: 32 }, Layout::Pairs { width: 12 }, Layout::Tiles { lhs: true }] {
+            let pairs = 16;
+            let mut packed = vec![u32::MAX; 4 * pairs * 32];
+            // SAFETY: `b` is a row-major k × n matrix.
+            unsafe { pack_rhs(&mut packed, (b.as_ptr(), n, 1), [k, n], pairs, layout, 1) };
+            assert_eq!(packed.len(), pairs * layout.width());
+            let nonzero = packed.iter().filter(|&&w| w != 0).count();
+            // Each of the n columns holds ceil(k / 2) nonzero pairs.
+            assert_eq!(nonzero, n * k.div_ceil(2), "{layout:?}");
         }
     }
 
