@@ -117,6 +117,29 @@ fn the_plan_and_the_profile_show_the_low_precision_products() {
     let bench = tfc(&dir, &["bench", "main.tfl", "--steps", "3", "--warmup", "1", "--profile"].map(OsStr::new));
     assert_eq!(bench.code, Some(0), "{}", bench.stderr);
     assert!(bench.stdout.contains("bf16 gemm"), "{}", bench.stdout);
+    // With AVX-512, the update of a weight whose gradient is a bf16
+    // product runs on Adam's native loop too, and the layers' epilogues
+    // in one pass each.
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+    {
+        // Each weight's update is the 23-op epilogue of its gradient's product.
+        let updates: Vec<&str> =
+            plan.stdout.lines().filter(|l| l.contains("matmul") && l.contains("epilogue 23 ops")).collect();
+        assert!(
+            !updates.is_empty() && updates.iter().all(|l| l.ends_with("fused: adam update (epilogue)")),
+            "{}",
+            plan.stdout
+        );
+        // The weights are [64, 128] and [128, 10].
+        for label in
+            ["adam update 2x4096", "adam update 1x1280", "bf16 epilogue 64x128 (rounded, bias, relu, its mask)"]
+        {
+            assert!(bench.stdout.contains(label), "no {label} in {}", bench.stdout);
+        }
+    }
 }
 
 #[test]
