@@ -61,7 +61,13 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
                     // SAFETY: rows i..i + r, columns j..j + c of `dst`
                     // are this worker's; the packed blocks hold `pairs`
                     // pairs from `p0`.
-                    unsafe { tile(a, b, pairs, job.dst.0.add(i * job.n + j), job.n, [r, c], [load, round]) };
+                    unsafe {
+                        let (c0, shape, how) = (job.dst.0.add(i * job.n + j), [r, c], [load, round]);
+                        match r <= 4 {
+                            true => tile_of_4(a, b, pairs, c0, job.n, shape, how),
+                            false => tile::<MR>(a, b, pairs, c0, job.n, shape, how),
+                        }
+                    };
                 }
             }
         }
@@ -77,7 +83,7 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
 /// addresses `rows ≤ 12` rows of `cols ≤ 32` elements.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile(
+unsafe fn tile<const ROWS: usize>(
     a: *const i32,
     b: *const __m512i,
     pairs: usize,
@@ -110,10 +116,12 @@ unsafe fn tile(
         let a = a.wrapping_add(p * MR);
         macro_rules! step_row {
             ($r:literal) => {
-                // SAFETY: pair `p` of row `r` of the block.
-                let av = bh(_mm512_set1_epi32(unsafe { a.add($r).read_unaligned() }));
-                acc[$r][0] = _mm512_dpbf16_ps(acc[$r][0], av, b0);
-                acc[$r][1] = _mm512_dpbf16_ps(acc[$r][1], av, b1);
+                if $r < ROWS {
+                    // SAFETY: pair `p` of row `r` of the block.
+                    let av = bh(_mm512_set1_epi32(unsafe { a.add($r).read_unaligned() }));
+                    acc[$r][0] = _mm512_dpbf16_ps(acc[$r][0], av, b0);
+                    acc[$r][1] = _mm512_dpbf16_ps(acc[$r][1], av, b1);
+                }
             };
         }
         each_of_12_rows!(step_row);
@@ -130,6 +138,27 @@ unsafe fn tile(
         };
     }
     each_of_12_rows!(store_row);
+}
+
+/// `tile` of a block's last rows when there are at most 4 of them (a
+/// 256-row product's last block): a third of the work of 12 rows.
+///
+/// # Safety
+/// As for `tile`, with `rows ≤ 4`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn tile_of_4(
+    a: *const i32,
+    b: *const __m512i,
+    pairs: usize,
+    c: *mut f32,
+    ldc: usize,
+    shape: [usize; 2],
+    how: [bool; 2],
+) {
+    // SAFETY: the caller's contract.
+    unsafe { tile::<4>(a, b, pairs, c, ldc, shape, how) }
 }
 
 /// 32 bf16 values from their bits.
