@@ -713,6 +713,14 @@ fn the_plans_fusions_are_the_ones_the_lowering_applies() {
     let interp = run(Path::new("fusions.tfl"), source, Backend::Interp, true).unwrap();
     let jit = run(Path::new("fusions.tfl"), source, Backend::Jit, true).unwrap();
     same_values(&jit, &interp).unwrap();
+    // In bf16, the plan also names the updates whose gradients are bf16
+    // products (`adam_update_with_half_gradient`), and the lowering
+    // applies every one: the gradients lie in f32 scratch.
+    let bf16 = source.replace("epochs = 3\n", "epochs = 3\n precision = \"bf16\"\n");
+    assert_ne!(bf16, source);
+    let counts = step_counts(&bf16);
+    assert_eq!(counts.unfused, 0, "{counts:?}");
+    assert_eq!(counts.interp, 0, "{counts:?}");
 }
 
 /// The f16 and bf16 training steps of the half-precision run case (an MLP
@@ -781,6 +789,33 @@ fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpre
         assert_eq!(labels.iter().any(|l| l.starts_with(kind)), avx512, "{kind} in {labels:?}");
     }
     let name = Path::new("bf16.tfl");
+    let jit = run(name, source, Backend::Jit, true).unwrap();
+    let interp = run(name, source, Backend::Interp, true).unwrap();
+    same_values(&jit, &interp).unwrap();
+}
+
+/// A bf16 convolution whose activation a max pool reads keeps it in f32:
+/// with AVX-512 its epilogue is one pass that rounds the product, adds the
+/// bias, applies the ReLU and stores the f32 result (no two-byte copy),
+/// and the trained values are the interpreter's.
+#[test]
+fn a_pooled_bf16_convolutions_epilogue_is_one_pass_into_f32() {
+    let source = "use std.nn.{Conv2d, Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.sgd\n\
+        model Net { c = Conv2d(16, 32, act = relu)\n d = Dense(4 * 4 * 32, 10)\n\
+        fn forward(x) = d(reshape(max_pool2d(c(x), 2), [-1, 4 * 4 * 32])) }\n\
+        let net = Net(seed = 5)\n\
+        let x = reshape(cos(cast(arange(8 * 8 * 8 * 16), f32) * 0.21), [8, 8, 8, 16])\n\
+        let y = cast(arange(8), i32) % 10\n\
+        train net on from_tensors(x, y) |> batch(8) {\n loss(x, y) = softmax_cross_entropy(net(x), y)\n\
+        optimizer = sgd(lr = 0.05)\n steps = 3\n precision = \"bf16\"\n}\n\
+        print(sum(net.c.w), sum(net.d.w))\n";
+    let labels = step_labels(source);
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl");
+    let kind = "bf16 epilogue 512x32 (rounded, bias, relu, kept in f32)";
+    assert_eq!(labels.iter().any(|l| l.starts_with(kind)), avx512, "{kind} in {labels:?}");
+    let name = Path::new("pooled.tfl");
     let jit = run(name, source, Backend::Jit, true).unwrap();
     let interp = run(name, source, Backend::Interp, true).unwrap();
     same_values(&jit, &interp).unwrap();

@@ -29,7 +29,7 @@
 //! Example: a 3x3 SAME convolution of `[64, 28, 28, 1]` into 16 channels is
 //! `cols[50176, 9] · w[9, 16]`.
 
-use super::bf16_gemm::bf16_gemm;
+use super::bf16_gemm::{bf16_gemm, Store};
 use super::conv_direct::{self as direct, Window};
 pub(in crate::backend::cpu) use super::conv_direct::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use super::gemm::{sgemm, sgemm_into};
@@ -558,10 +558,24 @@ impl Conv {
                     unsafe {
                         if self.kind == ConvKind::Forward {
                             let y = &mut dst[r0 * o..r1 * o];
-                            bf16_gemm(y, (halves.as_ptr(), k, 1), (b.as_ptr(), o, 1), [r1 - r0, k, o], threads, false)
+                            bf16_gemm(
+                                y,
+                                (halves.as_ptr(), k, 1),
+                                (b.as_ptr(), o, 1),
+                                [r1 - r0, k, o],
+                                threads,
+                                Store::default(),
+                            )
                         } else {
                             let gy = (b[r0 * o..].as_ptr(), o, 1);
-                            bf16_gemm(dst, (halves.as_ptr(), 1, k), gy, [k, r1 - r0, o], threads, r0 > 0)
+                            bf16_gemm(
+                                dst,
+                                (halves.as_ptr(), 1, k),
+                                gy,
+                                [k, r1 - r0, o],
+                                threads,
+                                Store { accumulate: r0 > 0, round: false },
+                            )
                         }
                     }
                 }
@@ -569,7 +583,7 @@ impl Conv {
                     let block = &mut cols[..(r1 - r0) * k];
                     // SAFETY: as in `run_in_blocks`, over bf16 elements.
                     let gy = (a[r0 * o..].as_ptr(), o, 1);
-                    unsafe { bf16_gemm(block, gy, (b.as_ptr(), 1, o), [r1 - r0, o, k], threads, false) };
+                    unsafe { bf16_gemm(block, gy, (b.as_ptr(), 1, o), [r1 - r0, o, k], threads, Store::default()) };
                     self.col2im(block, &mut dst[..gx_len], r0..r1);
                 }
             }

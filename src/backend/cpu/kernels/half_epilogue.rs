@@ -20,6 +20,7 @@
 //! `p = [1.0, -2.0]` (the tie rounds to even), `out = bits of [1.5, 0.0]`,
 //! `positive = [1, 0]`.
 
+use super::SendPtr;
 use crate::half::{f32_to_bf16_bits, round_bf16};
 
 /// What the pass applies after rounding the product (see the module docs).
@@ -57,9 +58,9 @@ pub(in crate::backend::cpu) fn bf16_epilogue(product: &[f32], n: usize, post: Ep
     if threads <= 1 {
         return rows(product, n, post, to);
     }
-    let out = to.out.map(|o| Shared(o.as_mut_ptr()));
-    let positive = to.positive.map(|p| Shared(p.as_mut_ptr()));
-    let unrounded = to.unrounded.map(|u| Shared(u.as_mut_ptr()));
+    let out = to.out.map(|o| SendPtr(o.as_mut_ptr()));
+    let positive = to.positive.map(|p| SendPtr(p.as_mut_ptr()));
+    let unrounded = to.unrounded.map(|u| SendPtr(u.as_mut_ptr()));
     crate::backend::cpu::threads::in_ranges(len / n, threads, |lo, hi| {
         let (from, end) = (lo * n, hi * n);
         // SAFETY: elements from..end (rows lo..hi) of every output are
@@ -76,23 +77,6 @@ pub(in crate::backend::cpu) fn bf16_epilogue(product: &[f32], n: usize, post: Ep
     });
 }
 
-/// An output the workers share (each writes its own rows).
-struct Shared<T>(*mut T);
-// SAFETY: the workers write disjoint rows.
-unsafe impl<T> Sync for Shared<T> {}
-
-impl<T> Shared<T> {
-    /// Elements `from..end`.
-    ///
-    /// # Safety
-    /// They are in bounds, and no one else touches them meanwhile.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice<'a>(&self, from: usize, end: usize) -> &'a mut [T] {
-        // SAFETY: the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.0.add(from), end - from) }
-    }
-}
-
 /// `bf16_epilogue` of whole rows on this thread.
 fn rows(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
     #[cfg(target_arch = "x86_64")]
@@ -104,8 +88,8 @@ fn rows(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
     scalar(product, n, post, to)
 }
 
-/// The definition, one element at a time (the portable path and the tests'
-/// reference).
+/// The definition, one element at a time: the tests' reference, and the
+/// path of a CPU without AVX-512 (where the lowering plans no such step).
 fn scalar(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
     let Outputs { mut out, mut positive, mut unrounded } = to;
     for (i, &sum) in product.iter().enumerate() {
@@ -131,6 +115,7 @@ fn scalar(product: &[f32], n: usize, post: Epilogue, to: Outputs) {
 mod avx512 {
     use super::{Epilogue, Outputs};
     use crate::backend::cpu::kernels::convert::avx512::{narrow_bf16, round_bf16};
+    use crate::backend::cpu::kernels::simd::lanes;
     use std::arch::x86_64::*;
 
     /// `super::rows` 16 columns at a time, the last ones of a row masked.
@@ -146,7 +131,7 @@ mod avx512 {
         let out = to.out.map(|o| o.as_mut_ptr());
         for row in (0..product.len()).step_by(n) {
             for c in (0..n).step_by(16) {
-                let lanes = if n - c >= 16 { u16::MAX } else { (1u16 << (n - c)) - 1 };
+                let lanes = lanes(n - c);
                 let i = row + c;
                 // SAFETY (loads and stores): elements i.. of the row,
                 // masked to the row's end, in bounds of every buffer.

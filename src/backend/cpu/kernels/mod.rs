@@ -39,6 +39,27 @@ macro_rules! each_of_12_rows {
     };
 }
 
+/// A pointer the workers of one kernel share, each writing its own part
+/// and only reading the rest.
+pub(super) struct SendPtr<T>(pub *mut T);
+// SAFETY: the workers write disjoint parts (each user's contract).
+unsafe impl<T> Sync for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// Elements `from..end` from the pointer on.
+    ///
+    /// # Safety
+    /// They are in bounds, and nothing else touches them while the slice
+    /// lives.
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn slice<'a>(&self, from: usize, end: usize) -> &'a mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(from), end - from) }
+    }
+}
+
 pub(super) mod adam;
 pub(super) mod bf16_gemm;
 pub(super) mod conv;

@@ -104,6 +104,7 @@ unsafe fn portable(
 #[cfg(target_arch = "x86_64")]
 mod wide {
     use super::{Lhs, Rhs};
+    use crate::backend::cpu::kernels::simd::lanes;
     use std::arch::x86_64::*;
 
     /// The rows `rows` in register blocks of MR rows by NV vectors of 16
@@ -182,15 +183,6 @@ mod wide {
             j += 16 * NV;
         }
         MR
-    }
-
-    /// The mask of the first `min(count, 16)` lanes.
-    fn lanes(count: usize) -> u16 {
-        if count >= 16 {
-            u16::MAX
-        } else {
-            (1u16 << count) - 1
-        }
     }
 }
 

@@ -16,6 +16,15 @@
 //! `wide(|| pool_batch(&d, &p, x, b, out))`, so its max over four taps of
 //! 16 channels is one 512-bit `vmaxps` per tap instead of four 128-bit ones.
 
+/// The mask of the first `min(count, 16)` lanes of a 16-lane vector.
+pub(in crate::backend::cpu) fn lanes(count: usize) -> u16 {
+    if count >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << count) - 1
+    }
+}
+
 /// Whether this machine has AVX-512 (F, BW, VL, DQ) and `TFC_NO_AVX512` is
 /// unset. Read once.
 pub(in crate::backend::cpu) fn avx512() -> bool {

@@ -18,7 +18,7 @@ use super::mem::{convert, read, write, Mem};
 use super::recognize::pooled_shape;
 use super::step::{Arg, Code, Int8Weights, Ref, Step};
 use super::{internal, JitUnit};
-use crate::backend::cpu::kernels::bf16_gemm::{bf16_gemm, bf16_gemm_rounded};
+use crate::backend::cpu::kernels::bf16_gemm::{bf16_gemm, Store};
 use crate::backend::cpu::kernels::conv::{MaximaGrad, PostOps, SendMasks, SendPtr};
 use crate::backend::cpu::kernels::gemm::sgemm;
 use crate::backend::cpu::kernels::half_epilogue::{bf16_epilogue, Epilogue, Outputs};
@@ -186,12 +186,7 @@ impl Step {
                     // of two-byte elements (`ptr` checked the bytes of the
                     // `Ref::Half` places), row-major or, when folded,
                     // stored transposed; `d` is m×n.
-                    unsafe {
-                        match round {
-                            true => bf16_gemm_rounded(d, lhs, rhs, [m, k, n], threads),
-                            false => bf16_gemm(d, lhs, rhs, [m, k, n], threads, false),
-                        }
-                    };
+                    unsafe { bf16_gemm(d, lhs, rhs, [m, k, n], threads, Store { accumulate: false, round: *round }) };
                 }
             }
             Step::QuantGemm { x, patches, w, scale, range, dst, m, k, n, post } => {
@@ -413,39 +408,16 @@ impl Step {
             Step::Convert { src, dst, len, dtype } => unsafe { convert(mem, *src, *dst, *len, *dtype)? },
             Step::Bf16Epilogue { src, rows, n, bias, relu, keep_where, dst, positive, unrounded } => {
                 let (n, len) = (*n, rows * n);
-                let outside = || internal("a bf16 epilogue lies outside the arena");
-                let bytes = |r: Ref, width: usize| match r {
-                    Ref::Half(off) | Ref::Mask(off) => mem.bytes(off, width * len).ok_or_else(outside),
-                    _ => Err(outside()),
-                };
-                // SAFETY (each slice): the places hold `len` elements (`n`
-                // for the bias; checked); the caller's contract makes the
-                // written ones this step's only.
+                // SAFETY (each slice): `elems` and `elems_out` check the
+                // places' widths and lengths; the caller's contract makes
+                // the written ones this step's only.
                 unsafe {
-                    let sums = std::slice::from_raw_parts(mem.floats(*src, len).ok_or_else(outside)?, len);
-                    let bias = match bias {
-                        Some(b) => Some(std::slice::from_raw_parts(mem.ptr(*b, n)? as *const f32, n)),
-                        None => None,
-                    };
-                    let keep_where = match keep_where {
-                        Some(k) => Some(std::slice::from_raw_parts(bytes(*k, 1)? as *const u8, len)),
-                        None => None,
-                    };
-                    let out = match dst {
-                        Some(d) => Some(std::slice::from_raw_parts_mut(bytes(*d, 2)?.cast::<u16>(), len)),
-                        None => None,
-                    };
-                    let positive = match positive {
-                        Some(p) => Some(std::slice::from_raw_parts_mut(bytes(*p, 1)?, len)),
-                        None => None,
-                    };
-                    let unrounded = match unrounded {
-                        Some(Ref::Arena(u)) => {
-                            Some(std::slice::from_raw_parts_mut(mem.floats(*u, len).ok_or_else(outside)?, len))
-                        }
-                        Some(_) => return Err(outside()),
-                        None => None,
-                    };
+                    let sums = mem.elems::<f32>(Ref::Arena(*src), len)?;
+                    let bias = bias.map(|b| mem.elems::<f32>(b, n)).transpose()?;
+                    let keep_where = keep_where.map(|k| mem.elems::<u8>(k, len)).transpose()?;
+                    let out = dst.map(|d| mem.elems_out::<u16>(d, len)).transpose()?;
+                    let positive = positive.map(|p| mem.elems_out::<u8>(p, len)).transpose()?;
+                    let unrounded = unrounded.map(|u| mem.elems_out::<f32>(u, len)).transpose()?;
                     let post = Epilogue { bias, relu: *relu, keep_where };
                     bf16_epilogue(sums, n, post, Outputs { out, positive, unrounded }, threads);
                 }

@@ -858,13 +858,10 @@ impl<'a> Lowering<'a> {
         let (dst_ref, positive, unrounded) =
             (get(output(post.result))?, get(output(post.positive))?, get(output(post.unrounded))?);
         let (keep_where, bias) = (get(post.keep_where)?, get(post.bias)?);
-        let in_bytes = |r: Option<Ref>, mask: bool| {
-            r.is_none_or(|r| matches!(r, Ref::Mask(_)) == mask && matches!(r, Ref::Mask(_) | Ref::Half(_)))
-        };
-        if !in_bytes(dst_ref, false) || !in_bytes(positive, true) || !in_bytes(keep_where, true) {
-            return Ok(None);
-        }
-        if unrounded.is_some_and(|u| !matches!(u, Ref::Arena(_))) {
+        // The pass writes two-byte results, byte masks and f32s in the arena.
+        let half = dst_ref.is_none_or(|r| matches!(r, Ref::Half(_)));
+        let masks = [positive, keep_where].iter().all(|r| r.is_none_or(|r| matches!(r, Ref::Mask(_))));
+        if !half || !masks || unrounded.is_some_and(|u| !matches!(u, Ref::Arena(_))) {
             return Ok(None);
         }
         let rows = g.node(mm).ty.numel() / n;

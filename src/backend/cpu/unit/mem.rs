@@ -349,6 +349,14 @@ stored! {
     u64: F64 | I64;
 }
 
+// Two-byte `f16`/`bf16` elements live only in the arena: a tensor keeps
+// their exact `f32`s.
+impl Stored for u16 {
+    fn stores(_: &Data) -> bool {
+        false
+    }
+}
+
 /// The value at `r` of type `ty` as a tensor: arena elements copied out of
 /// their storage, anything else the tensor itself.
 pub(super) fn read(mem: Mem, r: Ref, ty: &TensorType) -> Result<Tensor, Diagnostic> {

@@ -14,6 +14,7 @@
 use super::pack::Layout;
 use super::{Job, Kernel, NR};
 use crate::backend::cpu::kernels::convert::avx512::round_bf16;
+use crate::backend::cpu::kernels::simd::lanes;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -166,13 +167,4 @@ unsafe fn tile_of_4(
 fn bh(v: __m512i) -> __m512bh {
     // SAFETY: both are 64 bytes of plain bits.
     unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
-}
-
-/// The mask of the first `min(count, 16)` lanes.
-pub(super) fn lanes(count: usize) -> u16 {
-    if count >= 16 {
-        u16::MAX
-    } else {
-        (1u16 << count) - 1
-    }
 }

@@ -34,13 +34,13 @@
 //! both operands first (module `pack`), into buffers each thread keeps for
 //! its next product (up to 16 MiB each).
 //!
-//! [`bf16_gemm_rounded`] is the same product with every result rounded to
-//! the nearest bf16 value (still stored as `f32`): a bf16 product's value,
-//! which the `vdpbf16ps` tier rounds in its last store of each tile and
-//! the others in a pass after.
+//! With `Store::round` every result is rounded to the nearest bf16 value
+//! (still stored as `f32`): a bf16 product's value, which the `vdpbf16ps`
+//! tier rounds in its last store of each tile and the others in a pass
+//! after.
 //!
 //! Example: `bf16_gemm(&mut y, (x, 784, 1), (w, 1, 784), [64, 784, 256],
-//! 1, false)` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
+//! 1, Store::default())` is `y = x @ wᵀ` for row-major bf16 `x: [64, 784]` and `w:
 //! [256, 784]`.
 
 mod pack;
@@ -53,15 +53,17 @@ mod amx;
 mod avx512;
 
 use super::isa::{self, Isa};
+use super::SendPtr;
 
 /// A bf16 matrix operand: its first element (bf16 bit patterns) and its
 /// (row, column) element strides.
 pub(in crate::backend::cpu) type Operand = (*const u16, usize, usize);
 
-/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `accumulate`, summed in
-/// f32 on the tier `isa::active()` (see the module docs); `mkn` is
-/// `[m, k, n]`, and `threads` of the current rayon pool share the work (1:
-/// the calling thread only).
+/// `dst = lhs · rhs`, or `dst += lhs · rhs` when `store.accumulate`, each
+/// result rounded to bf16 when `store.round`, summed in f32 on the tier
+/// `isa::active()` (see the module docs); `mkn` is `[m, k, n]`, and
+/// `threads` of the current rayon pool share the work (1: the calling
+/// thread only).
 ///
 /// # Safety
 /// `lhs` must address an `m × k` and `rhs` a `k × n` matrix through their
@@ -72,30 +74,14 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm(
     rhs: Operand,
     mkn: [usize; 3],
     threads: usize,
-    accumulate: bool,
+    store: Store,
 ) {
     // SAFETY: the caller's contract; `active()` is an available tier.
-    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, Store { accumulate, round: false }) }
-}
-
-/// `dst = round_bf16(lhs · rhs)` (see the module docs), otherwise as
-/// `bf16_gemm`.
-///
-/// # Safety
-/// As for `bf16_gemm`.
-pub(in crate::backend::cpu) unsafe fn bf16_gemm_rounded(
-    dst: &mut [f32],
-    lhs: Operand,
-    rhs: Operand,
-    mkn: [usize; 3],
-    threads: usize,
-) {
-    // SAFETY: the caller's contract; `active()` is an available tier.
-    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, Store { accumulate: false, round: true }) }
+    unsafe { bf16_gemm_on(isa::active(), dst, lhs, rhs, mkn, threads, store) }
 }
 
 /// How a product meets `dst`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(in crate::backend::cpu) struct Store {
     /// Add to `dst` instead of overwriting it.
     pub accumulate: bool,
@@ -127,6 +113,7 @@ pub(in crate::backend::cpu) unsafe fn bf16_gemm_on(
     if m == 0 || n == 0 {
         return;
     }
+    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
     let rounded_in_store = match (isa, k) {
         (_, 0) => {
             if !store.accumulate {
@@ -164,7 +151,6 @@ unsafe fn portable(
     threads: usize,
     accumulate: bool,
 ) -> bool {
-    let threads = crate::backend::cpu::threads::for_product(mkn, threads);
     let [m, k, n] = mkn;
     // SAFETY (both): the caller's contract.
     let a = unsafe { widen(lhs, m, k) };
@@ -230,13 +216,6 @@ struct Job {
     round: bool,
 }
 
-/// A pointer the workers share (each writes its own blocks).
-struct SendPtr<T>(*mut T);
-// SAFETY: the workers write disjoint blocks and only read the rest.
-unsafe impl<T> Sync for SendPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Send for SendPtr<T> {}
-
 /// A hardware tier's product: packs both operands, then runs the grid;
 /// whether it rounded the results (`K::ROUNDS`).
 ///
@@ -250,7 +229,6 @@ unsafe fn tiled<K: Kernel>(
     threads: usize,
     store: Store,
 ) -> bool {
-    let threads = crate::backend::cpu::threads::for_product([m, k, n], threads);
     let pairs = k.div_ceil(2).next_multiple_of(K::PAIR_ALIGN);
     // The packing buffers of this thread's last product, reused: fresh
     // pages cost a fault each, about as long as packing them.

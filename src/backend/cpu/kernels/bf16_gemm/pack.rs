@@ -15,7 +15,8 @@
 //! `p` of a panel is 32 `u32`s (`B[2p][j] | B[2p+1][j] << 16` for its 32
 //! columns `j`), two zmm registers.
 
-use super::{Operand, SendPtr};
+use super::Operand;
+use crate::backend::cpu::kernels::SendPtr;
 
 /// Where pair `p` of row or column `c` of a block goes (in pairs, `u32`s).
 #[derive(Clone, Copy, Debug)]

@@ -15,7 +15,7 @@
 //! Example: `x: [256, 784]` as the `lhs` of `x @ w` (`k_stride == 1`,
 //! width 12) packs as 49 × 1 tiles per block of 12 rows.
 
-use super::avx512::lanes;
+use crate::backend::cpu::kernels::simd::lanes;
 use std::arch::x86_64::*;
 
 /// `out[p · width + c] = src[2p · k_stride + c] | src[(2p + 1) · k_stride +

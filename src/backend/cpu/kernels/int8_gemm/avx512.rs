@@ -18,6 +18,7 @@
 //! `127 · 5` that is `−127`, times `2/255 · s_w`.
 
 use super::{Job, Line, MR, NR};
+use crate::backend::cpu::kernels::simd::lanes;
 use crate::tensor::quant::RowQuant;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -378,13 +379,4 @@ unsafe fn tile<const ROWS: usize, const IN_PLACE: bool>(
         };
     }
     each_of_12_rows!(store_row);
-}
-
-/// The mask of the first `min(count, 16)` lanes.
-fn lanes(count: usize) -> u16 {
-    if count >= 16 {
-        u16::MAX
-    } else {
-        (1u16 << count) - 1
-    }
 }
