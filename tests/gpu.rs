@@ -131,6 +131,65 @@ fn step_is_on_the_gpu(source: &str) {
     }
 }
 
+/// The device memory of a training step follows the memory plan's GPU
+/// arena: values whose lifetimes do not overlap share words, and Adam's
+/// new moments are written over the old ones. What the step holds is its
+/// inputs (parameters, optimizer states, the batch, constants), the
+/// plan's arena, and one product a kernel keeps for its own epilogue at a
+/// time — far less than a word for every value (the plan's naive bytes).
+#[test]
+fn a_training_step_holds_its_values_in_the_plans_gpu_arena() {
+    let source = r#"use std.nn.{Dense}
+use std.loss.softmax_cross_entropy
+use std.optim.adam
+model Deep {
+    l1 = Dense(64, 128, act = relu)
+    l2 = Dense(128, 128, act = relu)
+    l3 = Dense(128, 128, act = relu)
+    l4 = Dense(128, 10)
+    fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2 |> l3 |> l4
+}
+let xs = normal([64, 64], seed = 1)
+let ys = cast(floor(uniform([64], seed = 2) * 10.0), i32)
+let net = Deep(seed = 0)
+train net on from_tensors(xs, ys) |> batch(64) {
+    loss(x, y) = softmax_cross_entropy(net(x), y)
+    optimizer = adam(lr = 1e-3)
+    epochs = 1
+}
+print(sum(net.l1.w))
+"#;
+    let program = gpu_plan(source);
+    let step = program.compiled.as_ref().unwrap().units.iter().find(|u| u.name.contains("step")).unwrap();
+    let g = &program.graph;
+    let words = |n: tfc::ir::NodeId| g.node(n).ty.numel() * 4;
+    // The inputs: the unit's sources and what it reads from outside.
+    let in_unit: std::collections::HashSet<_> = step.kernels.iter().flat_map(|k| k.nodes.iter().copied()).collect();
+    let sources = step.kernels.iter().filter(|k| k.kind == tfc::ir::compiled::KernelKind::Source);
+    let mut read: std::collections::HashSet<_> = sources.flat_map(|k| k.outputs.iter().copied()).collect();
+    read.extend(in_unit.iter().flat_map(|&n| g.inputs(n)).filter(|i| !in_unit.contains(i)));
+    let inputs: usize = read.into_iter().map(words).sum();
+    let gpu_buffers = step.buffers.iter().filter(|b| b.device == Device::Gpu);
+    let arena = gpu_buffers.clone().filter(|b| b.over_input.is_none()).map(|b| b.offset + b.bytes).max().unwrap();
+    assert!(gpu_buffers.clone().any(|b| b.over_input.is_some()), "no update in place");
+    let naive: usize = gpu_buffers.map(|b| b.bytes).sum();
+    let products = step.kernels.iter().filter_map(|k| k.desc.anchor.as_ref()).map(|a| words(a.node));
+    let largest_product = products.max().unwrap();
+    assert!(arena + largest_product < naive / 2, "arena {arena} + {largest_product}, naive {naive}");
+    if !gpu_here() {
+        return;
+    }
+    let dir = support::scratch("gpu-arena");
+    support::put(&dir, "main.tfl", source.as_bytes());
+    let args = ["bench", "main.tfl", "--device", "gpu", "--json", "--steps", "1"].map(std::ffi::OsStr::new);
+    let bench = support::tfc(&dir, &args);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+    let line = bench.stdout.lines().find(|l| l.contains("step")).unwrap();
+    let held = serde_json::from_str::<serde_json::Value>(line).unwrap()["arena_bytes"].as_u64().unwrap() as usize;
+    assert!(held <= inputs + arena + largest_product, "{held} > {inputs} + {arena} + {largest_product}");
+    assert!(held < inputs + naive, "{held} vs {inputs} + {naive}");
+}
+
 #[test]
 fn the_gpu_gives_the_same_bits_on_every_run() {
     if !gpu_here() {
@@ -170,6 +229,39 @@ fn the_plan_says_which_kernels_stay_on_the_host_and_strict_refuses_them() {
     let reference = support::run(&dir, F64, &["--backend", "interp"]);
     assert_eq!(relaxed.code, Some(0), "{}", relaxed.stderr);
     same_values(&relaxed.stdout, &reference.stdout).unwrap();
+}
+
+/// The values a GPU unit moves between memories are the plan's: a kernel
+/// left to the host reads back its operand, and the GPU kernel after it
+/// reads its result written back, each a `transfer` line of the plan at the
+/// position of its first reader. A CPU plan moves nothing.
+#[test]
+fn the_plan_shows_what_moves_between_the_host_and_the_gpu() {
+    let program = "let x = normal([4, 8], seed = 1)\nlet f = fn(a) = sum(cumsum(relu(a @ transpose(a)), axis = 1) * 2.0)\nprint(evaluate(from_tensors(x) |> batch(2), f))\n";
+    let dir = support::scratch("gpu-transfers");
+    support::put(&dir, "main.tfl", program.as_bytes());
+    let plan = |device: &str| {
+        let args = ["build", "main.tfl", "--emit", "plan", "--device", device].map(std::ffi::OsStr::new);
+        let out = support::tfc(&dir, &args);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        out.stdout
+    };
+    let whole = plan("gpu");
+    let gpu = whole.split("unit metric").nth(1).unwrap_or_default();
+    let line = |pos: usize| gpu.lines().find(|l| l.trim_start().starts_with(&format!("[{pos}]"))).unwrap_or_default();
+    assert!(line(3).contains("on Host (no GPU kernel for `cumsum`"), "{gpu}");
+    let transfers: Vec<&str> = gpu.lines().filter(|l| l.contains("transfer")).collect();
+    assert_eq!(transfers.len(), 2, "{whole}");
+    let moved = |t: &str| format!("-> [{}]", t.split_whitespace().nth(1).unwrap_or_default());
+    assert!(transfers[0].ends_with("to Host before [3]") && line(2).contains(&moved(transfers[0])), "{gpu}");
+    assert!(transfers[1].ends_with("to Gpu before [4]") && line(3).contains(&moved(transfers[1])), "{gpu}");
+    assert!(!plan("cpu").contains("transfer"));
+    if gpu_here() {
+        let on_gpu = support::run(&dir, program, &["--device", "gpu"]);
+        let interp = support::run(&dir, program, &["--backend", "interp"]);
+        assert_eq!(on_gpu.code, Some(0), "{}", on_gpu.stderr);
+        same_values(&on_gpu.stdout, &interp.stdout).unwrap();
+    }
 }
 
 #[test]

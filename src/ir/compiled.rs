@@ -33,6 +33,18 @@ impl Device {
         }
     }
 
+    /// The bytes an element of `dtype` takes in this device's arena: its
+    /// own size in the CPU's memory; one 32-bit word on the GPU, which
+    /// holds every dtype it computes that way (a half type as the `f32` it
+    /// is exactly; a dtype it does not hold never gets a GPU buffer, since
+    /// its kernel runs on the host).
+    pub fn element_bytes(self, dtype: DType) -> usize {
+        match self.arena() {
+            Device::Gpu => 4,
+            _ => dtype.size_bytes(),
+        }
+    }
+
     /// Whether values move between `self` and `other` without a transfer.
     pub fn shares_memory_with(self, other: Device) -> bool {
         self.arena() == other.arena()
@@ -97,6 +109,8 @@ pub struct Kernel {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     pub node: NodeId,
+    /// The device whose arena holds it (`Device::arena` of its kernel's).
+    pub device: Device,
     /// `Some(slot)`: the kernel writes this value straight over the storage
     /// of that unit input (a parameter or optimizer state updated in place
     /// by a training step), so it takes no arena bytes and `offset` is 0.

@@ -19,6 +19,7 @@ pub mod regions;
 pub mod scan;
 pub mod spec;
 pub mod target;
+pub mod transfers;
 #[cfg(test)]
 mod test_graphs;
 mod types;

@@ -135,8 +135,23 @@ fn print_unit(out: &mut String, u: &CompiledUnit, numbering: &Numbering, graph: 
             Some(slot) => format!("over {}", numbering.name(slot)),
             None => format!("@{}", b.offset),
         };
-        let _ =
-            writeln!(out, "  buffer {} {place} +{} live [{}, {}]", numbering.name(b.node), b.bytes, b.first, b.last);
+        // The GPU's arena is its own (the CPU's is the default).
+        let arena = if b.device == super::compiled::Device::Cpu { "" } else { " on Gpu" };
+        let _ = writeln!(
+            out,
+            "  buffer {} {place} +{} live [{}, {}]{arena}",
+            numbering.name(b.node),
+            b.bytes,
+            b.first,
+            b.last
+        );
+    }
+    for t in super::transfers::of(graph, u) {
+        let when = match t.before < order.len() {
+            true => format!("before [{}]", t.before),
+            false => "after the run".to_string(),
+        };
+        let _ = writeln!(out, "  transfer {} to {:?} {when}", numbering.name(t.node), t.to);
     }
     if !u.memory_edges.is_empty() {
         let edges: Vec<String> = u.memory_edges.iter().map(|(a, b)| format!("k{a}->k{b}")).collect();

@@ -64,10 +64,11 @@
 //! groups sharing one offset; groups are placed largest first (ties: earlier
 //! first position, then smaller node id), each at the best-fitting gap
 //! (the smallest gap that fits, else the end) between the already-placed
-//! groups whose lifetimes overlap its own. Offsets are multiples of 64
-//! bytes. With several devices each device's buffers are planned
-//! separately (offsets are per device arena) and `arena_bytes` is the sum of
-//! the arenas.
+//! groups whose lifetimes overlap its own. Offsets are multiples of the
+//! target's alignment. With several devices each device's buffers are
+//! planned separately (offsets are per device arena, elements of the size
+//! that device stores them in: `Device::element_bytes`) and `arena_bytes`
+//! is the sum of the arenas.
 //!
 //! `naive_bytes` is the sum of all buffer sizes (every kernel output in a
 //! fresh buffer, as an executor without reuse allocates them);
@@ -206,7 +207,7 @@ fn analyze(p: &Program, u: &CompiledUnit, roots: &HashSet<NodeId>) -> Analysis {
                 node,
                 kernel: k,
                 device: kernel.device.arena(),
-                bytes: ty.size_bytes(),
+                bytes: ty.numel() * kernel.device.element_bytes(ty.dtype),
                 ty,
                 readers,
                 to_end,
@@ -442,6 +443,7 @@ fn plan_unit(p: &Program, u: &mut CompiledUnit, roots: &HashSet<NodeId>) {
         .enumerate()
         .map(|(i, v)| Buffer {
             node: v.node,
+            device: v.device,
             over_input: over[i],
             offset: if over[i].is_some() { 0 } else { offset[group[i]] },
             bytes: v.bytes,

@@ -20,6 +20,7 @@
 //! Example: `tfc run examples/digits_mlp.tfl --device gpu` trains the MLP
 //! with its products, epilogues, reductions and Adam's update on the GPU.
 
+pub mod arena;
 pub mod device;
 pub mod kernels;
 pub mod unit;

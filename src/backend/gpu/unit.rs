@@ -5,16 +5,20 @@
 //! Contract: `GpuUnit::prepare` lays out every value the unit reads or
 //! computes — the region's inputs and the values it reads from outside in
 //! `io`, each kernel's stored values (`kernels::stored`) in `vals`, one
-//! word an element, without reuse (the memory plan's arena offsets are the
-//! CPU's; planning the device arena is issue 21's next step) — and builds
-//! one pipeline per shader. A run uploads the inputs, records every shader
-//! in order into one command buffer and reads back only the outputs;
-//! carried values (a training step's parameters and optimizer states)
-//! stay in `io` between runs, copied there from where the step computed
-//! them, through scratch words, at the end of each run. A `scan` is a unit
-//! of its own for its body, whose shaders are recorded once per step with
-//! copies between the two units' buffers. A gather or scatter-add that
-//! meets an index out of range sets its error flag; the run then stops
+//! word an element, where the memory plan's GPU arena puts them
+//! (`arena`: values whose lifetimes do not overlap share words; a
+//! training step's new parameters and optimizer states are written over
+//! the old ones in `io`), the rest in words of the unit's own after it —
+//! and builds one pipeline per shader. A run uploads the inputs, records
+//! every shader in order into one command buffer and reads back only the
+//! outputs; carried values (a training step's parameters and optimizer
+//! states) stay in `io` between runs: those the step did not write in
+//! place are copied there at the end of each run (a carried input passed
+//! through goes by scratch words first, so that any permutation is safe).
+//! A `scan` is a unit of its own for its body, whose shaders are recorded
+//! once per step with copies between the two units' buffers. A gather or
+//! scatter-add that meets an index out of range sets its error flag (a
+//! word after its value, outside the plan's arena); the run then stops
 //! before its updates land, with the interpreter's error. A host kernel
 //! (`Device::Host` in the plan, which says why) ends the command buffer:
 //! its operands are read back, the interpreter computes its nodes and the
@@ -25,6 +29,7 @@
 //! (products, epilogues, reductions, Adam's update), one upload of the
 //! batch and one read-back of the loss.
 
+use super::arena::{Arena, Inner, Words};
 use super::device::{gpu, Gpu};
 use super::kernels::{checked, on_device, scan_of, shaders, stored};
 use super::wgsl::{anchors, Buf, Place, Shader};
@@ -53,13 +58,17 @@ pub struct GpuUnit {
     /// Where each value lives, and its type.
     homes: HashMap<NodeId, Home>,
     types: HashMap<NodeId, TensorType>,
+    /// Values from outside the unit that host kernels read, kept on the
+    /// host as well as uploaded.
+    host_copies: HashMap<NodeId, Tensor>,
     /// Each region input, by position.
     inputs: Vec<Input>,
     /// The region's outputs.
     outputs: Vec<(NodeId, TensorType)>,
     carried: usize,
-    /// After a run that carries: the copies of the carried values to their
-    /// inputs' words (through scratch, so that any permutation is safe).
+    /// After a run that carries: the copies of the carried values not
+    /// written in place to their inputs' words (an input passed through by
+    /// scratch words, so that any permutation is safe).
     carry: Vec<Arc<wgpu::ComputePipeline>>,
     carry_shaders: Vec<Shader>,
     /// The kernels that check their indices: each one's error flag, and
@@ -98,8 +107,19 @@ enum Home {
 }
 
 enum Step {
-    Shader { pipeline: Arc<wgpu::ComputePipeline>, shader: Shader, gemm: bool },
-    Host { label: String, nodes: Vec<HostNode> },
+    Shader {
+        pipeline: Arc<wgpu::ComputePipeline>,
+        shader: Shader,
+        gemm: bool,
+    },
+    /// A host kernel: its nodes, what the plan reads back for it and which
+    /// of its values it writes back.
+    Host {
+        label: String,
+        nodes: Vec<HostNode>,
+        reads: Vec<NodeId>,
+        writes: Vec<NodeId>,
+    },
     Scan(Box<Loop>),
 }
 
@@ -184,21 +204,6 @@ struct HostNode {
     args: Vec<NodeId>,
 }
 
-/// Allocates words in one buffer.
-struct Words {
-    buf: Buf,
-    next: u32,
-}
-
-impl Words {
-    fn take(&mut self, words: usize) -> Result<Place, Diagnostic> {
-        let place = Place { buf: self.buf, word: self.next };
-        let words = u32::try_from(words.max(1)).ok().and_then(|w| self.next.checked_add(w));
-        self.next = words.ok_or_else(|| Diagnostic::internal("gpu: a unit of more than 2^32 words"))?;
-        Ok(place)
-    }
-}
-
 impl GpuUnit {
     pub fn prepare(
         program: &Program,
@@ -211,7 +216,6 @@ impl GpuUnit {
         let gpu = gpu()?;
         let g = &program.graph;
         let mut io = Words { buf: Buf::Io, next: 0 };
-        let mut vals = Words { buf: Buf::Vals, next: 0 };
         let mut homes: HashMap<NodeId, Home> = HashMap::new();
         let mut uploads: Vec<(Place, Tensor)> = Vec::new();
         // The region's inputs, by position.
@@ -240,6 +244,14 @@ impl GpuUnit {
             inputs.push(Input { node, ty: ty.clone(), home });
         }
         // Values from outside the unit, and constants: uploaded once.
+        // What the plan moves between the host and the GPU (`ir::transfers`),
+        // and the values from outside the unit a host kernel reads (kept
+        // here too: the plan moves only what the unit computes or holds).
+        let transfers = crate::ir::transfers::of(g, unit);
+        let host_kernel_nodes = unit.kernels.iter().filter(|k| k.device == Device::Host).flat_map(|k| &k.nodes);
+        let host_reads: std::collections::HashSet<NodeId> =
+            host_kernel_nodes.flat_map(|&n| g.inputs(n)).filter(|i| !all_nodes.contains(i)).collect();
+        let mut host_copies: HashMap<NodeId, Tensor> = HashMap::new();
         let mut fixed = |n: NodeId, homes: &mut HashMap<NodeId, Home>| -> Result<(), Diagnostic> {
             if homes.contains_key(&n) {
                 return Ok(());
@@ -253,6 +265,9 @@ impl GpuUnit {
             let home = match on_device(node.ty.dtype) {
                 true => {
                     let place = io.take(node.ty.numel())?;
+                    if host_reads.contains(&n) {
+                        host_copies.insert(n, value.clone());
+                    }
                     uploads.push((place, value));
                     Home::Device(place)
                 }
@@ -285,10 +300,21 @@ impl GpuUnit {
                 fixed(n, &mut homes)?;
             }
         }
-        // Every kernel's stored values.
+        // Every kernel's stored values: where the memory plan put them, else
+        // in words of the unit's own after the plan's arena.
         let mut checks = Vec::new();
         let order: Vec<usize> =
             if unit.order.is_empty() { (0..unit.kernels.len()).collect() } else { unit.order.clone() };
+        let arena = Arena::of(unit, &order)?;
+        let mut vals = Words { buf: Buf::Vals, next: arena.words() };
+        // A training step's updates land in its inputs while it runs unless
+        // a checked kernel could still stop it (a bad index stops the step
+        // before its updates land), so then they are copied after it. An
+        // input that is also an output is read after the step: never
+        // written over.
+        let gpu_kernels = || order.iter().map(|&k| &unit.kernels[k]).filter(|k| k.device == Device::Gpu);
+        let updates_in_place = gpu_kernels().all(|k| checked(k).is_none());
+        let mut inner = Inner::default();
         for &k in &order {
             let kernel = &unit.kernels[k];
             if kernel.kind == KernelKind::Source {
@@ -297,14 +323,20 @@ impl GpuUnit {
             let on_host = kernel.device == Device::Host;
             let values = if on_host { kernel.outputs.clone() } else { stored(kernel) };
             let check = if on_host { None } else { checked(kernel) };
+            let mut inner_values = Vec::new();
             for n in values {
                 let ty = &g.node(n).ty;
-                let flag = usize::from(check == Some(n));
-                let home = match on_device(ty.dtype) {
-                    true => Home::Device(vals.take(ty.numel() + flag)?),
-                    false => Home::HostComputed,
-                };
-                if let (1, Home::Device(place)) = (flag, &home) {
+                let over_input = arena
+                    .over_input(n)
+                    .filter(|slot| updates_in_place && !region.outputs.contains(slot))
+                    .and_then(|slot| match homes.get(&slot) {
+                        Some(Home::Device(place)) => Some(*place),
+                        _ => None,
+                    });
+                if check == Some(n) {
+                    // The shader sets the error flag in the word after the
+                    // value, which the plan does not size: words of its own.
+                    let place = vals.take(ty.numel() + 1)?;
                     let node = g.node(n);
                     let host = HostNode {
                         node: n,
@@ -314,11 +346,30 @@ impl GpuUnit {
                         args: g.inputs(n),
                     };
                     checks.push((Place { buf: place.buf, word: place.word + ty.numel() as u32 }, host));
+                    homes.entry(n).or_insert(Home::Device(place));
+                    continue;
                 }
+                let to_gpu = || transfers.iter().any(|t| t.node == n && t.to == Device::Gpu);
+                let home = match (on_device(ty.dtype), arena.word(n), over_input) {
+                    (false, ..) => Home::HostComputed,
+                    _ if on_host && !to_gpu() => Home::HostComputed,
+                    (true, Some(place), _) if !on_host => Home::Device(place),
+                    (true, None, Some(place)) if !on_host => Home::Device(place),
+                    // A value only the kernel's own shaders read.
+                    _ if !on_host && !kernel.outputs.contains(&n) => {
+                        inner_values.push((n, ty.numel()));
+                        continue;
+                    }
+                    _ => Home::Device(vals.take(ty.numel())?),
+                };
                 homes.entry(n).or_insert(home);
             }
+            inner.kernel(inner_values);
         }
-        // The carried values' scratch words.
+        for (n, place) in inner.place(&mut vals)? {
+            homes.entry(n).or_insert(Home::Device(place));
+        }
+        // The carried values' copies to their inputs.
         let outputs: Vec<(NodeId, TensorType)> = region.outputs.iter().map(|&o| (o, g.node(o).ty.clone())).collect();
         let place_of = |homes: &HashMap<NodeId, Home>, n: NodeId| match homes.get(&n) {
             Some(Home::Device(p)) => Some(*p),
@@ -336,6 +387,13 @@ impl GpuUnit {
             };
             let (Some(from), Some(to)) = (place_of(&homes, *out), to) else { continue };
             if from == to {
+                continue;
+            }
+            // A value computed in `vals` goes straight to its input; one
+            // that is itself an input (passed through) first to scratch,
+            // before any input is written.
+            if from.buf == Buf::Vals {
+                second.push(anchors::copy(ty.numel(), [from, to], "carry to input"));
                 continue;
             }
             let scratch = vals.take(ty.numel())?;
@@ -367,7 +425,15 @@ impl GpuUnit {
                     })
                     .collect();
                 let why = kernel.why_host.clone().unwrap_or_default();
-                steps.push(Step::Host { label: format!("host k{k}: {why}"), nodes });
+                let pos = order.iter().position(|&o| o == k).unwrap_or(usize::MAX);
+                let reads = transfers.iter().filter(|t| t.before == pos && t.to == Device::Host).map(|t| t.node);
+                let writes = transfers.iter().filter(|t| t.to == Device::Gpu && kernel.outputs.contains(&t.node));
+                steps.push(Step::Host {
+                    label: format!("host k{k}: {why}"),
+                    nodes,
+                    reads: reads.collect(),
+                    writes: writes.map(|t| t.node).collect(),
+                });
                 counts.interp += 1;
                 continue;
             }
@@ -442,6 +508,7 @@ impl GpuUnit {
             steps,
             homes,
             types,
+            host_copies,
             inputs,
             outputs,
             carried,
@@ -699,10 +766,10 @@ impl GpuUnit {
                         self.wait()?;
                     }
                 }
-                Step::Host { nodes, .. } => {
+                Step::Host { nodes, reads, writes, .. } => {
                     self.dispatch(&std::mem::take(&mut pending))?;
                     self.check_indices()?;
-                    self.run_host(nodes, &mut host)?;
+                    self.run_host(nodes, reads, writes, &mut host)?;
                 }
             }
             if profiling {
@@ -813,33 +880,38 @@ impl GpuUnit {
 
     /// A host kernel: reads back what it needs, evaluates its nodes and
     /// writes back what the GPU reads.
-    fn run_host(&self, nodes: &[HostNode], host: &mut HashMap<NodeId, Tensor>) -> Result<(), Diagnostic> {
-        let mut missing: Vec<NodeId> = Vec::new();
+    /// Runs a host kernel's `nodes` on the interpreter: reads back the
+    /// values the plan moves to the host for it (`reads`), takes the rest
+    /// of its operands from the host's values, and writes back the values
+    /// the plan moves to the GPU (`writes`).
+    fn run_host(
+        &self,
+        nodes: &[HostNode],
+        reads: &[NodeId],
+        writes: &[NodeId],
+        host: &mut HashMap<NodeId, Tensor>,
+    ) -> Result<(), Diagnostic> {
+        let places = reads.iter().map(|&a| match self.homes.get(&a) {
+            Some(Home::Device(place)) => Ok((*place, self.type_of(a)?)),
+            _ => Err(Diagnostic::internal(format!("gpu: the plan reads back {a:?}, which the GPU does not hold"))),
+        });
+        let places = places.collect::<Result<Vec<_>, Diagnostic>>()?;
+        for (&a, value) in reads.iter().zip(self.download(&places)?) {
+            host.insert(a, value);
+        }
         for n in nodes {
             for &a in &n.args {
-                if !host.contains_key(&a) && !missing.contains(&a) && !nodes.iter().any(|m| m.node == a) {
-                    missing.push(a);
+                if host.contains_key(&a) {
+                    continue;
                 }
-            }
-        }
-        let mut from_device = Vec::new();
-        for a in missing {
-            match self.homes.get(&a) {
-                Some(Home::Device(place)) => from_device.push((*place, a)),
-                Some(Home::HostFixed(t)) => {
+                let kept = match self.homes.get(&a) {
+                    Some(Home::HostFixed(t)) => Some(t),
+                    _ => self.host_copies.get(&a),
+                };
+                if let Some(t) = kept {
                     host.insert(a, t.clone());
                 }
-                _ => {
-                    return Err(Diagnostic::internal(format!("gpu: a host kernel reads {a:?}, which no step computed")))
-                }
             }
-        }
-        let places =
-            from_device.iter().map(|(p, a)| Ok((*p, self.type_of(*a)?))).collect::<Result<Vec<_>, Diagnostic>>()?;
-        for ((_, a), value) in from_device.iter().zip(self.download(&places)?) {
-            host.insert(*a, value);
-        }
-        for n in nodes {
             let args = n
                 .args
                 .iter()
@@ -847,8 +919,13 @@ impl GpuUnit {
                 .collect::<Result<Vec<&Tensor>, _>>()?;
             let value = eval_node(&n.op, &args, &n.ty)
                 .map_err(|d| d.label(n.span, format!("while computing this `{}`", n.op.name())))?;
-            if let Some(Home::Device(place)) = self.homes.get(&n.node) {
-                self.upload(*place, &value)?;
+            if writes.contains(&n.node) {
+                match self.homes.get(&n.node) {
+                    Some(Home::Device(place)) => self.upload(*place, &value)?,
+                    _ => {
+                        return Err(Diagnostic::internal(format!("gpu: the plan writes back {:?} to no place", n.node)))
+                    }
+                }
             }
             host.insert(n.node, value);
         }
