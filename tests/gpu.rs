@@ -264,6 +264,25 @@ fn the_plan_shows_what_moves_between_the_host_and_the_gpu() {
     }
 }
 
+/// A unit whose values do not fit one storage binding (over 2 GiB, which
+/// wgpu binds at most on any device) is a diagnostic naming the
+/// largest value at its line, before anything runs, not a wgpu panic.
+#[test]
+fn a_unit_too_large_for_one_binding_names_its_largest_value() {
+    if !gpu_here() {
+        return;
+    }
+    let program = "let x = normal([4, 24000], seed = 1)\nprint(evaluate(from_tensors(x) |> batch(2), fn(a) = sum(relu(transpose(a) @ a))))\n";
+    let dir = support::scratch("gpu-too-large");
+    let run = support::run(&dir, program, &["--device", "gpu"]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    for part in
+        ["of GPU memory in one buffer", "binds at most", "the largest value: `matmul` f32[24000, 24000]", "main.tfl:2"]
+    {
+        assert!(run.stderr.contains(part), "{part}: {}", run.stderr);
+    }
+}
+
 #[test]
 fn without_a_vulkan_driver_gpu_fails_clearly_and_auto_runs_on_the_cpu() {
     let dir = support::scratch("gpu-missing");

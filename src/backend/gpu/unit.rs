@@ -459,7 +459,7 @@ impl GpuUnit {
         let (io_bytes, vals_bytes) = (io.next as u64 * 4, vals.next as u64 * 4);
         let limit = gpu.limits.max_storage_buffer_binding_size.min(gpu.limits.max_buffer_size);
         if io_bytes.max(vals_bytes) > limit {
-            return Err(Diagnostic::new(
+            let too_large = Diagnostic::new(
                 crate::diag::Code::Unsupported,
                 format!(
                     "`{}` needs {} MiB of GPU memory in one buffer, but `{}` binds at most {} MiB",
@@ -469,7 +469,19 @@ impl GpuUnit {
                     limit >> 20
                 ),
             )
-            .help("use a smaller batch, or `--device cpu` (the GPU backend does not yet split a unit's values over several buffers)"));
+            .help("use a smaller batch, or `--device cpu` (the GPU backend does not yet split a unit's values over several buffers)");
+            // The value that weighs most, at its line.
+            let on_gpu = homes.iter().filter(|(_, h)| matches!(h, Home::Device(_))).map(|(&n, _)| n);
+            let largest = on_gpu.max_by_key(|&n| (g.node(n).ty.numel(), std::cmp::Reverse(n.index())));
+            return Err(match largest {
+                Some(n) => {
+                    let node = g.node(n);
+                    let mib = (node.ty.numel() as u64 * 4) >> 20;
+                    too_large
+                        .label(node.span, format!("the largest value: `{}` {} ({mib} MiB)", node.op.name(), node.ty))
+                }
+                None => too_large,
+            });
         }
         let buffer = |label: &str, bytes: u64| {
             gpu.device.create_buffer(&wgpu::BufferDescriptor {
