@@ -39,6 +39,7 @@ impl Kernel for KernelAmx {
     const RHS: Layout = Layout::Tiles { lhs: false };
     const PAIR_ALIGN: usize = 16;
     const ROUNDS: bool = false;
+    const READS_ROWS: bool = false;
 
     unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
         /// The 64-byte tile configuration: palette 1, tiles 0-7 of 16 rows

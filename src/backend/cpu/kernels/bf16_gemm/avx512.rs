@@ -2,7 +2,8 @@
 //! accumulators), each step a pair of `k` — two loads of the packed `rhs`
 //! panel, twelve broadcasts of the packed `lhs` rows, 24 `vdpbf16ps`.
 //!
-//! Contract: as the module `bf16_gemm` says for `Avx512`; `k` is taken in
+//! Contract: as the module `bf16_gemm` says for `Avx512` (a row-major
+//! `lhs` of even `k` read where it lies, `Job::lhs_rows`); `k` is taken in
 //! blocks of `KC` pairs (the `lhs` block's 12 KiB stay in L1, the panels'
 //! 32 KiB in L2), the accumulators stored to `dst` between blocks and
 //! reloaded exactly, so the sums are those of one unblocked chain; with
@@ -32,6 +33,7 @@ impl Kernel for Kernel512 {
     const RHS: Layout = Layout::Pairs { width: NR };
     const PAIR_ALIGN: usize = 1;
     const ROUNDS: bool = true;
+    const READS_ROWS: bool = true;
 
     unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
         // SAFETY: the caller's contract (the CPU has AVX512_BF16).
@@ -53,8 +55,17 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
             let round = job.round && p0 + KC >= job.pairs;
             for ib in rows.clone() {
                 let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
-                // SAFETY: block `ib` of the packed `lhs`, from pair `p0`.
-                let a = unsafe { job.a.as_ptr().add(ib * a_block + p0 * MR) }.cast::<i32>();
+                // Pair `p` of row `r` of the block: a word of the packed
+                // block, or of the row itself.
+                let a = match &job.lhs_rows {
+                    // SAFETY: rows i.. of `lhs`, from pair `p0`.
+                    Some((first, stride)) => Rows::Direct {
+                        first: unsafe { first.0.add(i * stride + 2 * p0) }.cast_const(),
+                        stride: *stride,
+                    },
+                    // SAFETY: block `ib` of the packed `lhs`, from pair `p0`.
+                    None => Rows::Packed(unsafe { job.a.as_ptr().add(ib * a_block + p0 * MR) }.cast::<i32>()),
+                };
                 for jp in panels.clone() {
                     let (j, c) = (jp * NR, NR.min(job.n - jp * NR));
                     // SAFETY: panel `jp` of the packed `rhs`, from `p0`.
@@ -64,9 +75,15 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
                     // pairs from `p0`.
                     unsafe {
                         let (c0, shape, how) = (job.dst.0.add(i * job.n + j), [r, c], [load, round]);
-                        match r <= 4 {
-                            true => tile_of_4(a, b, pairs, c0, job.n, shape, how),
-                            false => tile::<MR>(a, b, pairs, c0, job.n, shape, how),
+                        match (a, r <= 4) {
+                            (Rows::Packed(a), true) => tile_of_4::<false>(a, 0, b, pairs, c0, job.n, shape, how),
+                            (Rows::Packed(a), false) => tile::<MR, false>(a, 0, b, pairs, c0, job.n, shape, how),
+                            (Rows::Direct { first, stride }, true) => {
+                                tile_of_4::<true>(first.cast(), 2 * stride, b, pairs, c0, job.n, shape, how)
+                            }
+                            (Rows::Direct { first, stride }, false) => {
+                                tile::<MR, true>(first.cast(), 2 * stride, b, pairs, c0, job.n, shape, how)
+                            }
                         }
                     };
                 }
@@ -75,17 +92,30 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
     }
 }
 
+/// Where a tile reads its `lhs` rows.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// A packed block: pair `p` of row `r` is word `p · 12 + r`.
+    Packed(*const i32),
+    /// The operand's rows (row-major, even `k`): pair `p` of row `r` is the
+    /// two elements `first[r · stride + 2p ..]`.
+    Direct { first: *const u16, stride: usize },
+}
+
 /// The micro-kernel: `c[0..rows][0..cols]` (row stride `ldc`) = (`load`:
-/// `c` +) the product of `pairs` pairs of a packed 12-row `lhs` block and
-/// a packed 32-column `rhs` panel, each sum rounded to bf16 when `round`.
+/// `c` +) the product of `pairs` pairs of a 12-row `lhs` block (packed;
+/// with `DIRECT`, rows `row_bytes` apart, each pair a word) and a packed
+/// 32-column `rhs` panel, each sum rounded to bf16 when `round`.
 ///
 /// # Safety
-/// AVX512_BF16; `a` holds `pairs · 12` and `b` `pairs · 2` vectors; `c`
-/// addresses `rows ≤ 12` rows of `cols ≤ 32` elements.
+/// AVX512_BF16; `a` holds `pairs · 12` words (`DIRECT`: `rows` rows of
+/// `pairs` words) and `b` `pairs · 2` vectors; `c` addresses `rows ≤ 12`
+/// rows of `cols ≤ 32` elements.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const ROWS: usize>(
+unsafe fn tile<const ROWS: usize, const DIRECT: bool>(
     a: *const i32,
+    row_bytes: usize,
     b: *const __m512i,
     pairs: usize,
     c: *mut f32,
@@ -110,6 +140,18 @@ unsafe fn tile<const ROWS: usize>(
         }
         each_of_12_rows!(load_row);
     }
+    // With `DIRECT`, rows past `rows` read row 0 again (their results are
+    // not stored): every address read is one of the block's. Three bases
+    // four rows apart and three row offsets address all twelve.
+    let row = |r: usize| match r < rows {
+        true => r * row_bytes,
+        false => 0,
+    };
+    let bases = [0, 4, 8].map(|r| a.cast::<u8>().wrapping_add(row(r)));
+    let offsets = |r: usize| match r < rows {
+        true => (r % 4) * row_bytes,
+        false => 0,
+    };
     for p in 0..pairs {
         // SAFETY: pair `p` of the panel: two vectors.
         let (b0, b1) = unsafe { (_mm512_loadu_si512(b.add(2 * p)), _mm512_loadu_si512(b.add(2 * p + 1))) };
@@ -118,8 +160,12 @@ unsafe fn tile<const ROWS: usize>(
         macro_rules! step_row {
             ($r:literal) => {
                 if $r < ROWS {
+                    let at = match DIRECT {
+                        true => bases[$r / 4].wrapping_add(offsets($r) + 4 * p).cast::<i32>(),
+                        false => a.wrapping_add($r),
+                    };
                     // SAFETY: pair `p` of row `r` of the block.
-                    let av = bh(_mm512_set1_epi32(unsafe { a.add($r).read_unaligned() }));
+                    let av = bh(_mm512_set1_epi32(unsafe { at.read_unaligned() }));
                     acc[$r][0] = _mm512_dpbf16_ps(acc[$r][0], av, b0);
                     acc[$r][1] = _mm512_dpbf16_ps(acc[$r][1], av, b1);
                 }
@@ -149,8 +195,9 @@ unsafe fn tile<const ROWS: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")]
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-unsafe fn tile_of_4(
+unsafe fn tile_of_4<const DIRECT: bool>(
     a: *const i32,
+    row_bytes: usize,
     b: *const __m512i,
     pairs: usize,
     c: *mut f32,
@@ -159,7 +206,7 @@ unsafe fn tile_of_4(
     how: [bool; 2],
 ) {
     // SAFETY: the caller's contract.
-    unsafe { tile::<4>(a, b, pairs, c, ldc, shape, how) }
+    unsafe { tile::<4, DIRECT>(a, row_bytes, b, pairs, c, ldc, shape, how) }
 }
 
 /// 32 bf16 values from their bits.

@@ -218,3 +218,37 @@ fn rounded_products_are_the_products_rounded() {
     }
     assert!(checked >= 8, "{checked}");
 }
+
+/// A row-major `lhs` of even `k`, which the `vdpbf16ps` tier reads in
+/// place, gives the bits of the same matrix stored column-major, which it
+/// packs: the same pairs in the same order. Row counts cover full 12-row
+/// blocks, a 4-row remainder and ragged ones; `k` within and across a
+/// cache block; with and without accumulating and rounding.
+#[test]
+fn a_row_major_lhs_read_in_place_is_the_packed_one_bit_for_bit() {
+    if !isa::available().contains(&Isa::Avx512) {
+        eprintln!("bf16_gemm: the vdpbf16ps tier is not on this CPU; skipped");
+        return;
+    }
+    for (m, k, n) in [(12, 16, 32), (28, 30, 40), (256, 784, 70), (7, 600, 33), (1, 2, 1)] {
+        let rows = Matrix::new(m, k, false, 7);
+        let columns = Matrix { data: transposed(&rows), rows: m, cols: k, transposed: true };
+        let b = Matrix::new(k, n, m % 2 == 0, 8);
+        for (accumulate, round) in [(false, false), (true, false), (false, true)] {
+            let start: Vec<f32> = (0..m * n).map(|i| i as f32 * 0.25).collect();
+            let (mut direct, mut packed) = (start.clone(), start.clone());
+            let store = Store { accumulate, round };
+            for (lhs, dst) in [(&rows, &mut direct), (&columns, &mut packed)] {
+                // SAFETY: the operands address m x k and k x n matrices.
+                unsafe { bf16_gemm_on(Isa::Avx512, dst, lhs.operand(), b.operand(), [m, k, n], 1, store) };
+            }
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&direct), bits(&packed), "{m}x{k}x{n}, accumulate {accumulate}, round {round}");
+        }
+    }
+}
+
+/// The column-major storage of a row-major test matrix.
+fn transposed(a: &Matrix) -> Vec<u16> {
+    (0..a.cols).flat_map(|j| (0..a.rows).map(move |i| a.data[i * a.cols + j])).collect()
+}
