@@ -210,25 +210,36 @@ const F64: &str = r#"let xs = normal([8, 3], seed = 1)
 print(evaluate(from_tensors(xs) |> batch(4), fn(x) = cast(sum(exp(cast(x, f64)) * 2.0), f32)))
 "#;
 
+/// `tfc build main.tfl --emit plan --device DEVICE` of `program` in `dir`.
+fn plan_text(dir: &std::path::Path, program: &str, device: &str) -> String {
+    support::put(dir, "main.tfl", program.as_bytes());
+    let args = ["build", "main.tfl", "--emit", "plan", "--device", device].map(std::ffi::OsStr::new);
+    let plan = support::tfc(dir, &args);
+    assert_eq!(plan.code, Some(0), "{}", plan.stderr);
+    plan.stdout
+}
+
+/// `program` prints the interpreter's values on the GPU.
+fn prints_the_interpreters_values(dir: &std::path::Path, program: &str) {
+    let on_gpu = support::run(dir, program, &["--device", "gpu"]);
+    let interp = support::run(dir, program, &["--backend", "interp"]);
+    assert_eq!(on_gpu.code, Some(0), "{}", on_gpu.stderr);
+    same_values(&on_gpu.stdout, &interp.stdout).unwrap();
+}
+
 #[test]
 fn the_plan_says_which_kernels_stay_on_the_host_and_strict_refuses_them() {
     let dir = support::scratch("gpu-strict");
-    support::put(&dir, "f64.tfl", F64.as_bytes());
-    let args = ["build", "f64.tfl", "--emit", "plan", "--device", "gpu"].map(std::ffi::OsStr::new);
-    let plan = support::tfc(&dir, &args);
-    assert_eq!(plan.code, Some(0), "{}", plan.stderr);
-    assert!(plan.stdout.contains("on Gpu"), "{}", plan.stdout);
-    assert!(plan.stdout.contains("on Host (no GPU kernel for `reduce_sum` on f64"), "{}", plan.stdout);
+    let plan = plan_text(&dir, F64, "gpu");
+    assert!(plan.contains("on Gpu"), "{plan}");
+    assert!(plan.contains("on Host (no GPU kernel for `reduce_sum` on f64"), "{plan}");
     if !gpu_here() {
         return;
     }
     let strict = support::run(&dir, F64, &["--device", "gpu", "--strict"]);
     assert_eq!(strict.code, Some(1), "{}", strict.stderr);
     assert!(strict.stderr.contains("would run on the host"), "{}", strict.stderr);
-    let relaxed = support::run(&dir, F64, &["--device", "gpu"]);
-    let reference = support::run(&dir, F64, &["--backend", "interp"]);
-    assert_eq!(relaxed.code, Some(0), "{}", relaxed.stderr);
-    same_values(&relaxed.stdout, &reference.stdout).unwrap();
+    prints_the_interpreters_values(&dir, F64);
 }
 
 /// The values a GPU unit moves between memories are the plan's: a kernel
@@ -239,14 +250,7 @@ fn the_plan_says_which_kernels_stay_on_the_host_and_strict_refuses_them() {
 fn the_plan_shows_what_moves_between_the_host_and_the_gpu() {
     let program = "let x = normal([4, 8], seed = 1)\nlet f = fn(a) = sum(cumsum(relu(a @ transpose(a)), axis = 1) * 2.0)\nprint(evaluate(from_tensors(x) |> batch(2), f))\n";
     let dir = support::scratch("gpu-transfers");
-    support::put(&dir, "main.tfl", program.as_bytes());
-    let plan = |device: &str| {
-        let args = ["build", "main.tfl", "--emit", "plan", "--device", device].map(std::ffi::OsStr::new);
-        let out = support::tfc(&dir, &args);
-        assert_eq!(out.code, Some(0), "{}", out.stderr);
-        out.stdout
-    };
-    let whole = plan("gpu");
+    let whole = plan_text(&dir, program, "gpu");
     let gpu = whole.split("unit metric").nth(1).unwrap_or_default();
     let line = |pos: usize| gpu.lines().find(|l| l.trim_start().starts_with(&format!("[{pos}]"))).unwrap_or_default();
     assert!(line(3).contains("on Host (no GPU kernel for `cumsum`"), "{gpu}");
@@ -255,12 +259,9 @@ fn the_plan_shows_what_moves_between_the_host_and_the_gpu() {
     let moved = |t: &str| format!("-> [{}]", t.split_whitespace().nth(1).unwrap_or_default());
     assert!(transfers[0].ends_with("to Host before [3]") && line(2).contains(&moved(transfers[0])), "{gpu}");
     assert!(transfers[1].ends_with("to Gpu before [4]") && line(3).contains(&moved(transfers[1])), "{gpu}");
-    assert!(!plan("cpu").contains("transfer"));
+    assert!(!plan_text(&dir, program, "cpu").contains("transfer"));
     if gpu_here() {
-        let on_gpu = support::run(&dir, program, &["--device", "gpu"]);
-        let interp = support::run(&dir, program, &["--backend", "interp"]);
-        assert_eq!(on_gpu.code, Some(0), "{}", on_gpu.stderr);
-        same_values(&on_gpu.stdout, &interp.stdout).unwrap();
+        prints_the_interpreters_values(&dir, program);
     }
 }
 
