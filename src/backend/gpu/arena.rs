@@ -9,8 +9,9 @@
 //! `Device::element_bytes`); `over_input(n)` the unit input that output
 //! replaces in place (a parameter or optimizer state of a training step).
 //! Words after `words()` are the backend's own, taken with [`Words`]: the
-//! results of host kernels the GPU reads, the error flags of checked
-//! kernels, the carried values' scratch, and each kernel's inner values
+//! results of host kernels the GPU reads, the values of checked kernels
+//! (each followed by its error flag, which the plan does not size), the
+//! carried values' scratch, and each kernel's inner values
 //! (an anchor's result before its epilogue), which live only while that
 //! kernel's shaders run and so share one region (`Inner`). A unit the plan
 //! did not place (no memory plan, or no fixed order) gets no arena: every
@@ -18,8 +19,9 @@
 //!
 //! Example: the MLP's training step: the first layer's activations and
 //! their gradient share words once the former is dead, and Adam's new
-//! weights are written over the old ones in `io`, so no copy follows the
-//! step.
+//! moments are written over the old ones in `io`; the new weights, whose
+//! old values a branch of the backward pass may still read (the plan's
+//! rule holds in any order), are copied there after the step.
 
 use super::wgsl::{Buf, Place};
 use crate::diag::Diagnostic;

@@ -21,8 +21,9 @@
 //! word after its value, outside the plan's arena); the run then stops
 //! before its updates land, with the interpreter's error. A host kernel
 //! (`Device::Host` in the plan, which says why) ends the command buffer:
-//! its operands are read back, the interpreter computes its nodes and the
-//! values GPU kernels read are written back. Values of dtypes the GPU does
+//! the values the plan moves to the host for it (`ir::transfers`) are read
+//! back, the interpreter computes its nodes and those the plan moves to
+//! the GPU are written back. Values of dtypes the GPU does
 //! not hold (`kernels::on_device`) live on the host.
 //!
 //! Example: the MLP's training step on the GPU is one pass of ~60 shaders
@@ -243,15 +244,16 @@ impl GpuUnit {
             }
             inputs.push(Input { node, ty: ty.clone(), home });
         }
-        // Values from outside the unit, and constants: uploaded once.
         // What the plan moves between the host and the GPU (`ir::transfers`),
-        // and the values from outside the unit a host kernel reads (kept
-        // here too: the plan moves only what the unit computes or holds).
+        // and the values from outside the unit a host kernel reads (kept on
+        // the host too: the plan moves only what the unit computes or holds).
         let transfers = crate::ir::transfers::of(g, unit);
+        let in_unit: std::collections::HashSet<NodeId> = all_nodes.iter().copied().collect();
         let host_kernel_nodes = unit.kernels.iter().filter(|k| k.device == Device::Host).flat_map(|k| &k.nodes);
         let host_reads: std::collections::HashSet<NodeId> =
-            host_kernel_nodes.flat_map(|&n| g.inputs(n)).filter(|i| !all_nodes.contains(i)).collect();
+            host_kernel_nodes.flat_map(|&n| g.inputs(n)).filter(|i| !in_unit.contains(i)).collect();
         let mut host_copies: HashMap<NodeId, Tensor> = HashMap::new();
+        // Values from outside the unit, and constants: uploaded once.
         let mut fixed = |n: NodeId, homes: &mut HashMap<NodeId, Home>| -> Result<(), Diagnostic> {
             if homes.contains_key(&n) {
                 return Ok(());
@@ -276,7 +278,6 @@ impl GpuUnit {
             homes.insert(n, home);
             Ok(())
         };
-        let in_unit: std::collections::HashSet<NodeId> = all_nodes.iter().copied().collect();
         for &n in &all_nodes {
             let node = g.node(n);
             if !matches!(node.op, Op::Slot { .. })
@@ -312,8 +313,7 @@ impl GpuUnit {
         // before its updates land), so then they are copied after it. An
         // input that is also an output is read after the step: never
         // written over.
-        let gpu_kernels = || order.iter().map(|&k| &unit.kernels[k]).filter(|k| k.device == Device::Gpu);
-        let updates_in_place = gpu_kernels().all(|k| checked(k).is_none());
+        let updates_in_place = unit.kernels.iter().filter(|k| k.device == Device::Gpu).all(|k| checked(k).is_none());
         let mut inner = Inner::default();
         for &k in &order {
             let kernel = &unit.kernels[k];
@@ -350,13 +350,12 @@ impl GpuUnit {
                     continue;
                 }
                 let to_gpu = || transfers.iter().any(|t| t.node == n && t.to == Device::Gpu);
-                let home = match (on_device(ty.dtype), arena.word(n), over_input) {
+                let home = match (on_device(ty.dtype), on_host, arena.word(n).or(over_input)) {
                     (false, ..) => Home::HostComputed,
-                    _ if on_host && !to_gpu() => Home::HostComputed,
-                    (true, Some(place), _) if !on_host => Home::Device(place),
-                    (true, None, Some(place)) if !on_host => Home::Device(place),
+                    (true, true, _) if !to_gpu() => Home::HostComputed,
+                    (true, false, Some(place)) => Home::Device(place),
                     // A value only the kernel's own shaders read.
-                    _ if !on_host && !kernel.outputs.contains(&n) => {
+                    (true, false, None) if !kernel.outputs.contains(&n) => {
                         inner_values.push((n, ty.numel()));
                         continue;
                     }
@@ -890,8 +889,6 @@ impl GpuUnit {
             .map_err(|e| super::device::failed(format!("gpu: waiting for the device failed: {e}")))
     }
 
-    /// A host kernel: reads back what it needs, evaluates its nodes and
-    /// writes back what the GPU reads.
     /// Runs a host kernel's `nodes` on the interpreter: reads back the
     /// values the plan moves to the host for it (`reads`), takes the rest
     /// of its operands from the host's values, and writes back the values

@@ -56,16 +56,16 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
             for ib in rows.clone() {
                 let (i, r) = (ib * MR, MR.min(job.m - ib * MR));
                 // Pair `p` of row `r` of the block: a word of the packed
-                // block, or of the row itself.
-                let a = match &job.lhs_rows {
+                // block, or of the row itself (`row_bytes` apart).
+                let (a, row_bytes) = match &job.lhs_rows {
                     // SAFETY: rows i.. of `lhs`, from pair `p0`.
-                    Some((first, stride)) => Rows::Direct {
-                        first: unsafe { first.0.add(i * stride + 2 * p0) }.cast_const(),
-                        stride: *stride,
-                    },
+                    Some((first, stride)) => {
+                        (unsafe { first.0.add(i * stride + 2 * p0) }.cast_const().cast(), 2 * stride)
+                    }
                     // SAFETY: block `ib` of the packed `lhs`, from pair `p0`.
-                    None => Rows::Packed(unsafe { job.a.as_ptr().add(ib * a_block + p0 * MR) }.cast::<i32>()),
+                    None => (unsafe { job.a.as_ptr().add(ib * a_block + p0 * MR) }.cast::<i32>(), 0),
                 };
+                let direct = job.lhs_rows.is_some();
                 for jp in panels.clone() {
                     let (j, c) = (jp * NR, NR.min(job.n - jp * NR));
                     // SAFETY: panel `jp` of the packed `rhs`, from `p0`.
@@ -75,31 +75,17 @@ unsafe fn run(job: &Job, runs: &[(Range<usize>, Range<usize>)]) {
                     // pairs from `p0`.
                     unsafe {
                         let (c0, shape, how) = (job.dst.0.add(i * job.n + j), [r, c], [load, round]);
-                        match (a, r <= 4) {
-                            (Rows::Packed(a), true) => tile_of_4::<false>(a, 0, b, pairs, c0, job.n, shape, how),
-                            (Rows::Packed(a), false) => tile::<MR, false>(a, 0, b, pairs, c0, job.n, shape, how),
-                            (Rows::Direct { first, stride }, true) => {
-                                tile_of_4::<true>(first.cast(), 2 * stride, b, pairs, c0, job.n, shape, how)
-                            }
-                            (Rows::Direct { first, stride }, false) => {
-                                tile::<MR, true>(first.cast(), 2 * stride, b, pairs, c0, job.n, shape, how)
-                            }
+                        match (direct, r <= 4) {
+                            (false, true) => tile_of_4::<false>(a, row_bytes, b, pairs, c0, job.n, shape, how),
+                            (false, false) => tile::<MR, false>(a, row_bytes, b, pairs, c0, job.n, shape, how),
+                            (true, true) => tile_of_4::<true>(a, row_bytes, b, pairs, c0, job.n, shape, how),
+                            (true, false) => tile::<MR, true>(a, row_bytes, b, pairs, c0, job.n, shape, how),
                         }
                     };
                 }
             }
         }
     }
-}
-
-/// Where a tile reads its `lhs` rows.
-#[derive(Clone, Copy)]
-enum Rows {
-    /// A packed block: pair `p` of row `r` is word `p · 12 + r`.
-    Packed(*const i32),
-    /// The operand's rows (row-major, even `k`): pair `p` of row `r` is the
-    /// two elements `first[r · stride + 2p ..]`.
-    Direct { first: *const u16, stride: usize },
 }
 
 /// The micro-kernel: `c[0..rows][0..cols]` (row stride `ldc`) = (`load`:
@@ -140,9 +126,9 @@ unsafe fn tile<const ROWS: usize, const DIRECT: bool>(
         }
         each_of_12_rows!(load_row);
     }
-    // With `DIRECT`, rows past `rows` read row 0 again (their results are
-    // not stored): every address read is one of the block's. Three bases
-    // four rows apart and three row offsets address all twelve.
+    // With `DIRECT`, a row past `rows` reads a row of the block again (its
+    // results are not stored), so every address read is in the block.
+    // Three bases four rows apart and three row offsets address all twelve.
     let row = |r: usize| match r < rows {
         true => r * row_bytes,
         false => 0,
