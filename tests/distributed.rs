@@ -178,10 +178,14 @@ fn a_killed_rank_stops_the_job_within_seconds_naming_it() {
     if !has_mpirun() {
         return;
     }
-    let (r, took) = signal_rank_one("dp-killed", "-9", &[], Duration::from_secs(30));
-    assert!(took < Duration::from_secs(10), "the job took {took:?} to stop");
-    assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("rank 1"), "the error does not name rank 1:\n{}", r.stderr);
+    // Steps as two halves (8 shards), and fused with sums through shared
+    // memory (2 shards).
+    for shards in ["8", "2"] {
+        let (r, took) = signal_rank_one(&format!("dp-killed-{shards}"), "-9", &["--shards", shards], Duration::from_secs(30));
+        assert!(took < Duration::from_secs(10), "the job took {took:?} to stop");
+        assert_ne!(r.code, Some(0));
+        assert!(r.stderr.contains("rank 1"), "the error does not name rank 1:\n{}", r.stderr);
+    }
 }
 
 #[test]
@@ -190,10 +194,15 @@ fn a_stuck_rank_is_named_by_the_watchdog() {
         return;
     }
     // Alive but not answering: stopped.
-    let (r, took) = signal_rank_one("dp-stuck", "-STOP", &["--step-timeout", "2"], Duration::from_secs(60));
-    assert!(took < Duration::from_secs(30), "the job took {took:?} to stop");
-    assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("rank 1 of 2 stopped answering"), "{}", r.stderr);
+    // Steps as two halves (8 shards), and fused with sums through shared
+    // memory (2 shards), where the other rank waits on a counter.
+    for shards in ["8", "2"] {
+        let args = ["--step-timeout", "2", "--shards", shards];
+        let (r, took) = signal_rank_one(&format!("dp-stuck-{shards}"), "-STOP", &args, Duration::from_secs(60));
+        assert!(took < Duration::from_secs(30), "the job took {took:?} to stop");
+        assert_ne!(r.code, Some(0));
+        assert!(r.stderr.contains("rank 1 of 2 stopped answering"), "{}", r.stderr);
+    }
 }
 
 #[test]
@@ -339,8 +348,11 @@ fn two_hosts_joined_by_a_network_train_to_the_bits_of_one_process() {
         ("OMPI_MCA_btl", "tcp,self"),
     ];
     std::fs::remove_file(dir.join("w.safetensors")).expect("remove the weights");
-    let r = run_with(&dir, &program, &["--hosts", &spec, "--threads", "1"], &env);
+    let r = run_with(&dir, &program, &["--hosts", &spec, "--threads", "1", "--verbose"], &env);
     assert_eq!(r.code, Some(0), "the two-host run failed:\n{}", r.stderr);
+    // MPI sees two hosts: their sums do not go through shared memory.
+    let through = "sums through MPI (1 of the 2 ranks share this host)";
+    assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
     let mut where_ran: Vec<String> =
         std::fs::read_to_string(&ran).expect("the agent ran").lines().map(String::from).collect();
     where_ran.sort();
@@ -507,16 +519,21 @@ fn steps_fused_with_their_all_reduces_give_the_bits_of_the_two_halves() {
     // examples in batches of 64 end with a batch of 2, whose 4 shards
     // leave two empty: on 4 ranks that batch runs as two halves again.
     let program = digits(2, "").replace("train net on train_set |>", "train net on train_set |> take(130) |>");
-    for backend in ["jit", "interp"] {
+    // Ranks on one host sum through shared memory; `TFC_DIST_SHM=0` sends
+    // the same sums through MPI (as between hosts): the same bits.
+    for (backend, shm) in [("jit", "1"), ("jit", "0"), ("interp", "1")] {
         for shards in ["2", "4"] {
             let args = ["--shards", shards, "--threads", "1", "--backend", backend];
             let alone = trained(&dir, &program, &args);
-            let r = run_with(&dir, &program, &[&args[..], &["--workers", shards, "--verbose"]].concat(), &[]);
+            let env = [("TFC_DIST_SHM", shm)];
+            let r = run_with(&dir, &program, &[&args[..], &["--workers", shards, "--verbose"]].concat(), &env);
             assert_eq!(r.code, Some(0), "{shards} ranks on {backend} failed:\n{}", r.stderr);
             let fused = if shards == "2" { "6 of 6" } else { "4 of 6" };
             assert!(r.stderr.contains(&format!("{fused} steps fused")), "{shards} ranks:\n{}", r.stderr);
+            let through = if shm == "1" { "sums through shared memory" } else { "sums through MPI (TFC_DIST_SHM=0)" };
+            assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
             let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
-            assert!(spread == alone, "{shards} ranks on {backend} end with other weights than one process");
+            assert!(spread == alone, "{shards} ranks on {backend} (shm {shm}) end with other weights than one process");
         }
     }
 }

@@ -24,6 +24,8 @@
 pub mod launch;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "mpi")]
+mod shm;
 pub mod tree;
 pub mod wire;
 
@@ -60,6 +62,10 @@ pub trait Communicator: Send + Sync {
     /// a round add the same two blocks in either order). A training step's
     /// gradients go straight from and back to where the step keeps them.
     fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic>;
+
+    /// How `all_reduce_in_place` moves the bytes, for `--verbose`: e.g.
+    /// `shared memory`, or `MPI (1 of the 2 ranks share this host)`.
+    fn transport(&self) -> String;
 }
 
 /// Adds a block's sum into another's, in place (`all_reduce_in_place`).
@@ -83,6 +89,10 @@ impl Communicator for Local {
 
     fn all_reduce_in_place(&self, _: &mut [u8], _: Add, _: Duration, _: &str) -> Result<(), Diagnostic> {
         Ok(())
+    }
+
+    fn transport(&self) -> String {
+        "nothing (one process)".into()
     }
 }
 

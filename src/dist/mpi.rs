@@ -16,11 +16,12 @@
 //! it its rank; `exchange` is their meeting point once per step.
 
 use super::launch::Placement;
+use super::shm::{Mapping, Segments, SumError};
 use super::{silent_rank_error, Add, Combine, Communicator};
 use crate::diag::{Code, Diagnostic};
 use mpi::request::{LocalScope, Request};
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator as _, Destination, Source};
+use mpi::traits::{Communicator as _, Destination, Root, Source};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,18 @@ struct Held {
     /// Where `all_reduce_in_place` receives the partner's block: kept, so
     /// that a step's all-reduces allocate (and fault in) nothing.
     scratch: Vec<u8>,
+    /// How in-place all-reduces travel when every rank is on this host.
+    shared: Shared,
+}
+
+/// Whether the ranks sum through shared memory (`shm`).
+enum Shared {
+    /// They do not: why not, for `--verbose`.
+    Off(String),
+    /// They do, through the segments named `{prefix}-{generation}-{rank}`
+    /// (`None` until the first all-reduce; new ones when a block outgrows
+    /// them).
+    On { prefix: String, generation: u32, segments: Option<Segments> },
 }
 
 // SAFETY: MPI was initialized with `MPI_THREAD_SERIALIZED`, which allows
@@ -63,7 +76,34 @@ impl Mpi {
             )
             .help("start tfc with the MPI it was built against (`ldd $(which tfc) | grep mpi`)"));
         }
-        Ok(Mpi { rank, size, lock: Mutex::new(Held { universe, scratch: Vec::new() }) })
+        let shared = shared_memory(&world, size);
+        Ok(Mpi { rank, size, lock: Mutex::new(Held { universe, scratch: Vec::new(), shared }) })
+    }
+}
+
+/// Whether this job's all-reduces may go through shared memory: every
+/// rank on this host (by MPI's own reckoning, so that ranks on hosts
+/// simulated by network namespaces still talk through the network), a
+/// power of two of them, and not turned off with `TFC_DIST_SHM=0` (to
+/// compare the two). The segments' name prefix comes from rank 0.
+fn shared_memory(world: &SimpleCommunicator, size: usize) -> Shared {
+    let on_host = world.split_shared(world.rank()).size() as usize;
+    let mut prefix = [0u8; 48];
+    if world.rank() == 0 {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let name = format!("/tfc-{}-{nanos}", std::process::id());
+        prefix[..name.len()].copy_from_slice(name.as_bytes());
+    }
+    world.process_at_rank(0).broadcast_into(&mut prefix[..]);
+    let prefix = String::from_utf8_lossy(&prefix).trim_end_matches('\0').to_string();
+    if std::env::var("TFC_DIST_SHM").is_ok_and(|v| v == "0") {
+        Shared::Off("TFC_DIST_SHM=0".into())
+    } else if on_host != size {
+        Shared::Off(format!("{on_host} of the {size} ranks share this host"))
+    } else if !size.is_power_of_two() {
+        Shared::Off(format!("{size} ranks, not a power of two"))
+    } else {
+        Shared::On { prefix, generation: 0, segments: None }
     }
 }
 
@@ -114,13 +154,20 @@ impl Communicator for Mpi {
 
     fn all_reduce_in_place(&self, data: &mut [u8], add: Add, timeout: Duration, what: &str) -> Result<(), Diagnostic> {
         let mut held = self.held()?;
-        let Held { universe, scratch } = &mut *held;
+        let Held { universe, scratch, shared } = &mut *held;
         let world = universe.world();
         let deadline = Instant::now() + timeout;
+        let wait = Wait { deadline, timeout, what, size: self.size };
+        if let Some(segments) = self.segments(&world, shared, data.len(), &wait) {
+            return match segments.all_reduce(data, add, deadline) {
+                Ok(()) => Ok(()),
+                Err(SumError::Add(d)) => Err(d),
+                Err(SumError::Stall(stall)) => abort_silent(&world, stall.rank, self.size, what, timeout),
+            };
+        }
         if scratch.len() < data.len() {
             scratch.resize(data.len(), 0);
         }
-        let wait = Wait { deadline, timeout, what, size: self.size };
         // Large values on four ranks or more by recursive halving (about
         // twice their bytes sent, whatever the ranks), the rest by
         // recursive doubling (half the rounds; on two ranks halving sends
@@ -151,9 +198,68 @@ impl Communicator for Mpi {
         }
         Ok(())
     }
+
+    fn transport(&self) -> String {
+        match self.lock.lock().as_deref() {
+            Ok(Held { shared: Shared::On { .. }, .. }) => "shared memory".into(),
+            Ok(Held { shared: Shared::Off(why), .. }) => format!("MPI ({why})"),
+            Err(_) => "MPI".into(),
+        }
+    }
 }
 
 impl Mpi {
+    /// The shared-memory segments that hold blocks of `len` bytes, mapped
+    /// on every rank (new ones when these are too small: every rank asks
+    /// for the same lengths in the same order); `None` if the ranks do not
+    /// share memory, or could not map it (then never again, and
+    /// `--verbose` says why).
+    fn segments<'a>(
+        &self,
+        world: &SimpleCommunicator,
+        shared: &'a mut Shared,
+        len: usize,
+        wait: &Wait,
+    ) -> Option<&'a mut Segments> {
+        let Shared::On { prefix, generation, segments } = shared else { return None };
+        if !segments.as_ref().is_some_and(|s| s.fits(len)) {
+            *segments = None;
+            *generation += 1;
+            // Room for this block and more, so that a step's growing
+            // blocks map anew a few times at most.
+            let capacity = len.next_power_of_two().max(1 << 20);
+            let names: Vec<String> = (0..self.size).map(|r| format!("{prefix}-{generation}-{r}")).collect();
+            match self.map_segments(world, &names, capacity, wait) {
+                Ok(mapped) => *segments = Some(mapped),
+                Err(why) => {
+                    *shared = Shared::Off(why);
+                    return None;
+                }
+            }
+        }
+        let Shared::On { segments, .. } = shared else { return None };
+        segments.as_mut()
+    }
+
+    /// Creates this rank's segment, maps every rank's, and unlinks its own
+    /// name once all have mapped them; every rank gets `Ok` or all `Err`.
+    fn map_segments(&self, world: &SimpleCommunicator, names: &[String], capacity: usize, wait: &Wait) -> Result<Segments, String> {
+        let own = Segments::create(&names[self.rank], capacity);
+        let created = agree(world, self.rank, self.size, own.is_ok(), wait);
+        let joined = match (own, created) {
+            (Ok(own), true) => Segments::join(self.rank, own, names, capacity),
+            (Ok(_), false) => Err("another rank could not create its shared memory".to_string()),
+            (Err(why), _) => Err(why),
+        };
+        let all = agree(world, self.rank, self.size, joined.is_ok(), wait);
+        Mapping::unlink(&names[self.rank]);
+        match (joined, all) {
+            (Ok(segments), true) => Ok(segments),
+            (Ok(_), false) => Err("another rank could not map the shared memory".to_string()),
+            (Err(why), _) => Err(why),
+        }
+    }
+
     /// The lock on MPI, for an exchange among a power of two of ranks.
     fn held(&self) -> Result<std::sync::MutexGuard<'_, Held>, Diagnostic> {
         if !self.size.is_power_of_two() {
@@ -164,6 +270,19 @@ impl Mpi {
         }
         self.lock.lock().map_err(|_| Diagnostic::internal("dist: the MPI lock is poisoned"))
     }
+}
+
+/// Whether every rank says `yes` (recursive doubling of one byte each).
+fn agree(world: &SimpleCommunicator, rank: usize, size: usize, yes: bool, wait: &Wait) -> bool {
+    let mut all = [u8::from(yes)];
+    let mut theirs = [0u8];
+    let mut distance = 1;
+    while distance < size {
+        swap(world, rank ^ distance, &all, &mut theirs, wait);
+        all[0] &= theirs[0];
+        distance *= 2;
+    }
+    all[0] == 1
 }
 
 /// The size from which an in-place all-reduce among four ranks or more

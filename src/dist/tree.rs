@@ -36,8 +36,7 @@ pub struct Round {
 /// multiples of 8 bytes (whole elements of any type), so some may be empty.
 pub fn halving_rounds(rank: usize, size: usize, len: usize) -> Vec<Round> {
     let rounds = size.trailing_zeros() as usize;
-    // Byte offset where part `i` of `size` starts.
-    let bound = |i: usize| if i >= size { len } else { (len * i / size) / 8 * 8 };
+    let bound = |i: usize| bound(i, size, len);
     // The parts rank `r` holds after its first `k` rounds.
     let parts_after = |r: usize, k: usize| {
         let (mut lo, mut hi) = (0, size);
@@ -64,6 +63,21 @@ pub fn halving_rounds(rank: usize, size: usize, len: usize) -> Vec<Round> {
         out.push(Round { partner, send: bytes(mine), recv: bytes(theirs), add: false });
     }
     out
+}
+
+/// The bytes of part `i` of `size` of a block of `len` bytes, as the
+/// all-reduces split it: parts end on multiples of 8 bytes (whole elements
+/// of any type), so some may be empty.
+pub fn part(i: usize, size: usize, len: usize) -> std::ops::Range<usize> {
+    bound(i, size, len)..bound(i + 1, size, len)
+}
+
+/// The byte offset where part `i` of `size` starts (`part`).
+fn bound(i: usize, size: usize, len: usize) -> usize {
+    match i >= size {
+        true => len,
+        false => (len * i / size) / 8 * 8,
+    }
 }
 
 /// The sum of `items` over a balanced binary tree; `None` if all are absent.

@@ -424,7 +424,7 @@ impl<'p> Parallel<'p> {
         let mean =
             |part: usize| times.iter().map(|s| s[part].as_secs_f64()).sum::<f64>() * 1e3 / times.len().max(1) as f64;
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update; their first all-reduce, where a rank waits for the slower ones, {:.3} ({:.3}) ms)",
+            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update; their first all-reduce, where a rank waits for the slower ones, {:.3} ({:.3}) ms); sums through {}",
             self.world.size(),
             self.step.shards,
             median(0),
@@ -439,7 +439,8 @@ impl<'p> Parallel<'p> {
             self.fused_steps.get(),
             times.len(),
             median(4),
-            mean(4)
+            mean(4),
+            self.world.transport()
         )
     }
 
