@@ -181,7 +181,8 @@ fn a_killed_rank_stops_the_job_within_seconds_naming_it() {
     // Steps as two halves (8 shards), and fused with sums through shared
     // memory (2 shards).
     for shards in ["8", "2"] {
-        let (r, took) = signal_rank_one(&format!("dp-killed-{shards}"), "-9", &["--shards", shards], Duration::from_secs(30));
+        let (r, took) =
+            signal_rank_one(&format!("dp-killed-{shards}"), "-9", &["--shards", shards], Duration::from_secs(30));
         assert!(took < Duration::from_secs(10), "the job took {took:?} to stop");
         assert_ne!(r.code, Some(0));
         assert!(r.stderr.contains("rank 1"), "the error does not name rank 1:\n{}", r.stderr);

@@ -325,3 +325,42 @@ print(collect(ds |> map(fn(x) = x[0])))
     );
     assert_eq!(out, "i32[3] [6, 22, 17]\n3 f32[4] [0, 0.5, 1, 1.5]\nf32 2.25\nf32 20.333334\ni32[3] [0, 4, 8]\n");
 }
+
+#[test]
+fn a_tensor_a_dataset_was_made_from_is_still_there_after_training() {
+    // The dataset takes the tensor's rows without a copy when nothing
+    // else reads it (`alone`); whatever reads it later gets the same
+    // values (`read_later`), and the training is the same.
+    let d = scratch("source-moved");
+    let program = |after: &str| {
+        format!(
+            r#"use std.nn.{{Dense}}
+use std.loss.softmax_cross_entropy
+use std.optim.sgd
+let xs = normal([64, 4], seed = 1)
+let ys = cast(floor(uniform([64], seed = 2) * 3.0), i32)
+print(sum(xs))
+let net = Dense(4, 3, seed = 0)
+train net on from_tensors(xs, ys) |> batch(16) {{
+    loss(x, y) = softmax_cross_entropy(net(x), y)
+    optimizer = sgd(lr = 0.1)
+    epochs = 2
+}}
+print(sum(net(ones([1, 4]))))
+{after}"#
+        )
+    };
+    let alone = ok(&d, &program(""));
+    let out = ok(
+        &d,
+        &program("print(sum(xs))\nprint(sum(xs * 2.0))\nprint(evaluate(from_tensors(xs, xs) |> batch(16), fn(a, b) = sum(a - b)))\n"),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 5, "{out}");
+    assert_eq!(alone, format!("{}\n{}\n", lines[0], lines[1]), "the same training either way");
+    assert_eq!(lines[0], lines[2], "{out}");
+    let sum: f32 = lines[0].trim_start_matches("f32 ").parse().expect("a sum");
+    let twice: f32 = lines[3].trim_start_matches("f32 ").parse().expect("a sum");
+    assert_eq!(twice, 2.0 * sum, "{out}");
+    assert_eq!(lines[4], "f32 0", "{out}");
+}

@@ -10,7 +10,9 @@
 //! calls `MPI_Abort`, which ends every process of the job. MPI is
 //! initialized at `join` (with `MPI_THREAD_SERIALIZED`: calls come from
 //! the training loop's thread only, one at a time, under `lock`) and
-//! finalized when the communicator is dropped.
+//! finalized when the communicator is dropped. When every rank is on this
+//! host, `all_reduce_in_place` sums through shared memory instead (`shm`;
+//! MPI only names and sizes the segments), under the same deadline.
 //!
 //! Example: `mpirun -n 2 tfc run prog.tfl` — each process's `join` gives
 //! it its rank; `exchange` is their meeting point once per step.
@@ -243,7 +245,13 @@ impl Mpi {
 
     /// Creates this rank's segment, maps every rank's, and unlinks its own
     /// name once all have mapped them; every rank gets `Ok` or all `Err`.
-    fn map_segments(&self, world: &SimpleCommunicator, names: &[String], capacity: usize, wait: &Wait) -> Result<Segments, String> {
+    fn map_segments(
+        &self,
+        world: &SimpleCommunicator,
+        names: &[String],
+        capacity: usize,
+        wait: &Wait,
+    ) -> Result<Segments, String> {
         let own = Segments::create(&names[self.rank], capacity);
         let created = agree(world, self.rank, self.size, own.is_ok(), wait);
         let joined = match (own, created) {

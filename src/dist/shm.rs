@@ -227,7 +227,10 @@ impl Mapping {
             // SAFETY: `fd` is open for writing.
             true => match unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) } {
                 0 => Ok(()),
-                e => Err(format!("cannot reserve {len} bytes of shared memory for {name}: {}", std::io::Error::from_raw_os_error(e))),
+                e => Err(format!(
+                    "cannot reserve {len} bytes of shared memory for {name}: {}",
+                    std::io::Error::from_raw_os_error(e)
+                )),
             },
             false => {
                 // SAFETY: `st` is plain data that `fstat` fills.

@@ -202,6 +202,26 @@ impl Program {
         }
     }
 
+    /// Whether anything besides datasets' sources refers to `id`: a graph
+    /// output, an effect, a plan's region.
+    pub fn read_besides_sources(&self, id: NodeId) -> bool {
+        let mut refs = 0usize;
+        self.clone().for_each_ref(&mut |r| refs += usize::from(*r == id));
+        let datasets = self.effects.iter().flat_map(|e| match e {
+            Effect::Train(t) => std::iter::once(&t.data).chain(t.evals.iter().map(|ev| &ev.reduce.data)).collect(),
+            Effect::Reduce { plan, .. } => vec![&plan.data],
+            Effect::Collect { data, .. } => vec![&**data],
+            _ => Vec::new(),
+        });
+        let as_source = datasets
+            .map(|d| match &d.source {
+                super::plan::Source::Nodes(ids) => ids.iter().filter(|r| **r == id).count(),
+                _ => 0,
+            })
+            .sum::<usize>();
+        refs > as_source
+    }
+
     /// Every node the program's effects and outputs read directly.
     pub fn roots(&mut self) -> Vec<NodeId> {
         let mut out = Vec::new();

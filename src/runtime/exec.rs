@@ -317,6 +317,24 @@ impl<'p> Executor<'p> {
         self.values.get(&id).ok_or_else(|| Diagnostic::internal(format!("runtime: node {id:?} was not evaluated")))
     }
 
+    /// The value of `id` for a dataset that reads it as its source: moved
+    /// out when nothing else will read it (every node that reads it has its
+    /// value, and no effect, plan or output refers to it), a copy
+    /// otherwise. A dataset made from a large tensor (`from_tensors(xs,
+    /// ys)`) then holds its rows once instead of twice, and starting its
+    /// first pass costs no copy (100 MB took 0.1-0.2 s in fresh pages). A
+    /// later statement that reads it after all computes it again.
+    pub fn value_for_source(&mut self, id: NodeId) -> Result<Tensor, Diagnostic> {
+        let g = self.graph();
+        let unread = !matches!(g.node(id).op, Op::Slot { .. })
+            && g.users(id).iter().all(|u| self.values.contains_key(u))
+            && !self.program.read_besides_sources(id);
+        match unread.then(|| self.values.remove(&id)).flatten() {
+            Some(moved) => Ok(moved),
+            None => self.value(id).cloned(),
+        }
+    }
+
     /// Evaluates, in the main context, every node the roots need.
     pub fn demand(&mut self, roots: &[NodeId]) -> Result<(), Diagnostic> {
         let g = self.graph();

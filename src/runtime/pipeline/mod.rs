@@ -262,7 +262,15 @@ fn prepare_source(ex: &mut Executor, s: &Source) -> Result<(), Diagnostic> {
             return Ok(());
         }
         ex.demand(ids)?;
-        let cols = ids.iter().map(|id| ex.value(*id).cloned()).collect::<Result<Vec<_>, _>>()?;
+        let mut cols: Vec<Tensor> = Vec::with_capacity(ids.len());
+        for (k, id) in ids.iter().enumerate() {
+            // The same tensor twice (`from_tensors(xs, xs)`): moved once.
+            let col = match ids[..k].iter().position(|e| e == id) {
+                Some(first) => cols[first].clone(),
+                None => ex.value_for_source(*id)?,
+            };
+            cols.push(col);
+        }
         let rows: Arc<dyn RowSource> = Arc::new(MemoryRows(cols));
         ex.data_cache.sources.lock().unwrap_or_else(|e| e.into_inner()).insert(key, rows);
     }
