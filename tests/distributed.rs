@@ -519,7 +519,15 @@ fn steps_fused_with_their_all_reduces_give_the_bits_of_the_two_halves() {
     // same shards runs the two halves and sums them in between. 130
     // examples in batches of 64 end with a batch of 2, whose 4 shards
     // leave two empty: on 4 ranks that batch runs as two halves again.
-    let program = digits(2, "").replace("train net on train_set |>", "train net on train_set |> take(130) |>");
+    // The first layer's weights (64 x 256 f32, 64 KiB) are large enough
+    // that four ranks sum them by parts (a reduce-scatter, then an
+    // all-gather), in shared memory and through MPI alike; two ranks, and
+    // smaller values, are summed whole.
+    let program = digits(2, "")
+        .replace("train net on train_set |>", "train net on train_set |> take(130) |>")
+        .replace("Dense(64, 128", "Dense(64, 256")
+        .replace("Dense(128, 10", "Dense(256, 10");
+    assert!(program.contains("Dense(64, 256"), "the wider layer");
     // Ranks on one host sum through shared memory; `TFC_DIST_SHM=0` sends
     // the same sums through MPI (as between hosts): the same bits.
     for (backend, shm) in [("jit", "1"), ("jit", "0"), ("interp", "1")] {
