@@ -127,7 +127,8 @@ impl Segments {
             self.maps.iter().map(|m| unsafe { m.bytes(buffer + mine.start, mine.len()) }).collect();
         let depth = size.trailing_zeros() as usize;
         self.scratch.resize_with(depth, Vec::new);
-        for s in &mut self.scratch {
+        // Grown, never shrunk: a step's blocks alternate between sizes.
+        for s in self.scratch.iter_mut().filter(|s| s.len() < mine.len()) {
             s.resize(mine.len(), 0);
         }
         sum_tree(&mut data[mine.clone()], 0..size, Some(self.rank), &sources, &mut self.scratch, add)
