@@ -288,7 +288,7 @@ impl Mapping {
 
     /// The counter at byte `at` of the header.
     fn counter(&self, at: usize) -> &AtomicU64 {
-        debug_assert!(at + 8 <= HEADER && at % 8 == 0);
+        debug_assert!(at + 8 <= HEADER && at.is_multiple_of(8));
         // SAFETY: inside the mapping (page-aligned, so 8-aligned at `at`),
         // and only ever accessed as an atomic by every process.
         unsafe { &*self.ptr.as_ptr().add(at).cast::<AtomicU64>() }
