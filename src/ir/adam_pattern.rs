@@ -9,7 +9,9 @@
 //! d lr k1 k2 eps` splat loads, `m g v p` read at the written index, the
 //! three results its outputs in any order, all `f32`) and returns which
 //! load or output plays each role, in the order of the position constants
-//! below. [`adam_update_with_half_gradient`] also accepts `g` read from a
+//! below. The gradient `g` may be read times a splat scalar (`g · s`, a
+//! data-parallel step's mean of the summed gradients), the same wherever
+//! it is read. [`adam_update_with_half_gradient`] also accepts `g` read from a
 //! `bf16`/`f16` value (a mixed-precision step's weight gradient, the
 //! output of a `bf16` product, widened exactly): a plan names that update
 //! too, and a backend whose native loop reads only `f32` runs it natively
@@ -26,7 +28,7 @@ use super::spec::{Expr, Inner, Kind, Spec};
 
 /// The scalars, the read tensors and the results, in `update_rows`'s
 /// argument order.
-const SCALARS: usize = 8;
+const SCALARS: usize = 9;
 const TENSORS: usize = 4;
 const RESULTS: usize = 3;
 
@@ -40,6 +42,10 @@ pub const LR: usize = 4;
 pub const K1: usize = 5;
 pub const K2: usize = 6;
 pub const EPS: usize = 7;
+/// A factor the gradient is read times (`g = load · scale`: a data-parallel
+/// step's mean of the ranks' summed gradients); when the gradient is read
+/// as it is, this role names `B1`'s load, which is never read for it.
+pub const SCALE: usize = 8;
 pub const M: usize = SCALARS;
 pub const G: usize = SCALARS + 1;
 pub const V: usize = SCALARS + 2;
@@ -56,7 +62,13 @@ enum Pat {
     Tensor(usize),
     Bin(BinaryOp, Box<Pat>, Box<Pat>),
     Sqrt(Box<Pat>),
+    /// The gradient: the `G` load, or that load times the `SCALE` splat
+    /// (in either order) — the same form wherever it is read.
+    Gradient,
 }
+
+/// `SCALE`'s binding while the gradient is read unscaled.
+const UNSCALED: usize = usize::MAX;
 
 fn bin(op: BinaryOp, x: Pat, y: Pat) -> Pat {
     Pat::Bin(op, Box::new(x), Box::new(y))
@@ -66,8 +78,9 @@ fn bin(op: BinaryOp, x: Pat, y: Pat) -> Pat {
 fn patterns() -> [Pat; RESULTS] {
     use BinaryOp::{Add, Div, Mul, Sub};
     use Pat::{Scalar as S, Tensor as T};
-    let m1 = || bin(Add, bin(Mul, S(B1), T(M)), bin(Mul, S(C), T(G)));
-    let v1 = || bin(Add, bin(Mul, S(B2), T(V)), bin(Mul, bin(Mul, S(D), T(G)), T(G)));
+    let g = || Pat::Gradient;
+    let m1 = || bin(Add, bin(Mul, S(B1), T(M)), bin(Mul, S(C), g()));
+    let v1 = || bin(Add, bin(Mul, S(B2), T(V)), bin(Mul, bin(Mul, S(D), g()), g()));
     let step = bin(Mul, S(LR), bin(Div, m1(), S(K1)));
     let denominator = bin(Add, Pat::Sqrt(Box::new(bin(Div, v1(), S(K2)))), S(EPS));
     [m1(), v1(), bin(Sub, T(P), bin(Div, step, denominator))]
@@ -95,15 +108,30 @@ fn matches(spec: &Spec, e: usize, pat: &Pat, roles: &mut [Option<usize>], half_g
             op == *want && matches(x, px, roles) && matches(y, py, roles)
         }
         ((Expr::Unary(UnaryOp::Sqrt, x), Kind::F32), Pat::Sqrt(px)) => matches(x, px, roles),
+        ((Expr::Load(_), _), Pat::Gradient) => {
+            matches(e, &Pat::Tensor(G), roles) && *roles[SCALE].get_or_insert(UNSCALED) == UNSCALED
+        }
+        ((Expr::Binary(BinaryOp::Mul, x, y), Kind::F32), Pat::Gradient) => {
+            let scaled = |t: usize, s: usize, roles: &mut [Option<usize>]| {
+                let mut attempt = roles.to_vec();
+                let ok = matches(t, &Pat::Tensor(G), &mut attempt) && matches(s, &Pat::Scalar(SCALE), &mut attempt);
+                if ok {
+                    roles.copy_from_slice(&attempt);
+                }
+                ok
+            };
+            scaled(x, y, roles) || scaled(y, x, roles)
+        }
         _ => false,
     }
 }
 
 /// The load or output index (outputs after the loads) of each role of
-/// Adam's update in `spec`, in the order `b1 c b2 d lr k1 k2 eps m g v p
-/// m' v' p'`, when `spec` is that update with every operand in `f32`
-/// storage (see the module docs).
-pub fn adam_roles(spec: &Spec) -> Option<Vec<usize>> {
+/// Adam's update in `spec`, in the order `b1 c b2 d lr k1 k2 eps scale m
+/// g v p m' v' p'`, when `spec` is that update with every operand in
+/// `f32` storage (see the module docs), and whether the gradient is read
+/// times `scale`.
+pub fn adam_roles(spec: &Spec) -> Option<(Vec<usize>, bool)> {
     roles(spec, false)
 }
 
@@ -113,7 +141,7 @@ pub fn adam_update_with_half_gradient(spec: &Spec) -> bool {
     roles(spec, true).is_some()
 }
 
-fn roles(spec: &Spec, half_gradient: bool) -> Option<Vec<usize>> {
+fn roles(spec: &Spec, half_gradient: bool) -> Option<(Vec<usize>, bool)> {
     if spec.outputs.len() != RESULTS || spec.stores.iter().any(|&k| k != Kind::F32) {
         return None;
     }
@@ -129,5 +157,9 @@ fn roles(spec: &Spec, half_gradient: bool) -> Option<Vec<usize>> {
         roles = bound;
         results[r] = Some(spec.loads.len() + o);
     }
-    roles.iter().chain(&results).copied().collect()
+    let scaled = roles[SCALE] != Some(UNSCALED);
+    if !scaled {
+        roles[SCALE] = roles[B1];
+    }
+    Some((roles.iter().chain(&results).copied().collect::<Option<Vec<_>>>()?, scaled))
 }

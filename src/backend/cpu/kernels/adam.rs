@@ -30,27 +30,35 @@
 //! `1/±inf = ±0`). A test compares both on many random pairs.
 //!
 //! Example: the bench MLP's first weight (`[784, 256]`, 49 rows of 4,096)
-//! is updated by `update_rows(ptrs, 0, 49, 4096)`.
+//! is updated by `update_rows::<false>(ptrs, 0, 49, 4096)`.
 
-use crate::ir::adam_pattern::{adam_roles, B1, B2, C, D, EPS, G, K1, K2, LR, M, M1, P, P1, V, V1};
+use crate::ir::adam_pattern::{adam_roles, B1, B2, C, D, EPS, G, K1, K2, LR, M, M1, P, P1, SCALE, V, V1};
 use crate::ir::spec::Spec;
 
-/// The order in which `update_rows` takes `spec`'s arguments (indices
-/// into its loads, then its outputs, as `Step::Jit` lists them), when
-/// `spec` is Adam's update (`ir::adam_pattern`) and this machine has
-/// AVX-512.
-pub(in crate::backend::cpu) fn recognize(spec: &Spec) -> Option<Vec<usize>> {
-    super::simd::avx512().then(|| adam_roles(spec)).flatten()
+/// The native loop for `spec` and the order in which it takes `spec`'s
+/// arguments (indices into its loads, then its outputs, as `Step::Jit`
+/// lists them), when `spec` is Adam's update (`ir::adam_pattern`) and this
+/// machine has AVX-512: `update_rows`, scaling the gradient when the spec
+/// reads it times a scalar.
+pub(in crate::backend::cpu) fn recognize(spec: &Spec) -> Option<(crate::backend::cpu::codegen::KernelFn, Vec<usize>)> {
+    let (order, scaled) = super::simd::avx512().then(|| adam_roles(spec)).flatten()?;
+    let native: crate::backend::cpu::codegen::KernelFn = match scaled {
+        true => update_rows::<true>,
+        false => update_rows::<false>,
+    };
+    Some((native, order))
 }
 
-/// Adam's update of rows `lo..hi` of `inner` elements: the compiled
-/// kernel's calling convention (`codegen::KernelFn`), arguments in
-/// `recognize`'s order.
+/// Adam's update of rows `lo..hi` of `inner` elements, its gradient read
+/// times the `SCALE` argument when `SCALED` (a data-parallel step's mean
+/// of the ranks' sums: `g · scale` first, one rounding, as the compiled
+/// kernel computes it): the compiled kernel's calling convention
+/// (`codegen::KernelFn`), arguments in `recognize`'s order.
 ///
 /// # Safety
 /// As for a compiled kernel: every pointer addresses the elements of rows
 /// `lo..hi` (a scalar, one element), and `simd::avx512()` holds.
-pub(in crate::backend::cpu) unsafe extern "C" fn update_rows(
+pub(in crate::backend::cpu) unsafe extern "C" fn update_rows<const SCALED: bool>(
     args: *const *mut f32,
     lo: usize,
     hi: usize,
@@ -59,16 +67,17 @@ pub(in crate::backend::cpu) unsafe extern "C" fn update_rows(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract.
     unsafe {
-        update(args, lo * inner, hi * inner)
+        update::<SCALED>(args, lo * inner, hi * inner)
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("`recognize` needs AVX-512: {args:?} {lo} {hi} {inner}")
 }
 
-/// Elements `from..to` of Adam's update (see `update_rows`).
+/// Elements `from..to` of Adam's update (see `update_rows`), the gradient
+/// times `SCALE` when `SCALED`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq")]
-unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
+unsafe fn update<const SCALED: bool>(args: *const *mut f32, from: usize, to: usize) {
     use std::arch::x86_64::*;
     // SAFETY: the caller's contract: one pointer per argument.
     let arg = |i: usize| unsafe { *args.add(i) };
@@ -76,6 +85,9 @@ unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
     let scalar = |i: usize| unsafe { *arg(i) };
     let splat = |i: usize| _mm512_set1_ps(scalar(i));
     let (b1, c, b2, d, lr, eps) = (splat(B1), splat(C), splat(B2), splat(D), splat(LR), splat(EPS));
+    // Read only when the kernel scales its gradient (otherwise the role
+    // names another scalar).
+    let scale = if SCALED { splat(SCALE) } else { _mm512_set1_ps(1.0) };
     let (r1, r2) = (_mm512_set1_pd(1.0 / scalar(K1) as f64), _mm512_set1_pd(1.0 / scalar(K2) as f64));
     // `x / k` as `f32(f64(x) · (1 / f64(k)))`, eight lanes at a time.
     let divide = |x: __m512, r: __m512d| {
@@ -96,6 +108,7 @@ unsafe fn update(args: *const *mut f32, from: usize, to: usize) {
         unsafe {
             let load = |ptr: *mut f32| _mm512_maskz_loadu_ps(mask, ptr.add(at));
             let (mv, gv, vv, pv) = (load(m), load(g), load(v), load(p));
+            let gv = if SCALED { _mm512_mul_ps(gv, scale) } else { gv };
             let m1 = _mm512_add_ps(_mm512_mul_ps(b1, mv), _mm512_mul_ps(c, gv));
             let v1 = _mm512_add_ps(_mm512_mul_ps(b2, vv), _mm512_mul_ps(_mm512_mul_ps(d, gv), gv));
             let step = _mm512_mul_ps(lr, divide(m1, r1));
@@ -158,17 +171,50 @@ mod tests {
         }
     }
 
+    /// `adam_spec` with its gradient read times a splat scalar (load 11),
+    /// as a data-parallel step's mean of the summed gradients is: every
+    /// read of `g` becomes `g · s`.
+    fn scaled_spec() -> Spec {
+        use Expr::{Binary as B, Load as L};
+        let mut spec = adam_spec();
+        let shift = |e: usize| e + 3;
+        let mut exprs = vec![(L(4), Kind::F32), (L(11), Kind::F32), (B(BinaryOp::Mul, 0, 1), Kind::F32)];
+        for &(e, kind) in &spec.exprs {
+            exprs.push(match e {
+                L(4) => (B(BinaryOp::Mul, 0, 1), kind),
+                L(l) => (L(l), kind),
+                B(op, x, y) => (B(op, shift(x), shift(y)), kind),
+                Expr::Unary(op, x) => (Expr::Unary(op, shift(x)), kind),
+                other => panic!("not in adam_spec: {other:?}"),
+            });
+        }
+        spec.exprs = exprs;
+        spec.outputs = spec.outputs.iter().map(|&o| shift(o)).collect();
+        let mut scale = spec.loads[0].clone();
+        scale.node = NodeId::new(11);
+        spec.loads.push(scale);
+        spec
+    }
+
     /// The native update writes the same bits as the Cranelift function of
     /// the same spec, over ordinary values and zeros, infinities, NaN and
-    /// subnormals, with the results written over their inputs.
+    /// subnormals, with the results written over their inputs; also with
+    /// the gradient read times a scalar.
     #[test]
     fn the_native_update_equals_the_compiled_kernel_bit_for_bit() {
-        let spec = adam_spec();
-        let Some(order) = recognize(&spec) else {
+        native_equals_compiled(adam_spec(), None);
+        native_equals_compiled(scaled_spec(), Some(0.5));
+        native_equals_compiled(scaled_spec(), Some(0.3));
+    }
+
+    fn native_equals_compiled(spec: Spec, scale: Option<f32>) {
+        let Some((native, order)) = recognize(&spec) else {
             // No AVX-512 here: nothing runs natively.
             assert!(!crate::backend::cpu::kernels::simd::avx512());
             return;
         };
+        let scaled = crate::ir::adam_pattern::adam_roles(&spec).map(|(_, scaled)| scaled);
+        assert_eq!(scaled, Some(scale.is_some()), "the scaled loop for a scaled gradient, and only then");
         let f = Compiler::new().and_then(|mut c| c.compile(&spec)).expect("the kernel compiles");
         let values = || {
             let mut bits = xorshift(0x9e37_79b9_7f4a_7c15);
@@ -186,13 +232,17 @@ mod tests {
                 })
                 .collect()
         };
-        // lr, b1, c, b2, k1, k2, eps (bias corrections of step 3).
+        // lr, b1, c, b2, k1, k2, eps (bias corrections of step 3), and the
+        // gradient's scale.
         let scalars = [1e-3f32, 0.9, 0.1, 0.999, 1.0 - 0.9f32.powi(3), 1.0 - 0.999f32.powi(3), 1e-8];
         let scalar_loads = [0usize, 1, 3, 5, 7, 8, 9];
-        let run = |native: bool, next: &mut dyn FnMut() -> f32| -> Vec<Vec<f32>> {
-            let mut data: Vec<Vec<f32>> = (0..11).map(|l| tensor(next, l)).collect();
+        let run = |native_loop: bool, next: &mut dyn FnMut() -> f32| -> Vec<Vec<f32>> {
+            let mut data: Vec<Vec<f32>> = (0..spec.loads.len()).map(|l| tensor(next, l)).collect();
             for (&l, &v) in scalar_loads.iter().zip(&scalars) {
                 data[l] = vec![v];
+            }
+            if let Some(s) = scale {
+                data[11] = vec![s];
             }
             // The results go over m, v and p, as the memory plan places them.
             let mut ptrs: Vec<*mut f32> = data.iter_mut().map(|d| d.as_mut_ptr()).collect();
@@ -200,9 +250,9 @@ mod tests {
             // SAFETY: every pointer addresses the elements the kernel reads
             // or writes (a scalar, one).
             unsafe {
-                if native {
+                if native_loop {
                     let args: Vec<*mut f32> = order.iter().map(|&i| ptrs[i]).collect();
-                    super::update_rows(args.as_ptr(), 0, 3, 37);
+                    native(args.as_ptr(), 0, 3, 37);
                 } else {
                     f(ptrs.as_ptr(), 0, 3, 37);
                 }

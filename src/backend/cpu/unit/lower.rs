@@ -246,12 +246,12 @@ impl Builder<'_> {
         if adam && native.is_none() && crate::backend::cpu::kernels::simd::avx512() {
             self.unfused += 1;
         }
-        if let Some(order) = native {
+        if let Some((native, order)) = native {
             let loads = order.iter().filter(|&&i| i < spec.loads.len()).count();
             let args = order.iter().map(|&i| args[i]).collect();
             let (rows, inner) = (spec.rows(), spec.inner);
             return Ok(Step::Jit {
-                code: Code::Ready(crate::backend::cpu::kernels::adam::update_rows),
+                code: Code::Ready(native),
                 args,
                 loads,
                 rows,
