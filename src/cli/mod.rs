@@ -349,7 +349,14 @@ pub fn main() -> ExitCode {
                 // Rank 0 reports for all.
                 verbose: *verbose && placement.is_none_or(|p| p.rank == 0),
                 backend,
-                threads: threads_or_cores(*threads),
+                // A rank shares its host's cores with the other ranks there.
+                threads: match (threads, placement.filter(|p| p.size > 1)) {
+                    (None, Some(_)) => match crate::dist::launch::ranks_on_this_host(&|k| std::env::var(k).ok()) {
+                        Some(here) => crate::dist::launch::threads_per_rank(threads_or_cores(None), here),
+                        None => threads_or_cores(None),
+                    },
+                    _ => threads_or_cores(*threads),
+                },
                 strict: *strict,
                 world: world.clone(),
                 step_timeout: step_timeout.map(std::time::Duration::from_secs_f64),
