@@ -65,12 +65,21 @@ fn uninterrupted_resumable(dir: &str) -> (&'static str, Vec<u8>) {
 /// One job of two ranks in Open MPI's MPMD form, started in `dir`: rank 0
 /// runs `tfc run` with `first` (a program and flags), rank 1 with `second`.
 fn two_programs(dir: &Path, first: &[&OsStr], second: &[&OsStr]) -> std::process::Child {
+    two_programs_with(dir, [&[], &[]], first, second)
+}
+
+/// `two_programs`, each side also given `mpirun` options (e.g. `-x VAR=1`).
+fn two_programs_with(dir: &Path, options: [&[&str]; 2], first: &[&OsStr], second: &[&OsStr]) -> std::process::Child {
     let tfc = env!("CARGO_BIN_EXE_tfc");
     Command::new("mpirun")
         .current_dir(dir)
-        .args(["--oversubscribe", "-n", "1", tfc, "run"])
+        .args(["--oversubscribe", "-n", "1"])
+        .args(options[0])
+        .args([tfc, "run"])
         .args(first)
-        .args([":", "-n", "1", tfc, "run"])
+        .args([":", "-n", "1"])
+        .args(options[1])
+        .args([tfc, "run"])
         .args(second)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -79,6 +88,47 @@ fn two_programs(dir: &Path, first: &[&OsStr], second: &[&OsStr]) -> std::process
         .stderr(Stdio::piped())
         .spawn()
         .expect("start mpirun")
+}
+
+/// Ranks started with different `TFC_DIST_SHM` (an MPMD launch with `-x`
+/// on one side) all take rank 0's choice: their sums meet, and the weights
+/// are one process's.
+#[test]
+fn ranks_take_rank_0s_choice_of_how_sums_travel() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-shm-choice");
+    let program = digits(1, "");
+    put(&dir, "main.tfl", program.as_bytes());
+    let alone = trained(&dir, &program, &["--shards", "2", "--threads", "1"]);
+    let run = ["main.tfl", "--shards", "2", "--threads", "1", "--verbose"].map(OsStr::new);
+    for (first, second, through) in
+        [("1", "0", "sums through shared memory"), ("0", "1", "sums through MPI (TFC_DIST_SHM=0)")]
+    {
+        let (first_env, second_env) = (format!("TFC_DIST_SHM={first}"), format!("TFC_DIST_SHM={second}"));
+        let job = two_programs_with(&dir, [&["-x", &first_env], &["-x", &second_env]], &run, &run);
+        let (r, _) = finish(job, Duration::from_secs(60));
+        assert_eq!(r.code, Some(0), "rank 0 {first}, rank 1 {second}:\n{}", r.stderr);
+        assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
+        let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        assert!(spread == alone, "rank 0 {first}, rank 1 {second}: other weights than one process");
+    }
+}
+
+/// Without `--threads`, each of two ranks on this host runs half its cores
+/// (at least one), not all of them.
+#[test]
+fn a_rank_runs_its_share_of_the_host_cores_by_default() {
+    if !has_mpirun() {
+        return;
+    }
+    let dir = scratch("dp-threads");
+    let r = run_with(&dir, &digits(1, ""), &["--workers", "2", "--shards", "2", "--verbose"], &[]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let share = format!("; {} thread(s) per rank", (cores / 2).max(1));
+    assert!(r.stderr.contains(&share), "expected `{share}`:\n{}", r.stderr);
 }
 
 #[test]

@@ -349,14 +349,7 @@ pub fn main() -> ExitCode {
                 // Rank 0 reports for all.
                 verbose: *verbose && placement.is_none_or(|p| p.rank == 0),
                 backend,
-                // A rank shares its host's cores with the other ranks there.
-                threads: match (threads, placement.filter(|p| p.size > 1)) {
-                    (None, Some(_)) => match crate::dist::launch::ranks_on_this_host(&|k| std::env::var(k).ok()) {
-                        Some(here) => crate::dist::launch::threads_per_rank(threads_or_cores(None), here),
-                        None => threads_or_cores(None),
-                    },
-                    _ => threads_or_cores(*threads),
-                },
+                threads: rank_threads(*threads, placement),
                 strict: *strict,
                 world: world.clone(),
                 step_timeout: step_timeout.map(std::time::Duration::from_secs_f64),
@@ -496,6 +489,19 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
         _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
+}
+
+/// `--threads`; without it, a rank of a data-parallel run shares its
+/// host's cores with the other ranks there (when its launcher says how
+/// many), and a single process runs the machine's cores.
+fn rank_threads(threads: Option<u16>, placement: Option<crate::dist::launch::Placement>) -> usize {
+    let here = placement
+        .filter(|p| p.size > 1)
+        .and_then(|_| crate::dist::launch::ranks_on_this_host(&|k| std::env::var(k).ok()));
+    match (threads, here) {
+        (None, Some(here)) => crate::dist::launch::threads_per_rank(threads_or_cores(None), here),
+        _ => threads_or_cores(threads),
     }
 }
 

@@ -86,19 +86,23 @@ impl Mpi {
 /// Whether this job's all-reduces may go through shared memory: every
 /// rank on this host (by MPI's own reckoning, so that ranks on hosts
 /// simulated by network namespaces still talk through the network), a
-/// power of two of them, and not turned off with `TFC_DIST_SHM=0` (to
-/// compare the two). The segments' name prefix comes from rank 0.
+/// power of two of them, and not turned off with `TFC_DIST_SHM=0` on rank
+/// 0 (to compare the two). The segments' name prefix comes from rank 0.
 fn shared_memory(world: &SimpleCommunicator, size: usize) -> Shared {
     let on_host = world.split_shared(world.rank()).size() as usize;
-    let mut prefix = [0u8; 48];
+    // Rank 0's name prefix and rank 0's `TFC_DIST_SHM` (its last byte):
+    // ranks started with other settings still take the same path.
+    let mut from_rank_0 = [0u8; 48];
     if world.rank() == 0 {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let name = format!("/tfc-{}-{nanos}", std::process::id());
-        prefix[..name.len()].copy_from_slice(name.as_bytes());
+        from_rank_0[..name.len()].copy_from_slice(name.as_bytes());
+        from_rank_0[47] = u8::from(std::env::var("TFC_DIST_SHM").is_ok_and(|v| v == "0"));
     }
-    world.process_at_rank(0).broadcast_into(&mut prefix[..]);
-    let prefix = String::from_utf8_lossy(&prefix).trim_end_matches('\0').to_string();
-    if std::env::var("TFC_DIST_SHM").is_ok_and(|v| v == "0") {
+    world.process_at_rank(0).broadcast_into(&mut from_rank_0[..]);
+    let turned_off = from_rank_0[47] == 1;
+    let prefix = String::from_utf8_lossy(&from_rank_0[..47]).trim_end_matches('\0').to_string();
+    if turned_off {
         Shared::Off("TFC_DIST_SHM=0".into())
     } else if on_host != size {
         Shared::Off(format!("{on_host} of the {size} ranks share this host"))
@@ -189,16 +193,8 @@ impl Communicator for Mpi {
             }
             return Ok(());
         }
-        // Recursive doubling as in `exchange`, each round adding the
-        // partner block's sum into ours where it lies.
         let theirs = &mut scratch[..data.len()];
-        let mut distance = 1;
-        while distance < self.size {
-            swap(&world, self.rank ^ distance, data, theirs, &wait);
-            add(data, theirs)?;
-            distance *= 2;
-        }
-        Ok(())
+        doubling(&world, self.rank, self.size, data, theirs, add, &wait)
     }
 
     fn transport(&self) -> String {
@@ -280,17 +276,35 @@ impl Mpi {
     }
 }
 
-/// Whether every rank says `yes` (recursive doubling of one byte each).
-fn agree(world: &SimpleCommunicator, rank: usize, size: usize, yes: bool, wait: &Wait) -> bool {
-    let mut all = [u8::from(yes)];
-    let mut theirs = [0u8];
+/// Recursive doubling as in `exchange`, each round adding the partner
+/// block's sum (received into `theirs`, as long as `data`) into ours where
+/// it lies.
+fn doubling(
+    world: &SimpleCommunicator,
+    rank: usize,
+    size: usize,
+    data: &mut [u8],
+    theirs: &mut [u8],
+    add: Add,
+    wait: &Wait,
+) -> Result<(), Diagnostic> {
     let mut distance = 1;
     while distance < size {
-        swap(world, rank ^ distance, &all, &mut theirs, wait);
-        all[0] &= theirs[0];
+        swap(world, rank ^ distance, data, theirs, wait);
+        add(data, theirs)?;
         distance *= 2;
     }
-    all[0] == 1
+    Ok(())
+}
+
+/// Whether every rank says `yes` (`doubling` of one byte each, and-ed).
+fn agree(world: &SimpleCommunicator, rank: usize, size: usize, yes: bool, wait: &Wait) -> bool {
+    let mut all = [u8::from(yes)];
+    let mut both = |into: &mut [u8], other: &[u8]| {
+        into[0] &= other[0];
+        Ok(())
+    };
+    doubling(world, rank, size, &mut all, &mut [0u8], &mut both, wait).is_ok() && all[0] == 1
 }
 
 /// The size from which an in-place all-reduce among four ranks or more

@@ -36,11 +36,9 @@
 //! into its segment, waits for the other's, and adds the other's block
 //! into its own `data`.
 
+use super::Add;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Adds a block's bytes into another's, in place (`super::Add`).
-type Add<'a, 'b> = &'a mut dyn FnMut(&mut [u8], &[u8]) -> Result<(), crate::diag::Diagnostic>;
 
 /// A rank that had not arrived at an all-reduce by the deadline.
 #[derive(Debug)]

@@ -184,7 +184,7 @@ pub fn run(ex: &mut Executor, plan: &TrainPlan) -> Result<(), Diagnostic> {
     }
     points.at_end(ex, &mut at)?;
     if let (Some(p), true) = (&parallel, ex.options.verbose && primary) {
-        eprintln!("{}", p.summary());
+        eprintln!("{}", p.summary(ex.options.threads));
     }
     if let Some(read) = super::pipeline::rows_read(ex, &plan.data).filter(|n| *n > 0 && ex.options.verbose && primary) {
         let whose = if share.is_some() { "this rank" } else { "this process" };

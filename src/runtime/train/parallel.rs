@@ -413,8 +413,9 @@ impl<'p> Parallel<'p> {
         Ok((total.transpose()?, states))
     }
 
-    /// One line for `--verbose`: the median time of each part of a step.
-    pub(super) fn summary(&self) -> String {
+    /// One line for `--verbose`: the median time of each part of a step,
+    /// how the sums travel, and the `threads` each rank runs.
+    pub(super) fn summary(&self, threads: usize) -> String {
         let times = self.times.borrow();
         let median = |part: usize| {
             let mut t: Vec<Duration> = times.iter().map(|s| s[part]).collect();
@@ -424,7 +425,7 @@ impl<'p> Parallel<'p> {
         let mean =
             |part: usize| times.iter().map(|s| s[part].as_secs_f64()).sum::<f64>() * 1e3 / times.len().max(1) as f64;
         format!(
-            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update; their first all-reduce, where a rank waits for the slower ones, {:.3} ({:.3}) ms); sums through {}",
+            "data-parallel steps on {} rank(s), {} shards: median (mean) gradients {:.3} ({:.3}) ms, exchange {:.3} ({:.3}) ms, update {:.3} ({:.3}) ms, between steps {:.3} ({:.3}) ms ({} steps; {} of {} steps fused with their all-reduces, whose gradients count the update; their first all-reduce, where a rank waits for the slower ones, {:.3} ({:.3}) ms); sums through {}; {} thread(s) per rank",
             self.world.size(),
             self.step.shards,
             median(0),
@@ -440,7 +441,8 @@ impl<'p> Parallel<'p> {
             times.len(),
             median(4),
             mean(4),
-            self.world.transport()
+            self.world.transport(),
+            threads
         )
     }
 
