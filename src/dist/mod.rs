@@ -66,6 +66,10 @@ pub trait Communicator: Send + Sync {
     /// How `all_reduce_in_place` moves the bytes, for `--verbose`: e.g.
     /// `shared memory`, or `MPI (1 of the 2 ranks share this host)`.
     fn transport(&self) -> String;
+
+    /// How many of the run's ranks run on this host (this one included),
+    /// by MPI's reckoning.
+    fn ranks_on_this_host(&self) -> usize;
 }
 
 /// Adds a block's sum into another's, in place (`all_reduce_in_place`).
@@ -93,6 +97,10 @@ impl Communicator for Local {
 
     fn transport(&self) -> String {
         "nothing (one process)".into()
+    }
+
+    fn ranks_on_this_host(&self) -> usize {
+        1
     }
 }
 

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 pub struct Mpi {
     rank: usize,
     size: usize,
+    /// The ranks on this host (`MPI_Comm_split_type` shared), this one included.
+    on_host: usize,
     /// Held while MPI is called (the thread level is `SERIALIZED`); dropping
     /// the universe finalizes MPI.
     lock: Mutex<Held>,
@@ -78,8 +80,9 @@ impl Mpi {
             )
             .help("start tfc with the MPI it was built against (`ldd $(which tfc) | grep mpi`)"));
         }
-        let shared = shared_memory(&world, size);
-        Ok(Mpi { rank, size, lock: Mutex::new(Held { universe, scratch: Vec::new(), shared }) })
+        let on_host = world.split_shared(world.rank()).size() as usize;
+        let shared = shared_memory(&world, size, on_host);
+        Ok(Mpi { rank, size, on_host, lock: Mutex::new(Held { universe, scratch: Vec::new(), shared }) })
     }
 }
 
@@ -88,8 +91,7 @@ impl Mpi {
 /// simulated by network namespaces still talk through the network), a
 /// power of two of them, and not turned off with `TFC_DIST_SHM=0` on rank
 /// 0 (to compare the two). The segments' name prefix comes from rank 0.
-fn shared_memory(world: &SimpleCommunicator, size: usize) -> Shared {
-    let on_host = world.split_shared(world.rank()).size() as usize;
+fn shared_memory(world: &SimpleCommunicator, size: usize, on_host: usize) -> Shared {
     // Rank 0's name prefix and rank 0's `TFC_DIST_SHM` (its last byte):
     // ranks started with other settings still take the same path.
     let mut from_rank_0 = [0u8; 48];
@@ -203,6 +205,10 @@ impl Communicator for Mpi {
             Ok(Held { shared: Shared::Off(why), .. }) => format!("MPI ({why})"),
             Err(_) => "MPI".into(),
         }
+    }
+
+    fn ranks_on_this_host(&self) -> usize {
+        self.on_host
     }
 }
 

@@ -18,7 +18,8 @@
 //!   `for_each`, when that epoch is consumed.
 //! - A plan with `cache()` is not started ahead (its first pass must be
 //!   complete before later epochs replay it), nor is a dataset that is not
-//!   part of the program's effects: both run as `for_each` does.
+//!   part of the program's effects, nor any pass of an
+//!   [`Ahead::on_this_thread`]: these run as `for_each` does.
 //!
 //! Example: the training loop calls `for_each_ahead(ex, &plan.data, epoch,
 //! Some(epoch + 1), &mut ahead, step)`; once epoch `epoch` has delivered its
@@ -46,6 +47,16 @@ const HANDOFF: usize = 4;
 pub struct Ahead {
     program: Option<Arc<Program>>,
     pending: Option<Pending>,
+    /// Every pass runs on the consumer's thread, as `for_each` does.
+    inline: bool,
+}
+
+impl Ahead {
+    /// Passes that all run on the consumer's thread: for a consumer with no
+    /// core to spare, where a thread running ahead could only preempt it.
+    pub fn on_this_thread() -> Ahead {
+        Ahead { inline: true, ..Ahead::default() }
+    }
 }
 
 /// One pass running on its own thread into a queue.
@@ -122,7 +133,7 @@ pub fn for_each_ahead(
     let data = d as *const Dataset as usize;
     let started = ahead.pending.take().filter(|p| p.data == data && p.epoch == epoch);
     let cached = d.transforms.iter().any(|t| matches!(t, Transform::Cache(_)));
-    let Some(place) = place(ex.program, d).filter(|_| !cached) else {
+    let Some(place) = place(ex.program, d).filter(|_| !cached && !ahead.inline) else {
         return super::for_each_share(ex, d, epoch, share, f);
     };
     let waiting = Instant::now();
