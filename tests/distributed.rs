@@ -129,6 +129,11 @@ fn a_rank_runs_its_share_of_the_host_cores_by_default() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = format!("; {} thread(s) per rank", (cores / 2).max(1));
     assert!(r.stderr.contains(&share), "expected `{share}`:\n{}", r.stderr);
+    // Ranks that fill the cores run their input pipelines on their own
+    // threads (a pipeline thread would preempt one and hold up both).
+    let filled = 2 * (cores / 2).max(1) >= cores;
+    let inline = r.stderr.contains("pipeline: on each rank's own thread");
+    assert_eq!(inline, filled, "{} cores:\n{}", cores, r.stderr);
 }
 
 #[test]
