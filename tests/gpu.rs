@@ -501,3 +501,38 @@ print(collect(from_tensors(xs) |> batch(4) |> map(fn(x) = min(x, axis = 1))))
         assert_eq!(gpu.stdout, interp.stdout);
     }
 }
+
+/// `tfc repl --device gpu` trains on the GPU: it prints what `tfc run -O0
+/// --device gpu` prints for the same program, which the CPU does not.
+#[test]
+fn the_repl_trains_on_the_gpu() {
+    if !gpu_here() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("tfc-gpu-repl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let program = mlp_program(2);
+    std::fs::write(dir.join("main.tfl"), &program).expect("write the program");
+    let tfc = |args: &[&str], input: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"))
+            .args(args)
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("tfc runs");
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        stdin.write_all(input.unwrap_or("").as_bytes()).expect("write stdin");
+        drop(stdin);
+        let o = child.wait_with_output().expect("tfc finishes");
+        assert_eq!(o.status.code(), Some(0), "tfc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let on_gpu = tfc(&["run", "-O0", "--device", "gpu", "main.tfl"], None);
+    let on_cpu = tfc(&["run", "-O0", "main.tfl"], None);
+    assert_ne!(on_gpu, on_cpu, "the GPU and the CPU must round differently for this test to tell them apart");
+    assert_eq!(tfc(&["repl", "--device", "gpu"], Some(&program)), on_gpu);
+    let _ = std::fs::remove_dir_all(&dir);
+}

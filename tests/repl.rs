@@ -546,3 +546,40 @@ fn a_self_instantiating_model_is_an_error_and_the_session_goes_on() {
     assert!(out.contains("42"), "the session went on: {out}\n{err}");
     assert_eq!(o.status.code(), Some(1), "an entry failed");
 }
+
+/// An MLP trained on random data, printing its weights' sums with every
+/// digit: the compiled kernels and the interpreter round it differently.
+const TRAIN_AND_PRINT: &str = "use std.nn.{Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.adam\n\
+    model Mlp { l1 = Dense(64, 32, act = relu)\n l2 = Dense(32, 10)\n fn forward(x: f32[B, 64]) -> f32[B, 10] = x |> l1 |> l2 }\n\
+    let xs = normal([512, 64], seed = 1)\nlet ys = cast(floor(uniform([512], seed = 2) * 10.0), i32)\n\
+    let net = Mlp(seed = 0)\n\
+    train net on from_tensors(xs, ys) |> batch(64) { loss(x, y) = softmax_cross_entropy(net(x), y)\n optimizer = adam(lr = 1e-2)\n epochs = 3 }\n\
+    print(sum(net.l1.w), sum(net.l2.w))\n";
+
+/// The standard output of `tfc ARGS main.tfl` on `TRAIN_AND_PRINT` in `dir`.
+fn run_printed(dir: &Path, args: &[&str]) -> String {
+    std::fs::write(dir.join("main.tfl"), TRAIN_AND_PRINT).expect("write the program");
+    let o =
+        Command::new(env!("CARGO_BIN_EXE_tfc")).args(args).arg("main.tfl").current_dir(dir).output().expect("tfc runs");
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The REPL trains on the backend `tfc run` would (compiled kernels by
+/// default, `--backend interp` for the interpreter) and prints the same
+/// bits as `tfc run -O0` on it: it runs the session graph unoptimized,
+/// with the kernels, order and arena the plan gives.
+#[test]
+fn the_repl_trains_on_the_backend_it_is_given() {
+    let dir = scratch_dir("backend");
+    let jit = run_printed(&dir, &["run", "-O0", "--backend", "jit"]);
+    let interp = run_printed(&dir, &["run", "-O0", "--backend", "interp"]);
+    assert_ne!(jit, interp, "the two backends must round differently for this test to tell them apart");
+    for (args, expected) in
+        [(&[][..], &jit), (&["--backend", "jit", "--threads", "2"][..], &jit), (&["--backend", "interp"][..], &interp)]
+    {
+        let o = repl_piped(args, TRAIN_AND_PRINT.as_bytes(), &dir);
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(&String::from_utf8_lossy(&o.stdout), expected, "tfc repl {args:?}");
+    }
+}

@@ -93,6 +93,15 @@ enum Command {
     Repl {
         /// A .tfl file to load first; its bindings stay available.
         file: Option<PathBuf>,
+        /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
+        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
+        backend: crate::backend::BackendKind,
+        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
+        #[arg(long, value_enum, value_name = "DEVICE")]
+        device: Option<DeviceArg>,
+        /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
     },
     /// Time the training steps and the inference (metrics over a dataset:
     /// `evaluate`, `accuracy`, `mean_loss`) of a program, one fixed batch reused.
@@ -277,8 +286,17 @@ pub fn main() -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    if let Command::Repl { file } = command {
-        return crate::repl::main(file.as_deref());
+    if let Command::Repl { file, backend, device, threads } = command {
+        let backend = match backend_for(*device, *backend, false) {
+            Ok(b) => b,
+            Err(d) => {
+                report(&session, &[d]);
+                return ExitCode::from(1);
+            }
+        };
+        let options =
+            crate::runtime::exec::RunOptions { backend, threads: threads_or_cores(*threads), ..Default::default() };
+        return crate::repl::main(file.as_deref(), options);
     }
     let precision = match command {
         Command::Run { precision, .. } | Command::Bench { precision, .. } => precision.as_deref(),
@@ -417,16 +435,10 @@ pub fn main() -> ExitCode {
 /// still needs kernels, a schedule and a memory plan, so with it `-O0` keeps
 /// the annotating passes except fusion (one kernel per node).
 fn run_passes(optimize: bool, backend: crate::backend::BackendKind) -> crate::passes::Options {
-    let mut opts = crate::passes::Options { target: backend.target(), ..crate::passes::Options::default() };
-    if !optimize {
-        let keep: &[&str] = if backend != crate::backend::BackendKind::Interp {
-            &["partition", "schedule", "memory_plan"]
-        } else {
-            &[]
-        };
-        opts.disabled = crate::passes::names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
+    match optimize {
+        true => crate::passes::Options { target: backend.target(), ..crate::passes::Options::default() },
+        false => crate::passes::Options::unoptimized(backend.target(), backend != crate::backend::BackendKind::Interp),
     }
-    opts
 }
 
 /// Prints diagnostics on stderr, colored on a terminal.

@@ -95,6 +95,18 @@ pub struct Options {
     pub target: crate::ir::target::Target,
 }
 
+impl Options {
+    /// An unoptimized run's passes for `target` (`tfc run -O0`, the REPL):
+    /// the lowering, and for a compiled backend (`compiled`) the passes that
+    /// only annotate the program with the kernels, order and memory plan
+    /// its backend follows; none that rewrites the graph.
+    pub fn unoptimized(target: crate::ir::target::Target, compiled: bool) -> Options {
+        let keep: &[&str] = if compiled { &["partition", "schedule", "memory_plan"] } else { &[] };
+        let disabled = names().into_iter().filter(|n| !keep.contains(n)).map(String::from).collect();
+        Options { disabled, target, ..Options::default() }
+    }
+}
+
 /// How long each pass took.
 #[derive(Clone, Debug, Default)]
 pub struct Timings {

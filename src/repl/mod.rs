@@ -46,13 +46,13 @@ use std::process::ExitCode;
 /// The tracer's stack (see `driver::Session::check`).
 const STACK_BYTES: usize = 64 << 20;
 
-/// Runs the REPL; `file` is loaded first.
-pub fn main(file: Option<&Path>) -> ExitCode {
+/// Runs the REPL, its entries with `options`; `file` is loaded first.
+pub fn main(file: Option<&Path>, options: crate::runtime::exec::RunOptions) -> ExitCode {
     let file: Option<PathBuf> = file.map(Path::to_path_buf);
     let spawned = std::thread::Builder::new()
         .name("tfc-repl".into())
         .stack_size(STACK_BYTES)
-        .spawn(move || session(file.as_deref()));
+        .spawn(move || session(file.as_deref(), options));
     match spawned {
         Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
         Err(e) => {
@@ -62,11 +62,11 @@ pub fn main(file: Option<&Path>) -> ExitCode {
     }
 }
 
-fn session(file: Option<&Path>) -> ExitCode {
+fn session(file: Option<&Path>, options: crate::runtime::exec::RunOptions) -> ExitCode {
     crate::interrupt::install();
     let interactive = std::io::stdin().is_terminal();
     let color = interactive && std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let mut repl = match Repl::new() {
+    let mut repl = match Repl::with_options(options) {
         Ok(r) => r,
         Err(diags) => {
             eprint!("{}", render(&diags, &crate::diag::SourceMap::new(), false));

@@ -229,10 +229,12 @@ impl Live {
         out
     }
 
-    /// Runs `f` on the session graph with `effects`, as one program.
-    pub fn with_program<R>(&mut self, effects: Vec<Effect>, f: impl FnOnce(&Program) -> R) -> (R, Vec<Effect>) {
-        let program = Program { graph: std::mem::take(&mut self.graph), effects, compiled: None };
-        let r = f(&program);
+    /// Runs `f` on the session graph with `effects`, as one program. `f`
+    /// may annotate the program (`compiled`) or add nodes, never remove any:
+    /// the session graph only grows.
+    pub fn with_program<R>(&mut self, effects: Vec<Effect>, f: impl FnOnce(&mut Program) -> R) -> (R, Vec<Effect>) {
+        let mut program = Program { graph: std::mem::take(&mut self.graph), effects, compiled: None };
+        let r = f(&mut program);
         self.graph = program.graph;
         (r, program.effects)
     }
