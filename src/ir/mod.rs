@@ -33,3 +33,11 @@ pub use print::{print_graph, print_program, print_summary};
 pub use program::{Effect, PrintItem, Program};
 pub use types::{DType, TensorType};
 pub use verify::{verify, verify_program};
+
+/// Input channels below which a convolution stays `f32` when a program asks
+/// for lower precision (`passes::autocast`'s bf16/f16, `quantize`'s int8):
+/// the first layer of an image model, over one to three channels, gives
+/// each output too few products (9 for a 3x3 kernel over one channel) for
+/// the narrow type to pay for converting its input, and saving that small
+/// input for the backward pass in two bytes saves little.
+pub const MIN_NARROW_CONV_CHANNELS: usize = 4;

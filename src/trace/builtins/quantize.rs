@@ -320,7 +320,7 @@ impl Tracer<'_> {
 fn quantizes(shape: &[usize]) -> bool {
     match shape {
         [_, _] => true,
-        [_, _, channels, _] => *channels >= 4,
+        [_, _, channels, _] => *channels >= crate::ir::MIN_NARROW_CONV_CHANNELS,
         _ => false,
     }
 }
