@@ -512,6 +512,9 @@ impl Conv {
     /// zeros, and the widened operands on the `f32` kernels are faster.
     /// Either way the result is the `f32` sum of the `bf16` products.
     pub fn bf16_pays(&self) -> bool {
+        if self.bf16_direct().is_some() {
+            return true;
+        }
         let (m, k) = self.m_k();
         let o = self.w[3];
         let (rows, inner, cols) = match self.kind {
@@ -525,13 +528,34 @@ impl Conv {
     /// Scratch `f32`s `run_bf16` needs: one block of im2col rows (as
     /// `f32`, the input gradient's products; the `bf16` rows take half).
     pub fn bf16_cols_len(&self) -> usize {
-        self.block_rows() * self.m_k().1
+        match self.bf16_direct() {
+            // The padded source and the paired weights, two bytes each.
+            Some(d) => (d.win.src_len() + d.win.w_len()).div_ceil(2),
+            None => self.block_rows() * self.m_k().1,
+        }
+    }
+
+    /// How `run_bf16` runs it, for profiles: `bf16 direct` or `bf16 im2col`.
+    pub fn bf16_how(&self) -> &'static str {
+        match self.bf16_direct() {
+            Some(_) => "bf16 direct",
+            None => "bf16 im2col",
+        }
+    }
+
+    /// The direct `bf16` kernel's plan (`conv_direct::forward_bf16`): a
+    /// direct forward convolution or stride-1 input gradient over an even
+    /// number of channels, on a machine with AVX512-BF16.
+    fn bf16_direct(&self) -> Option<Direct> {
+        let direct = self.direct().filter(|d| self.kind != ConvKind::GradFilter && d.win.c.is_multiple_of(2))?;
+        direct::has_bf16_kernels().then_some(direct)
     }
 
     /// `run` for `bf16` operands in their two-byte storage, into an `f32`
-    /// `dst` (summed in `f32`): im2col in `bf16` and the products on
-    /// `bf16_gemm` (the direct kernels are `f32`), in the same blocks and
-    /// order as `run_in_blocks`; no post-ops.
+    /// `dst` (summed in `f32`): on the direct `bf16` kernel where it applies
+    /// (`bf16_direct`), else im2col in `bf16` and the products on
+    /// `bf16_gemm`, in the same blocks and order as `run_in_blocks`; no
+    /// post-ops.
     ///
     /// # Safety
     /// `a` and `b` must address `sizes()` elements each; `dst` must hold the
@@ -542,6 +566,27 @@ impl Conv {
         let o = self.w[3];
         // SAFETY: the caller's contract on `a` and `b`.
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
+        if let Some(d) = self.bf16_direct() {
+            // SAFETY: the scratch holds `bf16_cols_len()` f32s, so the
+            // padded source and the paired weights as u16s; it is ours
+            // alone meanwhile.
+            let halves = unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr().cast::<u16>(), 2 * cols.len()) };
+            let (padded, rest) = halves.split_at_mut(if d.pad.is_some() { d.win.src_len() } else { 0 });
+            let src = match d.pad {
+                Some([top, left]) => {
+                    let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
+                    direct::pad_into(a, dims, [top, left], padded, [d.win.hp, d.win.wp], threads);
+                    &*padded
+                }
+                None => a,
+            };
+            let paired = &mut rest[..d.win.w_len()];
+            direct::pair_weights(b, self.w, d.flip, paired);
+            // SAFETY: `bf16_direct` checked the kernels and the window;
+            // the buffers have its sizes.
+            unsafe { direct::forward_bf16(&d.win, src, paired, dst, threads) };
+            return;
+        }
         let rows = self.block_rows();
         let gx_len = self.x.iter().product::<usize>();
         self.clear_sums(dst);
@@ -732,11 +777,16 @@ mod tests {
     #[test]
     fn bf16_convolutions_sum_the_bf16_products_in_f32() {
         type Case = ([usize; 4], [usize; 4], [usize; 2], [usize; 4]);
-        let cases: [Case; 4] = [
+        // With AVX512-BF16 the even-channel forward convolutions and
+        // stride-1 input gradients run on the direct bf16 kernel (tiles of
+        // one and two vectors, masked channel blocks, a stride, a 2x3
+        // kernel), the rest by im2col.
+        let cases: [Case; 5] = [
             ([2, 6, 5, 3], [3, 3, 3, 4], [1, 1], [1, 1, 1, 1]),
             ([1, 7, 7, 2], [3, 2, 2, 3], [2, 3], [2, 0, 1, 2]),
             ([2, 9, 9, 16], [3, 3, 16, 32], [1, 1], [1, 1, 1, 1]),
             ([1, 4, 5, 3], [3, 3, 3, 33], [1, 1], [0; 4]),
+            ([1, 5, 6, 4], [2, 3, 4, 34], [1, 1], [1, 0, 2, 0]),
         ];
         let bits = |v: &[f32]| -> Vec<u16> { v.iter().map(|&x| crate::half::f32_to_bf16_bits(x)).collect() };
         for (case, (xs, ws, stride, padding)) in cases.into_iter().enumerate() {

@@ -523,7 +523,7 @@ impl Step {
                 format!("int8 gemm {m}x{k}x{n} ({tier}{post})")
             }
             Step::Bf16Conv { conv, .. } => {
-                conv.label_with(&format!("bf16 im2col, {}", crate::backend::cpu::kernels::isa::active().name()))
+                conv.label_with(&format!("{}, {}", conv.bf16_how(), crate::backend::cpu::kernels::isa::active().name()))
             }
             Step::Conv { conv, post, .. } => match (post.max_pool, post.pool_only, post.from_maxima) {
                 (Some(_), false, _) => format!("{} and 2x2 max pool", conv.label()),

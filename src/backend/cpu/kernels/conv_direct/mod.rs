@@ -139,11 +139,11 @@ impl Window {
 /// column `left`, zero everywhere else (the parts of `x` beyond `dst` are
 /// left out); `threads` share the images (a copy: the same bytes at any
 /// count).
-pub(in crate::backend::cpu) fn pad_into(
-    x: &[f32],
+pub(in crate::backend::cpu) fn pad_into<T: Copy + Default + Send + Sync>(
+    x: &[T],
     dims: [usize; 4],
     [top, left]: [usize; 2],
-    dst: &mut [f32],
+    dst: &mut [T],
     [hp, wp]: [usize; 2],
     threads: usize,
 ) {
@@ -152,7 +152,7 @@ pub(in crate::backend::cpu) fn pad_into(
     if padded == 0 {
         return;
     }
-    let pad_images = |first: usize, to: &mut [f32]| {
+    let pad_images = |first: usize, to: &mut [T]| {
         for (i, to) in to.chunks_exact_mut(padded).enumerate() {
             pad_image(&x[(first + i) * image..(first + i + 1) * image], [h, w, c], [top, left], to, wp);
         }
@@ -173,16 +173,16 @@ pub(in crate::backend::cpu) fn pad_into(
 }
 
 /// One image of `pad_into`: `x: [h, w, c]` into `to: [hp, wp, c]`.
-fn pad_image(x: &[f32], [h, w, c]: [usize; 3], [top, left]: [usize; 2], to: &mut [f32], wp: usize) {
+fn pad_image<T: Copy + Default>(x: &[T], [h, w, c]: [usize; 3], [top, left]: [usize; 2], to: &mut [T], wp: usize) {
     let cols = w.min(wp.saturating_sub(left));
     for (r, to) in to.chunks_exact_mut(wp * c).enumerate() {
         match r.checked_sub(top).filter(|&sr| sr < h) {
             Some(sr) if cols > 0 => {
-                to[..left * c].fill(0.0);
+                to[..left * c].fill(T::default());
                 to[left * c..(left + cols) * c].copy_from_slice(&x[sr * w * c..(sr * w + cols) * c]);
-                to[(left + cols) * c..].fill(0.0);
+                to[(left + cols) * c..].fill(T::default());
             }
-            _ => to.fill(0.0),
+            _ => to.fill(T::default()),
         }
     }
 }
@@ -197,6 +197,35 @@ pub(in crate::backend::cpu) fn flip_transpose(w: &[f32], [kh, kw, c, o]: [usize;
             for ci in 0..c {
                 for oi in 0..o {
                     to[oi * c + ci] = from[ci * o + oi];
+                }
+            }
+        }
+    }
+}
+
+/// The bf16 weights `w: [KH, KW, C, O]` (flipped and transposed first,
+/// `flip_transpose`'s `[KH, KW, O, C]`, when `flip`) in the pair layout of
+/// `forward_bf16`: for each kernel tap and pair of input channels `(2p,
+/// 2p + 1)`, each output channel's two weights side by side, so that one
+/// 32-bit lane holds what `vdpbf16ps` multiplies by one broadcast input
+/// pair. The window's input channels (`C`, or `O` when flipped) must be
+/// even.
+pub(in crate::backend::cpu) fn pair_weights(w: &[u16], [kh, kw, c, o]: [usize; 4], flip: bool, dst: &mut [u16]) {
+    // The convolution's own input and output channels.
+    let (ci, co) = if flip { (o, c) } else { (c, o) };
+    debug_assert!(ci.is_multiple_of(2) && dst.len() >= w.len());
+    let weight = |i: usize, j: usize, from: usize, to: usize| match flip {
+        true => w[(((kh - 1 - i) * kw + (kw - 1 - j)) * c + to) * o + from],
+        false => w[((i * kw + j) * c + from) * o + to],
+    };
+    let mut at = 0;
+    for i in 0..kh {
+        for j in 0..kw {
+            for p in 0..ci / 2 {
+                for to in 0..co {
+                    dst[at] = weight(i, j, 2 * p, to);
+                    dst[at + 1] = weight(i, j, 2 * p + 1, to);
+                    at += 2;
                 }
             }
         }
@@ -389,9 +418,11 @@ const WHOLE_KERNEL: (usize, usize) = (3, 3);
 // is textual.
 mod filter;
 mod forward;
+mod forward_bf16;
 
 pub(in crate::backend::cpu) use filter::grad_filter;
 pub(in crate::backend::cpu) use forward::forward;
+pub(in crate::backend::cpu) use forward_bf16::{forward_bf16, has_bf16_kernels};
 
 #[cfg(test)]
 mod tests {
