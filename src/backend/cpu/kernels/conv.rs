@@ -529,7 +529,14 @@ impl Conv {
     /// `f32`, the input gradient's products; the `bf16` rows take half).
     pub fn bf16_cols_len(&self) -> usize {
         match self.bf16_direct() {
-            // The padded source and the paired weights, two bytes each.
+            // The padded source and the paired weights, two bytes each;
+            // for the weight gradient also both operands paired by images
+            // (`Window::n` counts the pairs), a word each.
+            Some(d) if self.kind == ConvKind::GradFilter => {
+                let [n, oh, ow, o] = self.y;
+                let pairs = n.div_ceil(2);
+                (d.win.src_len()).div_ceil(2) + pairs * (d.win.hp * d.win.wp * d.win.c + oh * ow * o)
+            }
             Some(d) => (d.win.src_len() + d.win.w_len()).div_ceil(2),
             None => self.block_rows() * self.m_k().1,
         }
@@ -547,7 +554,9 @@ impl Conv {
     /// direct forward convolution or stride-1 input gradient over an even
     /// number of channels, on a machine with AVX512-BF16.
     fn bf16_direct(&self) -> Option<Direct> {
-        let direct = self.direct().filter(|d| self.kind != ConvKind::GradFilter && d.win.c.is_multiple_of(2))?;
+        // The forward kernel pairs channels (an even number); the weight
+        // gradient's pairs images.
+        let direct = self.direct().filter(|d| self.kind == ConvKind::GradFilter || d.win.c.is_multiple_of(2))?;
         direct::has_bf16_kernels().then_some(direct)
     }
 
@@ -580,6 +589,22 @@ impl Conv {
                 }
                 None => a,
             };
+            if self.kind == ConvKind::GradFilter {
+                // The words after the padded source (`bf16_cols_len`).
+                // SAFETY: any two bytes are a valid u16 and any four a u32.
+                let (_, words, _) = unsafe { rest.align_to_mut::<u32>() };
+                let per_image = d.win.hp * d.win.wp * d.win.c;
+                let pairs = d.win.n.div_ceil(2);
+                let (src_pairs, gy_pairs) = words.split_at_mut(pairs * per_image);
+                direct::pair_images(src, d.win.n, per_image, src_pairs);
+                let [_, oh, ow, o] = self.y;
+                direct::pair_images(b, d.win.n, oh * ow * o, gy_pairs);
+                let win = Window { n: pairs, ..d.win };
+                // SAFETY: `bf16_direct` checked the kernels and the window;
+                // the paired buffers have its sizes.
+                unsafe { direct::grad_filter_bf16(&win, src_pairs, gy_pairs, dst, threads) };
+                return;
+            }
             let paired = &mut rest[..d.win.w_len()];
             direct::pair_weights(b, self.w, d.flip, paired);
             // SAFETY: `bf16_direct` checked the kernels and the window;

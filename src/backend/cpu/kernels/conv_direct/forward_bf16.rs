@@ -152,7 +152,7 @@ unsafe fn row_kernel<const R: usize, const B: usize, const MASKED: bool>(win: &W
 /// 32 bf16 values from their bits.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn bh(v: __m512i) -> __m512bh {
+pub(super) fn bh(v: __m512i) -> __m512bh {
     // SAFETY: both are 64 bytes of plain bits.
     unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
 }

@@ -417,10 +417,12 @@ const WHOLE_KERNEL: (usize, usize) = (3, 3);
 // After the `masked!`/`dispatch!` macros they use: `macro_rules!` scoping
 // is textual.
 mod filter;
+mod filter_bf16;
 mod forward;
 mod forward_bf16;
 
 pub(in crate::backend::cpu) use filter::grad_filter;
+pub(in crate::backend::cpu) use filter_bf16::{grad_filter_bf16, pair_images};
 pub(in crate::backend::cpu) use forward::forward;
 pub(in crate::backend::cpu) use forward_bf16::{forward_bf16, has_bf16_kernels};
 
