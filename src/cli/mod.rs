@@ -56,15 +56,8 @@ enum Command {
         /// Run without the graph optimizer.
         #[arg(short = 'O', value_name = "LEVEL", value_parser = ["0"], num_args = 1)]
         opt_level: Option<String>,
-        /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
-        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
-        backend: crate::backend::BackendKind,
-        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
-        #[arg(long, value_enum, value_name = "DEVICE")]
-        device: Option<DeviceArg>,
-        /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
-        threads: Option<u16>,
+        #[command(flatten)]
+        compute: Compute,
         /// Refuse to run a training step, metric or map function with a kernel the backend would leave to the host interpreter.
         #[arg(long)]
         strict: bool,
@@ -93,15 +86,8 @@ enum Command {
     Repl {
         /// A .tfl file to load first; its bindings stay available.
         file: Option<PathBuf>,
-        /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
-        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
-        backend: crate::backend::BackendKind,
-        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
-        #[arg(long, value_enum, value_name = "DEVICE")]
-        device: Option<DeviceArg>,
-        /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
-        threads: Option<u16>,
+        #[command(flatten)]
+        compute: Compute,
     },
     /// Time the training steps and the inference (metrics over a dataset:
     /// `evaluate`, `accuracy`, `mean_loss`) of a program, one fixed batch reused.
@@ -114,15 +100,8 @@ enum Command {
         /// Untimed steps before them.
         #[arg(long, default_value_t = 10)]
         warmup: usize,
-        /// Worker threads [default: the machine's cores]; results are the same for any count.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
-        threads: Option<u16>,
-        /// Which backend runs the steps.
-        #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
-        backend: crate::backend::BackendKind,
-        /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
-        #[arg(long, value_enum, value_name = "DEVICE")]
-        device: Option<DeviceArg>,
+        #[command(flatten)]
+        compute: Compute,
         /// Print one JSON object per train block (else one line of text).
         #[arg(long)]
         json: bool,
@@ -194,6 +173,21 @@ struct BuildArgs {
     /// Plan for this device (`--emit plan`, `--emit wgsl`): `cpu` or `gpu` [default: cpu].
     #[arg(long, value_enum, value_name = "DEVICE")]
     device: Option<DeviceArg>,
+}
+
+/// Where and how `run`, `bench` and `repl` compute: the backend, the device
+/// and the worker threads.
+#[derive(clap::Args, Debug)]
+struct Compute {
+    /// Which backend runs training steps, metrics and `map` functions (`jit`: compiled kernels).
+    #[arg(long, value_enum, default_value_t = crate::backend::BackendKind::Jit)]
+    backend: crate::backend::BackendKind,
+    /// Where training steps, metrics and `map` functions run: `cpu`, `gpu` (a build with feature `gpu`), or `auto` (a GPU if there is one) [default: cpu].
+    #[arg(long, value_enum, value_name = "DEVICE")]
+    device: Option<DeviceArg>,
+    /// Worker threads of the JIT backend [default: the machine's cores]; results are the same for any count.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
 }
 
 /// `--device`: where the compiled regions run.
@@ -286,7 +280,7 @@ pub fn main() -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    if let Command::Repl { file, backend, device, threads } = command {
+    if let Command::Repl { file, compute: Compute { backend, device, threads } } = command {
         let backend = match backend_for(*device, *backend, false) {
             Ok(b) => b,
             Err(d) => {
@@ -319,9 +313,7 @@ pub fn main() -> ExitCode {
             check_numerics,
             verbose,
             opt_level,
-            backend,
-            device,
-            threads,
+            compute: Compute { backend, device, threads },
             strict,
             workers,
             hosts,
@@ -386,7 +378,16 @@ pub fn main() -> ExitCode {
                 (result, _) => result,
             }
         }
-        Command::Bench { file, steps, warmup, threads, backend, device, json, profile, strict, .. } => {
+        Command::Bench {
+            file,
+            steps,
+            warmup,
+            compute: Compute { threads, backend, device },
+            json,
+            profile,
+            strict,
+            ..
+        } => {
             let backend = match backend_for(*device, *backend, false) {
                 Ok(b) => b,
                 Err(d) => {

@@ -379,16 +379,7 @@ impl Conv {
         let (na, nb, _) = self.sizes();
         // SAFETY: the caller's contract on `a` and `b`.
         let (a, b) = unsafe { (std::slice::from_raw_parts(a, na), std::slice::from_raw_parts(b, nb)) };
-        let (padded, rest) = cols.split_at_mut(if d.pad.is_some() { d.win.src_len() } else { 0 });
-        // The source: the input, or for the input gradient the output gradient.
-        let src = match d.pad {
-            Some([top, left]) => {
-                let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
-                direct::pad_into(a, dims, [top, left], padded, [d.win.hp, d.win.wp], threads);
-                &*padded
-            }
-            None => a,
-        };
+        let (src, rest) = self.direct_source(d, a, cols, threads);
         // SAFETY: `direct` checked AVX-512F and that every window fits; the
         // buffers have the window's sizes.
         unsafe {
@@ -580,15 +571,7 @@ impl Conv {
             // padded source and the paired weights as u16s; it is ours
             // alone meanwhile.
             let halves = unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr().cast::<u16>(), 2 * cols.len()) };
-            let (padded, rest) = halves.split_at_mut(if d.pad.is_some() { d.win.src_len() } else { 0 });
-            let src = match d.pad {
-                Some([top, left]) => {
-                    let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
-                    direct::pad_into(a, dims, [top, left], padded, [d.win.hp, d.win.wp], threads);
-                    &*padded
-                }
-                None => a,
-            };
+            let (src, rest) = self.direct_source(&d, a, halves, threads);
             if self.kind == ConvKind::GradFilter {
                 // The words after the padded source (`bf16_cols_len`).
                 // SAFETY: any two bytes are a valid u16 and any four a u32.
@@ -658,6 +641,28 @@ impl Conv {
                 }
             }
         }
+    }
+
+    /// The direct kernels' source — the input, or for the input gradient
+    /// the output gradient `a` — padded into the front of `scratch` when
+    /// the plan `d` pads it, and the rest of the scratch.
+    fn direct_source<'s, T: Copy + Default + Send + Sync>(
+        &self,
+        d: &Direct,
+        a: &'s [T],
+        scratch: &'s mut [T],
+        threads: usize,
+    ) -> (&'s [T], &'s mut [T]) {
+        let (padded, rest) = scratch.split_at_mut(if d.pad.is_some() { d.win.src_len() } else { 0 });
+        let src = match d.pad {
+            Some([top, left]) => {
+                let dims = if self.kind == ConvKind::GradInput { self.y } else { self.x };
+                direct::pad_into(a, dims, [top, left], padded, [d.win.hp, d.win.wp], threads);
+                &*padded
+            }
+            None => a,
+        };
+        (src, rest)
     }
 }
 

@@ -41,26 +41,15 @@ pub(in crate::backend::cpu) unsafe fn grad_filter(
         sizes && win.filter_reads_maxima()
     }));
     gw[..win.w_len()].fill(0.0);
-    // A tile: kernel row `i`, weight rows `q0..q0+r` of that kernel row's
-    // `KW·C`, one channel block.
     let run_len = win.kw * win.c;
-    let mut tiles = Vec::new();
-    if (win.kh, run_len) == WHOLE_KERNEL {
+    let tiles = match (win.kh, run_len) == WHOLE_KERNEL {
         // One tile takes every weight row (`WHOLE_KERNEL`).
-        tiles.extend(channel_blocks(win.o).map(|(o0, vectors, masks)| (0, 0, win.kh * run_len, o0, vectors, masks)));
-    } else {
-        for i in 0..win.kh {
-            for (o0, vectors, masks) in channel_blocks(win.o) {
-                let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
-                tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
-            }
+        true => {
+            channel_blocks(win.o).map(|(o0, vectors, masks)| (0, 0, win.kh * run_len, o0, vectors, masks)).collect()
         }
-    }
-    // Output rows in blocks that keep their sources and gradients in the
-    // L2 cache across the tiles; every tile sums the blocks in order.
-    let rows = win.n * win.oh;
-    let per_row = win.ow * win.o + win.kh * win.wp * win.c;
-    let block = (65_536 / per_row.max(1)).clamp(1, rows.max(1));
+        false => kernel_row_tiles(win),
+    };
+    let (rows, block) = (win.n * win.oh, row_block(win));
     // Fewer tiles than `POSITION_PARTS` (the whole-kernel tile of a first
     // layer) would leave threads idle: the output rows are then summed in
     // that many fixed parts, the first into `gw`, the others into copies
@@ -108,6 +97,34 @@ pub(in crate::backend::cpu) unsafe fn grad_filter(
             *g += p;
         }
     }
+}
+
+/// A weight-gradient tile: kernel row `i`, weight rows `q0..q0 + r` of
+/// that kernel row's `KW·C`, and one channel block `(o0, vectors, masks)`
+/// (`channel_blocks`): `(i, q0, r, o0, vectors, masks)`.
+pub(super) type TileSpan = (usize, usize, usize, usize, usize, [u16; 2]);
+
+/// The tiles of every kernel row, up to 16 weight rows for one channel
+/// vector and 12 for two (the accumulators, gradient vectors and broadcast
+/// fit the 32 registers).
+pub(super) fn kernel_row_tiles(win: &Window) -> Vec<TileSpan> {
+    let run_len = win.kw * win.c;
+    let mut tiles = Vec::new();
+    for i in 0..win.kh {
+        for (o0, vectors, masks) in channel_blocks(win.o) {
+            let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
+            tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
+        }
+    }
+    tiles
+}
+
+/// Output rows per block of a weight gradient: blocks that keep their
+/// sources and gradients (four-byte elements) in the L2 cache across the
+/// tiles; every tile sums the blocks in order.
+pub(super) fn row_block(win: &Window) -> usize {
+    let per_row = win.ow * win.o + win.kh * win.wp * win.c;
+    (65_536 / per_row.max(1)).clamp(1, (win.n * win.oh).max(1))
 }
 
 /// How many parts of the output rows a weight gradient of fewer tiles sums

@@ -25,9 +25,10 @@
 //! images of `14x14`: 12 tiles of 12 weight rows × 2 channel vectors, each
 //! summing 32 image pairs × 196 positions.
 
+use super::filter::{kernel_row_tiles, row_block};
 #[cfg(target_arch = "x86_64")]
 use super::forward_bf16::bh;
-use super::{channel_blocks, exact_tiles, masks_lanes, tile_len, SendPtr, Window};
+use super::{masks_lanes, SendPtr, Window};
 use crate::backend::cpu::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
@@ -70,21 +71,8 @@ pub(in crate::backend::cpu) unsafe fn grad_filter_bf16(
     debug_assert!(super::has_bf16_kernels() && win.fits());
     debug_assert!(src.len() >= win.src_len() && gy.len() >= win.y_len() && gw.len() >= win.w_len());
     gw[..win.w_len()].fill(0.0);
-    // A tile: kernel row `i`, weight rows `q0..q0+r` of that kernel row's
-    // `KW·C`, one channel block.
-    let run_len = win.kw * win.c;
-    let mut tiles = Vec::new();
-    for i in 0..win.kh {
-        for (o0, vectors, masks) in channel_blocks(win.o) {
-            let r = tile_len(run_len, if vectors == 1 { 16 } else { 12 });
-            tiles.extend(exact_tiles(run_len, r).into_iter().map(|(q0, r)| (i, q0, r, o0, vectors, masks)));
-        }
-    }
-    // Output rows in blocks that keep their sources and gradients in the
-    // L2 cache across the tiles; every tile sums the blocks in order.
-    let rows = win.n * win.oh;
-    let per_row = win.ow * win.o + win.kh * win.wp * win.c;
-    let block = (65_536 / per_row.max(1)).clamp(1, rows.max(1));
+    let (tiles, run_len) = (kernel_row_tiles(win), win.kw * win.c);
+    let (rows, block) = (win.n * win.oh, row_block(win));
     let out = SendPtr(gw.as_mut_ptr());
     let run = |lo: usize, hi: usize| {
         let out = &out;
