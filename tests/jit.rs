@@ -753,9 +753,10 @@ fn half_precision_training_steps_have_no_interpreted_step() {
 /// A bf16 training step (`precision = "bf16"`) whose products are large
 /// enough runs them on the bf16 kernels — the matmuls (their transposes
 /// folded) as `bf16 gemm`, the convolutions (16 to 64 and 64 to 64
-/// channels) and their gradients as `bf16 im2col`, their epilogues in one
-/// pass each (`bf16 epilogue`, on AVX-512) — and prints what the
-/// interpreter prints.
+/// channels) and their gradients on the direct `bf16` kernels where the
+/// CPU has AVX512-BF16 (`bf16 direct`), else as `bf16 im2col`, their
+/// epilogues in one pass each (`bf16 epilogue`, on AVX-512) — and prints
+/// what the interpreter prints.
 #[test]
 fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpreter() {
     let source = "use std.nn.{Conv2d, Dense}\nuse std.loss.softmax_cross_entropy\nuse std.optim.sgd\n\
@@ -768,20 +769,25 @@ fn bf16_products_and_convolutions_run_on_the_bf16_kernels_and_match_the_interpre
         optimizer = sgd(lr = 0.05)\n steps = 3\n precision = \"bf16\"\n}\n\
         print(sum(net.c.w), sum(net.e.w), sum(net.d.w))\n";
     let labels = step_labels(source);
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+        && std::arch::is_x86_feature_detected!("avx512dq");
+    let bf16_units = avx512
+        && std::arch::is_x86_feature_detected!("avx512bf16")
+        && std::env::var("TFC_ISA").map_or(true, |isa| isa != "portable");
+    let how = if bf16_units { "bf16 direct" } else { "bf16 im2col" };
     for kind in [
-        "bf16 gemm",
-        "conv2d 8x8x8x64 <- 8x8x8x16 (3x3 kernel, bf16 im2col",
-        "conv2d grad-input 8x8x8x64 <- 8x8x8x64 (3x3 kernel, bf16 im2col",
-        "conv2d grad-filter 3x3x16x64 <- 8x8x8x16 (3x3 kernel, bf16 im2col",
+        "bf16 gemm".to_string(),
+        format!("conv2d 8x8x8x64 <- 8x8x8x16 (3x3 kernel, {how}"),
+        format!("conv2d grad-input 8x8x8x64 <- 8x8x8x64 (3x3 kernel, {how}"),
+        format!("conv2d grad-filter 3x3x16x64 <- 8x8x8x16 (3x3 kernel, {how}"),
     ] {
-        assert!(labels.iter().any(|l| l.starts_with(kind)), "no {kind} in {labels:?}");
+        assert!(labels.iter().any(|l| l.starts_with(&kind)), "no {kind} in {labels:?}");
     }
     // With AVX-512, a convolution's rounding, bias, ReLU and mask run in
     // one pass, and so does the backward's ReLU mask on a gradient kept in
     // f32 as well.
-    let avx512 = std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vl");
     for kind in [
         "bf16 epilogue 512x64 (rounded, bias, relu, its mask)",
         "bf16 epilogue 512x64 (rounded, a mask, also kept in f32)",

@@ -87,14 +87,14 @@ pub struct Timing {
 }
 
 impl Repl {
-    /// A session with the prelude loaded.
-    /// A session whose entries run on the reference interpreter.
+    /// A session with the prelude loaded, whose entries run on the
+    /// reference interpreter.
     pub fn new() -> Result<Repl, Vec<Diagnostic>> {
         Repl::with_options(RunOptions::default())
     }
 
-    /// A session whose entries run with `options` (as `tfc run` gives them:
-    /// a backend, a device, threads).
+    /// A session with the prelude loaded, whose entries run with `options`
+    /// (as `tfc run` gives them: a backend, a device, threads).
     pub fn with_options(options: RunOptions) -> Result<Repl, Vec<Diagnostic>> {
         let mut session = Session::new();
         let live = Live::new(&mut session.sources)?;
