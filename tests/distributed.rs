@@ -32,7 +32,17 @@ fn digits(epochs: usize, settings: &str) -> String {
 fn trained(dir: &Path, program: &str, args: &[&str]) -> Vec<u8> {
     let r = run_with(dir, program, args, &[]);
     assert_eq!(r.code, Some(0), "tfc run {args:?} failed:\n{}", r.stderr);
+    saved_weights(dir)
+}
+
+/// The weights a run in `dir` saved.
+fn saved_weights(dir: &Path) -> Vec<u8> {
     std::fs::read(dir.join("w.safetensors")).expect("the saved weights")
+}
+
+/// Asserts that a run's standard error says `text`.
+fn says(stderr: &str, text: &str) {
+    assert!(stderr.contains(text), "expected `{text}`:\n{stderr}");
 }
 
 #[test]
@@ -110,8 +120,8 @@ fn ranks_take_rank_0s_choice_of_how_sums_travel() {
         let job = two_programs_with(&dir, [&["-x", &first_env], &["-x", &second_env]], &run, &run);
         let (r, _) = finish(job, Duration::from_secs(60));
         assert_eq!(r.code, Some(0), "rank 0 {first}, rank 1 {second}:\n{}", r.stderr);
-        assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
-        let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        says(&r.stderr, through);
+        let spread = saved_weights(&dir);
         assert!(spread == alone, "rank 0 {first}, rank 1 {second}: other weights than one process");
     }
 }
@@ -128,7 +138,7 @@ fn a_rank_runs_its_share_of_the_host_cores_by_default() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let share = format!("; {} thread(s) per rank", (cores / 2).max(1));
-    assert!(r.stderr.contains(&share), "expected `{share}`:\n{}", r.stderr);
+    says(&r.stderr, &share);
     // Ranks that fill the cores run their input pipelines on their own
     // threads (a pipeline thread would preempt one and hold up both).
     let filled = 2 * (cores / 2).max(1) >= cores;
@@ -148,7 +158,7 @@ fn a_two_rank_checkpoint_resumes_on_one_and_on_four_ranks() {
         let r = run_with(&dir, &digits(4, settings), &["--workers", workers, "--threads", "1"], &[]);
         assert_eq!(r.code, Some(0), "the resumed run failed:\n{}", r.stderr);
         assert!(r.stderr.contains("resuming from"), "{}", r.stderr);
-        let resumed = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        let resumed = saved_weights(&dir);
         assert!(resumed == uninterrupted, "resumed on {workers} ranks: other weights than uninterrupted");
     }
 }
@@ -408,12 +418,12 @@ fn two_hosts_joined_by_a_network_train_to_the_bits_of_one_process() {
     assert_eq!(r.code, Some(0), "the two-host run failed:\n{}", r.stderr);
     // MPI sees two hosts: their sums do not go through shared memory.
     let through = "sums through MPI (1 of the 2 ranks share this host)";
-    assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
+    says(&r.stderr, through);
     let mut where_ran: Vec<String> =
         std::fs::read_to_string(&ran).expect("the agent ran").lines().map(String::from).collect();
     where_ran.sort();
     assert_eq!(where_ran, hosts.names.to_vec(), "one rank per host");
-    let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+    let spread = saved_weights(&dir);
     assert!(spread == alone, "two hosts end with other weights than one process");
 }
 
@@ -429,7 +439,7 @@ fn a_tf_config_cluster_spec_starts_its_workers() {
         r#"{"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 0}}"#;
     let r = run_with(&dir, &program, &["--threads", "1"], &[("TF_CONFIG", config)]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+    let spread = saved_weights(&dir);
     assert!(spread == alone, "TF_CONFIG's two workers end with other weights than one process");
 }
 
@@ -490,12 +500,12 @@ fn each_rank_reads_only_its_share_of_the_batches_and_of_the_metrics_batches() {
         );
         let alone_run = run_with(&dir, &program, &["--shards", "8", "--threads", "1"], &[]);
         assert_eq!(alone_run.code, Some(0), "one process failed:\n{}", alone_run.stderr);
-        let alone = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+        let alone = saved_weights(&dir);
         let alone_log = std::fs::read_to_string(dir.join("log.jsonl")).expect("the log");
         for (workers, read) in [("2", 512), ("4", 256)] {
             let r = run_with(&dir, &program, &["--workers", workers, "--threads", "1", "--verbose"], &[]);
             assert_eq!(r.code, Some(0), "{workers} ranks failed:\n{}", r.stderr);
-            let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+            let spread = saved_weights(&dir);
             assert!(spread == alone, "{workers} ranks end with other weights than one process ({map})");
             // The metric's batches are shared among the ranks, and its value
             // is one process's, bit for bit (the log writes every digit).
@@ -506,10 +516,10 @@ fn each_rank_reads_only_its_share_of_the_batches_and_of_the_metrics_batches() {
             assert_eq!(strip(&log), strip(&alone_log), "{workers} ranks logged other metrics");
             assert_eq!(r.stdout, alone_run.stdout, "{workers} ranks printed another metric");
             let shared = format!("metric: {} of 6 batches computed here", 6usize.div_ceil(workers.parse().unwrap()));
-            assert!(r.stderr.contains(&shared), "expected `{shared}`:\n{}", r.stderr);
+            says(&r.stderr, &shared);
             // Two epochs of 512 examples: rank 0 of W reads 1024 / W of them.
             let line = format!("this rank read {read} elements of the training data");
-            assert!(r.stderr.contains(&line), "expected `{line}`:\n{}", r.stderr);
+            says(&r.stderr, &line);
         }
     }
 }
@@ -595,8 +605,8 @@ fn steps_fused_with_their_all_reduces_give_the_bits_of_the_two_halves() {
             let fused = if shards == "2" { "6 of 6" } else { "4 of 6" };
             assert!(r.stderr.contains(&format!("{fused} steps fused")), "{shards} ranks:\n{}", r.stderr);
             let through = if shm == "1" { "sums through shared memory" } else { "sums through MPI (TFC_DIST_SHM=0)" };
-            assert!(r.stderr.contains(through), "expected `{through}`:\n{}", r.stderr);
-            let spread = std::fs::read(dir.join("w.safetensors")).expect("the saved weights");
+            says(&r.stderr, through);
+            let spread = saved_weights(&dir);
             assert!(spread == alone, "{shards} ranks on {backend} (shm {shm}) end with other weights than one process");
         }
     }

@@ -359,7 +359,7 @@ pub fn main() -> ExitCode {
                 // Rank 0 reports for all.
                 verbose: *verbose && placement.is_none_or(|p| p.rank == 0),
                 backend,
-                threads: rank_threads(*threads, placement),
+                threads: rank_threads(*threads, world.as_ref()),
                 strict: *strict,
                 world: world.clone(),
                 step_timeout: step_timeout.map(std::time::Duration::from_secs_f64),
@@ -506,14 +506,11 @@ fn positive_seconds(text: &str) -> Result<f64, String> {
 }
 
 /// `--threads`; without it, a rank of a data-parallel run shares its
-/// host's cores with the other ranks there (when its launcher says how
-/// many), and a single process runs the machine's cores.
-fn rank_threads(threads: Option<u16>, placement: Option<crate::dist::launch::Placement>) -> usize {
-    let here = placement
-        .filter(|p| p.size > 1)
-        .and_then(|_| crate::dist::launch::ranks_on_this_host(&|k| std::env::var(k).ok()));
-    match (threads, here) {
-        (None, Some(here)) => crate::dist::launch::threads_per_rank(threads_or_cores(None), here),
+/// host's cores with the other ranks there (as MPI counts them), and a
+/// single process runs the machine's cores.
+fn rank_threads(threads: Option<u16>, world: Option<&std::sync::Arc<dyn crate::dist::Communicator>>) -> usize {
+    match (threads, world.filter(|w| w.size() > 1)) {
+        (None, Some(w)) => crate::dist::launch::threads_per_rank(threads_or_cores(None), w.ranks_on_this_host()),
         _ => threads_or_cores(threads),
     }
 }

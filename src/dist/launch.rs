@@ -47,18 +47,8 @@ pub fn placement(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Placemen
     Ok(None)
 }
 
-/// How many ranks of the job the launcher put on this host (Open MPI, then
-/// MPICH / Hydra), when it says so: a rank's default threads are its share
-/// of the host's cores (`threads_per_rank`).
-pub fn ranks_on_this_host(env: &dyn Fn(&str) -> Option<String>) -> Option<usize> {
-    ["OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"]
-        .iter()
-        .find_map(|var| env(var).and_then(|value| digits(value.trim())))
-        .filter(|&n| n > 0)
-}
-
 /// The threads each of `ranks` ranks on a host of `cores` cores runs by
-/// default: an equal share, at least one (two ranks of two threads on two
+/// default (`Communicator::ranks_on_this_host` counts them): an equal share, at least one (two ranks of two threads on two
 /// cores would take turns on them).
 pub fn threads_per_rank(cores: usize, ranks: usize) -> usize {
     (cores / ranks.max(1)).max(1)
@@ -322,12 +312,6 @@ mod tests {
 
     #[test]
     fn a_rank_runs_its_share_of_the_host_cores_by_default() {
-        assert_eq!(ranks_on_this_host(&vars(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "2")])), Some(2));
-        assert_eq!(ranks_on_this_host(&vars(&[("MPI_LOCALNRANKS", "4")])), Some(4));
-        // Not said, or not a number: no share (the machine's cores).
-        assert_eq!(ranks_on_this_host(&vars(&[])), None);
-        assert_eq!(ranks_on_this_host(&vars(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "two")])), None);
-        assert_eq!(ranks_on_this_host(&vars(&[("OMPI_COMM_WORLD_LOCAL_SIZE", "0")])), None);
         assert_eq!(threads_per_rank(2, 2), 1);
         assert_eq!(threads_per_rank(16, 4), 4);
         assert_eq!(threads_per_rank(2, 4), 1, "at least one thread");

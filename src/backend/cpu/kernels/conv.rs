@@ -497,13 +497,16 @@ impl Conv {
     }
 
     /// Whether `run_bf16`'s products are large enough for the bf16 units
-    /// to pay: their tiles are 16 or 32 wide and their steps 32 deep, so a
-    /// product with few rows, taps or channels (a first layer's one input
-    /// channel, its weight gradient of 9 taps) pads most of each tile with
-    /// zeros, and the widened operands on the `f32` kernels are faster.
-    /// Either way the result is the `f32` sum of the `bf16` products.
+    /// to pay: the direct forward kernel (a forward product or input
+    /// gradient) tiles output positions, so any size does; the GEMM's tiles
+    /// are 16 or 32 wide and its steps 32 deep, and the direct weight
+    /// gradient's tiles are weight rows, so a product with few rows, taps
+    /// or channels (a first layer's one input channel, its weight gradient
+    /// of 9 taps) pads or starves its tiles, and the widened operands on
+    /// the `f32` kernels are faster. Either way the result is the `f32` sum
+    /// of the `bf16` products.
     pub fn bf16_pays(&self) -> bool {
-        if self.bf16_direct().is_some() {
+        if self.kind != ConvKind::GradFilter && self.bf16_direct().is_some() {
             return true;
         }
         let (m, k) = self.m_k();
@@ -526,7 +529,7 @@ impl Conv {
             Some(d) if self.kind == ConvKind::GradFilter => {
                 let [n, oh, ow, o] = self.y;
                 let pairs = n.div_ceil(2);
-                (d.win.src_len()).div_ceil(2) + pairs * (d.win.hp * d.win.wp * d.win.c + oh * ow * o)
+                d.win.src_len().div_ceil(2) + pairs * (d.win.hp * d.win.wp * d.win.c + oh * ow * o)
             }
             Some(d) => (d.win.src_len() + d.win.w_len()).div_ceil(2),
             None => self.block_rows() * self.m_k().1,

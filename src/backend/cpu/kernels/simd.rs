@@ -119,6 +119,14 @@ pub(in crate::backend::cpu) fn window_max_16(taps: [std::arch::x86_64::__m512; 4
     taps.into_iter().fold(_mm512_set1_ps(f32::NEG_INFINITY), |m, v| max_nan_16(m, v))
 }
 
+/// 32 bf16 values from their bits (`vdpbf16ps`'s operand type).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(in crate::backend::cpu) fn bh(v: std::arch::x86_64::__m512i) -> std::arch::x86_64::__m512bh {
+    // SAFETY: both are 64 bytes of plain bits.
+    unsafe { std::mem::transmute::<std::arch::x86_64::__m512i, std::arch::x86_64::__m512bh>(v) }
+}
+
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::{avx512, max_nan_16, window_max_16};

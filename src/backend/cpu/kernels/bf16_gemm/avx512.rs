@@ -15,6 +15,7 @@
 use super::pack::Layout;
 use super::{Job, Kernel, NR};
 use crate::backend::cpu::kernels::convert::avx512::round_bf16;
+use crate::backend::cpu::kernels::simd::bh;
 use crate::backend::cpu::kernels::simd::lanes;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -193,11 +194,4 @@ unsafe fn tile_of_4<const DIRECT: bool>(
 ) {
     // SAFETY: the caller's contract.
     unsafe { tile::<4, DIRECT>(a, row_bytes, b, pairs, c, ldc, shape, how) }
-}
-
-/// 32 bf16 values from their bits.
-#[inline(always)]
-fn bh(v: __m512i) -> __m512bh {
-    // SAFETY: both are 64 bytes of plain bits.
-    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
 }

@@ -26,9 +26,9 @@
 //! summing 32 image pairs × 196 positions.
 
 use super::filter::{kernel_row_tiles, row_block};
-#[cfg(target_arch = "x86_64")]
-use super::forward_bf16::bh;
 use super::{masks_lanes, SendPtr, Window};
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::kernels::simd::bh;
 use crate::backend::cpu::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{

@@ -26,11 +26,13 @@
 
 use super::{channel_blocks, masks_lanes, tile_len, tile_starts, SendPtr, Window};
 use crate::backend::cpu::kernels::isa::{self, Isa};
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::kernels::simd::bh;
 use crate::backend::cpu::threads::in_ranges;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::{
-    __m512bh, __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_maskz_loadu_epi32,
-    _mm512_set1_epi32, _mm512_setzero_ps, _mm512_setzero_si512,
+    __m512i, _mm512_dpbf16_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_maskz_loadu_epi32, _mm512_set1_epi32,
+    _mm512_setzero_ps, _mm512_setzero_si512,
 };
 
 /// Whether `forward_bf16` runs here: the low-precision tier is one with
@@ -147,12 +149,4 @@ unsafe fn row_kernel<const R: usize, const B: usize, const MASKED: bool>(win: &W
             unsafe { _mm512_mask_storeu_ps(t.dst.wrapping_add(p * o + 16 * b), t.masks[b], v) };
         }
     }
-}
-
-/// 32 bf16 values from their bits.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn bh(v: __m512i) -> __m512bh {
-    // SAFETY: both are 64 bytes of plain bits.
-    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
 }
