@@ -9,7 +9,9 @@
 //! kinds of kernel are listed with the function they fall back to: an Adam
 //! update that runs as the native loop of module `adam` (its listing says
 //! so) and a convolution's epilogue (bias, ReLU, a ReLU mask) that the
-//! direct kernels apply themselves (`conv::PostOps`).
+//! direct kernels apply themselves (`conv::PostOps`). A kernel that module
+//! `wide` compiles to AVX-512 code on this machine says so above
+//! Cranelift's function, which is what runs where AVX-512 is missing.
 //!
 //! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
@@ -76,6 +78,9 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                     let native = match crate::backend::cpu::kernels::adam::recognize(&spec) {
                         Some(_) => {
                             "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
+                        }
+                        None if super::wide::available() && super::wide::accepts(&spec) => {
+                            "; runs as AVX-512 code on this machine (module `wide`, the same operations); Cranelift's:\n"
                         }
                         None => "",
                     };

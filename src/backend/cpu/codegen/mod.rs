@@ -25,6 +25,11 @@
 //! header branches *to the exit* when the loop is done (`brif i >= n, exit,
 //! body`), the form in which Cranelift keeps loop-invariant values hoisted.
 //!
+//! Where the machine has AVX-512, `Compiler` compiles the kernels module
+//! [`wide`] accepts to its own 512-bit code instead (same signature, same
+//! operations in the same order, so the same bits); the others, and every
+//! kernel of an ahead-of-time library (`build_kernel`), are Cranelift's.
+//!
 //! Example: `Compiler::new()?.compile(&spec)?` returns a function pointer;
 //! `Compiler::clif(&spec)` the Cranelift IR text (`tfc build --emit clif`).
 
@@ -33,6 +38,7 @@ pub mod fault;
 mod half;
 mod int;
 pub mod poly;
+pub mod wide;
 
 use crate::ir::spec::{Expr, Inner, Kind, Spec, INT_FALLIBLE};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -58,6 +64,11 @@ pub struct Compiler {
     ctx: Context,
     fctx: FunctionBuilderContext,
     cache: HashMap<String, KernelFn>,
+    /// The pages of the kernels `wide` assembled.
+    wide: wide::ExecMemory,
+    /// Whether kernels that module `wide` accepts run as its code (where
+    /// the machine has AVX-512); off: every kernel is Cranelift's.
+    use_wide: bool,
 }
 
 fn isa_error(e: impl std::fmt::Display) -> String {
@@ -134,7 +145,23 @@ impl Compiler {
         let mut module = JITModule::new(jit);
         let calls = declare_libm(&mut module)?;
         let ctx = module.make_context();
-        Ok(Compiler { module, calls, fma, ctx, fctx: FunctionBuilderContext::new(), cache: HashMap::new() })
+        Ok(Compiler {
+            module,
+            calls,
+            fma,
+            ctx,
+            fctx: FunctionBuilderContext::new(),
+            cache: HashMap::new(),
+            wide: wide::ExecMemory::default(),
+            use_wide: true,
+        })
+    }
+
+    /// This compiler with every kernel left to Cranelift (tests compare
+    /// module `wide`'s code with it).
+    pub fn cranelift_only(mut self) -> Compiler {
+        self.use_wide = false;
+        self
     }
 
     /// How many distinct kernels were compiled.
@@ -147,17 +174,30 @@ impl Compiler {
         Ok(self.compile_all(std::slice::from_ref(spec))?[0])
     }
 
+    /// Whether `spec` runs as AVX-512 code from module `wide` on this
+    /// machine (else as Cranelift's).
+    pub fn runs_wide(&self, spec: &Spec) -> bool {
+        self.use_wide && self.fma && wide::available() && wide::accepts(spec)
+    }
+
     /// The native functions of `specs`, in order, each compiled on first
-    /// use: the new ones (one per distinct signature) are built here, turned
-    /// into machine code side by side on the machine's cores (Cranelift
-    /// compiles each function on its own; the code does not depend on
-    /// which thread made it) and linked together.
+    /// use: the new ones (one per distinct signature) are built here:
+    /// those module `wide` accepts as its AVX-512 code where the machine
+    /// has it, the others turned into machine code by Cranelift side by
+    /// side on the machine's cores (Cranelift compiles each function on
+    /// its own; the code does not depend on which thread made it) and
+    /// linked together.
     pub fn compile_all(&mut self, specs: &[Spec]) -> Result<Vec<KernelFn>, String> {
         let keys: Vec<String> = specs.iter().map(Spec::signature).collect();
         let mut new: Vec<(usize, cranelift_module::FuncId, cranelift_codegen::ir::Function)> = Vec::new();
         let mut building: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut wide_new: Vec<(usize, Vec<u8>)> = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
             if self.cache.contains_key(&keys[i]) || !building.insert(&keys[i]) {
+                continue;
+            }
+            if self.runs_wide(spec) {
+                wide_new.push((i, wide::assemble(spec)?));
                 continue;
             }
             let name = format!("k{}", self.cache.len() + new.len());
@@ -188,6 +228,13 @@ impl Compiler {
             Ok::<_, String>((i, id, bytes, align, relocs))
         };
         use rayon::prelude::*;
+        let codes: Vec<Vec<u8>> = wide_new.iter().map(|(_, code)| code.clone()).collect();
+        for ((i, _), ptr) in wide_new.iter().zip(self.wide.place(&codes)?) {
+            // SAFETY: `wide::assemble` gave the code exactly `KernelFn`'s
+            // signature (System V, four pointer-sized arguments, no results).
+            let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+            self.cache.insert(keys[*i].clone(), f);
+        }
         let compiled: Vec<_> = match new.len() {
             0 | 1 => new.into_iter().map(machine_code).collect::<Result<_, _>>()?,
             _ => new.into_par_iter().map(machine_code).collect::<Result<_, _>>()?,
