@@ -64,8 +64,6 @@ pub struct Compiler {
     ctx: Context,
     fctx: FunctionBuilderContext,
     cache: HashMap<String, KernelFn>,
-    /// The pages of the kernels `wide` assembled.
-    wide: wide::ExecMemory,
     /// Whether kernels that module `wide` accepts run as its code (where
     /// the machine has AVX-512); off: every kernel is Cranelift's.
     use_wide: bool,
@@ -152,7 +150,6 @@ impl Compiler {
             ctx,
             fctx: FunctionBuilderContext::new(),
             cache: HashMap::new(),
-            wide: wide::ExecMemory::default(),
             use_wide: true,
         })
     }
@@ -229,7 +226,7 @@ impl Compiler {
         };
         use rayon::prelude::*;
         let codes: Vec<Vec<u8>> = wide_new.iter().map(|(_, code)| code.clone()).collect();
-        for ((i, _), ptr) in wide_new.iter().zip(self.wide.place(&codes)?) {
+        for ((i, _), ptr) in wide_new.iter().zip(wide::place(&codes)?) {
             // SAFETY: `wide::assemble` gave the code exactly `KernelFn`'s
             // signature (System V, four pointer-sized arguments, no results).
             let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };

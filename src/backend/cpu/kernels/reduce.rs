@@ -46,6 +46,16 @@ pub fn reduce<T: Elem>(
         column_sums(x, out.len(), out);
         return finish(op, out, count);
     }
+    // Only the last dim reduced (softmax's and layer norm's statistics).
+    if reduced[k - 1] && reduced[..k - 1].iter().all(|&r| !r) {
+        match op {
+            ReduceOp::Sum | ReduceOp::Mean => row_reductions(x, shape[k - 1], out, |a: T, v| a.add(v)),
+            ReduceOp::Prod => row_reductions(x, shape[k - 1], out, |a: T, v| a.mul(v)),
+            ReduceOp::Max => row_reductions(x, shape[k - 1], out, |a: T, v| a.max_nan(v)),
+            ReduceOp::Min => row_reductions(x, shape[k - 1], out, |a: T, v| a.min_nan(v)),
+        }
+        return finish(op, out, count);
+    }
     // The output stride of each input dim (0 where reduced), and the
     // odometer over the outer dims: on the stack up to rank 8, so that an
     // ahead-of-time library's call allocates nothing.
@@ -100,6 +110,31 @@ pub fn reduce<T: Elem>(
         }
     }
     finish(op, out, count)
+}
+
+/// `out[r] = combine(… combine(out[r], x[r, 0]) …, x[r, last - 1])` for
+/// each row `r` of `last` elements: every row in its own order (the
+/// interpreter's), eight rows at a time so that their chains of dependent
+/// operations overlap instead of each waiting on the last (one row alone
+/// runs at one operation per add latency).
+fn row_reductions<T: Elem>(x: &[T], last: usize, out: &mut [T], combine: impl Fn(T, T) -> T) {
+    const ROWS: usize = 8;
+    let mut rows = x.chunks_exact(last);
+    let mut groups = out.chunks_exact_mut(ROWS);
+    for group in groups.by_ref() {
+        let row: [&[T]; ROWS] = std::array::from_fn(|_| rows.next().unwrap_or(&[]));
+        let mut acc = [T::zero(); ROWS];
+        acc.copy_from_slice(group);
+        for i in 0..last {
+            for j in 0..ROWS {
+                acc[j] = combine(acc[j], row[j][i]);
+            }
+        }
+        group.copy_from_slice(&acc);
+    }
+    for (o, row) in groups.into_remainder().iter_mut().zip(rows) {
+        *o = row.iter().fold(*o, |a, &v| combine(a, v));
+    }
 }
 
 /// `out[j] += Σ_r x[r · width + j]` over the rows `r` in order (`out` is
@@ -165,6 +200,9 @@ mod tests {
             vec![2, 0],
             vec![3, 61],
             vec![2, 3, 41],
+            // Last-axis reductions in groups of eight rows and a remainder.
+            vec![11, 5],
+            vec![2, 9, 3],
         ];
         for shape in shapes {
             let n: usize = shape.iter().product();

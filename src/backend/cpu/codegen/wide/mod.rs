@@ -31,7 +31,7 @@
 mod exec;
 mod ops;
 
-pub use exec::ExecMemory;
+pub use exec::place;
 
 use crate::ir::spec::{Expr, Inner, Kind, Spec};
 use crate::ir::{BinaryOp, UnaryOp};
