@@ -126,8 +126,8 @@ fn row_reductions<T: Elem>(x: &[T], last: usize, out: &mut [T], combine: impl Fn
         let mut acc = [T::zero(); ROWS];
         acc.copy_from_slice(group);
         for i in 0..last {
-            for j in 0..ROWS {
-                acc[j] = combine(acc[j], row[j][i]);
+            for (a, row) in acc.iter_mut().zip(&row) {
+                *a = combine(*a, row[i]);
             }
         }
         group.copy_from_slice(&acc);
