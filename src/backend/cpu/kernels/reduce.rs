@@ -112,6 +112,34 @@ pub fn reduce<T: Elem>(
     finish(op, out, count)
 }
 
+/// [`reduce`], on up to `threads` workers when only the last dim is
+/// reduced and `x` is large: each worker reduces a contiguous range of
+/// rows, every row in its own order, so the result is the same bits at
+/// any thread count.
+pub fn reduce_on_threads(
+    op: ReduceOp,
+    x: &[f32],
+    shape: &[usize],
+    reduced: &[bool],
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), Diagnostic> {
+    let k = shape.len();
+    let rows_only = k >= 2 && reduced.len() == k && reduced[k - 1] && reduced[..k - 1].iter().all(|&r| !r);
+    let last = shape.last().copied().unwrap_or(0);
+    if threads <= 1 || !rows_only || last == 0 || x.len() < crate::backend::cpu::threads::PARALLEL_MIN_ELEMENTS {
+        return reduce(op, x, shape, reduced, out);
+    }
+    if x.len() != out.len() * last {
+        return Err(Diagnostic::internal(format!("a reduction of {shape:?} into {} elements", out.len())));
+    }
+    use rayon::prelude::*;
+    let per = out.len().div_ceil(threads);
+    out.par_chunks_mut(per)
+        .zip(x.par_chunks(per * last))
+        .try_for_each(|(out, x)| reduce(op, x, &[out.len(), last], &[false, true], out))
+}
+
 /// `out[r] = combine(… combine(out[r], x[r, 0]) …, x[r, last - 1])` for
 /// each row `r` of `last` elements: every row in its own order (the
 /// interpreter's), eight rows at a time so that their chains of dependent
@@ -264,6 +292,24 @@ mod tests {
     }
 
     /// An integer mean over no elements fails, as in the interpreter.
+    /// Rows split over workers: the same bits as one worker, for every op.
+    #[test]
+    fn last_axis_reductions_on_threads_equal_one_thread() {
+        let shape = [37, 600];
+        let mut x: Vec<f32> = (0..37 * 600).map(|i| ((i * 7919) % 101) as f32 * 0.013 - 0.6).collect();
+        x[1234] = f32::NAN;
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+            let mut one = vec![0.0; 37];
+            reduce(op, &x, &shape, &[false, true], &mut one).unwrap();
+            for threads in [2, 3, 8] {
+                let mut many = vec![0.0; 37];
+                reduce_on_threads(op, &x, &shape, &[false, true], &mut many, threads).unwrap();
+                let same = one.iter().zip(&many).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{op:?} on {threads} threads");
+            }
+        }
+    }
+
     #[test]
     fn an_integer_mean_over_no_elements_is_an_error() {
         let mut out = [0i32; 3];

@@ -304,7 +304,7 @@ impl Step {
                 let m: usize = shape.iter().zip(reduced).filter(|(_, &r)| !r).map(|(&d, _)| d).product();
                 // SAFETY: the caller's contract.
                 let to = unsafe { mem.out(*dst, m, "a reduction result")? };
-                crate::backend::cpu::kernels::reduce::reduce(*op, from, shape, reduced, to)?;
+                crate::backend::cpu::kernels::reduce::reduce_on_threads(*op, from, shape, reduced, to, threads)?;
             }
             Step::Pool { unread: true, .. } => {}
             Step::Pool { params, x, grad, dst, xs, ys, first_max, unread: false } => {
