@@ -52,7 +52,8 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                 if let Some(prologue) = desc.parts.iter().find(|p| p.role == PartRole::Prologue) {
                     if let Some(spec) = &prologue.spec {
                         let text = listed(spec, listing)?;
-                        let _ = writeln!(out, "; kernel {k} (reduction prologue, nodes {nodes})\n{text}");
+                        let note = wide_note(spec);
+                        let _ = writeln!(out, "; kernel {k} (reduction prologue, nodes {nodes})\n{note}{text}");
                     }
                 }
             }
@@ -79,10 +80,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                         Some(_) => {
                             "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
                         }
-                        None if super::wide::available() && super::wide::accepts(&spec) => {
-                            "; runs as AVX-512 code on this machine (module `wide`, the same operations); Cranelift's:\n"
-                        }
-                        None => "",
+                        None => wide_note(&spec),
                     };
                     let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{native}{text}");
                 }
@@ -96,6 +94,15 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// The line above a kernel that runs as module `wide`'s AVX-512 code on
+/// this machine (its Cranelift function follows), else nothing.
+fn wide_note(spec: &Spec) -> &'static str {
+    match super::wide::available() && super::wide::accepts(spec) {
+        true => "; runs as AVX-512 code on this machine (module `wide`, the same operations); Cranelift's:\n",
+        false => "",
+    }
 }
 
 /// The Cranelift IR or machine code of `spec`.
