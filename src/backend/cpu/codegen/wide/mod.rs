@@ -5,9 +5,9 @@
 //! Contract: [`accepts`] says whether a spec lies in the subset this
 //! emitter compiles: `f32` and `bool` values (loaded, computed and stored),
 //! the float ops with inline templates (no calls to libm), comparisons,
-//! logic, `select`, conversions between the two kinds and `one_hot`; no
-//! halves, integers, `f64`, `random` or `iota` (those kernels stay on
-//! Cranelift). [`assemble`] returns position-independent code with
+//! logic, `select`, conversions between the two kinds and `one_hot`, and
+//! `f16`/`bf16` loads, stores and roundings (module `half`); no integers,
+//! `f64`, `random` or `iota` (those kernels stay on Cranelift). [`assemble`] returns position-independent code with
 //! `KernelFn`'s signature and the semantics of `codegen::emit`'s function
 //! for the same spec, computed by the same operations in the same order
 //! (module `ops`), so both give the same bits (NaN payloads aside). A
@@ -29,6 +29,7 @@
 //! store, then one masked step for the last 8 elements.
 
 mod exec;
+mod half;
 mod ops;
 
 pub use exec::place;
@@ -54,6 +55,8 @@ pub fn available() -> bool {
 /// Whether [`assemble`] compiles `spec` (see the module docs).
 pub fn accepts(spec: &Spec) -> bool {
     let value = |k: Kind| matches!(k, Kind::F32 | Kind::Mask);
+    // Halves are memory kinds: loaded and stored, computed as `f32`.
+    let stored = |k: Kind| value(k) || matches!(k, Kind::F16 | Kind::BF16);
     let expr = |e: &Expr, k: Kind| {
         value(k)
             && match *e {
@@ -87,13 +90,14 @@ pub fn accepts(spec: &Spec) -> bool {
                         | BinaryOp::Minimum
                 ),
                 Expr::Convert(_, x) => value(spec.exprs[x].1),
+                Expr::Round(to, _) => matches!(to, Kind::F16 | Kind::BF16),
                 _ => false,
             }
     };
     !spec.scalar_only()
         && spec.exprs.len() <= MAX_EXPRS
-        && spec.loads.iter().all(|l| value(l.kind))
-        && spec.stores.iter().all(|&k| value(k))
+        && spec.loads.iter().all(|l| stored(l.kind))
+        && spec.stores.iter().all(|&k| stored(k))
         && spec.exprs.iter().all(|(e, k)| expr(e, *k))
 }
 
@@ -211,8 +215,10 @@ fn row_addresses(a: &mut CodeAssembler, spec: &Spec) -> R {
     for (o, &kind) in spec.stores.iter().enumerate() {
         a.mov(rax, rsi)?;
         a.imul_2(rax, rcx)?;
-        if width(kind) == 4 {
-            a.shl(rax, 2)?;
+        match width(kind) {
+            4 => a.shl(rax, 2)?,
+            2 => a.shl(rax, 1)?,
+            _ => {}
         }
         a.add(rax, qword_ptr(rdi + 8 * (n_loads + o) as i32))?;
         a.mov(Frame::address(n_loads + o), rax)?;
@@ -319,7 +325,7 @@ fn body(asm: &mut Asm, spec: &Spec, frame: &Frame, masked: bool) -> R {
         let r = regs.take(&mut asm.a, frame, &reads)?;
         let dst = Z[r];
         match *expr {
-            Expr::Load(l) => load(&mut asm.a, spec, l, dst, masked)?,
+            Expr::Load(l) => load(asm, spec, l, dst, masked)?,
             Expr::Unary(_, _) if *kind == Kind::Mask => asm.a.vpternlogd(dst, at[0], at[0], 0x55)?,
             Expr::Unary(op, _) => asm.unary(op, dst, at[0])?,
             Expr::Binary(op, _, _) if op.is_comparison() => asm.compare(op, dst, at[0], at[1])?,
@@ -343,6 +349,7 @@ fn body(asm: &mut Asm, spec: &Spec, frame: &Frame, masked: bool) -> R {
                 _ => asm.a.vmovaps(dst, at[0])?,
             },
             Expr::OneHot(_) => asm.one_hot(dst, at[0])?,
+            Expr::Round(to, _) => asm.round_half(to, dst, at[0])?,
             _ => unreachable!("`accepts` admits no other expression"),
         }
         regs.bind(i, r);
@@ -353,6 +360,16 @@ fn body(asm: &mut Asm, spec: &Spec, frame: &Frame, masked: bool) -> R {
     let n_loads = spec.loads.len();
     for (o, &x) in spec.outputs.iter().enumerate() {
         let v = Z[regs.get(&mut asm.a, frame, x, &[])?];
+        if let kind @ (Kind::F16 | Kind::BF16) = spec.stores[o] {
+            asm.half_bits(kind, zmm0, v)?;
+            let a = &mut asm.a;
+            a.mov(rax, Frame::address(n_loads + o))?;
+            match masked {
+                false => a.vpmovdw(ymmword_ptr(rax + r8 * 2), zmm0)?,
+                true => a.vpmovdw(ymmword_ptr(rax + r8 * 2).k7(), zmm0)?,
+            }
+            continue;
+        }
         let a = &mut asm.a;
         a.mov(rax, Frame::address(n_loads + o))?;
         match (spec.stores[o], masked) {
@@ -373,9 +390,26 @@ fn body(asm: &mut Asm, spec: &Spec, frame: &Frame, masked: bool) -> R {
 }
 
 /// Load `l`'s sixteen lanes at `r8` into `dst`.
-fn load(a: &mut CodeAssembler, spec: &Spec, l: usize, dst: AsmRegisterZmm, masked: bool) -> R {
+fn load(asm: &mut Asm, spec: &Spec, l: usize, dst: AsmRegisterZmm, masked: bool) -> R {
     let load = &spec.loads[l];
+    let a = &mut asm.a;
     a.mov(rax, Frame::address(l))?;
+    if let kind @ (Kind::F16 | Kind::BF16) = load.kind {
+        // Two bytes an element, zero-extended into `zmm0`, then widened.
+        match (load.inner, masked) {
+            (Inner::Splat, _) => {
+                a.movzx(r9d, word_ptr(rax))?;
+                a.vpbroadcastd(zmm0, r9d)?;
+            }
+            (Inner::Contig, false) => a.vpmovzxwd(zmm0, ymmword_ptr(rax + r8 * 2))?,
+            (Inner::Contig, true) => {
+                a.vmovdqu16(ymm0.k7().z(), ymmword_ptr(rax + r8 * 2))?;
+                a.vpmovzxwd(zmm0, ymm0)?;
+            }
+        }
+        return asm.widen_half(kind, dst, zmm0);
+    }
+    let a = &mut asm.a;
     match (load.kind, load.inner, masked) {
         (Kind::F32, Inner::Splat, _) => a.vbroadcastss(dst, dword_ptr(rax)),
         (Kind::F32, Inner::Contig, false) => a.vmovups(dst, zmmword_ptr(rax + r8 * 4)),
@@ -406,6 +440,7 @@ fn load(a: &mut CodeAssembler, spec: &Spec, l: usize, dst: AsmRegisterZmm, maske
 fn width(kind: Kind) -> usize {
     match kind {
         Kind::Mask => 1,
+        Kind::F16 | Kind::BF16 => 2,
         _ => 4,
     }
 }

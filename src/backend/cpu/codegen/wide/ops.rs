@@ -74,7 +74,7 @@ impl Asm {
 
     /// The `f32` constant `x` as one element in memory (`vbroadcastss`'s
     /// source).
-    fn scalar(&mut self, x: f32) -> AsmMemoryOperand {
+    pub(super) fn scalar(&mut self, x: f32) -> AsmMemoryOperand {
         let label = self.label(x.to_bits());
         dword_ptr(label)
     }
