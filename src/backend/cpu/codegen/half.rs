@@ -25,13 +25,13 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{InstBuilder, Value};
 
 /// `f32` bits of 2^-14, the smallest normal `f16`.
-const F16_MIN_NORMAL: i32 = 0x3880_0000;
+pub(super) const F16_MIN_NORMAL: i32 = 0x3880_0000;
 /// `f32` bits of 65504, the largest finite `f16`.
-const F16_MAX: i32 = 0x477f_e000;
+pub(super) const F16_MAX: i32 = 0x477f_e000;
 /// `f32` bits of 0.5 (see the module docs).
-const HALF: i32 = 0x3f00_0000;
+pub(super) const HALF: i32 = 0x3f00_0000;
 /// The exponent bias difference of `f32` and `f16` (127 - 15).
-const REBIAS: i32 = 112;
+pub(super) const REBIAS: i32 = 112;
 
 impl Emitter<'_, '_> {
     fn icmp_const(&mut self, cc: IntCC, x: Value, c: i32) -> Value {

@@ -29,6 +29,33 @@ use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, Endianness, FuncRef, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+/// `exp`'s argument above which the result is +inf (the largest finite
+/// result's log) and below which it is +0 (module docs of `exp`).
+pub(super) const EXP_MAX: f32 = 88.722_84;
+pub(super) const EXP_ZERO_BELOW: f32 = -104.0;
+/// `ln 2` in two parts (Cephes' `C1`, `C2`): `n ln 2` exactly to the
+/// precision range reduction needs.
+pub(super) const LN2_HI: f32 = 0.693_359_4;
+pub(super) const LN2_LO: f32 = -2.121_944_4e-4;
+/// Cephes `expf`'s polynomial of `e^r` (highest degree first).
+pub(super) const EXP_POLY: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+/// Cephes `logf`'s polynomial of `log(1 + x)` (highest degree first).
+pub(super) const LOG_POLY: [f32; 9] = [
+    7.037_683_6e-2,
+    -1.151_461e-1,
+    1.167_699_9e-1,
+    -1.242_014_1e-1,
+    1.424_932_3e-1,
+    -1.666_805_8e-1,
+    2.000_071_4e-1,
+    -2.499_999_4e-1,
+    3.333_333e-1,
+];
+/// Cephes `tanhf`'s odd polynomial below |x| = 0.625 (highest degree first).
+pub(super) const TANH_POLY: [f32; 5] = [-5.704_988_6e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1];
+/// Below this magnitude `tanh` is its polynomial.
+pub(super) const TANH_SMALL: f32 = 0.625;
+
 /// `x ^ y` as the interpreter computes it, for compiled kernels to call
 /// (the code generator links it as `tfc_powf`).
 #[export_name = "tfc_powf"]
@@ -534,7 +561,7 @@ impl<'a, 'b> Emitter<'a, 'b> {
     /// Cephes `expf`: `x = n ln2 + r`, `e^r` by a degree-6 polynomial, the
     /// scale `2^n` applied in two halves so subnormal results stay right.
     pub fn exp(&mut self, x: Value) -> Value {
-        let (hi, lo) = (self.f(88.722_84), self.f(-104.0));
+        let (hi, lo) = (self.f(EXP_MAX), self.f(EXP_ZERO_BELOW));
         // Below -104 the result is +0 (exp(-104) is under half the least
         // subnormal). Such lanes compute exp(0) instead and are replaced by
         // the zero at the end: computing exp(-104) itself would make
@@ -548,13 +575,13 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let log2e = self.f(std::f32::consts::LOG2_E);
         let t = self.b.ins().fmul(xc, log2e);
         let n = self.b.ins().nearest(t);
-        let (c1, c2) = (self.f(0.693_359_4), self.f(-2.121_944_4e-4));
+        let (c1, c2) = (self.f(LN2_HI), self.f(LN2_LO));
         let a = self.b.ins().fmul(n, c1);
         let r = self.b.ins().fsub(xc, a);
         let a = self.b.ins().fmul(n, c2);
         let r = self.b.ins().fsub(r, a);
         let z = self.b.ins().fmul(r, r);
-        let p = self.horner(r, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5]);
+        let p = self.horner(r, &EXP_POLY);
         let p = self.b.ins().fmul(p, z);
         let p = self.b.ins().fadd(p, r);
         let one = self.f(1.0);
@@ -606,30 +633,17 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let e_dec = self.select(small, one, z0);
         let e = self.b.ins().fsub(e, e_dec);
         let z = self.b.ins().fmul(xr, xr);
-        let p = self.horner(
-            xr,
-            &[
-                7.037_683_6e-2,
-                -1.151_461e-1,
-                1.167_699_9e-1,
-                -1.242_014_1e-1,
-                1.424_932_3e-1,
-                -1.666_805_8e-1,
-                2.000_071_4e-1,
-                -2.499_999_4e-1,
-                3.333_333e-1,
-            ],
-        );
+        let p = self.horner(xr, &LOG_POLY);
         let y = self.b.ins().fmul(p, xr);
         let y = self.b.ins().fmul(y, z);
-        let c2 = self.f(-2.121_944_4e-4);
+        let c2 = self.f(LN2_LO);
         let t = self.b.ins().fmul(e, c2);
         let y = self.b.ins().fadd(y, t);
         let h = self.f(-0.5);
         let t = self.b.ins().fmul(z, h);
         let y = self.b.ins().fadd(y, t);
         let r = self.b.ins().fadd(xr, y);
-        let c1 = self.f(0.693_359_4);
+        let c1 = self.f(LN2_HI);
         let t = self.b.ins().fmul(e, c1);
         let r = self.b.ins().fadd(r, t);
         // Special values: log(+inf) = +inf, log(0) = -inf, log(x<0) = NaN, NaN stays NaN.
@@ -660,11 +674,11 @@ impl<'a, 'b> Emitter<'a, 'b> {
         let negative = self.fcmp(FloatCC::LessThan, x, zero);
         let big = self.select(negative, neg_big, big);
         let z = self.b.ins().fmul(x, x);
-        let p = self.horner(z, &[-5.704_988_6e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1]);
+        let p = self.horner(z, &TANH_POLY);
         let p = self.b.ins().fmul(p, z);
         let p = self.b.ins().fmul(p, x);
         let small = self.b.ins().fadd(p, x);
-        let limit = self.f(0.625);
+        let limit = self.f(TANH_SMALL);
         let is_small = self.fcmp(FloatCC::LessThan, ax, limit);
         let r = self.select(is_small, small, big);
         // `x + p` with `p = +0` turns `-0` into `+0`; tanh(±0) is ±0 (a

@@ -16,14 +16,11 @@ use super::ops::{cc, Asm, R};
 use crate::ir::spec::Kind;
 use iced_x86::code_asm::*;
 
-/// `f32` bits of 2^-14, the smallest normal `f16`.
-const F16_MIN_NORMAL: u32 = 0x3880_0000;
-/// `f32` bits of 65504, the largest finite `f16`.
-const F16_MAX: u32 = 0x477f_e000;
-/// `f32` bits of 0.5 (module `half`'s subnormal trick).
-const HALF: u32 = 0x3f00_0000;
-/// The exponent bias difference of `f32` and `f16` (127 - 15).
-const REBIAS: u32 = 112;
+/// Module `half`'s constants, as the unsigned bits of `i32` lanes.
+const F16_MIN_NORMAL: u32 = super::super::half::F16_MIN_NORMAL as u32;
+const F16_MAX: u32 = super::super::half::F16_MAX as u32;
+const HALF: u32 = super::super::half::HALF as u32;
+const REBIAS: u32 = super::super::half::REBIAS as u32;
 
 /// `vpcmpd` predicates (signed).
 const LT: i32 = 1;

@@ -14,6 +14,7 @@
 //! Example: `asm.exp(zmm9, zmm8)` emits the polynomial `exp` of the
 //! sixteen lanes of `zmm8` into `zmm9`.
 
+use super::super::poly::{EXP_MAX, EXP_POLY, EXP_ZERO_BELOW, LN2_HI, LN2_LO, LOG_POLY, TANH_POLY, TANH_SMALL};
 use crate::ir::{BinaryOp, UnaryOp};
 use iced_x86::code_asm::*;
 use std::collections::BTreeMap;
@@ -125,9 +126,9 @@ impl Asm {
     /// Cephes `expf` (module `poly`'s `exp`); scratch `zmm0`..`zmm3`, `k1`,
     /// `k2`.
     pub fn exp(&mut self, dst: AsmRegisterZmm, x: AsmRegisterZmm) -> R {
-        const HI: f32 = 88.722_84;
+        const HI: f32 = EXP_MAX;
         let (xc, n, t, p) = (zmm0, zmm1, zmm2, zmm3);
-        let lo = self.c(-104.0);
+        let lo = self.c(EXP_ZERO_BELOW);
         self.a.vcmpps(k1, x, lo, cc::LT)?; // below
         self.splat(xc, HI)?;
         self.a.vminps(xc, xc, x)?; // NaN in x stays NaN
@@ -135,14 +136,14 @@ impl Asm {
         let log2e = self.c(std::f32::consts::LOG2_E);
         self.a.vmulps(n, xc, log2e)?;
         self.a.vrndscaleps(n, n, NEAREST)?;
-        let c1 = self.c(0.693_359_4);
+        let c1 = self.c(LN2_HI);
         self.a.vmulps(t, n, c1)?;
         self.a.vsubps(xc, xc, t)?;
-        let c2 = self.c(-2.121_944_4e-4);
+        let c2 = self.c(LN2_LO);
         self.a.vmulps(t, n, c2)?;
         self.a.vsubps(xc, xc, t)?; // r
         self.a.vmulps(t, xc, xc)?; // z
-        self.horner(p, xc, &[1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5])?;
+        self.horner(p, xc, &EXP_POLY)?;
         self.a.vmulps(p, p, t)?;
         self.a.vaddps(p, p, xc)?;
         let one = self.c(1.0);
@@ -200,31 +201,17 @@ impl Asm {
         self.a.vbroadcastss(xn.k2(), one)?;
         self.a.vsubps(e, e, xn)?;
         self.a.vmulps(xn, m, m)?; // z
-        self.horner(
-            p,
-            m,
-            &[
-                7.037_683_6e-2,
-                -1.151_461e-1,
-                1.167_699_9e-1,
-                -1.242_014_1e-1,
-                1.424_932_3e-1,
-                -1.666_805_8e-1,
-                2.000_071_4e-1,
-                -2.499_999_4e-1,
-                3.333_333e-1,
-            ],
-        )?;
+        self.horner(p, m, &LOG_POLY)?;
         self.a.vmulps(p, p, m)?;
         self.a.vmulps(p, p, xn)?;
-        let c2 = self.c(-2.121_944_4e-4);
+        let c2 = self.c(LN2_LO);
         self.a.vmulps(t, e, c2)?;
         self.a.vaddps(p, p, t)?;
         let h = self.c(-0.5);
         self.a.vmulps(t, xn, h)?;
         self.a.vaddps(p, p, t)?;
         self.a.vaddps(p, m, p)?;
-        let c1 = self.c(0.693_359_4);
+        let c1 = self.c(LN2_HI);
         self.a.vmulps(t, e, c1)?;
         self.a.vaddps(p, p, t)?;
         let inf = self.c(f32::INFINITY);
@@ -259,11 +246,11 @@ impl Asm {
         self.a.vcmpps(k3, x, zero, cc::LT)?;
         self.a.vmovaps(big.k3(), q)?;
         self.a.vmulps(q, x, x)?; // z
-        self.horner(p, q, &[-5.704_988_6e-3, 2.063_909e-2, -5.373_971_6e-2, 1.333_144_2e-1, -3.333_328e-1])?;
+        self.horner(p, q, &TANH_POLY)?;
         self.a.vmulps(p, p, q)?;
         self.a.vmulps(p, p, x)?;
         self.a.vaddps(p, p, x)?; // small
-        let limit = self.c(0.625);
+        let limit = self.c(TANH_SMALL);
         self.a.vcmpps(k3, abs_x, limit, cc::LT)?;
         self.a.vmovaps(big.k3(), p)?;
         let zero = self.c(0.0);
