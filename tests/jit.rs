@@ -420,13 +420,31 @@ fn emit_clif_prints_vector_loops_for_the_bench_step() {
 
 #[test]
 fn emit_asm_prints_the_machine_code_of_the_bench_step() {
-    let o = tfc(&["build", "--emit", "asm", "examples/bench/mlp.tfl"]);
+    // Cranelift's code, as a machine without AVX-512 runs it.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_tfc"))
+        .args(["build", "--emit", "asm", "examples/bench/mlp.tfl"])
+        .env("TFC_NO_AVX512", "1")
+        .current_dir(root())
+        .output()
+        .expect("tfc runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("; unit `train 3 step (batch 64)`"), "{text}");
     // Packed single-precision arithmetic on 128-bit registers, and a return per kernel.
     assert!(text.contains("vaddps") && text.contains("%xmm"), "{text}");
     assert!(text.matches("\n  ret").count() >= 10, "{text}");
+    assert!(!text.contains("module `wide`"), "{text}");
+    // This machine's code: module `wide`'s 512-bit code where it has AVX-512.
+    let o = tfc(&["build", "--emit", "asm", "examples/bench/mlp.tfl"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let wide = text.matches("; AVX-512 code of module `wide`, what this machine runs:").count();
+    if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+        assert!(wide >= 10, "{text}");
+        assert!(text.contains("vaddps zmm") && text.contains("{k7}") && text.contains("vzeroupper"), "{text}");
+    } else {
+        assert_eq!(wide, 0, "{text}");
+    }
 }
 
 #[test]

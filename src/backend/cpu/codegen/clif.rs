@@ -10,8 +10,9 @@
 //! update that runs as the native loop of module `adam` (its listing says
 //! so) and a convolution's epilogue (bias, ReLU, a ReLU mask) that the
 //! direct kernels apply themselves (`conv::PostOps`). A kernel that module
-//! `wide` compiles to AVX-512 code on this machine says so above
-//! Cranelift's function, which is what runs where AVX-512 is missing.
+//! `wide` compiles to AVX-512 code on this machine says so: `asm` lists
+//! that code, `clif` Cranelift's function, which runs where AVX-512 is
+//! missing.
 //!
 //! Example: for `print(relu(x * 2.0))` the main unit has one elementwise
 //! kernel, printed as `kernel 1 (elementwise, nodes %1 %2 %3)` followed by a
@@ -52,7 +53,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                 if let Some(prologue) = desc.parts.iter().find(|p| p.role == PartRole::Prologue) {
                     if let Some(spec) = &prologue.spec {
                         let text = listed(spec, listing)?;
-                        let note = wide_note(spec);
+                        let note = wide_note(spec, listing);
                         let _ = writeln!(out, "; kernel {k} (reduction prologue, nodes {nodes})\n{note}{text}");
                     }
                 }
@@ -80,7 +81,7 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
                         Some(_) => {
                             "; runs as the native AVX-512 Adam loop on this machine (module `adam`); its fallback:\n"
                         }
-                        None => wide_note(&spec),
+                        None => wide_note(&spec, listing),
                     };
                     let _ = writeln!(out, "; kernel {k} ({how}, nodes {nodes})\n{native}{text}");
                 }
@@ -97,11 +98,15 @@ pub fn emit_kernels(p: &Program, listing: Listing) -> Result<String, String> {
 }
 
 /// The line above a kernel that runs as module `wide`'s AVX-512 code on
-/// this machine (its Cranelift function follows), else nothing.
-fn wide_note(spec: &Spec) -> &'static str {
-    match super::wide::available() && super::wide::accepts(spec) {
-        true => "; runs as AVX-512 code on this machine (module `wide`, the same operations); Cranelift's:\n",
-        false => "",
+/// this machine: its machine code follows (`Asm`), or Cranelift's IR, which
+/// runs where AVX-512 is missing (`Clif`); nothing for other kernels.
+fn wide_note(spec: &Spec, listing: Listing) -> &'static str {
+    match (super::wide::available() && super::wide::accepts(spec), listing) {
+        (true, Listing::Asm) => "; AVX-512 code of module `wide`, what this machine runs:\n",
+        (true, Listing::Clif) => {
+            "; runs as AVX-512 code on this machine (module `wide`, the same operations); Cranelift's:\n"
+        }
+        (false, _) => "",
     }
 }
 

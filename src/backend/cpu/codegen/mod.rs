@@ -264,7 +264,11 @@ impl Compiler {
     /// The machine code of `spec`'s function as Cranelift prints it after
     /// register allocation (its VCode listing: x64 instructions with their
     /// registers), without linking it.
+    /// A kernel that runs as module `wide`'s code lists that code instead.
     pub fn asm(&mut self, spec: &Spec) -> Result<String, String> {
+        if self.runs_wide(spec) {
+            return wide::listing(spec);
+        }
         self.module.clear_context(&mut self.ctx);
         self.build(spec);
         self.ctx.set_disasm(true);

@@ -106,6 +106,30 @@ pub fn assemble(spec: &Spec) -> Result<Vec<u8>, String> {
     emit(spec).map_err(|e| format!("cannot assemble the AVX-512 kernel: {e}"))
 }
 
+/// The instructions of `spec`'s code in Intel syntax, one per line with
+/// its offset (`tfc build --emit asm`), then a line counting the constant
+/// pool's bytes after the final `ret`.
+pub fn listing(spec: &Spec) -> Result<String, String> {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter, Mnemonic};
+    use std::fmt::Write;
+    let code = assemble(spec)?;
+    let mut decoder = Decoder::with_ip(64, &code, 0, DecoderOptions::NONE);
+    let mut formatter = IntelFormatter::new();
+    let (mut out, mut text) = (String::new(), String::new());
+    while decoder.can_decode() {
+        let instruction = decoder.decode();
+        text.clear();
+        formatter.format(&instruction, &mut text);
+        let _ = writeln!(out, "  {:5x}  {text}", instruction.ip());
+        if instruction.mnemonic() == Mnemonic::Ret {
+            let pool = code.len() - instruction.next_ip() as usize;
+            let _ = writeln!(out, "  ; then {pool} bytes of constants");
+            break;
+        }
+    }
+    Ok(out)
+}
+
 /// The frame: each row's addresses (loads, then outputs), then one
 /// 64-byte spill slot per expression.
 struct Frame {
