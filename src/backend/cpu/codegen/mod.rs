@@ -188,13 +188,15 @@ impl Compiler {
         let keys: Vec<String> = specs.iter().map(Spec::signature).collect();
         let mut new: Vec<(usize, cranelift_module::FuncId, cranelift_codegen::ir::Function)> = Vec::new();
         let mut building: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        let mut wide_new: Vec<(usize, Vec<u8>)> = Vec::new();
+        // Specs module `wide` compiles: their index, and their code.
+        let (mut wide_at, mut wide_codes): (Vec<usize>, Vec<Vec<u8>>) = (Vec::new(), Vec::new());
         for (i, spec) in specs.iter().enumerate() {
             if self.cache.contains_key(&keys[i]) || !building.insert(&keys[i]) {
                 continue;
             }
             if self.runs_wide(spec) {
-                wide_new.push((i, wide::assemble(spec)?));
+                wide_at.push(i);
+                wide_codes.push(wide::assemble(spec)?);
                 continue;
             }
             let name = format!("k{}", self.cache.len() + new.len());
@@ -225,8 +227,7 @@ impl Compiler {
             Ok::<_, String>((i, id, bytes, align, relocs))
         };
         use rayon::prelude::*;
-        let codes: Vec<Vec<u8>> = wide_new.iter().map(|(_, code)| code.clone()).collect();
-        for ((i, _), ptr) in wide_new.iter().zip(wide::place(&codes)?) {
+        for (i, ptr) in wide_at.iter().zip(wide::place(&wide_codes)?) {
             // SAFETY: `wide::assemble` gave the code exactly `KernelFn`'s
             // signature (System V, four pointer-sized arguments, no results).
             let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };

@@ -47,7 +47,7 @@ pub fn reduce<T: Elem>(
         return finish(op, out, count);
     }
     // Only the last dim reduced (softmax's and layer norm's statistics).
-    if reduced[k - 1] && reduced[..k - 1].iter().all(|&r| !r) {
+    if last_axis_only(reduced) {
         match op {
             ReduceOp::Sum | ReduceOp::Mean => row_reductions(x, shape[k - 1], out, |a: T, v| a.add(v)),
             ReduceOp::Prod => row_reductions(x, shape[k - 1], out, |a: T, v| a.mul(v)),
@@ -125,7 +125,7 @@ pub fn reduce_on_threads(
     threads: usize,
 ) -> Result<(), Diagnostic> {
     let k = shape.len();
-    let rows_only = k >= 2 && reduced.len() == k && reduced[k - 1] && reduced[..k - 1].iter().all(|&r| !r);
+    let rows_only = k >= 2 && reduced.len() == k && last_axis_only(reduced);
     let last = shape.last().copied().unwrap_or(0);
     if threads <= 1 || !rows_only || last == 0 || x.len() < crate::backend::cpu::threads::PARALLEL_MIN_ELEMENTS {
         return reduce(op, x, shape, reduced, out);
@@ -138,6 +138,12 @@ pub fn reduce_on_threads(
     out.par_chunks_mut(per)
         .zip(x.par_chunks(per * last))
         .try_for_each(|(out, x)| reduce(op, x, &[out.len(), last], &[false, true], out))
+}
+
+/// Whether only the last of `reduced`'s dims is reduced (rows reduced
+/// one by one).
+fn last_axis_only(reduced: &[bool]) -> bool {
+    matches!(reduced.split_last(), Some((true, leading)) if leading.iter().all(|&r| !r))
 }
 
 /// `out[r] = combine(… combine(out[r], x[r, 0]) …, x[r, last - 1])` for

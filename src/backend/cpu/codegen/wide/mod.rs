@@ -34,6 +34,7 @@ mod ops;
 
 pub use exec::place;
 
+use super::width;
 use crate::ir::spec::{Expr, Inner, Kind, Spec};
 use crate::ir::{BinaryOp, UnaryOp};
 use iced_x86::code_asm::*;
@@ -457,15 +458,6 @@ fn load(asm: &mut Asm, spec: &Spec, l: usize, dst: AsmRegisterZmm, masked: bool)
             a.vptestmd(k1, zmm0, zmm0)?;
             a.vpmovm2d(dst, k1)
         }
-    }
-}
-
-/// Bytes per element of a kind this emitter loads or stores.
-fn width(kind: Kind) -> usize {
-    match kind {
-        Kind::Mask => 1,
-        Kind::F16 | Kind::BF16 => 2,
-        _ => 4,
     }
 }
 
